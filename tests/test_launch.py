@@ -1,0 +1,64 @@
+"""Launcher: single-process path, rank fill-in, topology errors, busy port on a single node."""
+
+import socket
+
+import pytest
+import torch.distributed as dist
+
+from zoo.config import load_config
+from zoo.engine.launch import LaunchError, launch, resolve_topology
+from zoo.utils import comm
+
+
+def _record(cfg, box):
+    box["initialized"] = dist.is_initialized()
+    box["world"] = (cfg.DDP_CONFIG.GPU_WORLD_SIZE, cfg.DDP_CONFIG.GPU_WORLD_RANK)
+    box["comm"] = (comm.get_world_size(), comm.get_rank())
+    comm.synchronize()  # must be a no-op without a process group
+
+
+def test_not_distributed_is_a_plain_call_with_no_group():
+    cfg = load_config(None, ["DDP_CONFIG.DISTRIBUTED", "False", "DDP_CONFIG.NUM_CPU_PROCS", "4"])
+    box = {}
+    launch(_record, cfg, args=(box,))
+    assert box == {"initialized": False, "world": (1, 0), "comm": (1, 0)}
+
+
+def test_one_cpu_process_joins_a_one_rank_group_and_leaves_it():
+    cfg = load_config(None, ["DDP_CONFIG.DIST_URL", "tcp://127.0.0.1:0"])
+    box = {}
+    launch(_record, cfg, args=(box,))
+    assert box == {"initialized": True, "world": (1, 0), "comm": (1, 0)}
+    assert not dist.is_initialized()
+
+
+def test_topology_for_cpu_processes():
+    cfg = load_config(None, ["DDP_CONFIG.NUM_CPU_PROCS", "3", "DDP_CONFIG.DIST_BACKEND", "gloo"])
+    topo = resolve_topology(cfg)
+    assert (topo.local_procs, topo.world_size, topo.rank_offset, topo.backend) == (3, 3, 0, "gloo")
+
+
+def test_busy_port_on_a_single_node_moves_to_a_free_one():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        cfg = load_config(None, ["DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{busy}"])
+        topo = resolve_topology(cfg)
+    assert topo.dist_url.startswith("tcp://127.0.0.1:") and not topo.dist_url.endswith(f":{busy}")
+
+
+def test_world_rank_out_of_range_is_a_clear_error():
+    cfg = load_config(None, ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_RANK", "2"])
+    with pytest.raises(LaunchError, match="WORLD_RANK = 2"):
+        resolve_topology(cfg)
+
+
+def test_nccl_without_gpu_is_refused():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the check only applies to CPU-only nodes")
+    cfg = load_config(None, ["DDP_CONFIG.DIST_BACKEND", "nccl"])
+    with pytest.raises(LaunchError, match="no CUDA GPU"):
+        resolve_topology(cfg)

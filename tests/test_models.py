@@ -1,0 +1,205 @@
+"""Registry-driven model tests: every model builds, trains a step on a tiny input, has its facts.
+
+Full-size nets are built on the ``meta`` device (shapes only, no memory, no init cost) to check
+parameter counts, layer structure and FLOPs; forward passes run only on small variants.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torchvision
+from torch.utils.flop_counter import FlopCounterMode
+
+import zoo
+from zoo.models import model_facts
+from zoo.models.slowfast import Bottleneck as SlowFastBlock
+
+# Small variants per family (name prefix -> builder kwargs) so forward + backward stays cheap.
+SMALL_KWARGS = {
+    "resnet": dict(base_width=8),
+    "slowfast": dict(width=8, depth=18),
+}
+IMAGE_INPUT = (2, 3, 32, 32)
+VIDEO_INPUT = (2, 3, 8, 32, 32)
+NUM_CLASSES = 5
+
+R50_SLOWFAST = {
+    # name: (alpha, fusion kernel, params at 400 classes, GFLOPs per view at 224x224)
+    "slowfast_4x16_resnet50": (8, 5, 34_480_216, 27.6),
+    "slowfast_8x8_resnet50": (4, 7, 34_566_488, 50.3),
+}
+
+
+def _small_kwargs(name: str) -> dict:
+    for prefix, kwargs in SMALL_KWARGS.items():
+        if name.startswith(prefix):
+            return dict(kwargs)
+    return {}
+
+
+def _num_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _meta_model(name: str, **kwargs) -> nn.Module:
+    with torch.device("meta"):
+        return zoo.create_model(name, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+@pytest.mark.parametrize("name", zoo.list_models())
+def test_forward_backward(name):
+    model = zoo.create_model(name, num_classes=NUM_CLASSES, **_small_kwargs(name)).train()
+    task = model_facts(name).get("task", "video")
+    x = torch.randn(IMAGE_INPUT if task == "image" else VIDEO_INPUT)
+    out = model(x)
+    assert out.shape == (x.shape[0], NUM_CLASSES)
+    assert torch.isfinite(out).all()
+    out.logsumexp(dim=1).sum().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert any(g.abs().sum() > 0 for g in grads)
+
+
+@pytest.mark.parametrize("name", zoo.list_models())
+def test_facts_params(name):
+    facts = model_facts(name)
+    for key in ("task", "input_frames", "sampling_stride", "crop_size", "mean", "std", "params"):
+        assert key in facts, f"{name} facts lack {key!r}"
+    num_classes = 1000 if facts["task"] == "image" else 400
+    assert _num_params(_meta_model(name, num_classes=num_classes)) == facts["params"]
+
+
+def test_published_param_counts():
+    assert _num_params(_meta_model("resnet50", num_classes=1000)) == 25_557_032
+    for name, (_, _, params, _) in R50_SLOWFAST.items():
+        assert _num_params(_meta_model(name, num_classes=400)) == params
+
+
+@pytest.mark.parametrize("depth", [18, 34, 50, 101, 152])
+def test_resnet_keys_equal_torchvision(depth):
+    with torch.device("meta"):
+        ours = zoo.create_model(f"resnet{depth}", num_classes=1000).state_dict()
+        theirs = getattr(torchvision.models, f"resnet{depth}")().state_dict()
+    assert list(ours) == list(theirs)
+    assert all(ours[k].shape == theirs[k].shape for k in ours)
+
+
+@pytest.mark.parametrize("depth", [18, 50])
+def test_resnet_loads_torchvision_weights(depth):
+    theirs = getattr(torchvision.models, f"resnet{depth}")().eval()
+    ours = zoo.create_model(f"resnet{depth}", num_classes=1000).eval()
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert (ours(x) - theirs(x)).abs().max() < 1e-5
+
+
+def test_resnet_dropout_keeps_keys():
+    plain = _meta_model("resnet50", num_classes=10).state_dict()
+    dropped = _meta_model("resnet50", num_classes=10, dropout=0.5)
+    assert list(dropped.state_dict()) == list(plain)
+    assert any(isinstance(m, nn.Dropout) for m in dropped.modules())
+
+
+def test_resnet_video_is_frame_average():
+    model = zoo.create_model("resnet18", num_classes=NUM_CLASSES, base_width=8).eval()
+    clip = torch.randn(2, 3, 3, 32, 32)
+    with torch.no_grad():
+        per_frame = torch.stack([model(clip[:, :, t]) for t in range(clip.shape[2])], dim=1)
+        assert torch.allclose(model(clip), per_frame.mean(dim=1), atol=1e-6)
+        assert torch.allclose(model(clip[:, :, :1]), model(clip[:, :, 0]), atol=1e-6)
+
+
+def test_resnet_zero_init_residual():
+    model = zoo.create_model("resnet18", base_width=8, zero_init_residual=True)
+    assert all((b.bn2.weight == 0).all() for b in [model.layer1[0], model.layer4[1]])
+
+
+def test_slowfast_tensor_and_pair_agree():
+    model = zoo.create_model("slowfast_tiny_resnet18", num_classes=NUM_CLASSES, width=8,
+                             zero_init_final_bn=False).eval()
+    fast = torch.randn(2, 3, 16, 32, 32)
+    # alpha 4 -> slow sees 4 of 16 frames, spread evenly as PySlowFast's PackPathway picks them.
+    slow = fast[:, :, [0, 5, 10, 15]]
+    with torch.no_grad():
+        from_tensor = model(fast)
+        assert torch.equal(from_tensor, model([slow, fast]))
+        assert torch.equal(from_tensor, model((slow, fast)))
+        # Logits, not probabilities, even in eval mode.
+        assert not torch.allclose(from_tensor.softmax(1), from_tensor)
+
+
+def test_slowfast_rejects_bad_input():
+    model = zoo.create_model("slowfast_tiny_resnet18", num_classes=NUM_CLASSES, width=8)
+    with pytest.raises(ValueError, match="alpha"):
+        model(torch.randn(1, 3, 2, 32, 32))
+    with pytest.raises(ValueError):
+        zoo.create_model("slowfast_tiny_resnet18", width=6)
+    with pytest.raises(ValueError, match="depth"):
+        zoo.create_model("slowfast_tiny_resnet18", depth=34)
+
+
+@pytest.mark.parametrize("name", sorted(R50_SLOWFAST))
+def test_slowfast_r50_structure(name):
+    alpha, k, _, _ = R50_SLOWFAST[name]
+    model = _meta_model(name, num_classes=400)
+    assert len(model.state_dict()) == 662  # same tensor count as a PySlowFast checkpoint
+    assert model.slow_stem.conv.kernel_size == (1, 7, 7)
+    assert model.fast_stem.conv.kernel_size == (5, 7, 7)
+    assert model.fast_stem.conv.out_channels == 8
+    assert model.slow_stem.pool.kernel_size == (1, 3, 3)
+    stages = ["res2", "res3", "res4", "res5"]
+    slow_in = [80, 320, 640, 1280]
+    fast_in = [8, 32, 64, 128]
+    slow_kt, fast_kt = [1, 1, 3, 3], [3, 3, 3, 3]
+    blocks = [3, 4, 6, 3]
+    for i, stage in enumerate(stages):
+        for path, c_in, kt in (("slow", slow_in[i], slow_kt[i]), ("fast", fast_in[i], fast_kt[i])):
+            seq = getattr(model, f"{path}_{stage}")
+            assert len(seq) == blocks[i]
+            assert seq[0].conv_a.in_channels == c_in
+            stride = 1 if i == 0 else 2
+            assert seq[0].conv_b.stride == (1, stride, stride)
+            for j, block in enumerate(seq):
+                assert isinstance(block, SlowFastBlock)
+                assert block.conv_a.kernel_size == (kt, 1, 1)
+                assert block.conv_b.kernel_size == (1, 3, 3)
+                assert block.conv_c.kernel_size == (1, 1, 1)
+                assert (block.shortcut is not None) == (j == 0)
+    assert model.fast_res5[-1].conv_c.out_channels == 256
+    for stage, c_fast in zip(["stem", "res2", "res3", "res4"], [8, 32, 64, 128]):
+        conv = getattr(model, f"fuse_{stage}").conv
+        assert (conv.in_channels, conv.out_channels) == (c_fast, 2 * c_fast)
+        assert conv.kernel_size == (k, 1, 1)
+        assert conv.stride == (alpha, 1, 1)
+        assert conv.padding == (k // 2, 0, 0)
+    assert model.head.proj.in_features == 2048 + 256
+    assert model.head.dropout.p == 0.5
+    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm3d)]
+    assert all(bn.eps == 1e-5 and bn.momentum == 0.1 for bn in bns)
+
+
+@pytest.mark.parametrize("name", sorted(R50_SLOWFAST))
+def test_slowfast_r50_flops(name):
+    # Meta tensors: FLOPs are counted from shapes alone, nothing is computed.
+    model = _meta_model(name, num_classes=400).eval()
+    with FlopCounterMode(display=False) as counter:
+        model(torch.empty(1, 3, 32, 224, 224, device="meta"))
+    gflops = counter.get_total_flops() / 2e9  # multiply-adds, as PySlowFast reports
+    assert gflops == pytest.approx(R50_SLOWFAST[name][3], abs=0.05)
+    assert model_facts(name)["gflops"] == R50_SLOWFAST[name][3]
+
+
+def test_slowfast_init():
+    model = zoo.create_model("slowfast_tiny_resnet18")
+    assert model.head.proj.bias.abs().sum() == 0
+    assert model.head.proj.weight.std().item() == pytest.approx(0.01, rel=0.2)
+    assert (model.slow_res2[0].bn_c.weight == 0).all()  # zero_init_final_bn default
+    assert (model.slow_res2[0].bn_a.weight == 1).all()

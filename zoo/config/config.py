@@ -1,0 +1,198 @@
+"""Loading a config: defaults <- YAML file <- command-line ``KEY VALUE`` pairs, then validation.
+
+Unlike a plain yacs merge, every problem is reported as one ``ConfigError`` line that names the key:
+unknown keys get a "did you mean", an int where a float is expected is accepted, and keys from
+gluoncv.torch YAMLs that zoo does not use are dropped with a warning instead of failing.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import difflib
+import logging
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+import yaml
+from yacs.config import CfgNode
+
+from .defaults import _C
+from .validation import ConfigError, validate_config
+
+logger = logging.getLogger(__name__)
+
+# Old spellings that still work, with a deprecation warning: old full key -> new full key.
+_RENAMED_KEYS = {
+    "DDP_CONFIG.WOLRD_URLS": "DDP_CONFIG.WORLD_URLS",
+}
+
+# gluoncv.torch keys that have no meaning in zoo; they are dropped with a warning so that an
+# existing gluoncv YAML loads. Each value says what to use instead.
+_GLUONCV_UNUSED_KEYS = {
+    "CONFIG.DATA.MULTIGRID": "not supported; remove it",
+    "CONFIG.DATA.KEEP_ASPECT_RATIO": "zoo always keeps the aspect ratio (short-side resize)",
+    "CONFIG.DATA.NEW_HEIGHT": "use CONFIG.DATA.SHORT_SIDE_SIZE",
+    "CONFIG.DATA.NEW_WIDTH": "use CONFIG.DATA.SHORT_SIDE_SIZE",
+    "CONFIG.DATA.NEW_LENGTH": "use CONFIG.DATA.CLIP_LEN",
+    "CONFIG.DATA.NEW_STEP": "use CONFIG.DATA.FRAME_RATE",
+    "CONFIG.DATA.NUM_SEGMENT": "TSN segments are not supported yet; remove it",
+    "CONFIG.DATA.NUM_CROP": "training always uses one random crop; remove it",
+    "CONFIG.LOG.EVAL_DIR": "test results go to BASE_PATH/EXP_NAME",
+    "CONFIG.TRAIN.USE_AMP": "not supported yet; remove it",
+    "CONFIG.MODEL.PRETRAINED_BASE": "use CONFIG.MODEL.PRETRAINED with a local checkpoint path",
+}
+
+
+def get_cfg() -> CfgNode:
+    """A fresh copy of the defaults (see zoo/config/defaults.py)."""
+    return _C.clone()
+
+
+def _coerce(value: Any, default: Any, key: str) -> Any:
+    """Return ``value`` converted to the type of ``default`` or raise ConfigError."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key} = {value!r} has the wrong type: expected True or False")
+    if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{key} = {value!r} has the wrong type: expected an integer")
+    if isinstance(default, str):
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key} = {value!r} has the wrong type: expected a string (quote it)")
+    if isinstance(default, (list, tuple)):
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        raise ConfigError(f"{key} = {value!r} has the wrong type: expected a list like [a, b]")
+    if isinstance(default, float):
+        raise ConfigError(f"{key} = {value!r} has the wrong type: expected a number")
+    return value
+
+
+def _unknown_key(full_key: str, node: CfgNode, prefix: str) -> ConfigError:
+    here = [f"{prefix}{k}" for k in node.keys()]
+    everything = _all_keys(_C)
+    close = difflib.get_close_matches(full_key, here + everything, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else f"; keys here: {', '.join(sorted(here))}"
+    return ConfigError(f"unknown config key {full_key}{hint}")
+
+
+def _all_keys(node: CfgNode, prefix: str = "") -> List[str]:
+    keys = []
+    for k, v in node.items():
+        if isinstance(v, CfgNode):
+            keys.extend(_all_keys(v, f"{prefix}{k}."))
+        else:
+            keys.append(f"{prefix}{k}")
+    return keys
+
+
+def _merge_dict(cfg: CfgNode, data: Dict[str, Any], prefix: str, source: str) -> None:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: {prefix.rstrip('.') or 'top level'} must be a mapping of keys")
+    for k, v in data.items():
+        full_key = f"{prefix}{k}"
+        if full_key in _RENAMED_KEYS:
+            new = _RENAMED_KEYS[full_key]
+            logger.warning("%s: %s is the old spelling of %s; please rename it", source, full_key, new)
+            full_key = new
+            k = new.rsplit(".", 1)[1]
+        if full_key in _GLUONCV_UNUSED_KEYS:
+            logger.warning(
+                "%s: ignoring gluoncv key %s (%s)", source, full_key, _GLUONCV_UNUSED_KEYS[full_key]
+            )
+            continue
+        if k not in cfg:
+            raise _unknown_key(full_key, cfg, prefix)
+        if isinstance(cfg[k], CfgNode):
+            _merge_dict(cfg[k], v, f"{full_key}.", source)
+        else:
+            cfg[k] = _coerce(v, cfg[k], full_key)
+
+
+def _parse_value(text: str) -> Any:
+    """Parse a command-line value the way yacs does: a Python literal, else the plain string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _set_key(cfg: CfgNode, full_key: str, value: Any) -> None:
+    full_key = _RENAMED_KEYS.get(full_key, full_key)
+    parts = full_key.split(".")
+    node = cfg
+    for i, part in enumerate(parts):
+        if not isinstance(node, CfgNode) or part not in node:
+            raise _unknown_key(full_key, node if isinstance(node, CfgNode) else cfg, "")
+        if i < len(parts) - 1:
+            node = node[part]
+    if isinstance(node[parts[-1]], CfgNode):
+        raise ConfigError(f"{full_key} is a section, not a key; give one of its keys")
+    node[parts[-1]] = _coerce(value, node[parts[-1]], full_key)
+
+
+def merge_overrides(cfg: CfgNode, opts: Sequence[str]) -> None:
+    """Apply ``["KEY", "VALUE", ...]`` command-line overrides (yacs merge_from_list semantics)."""
+    if len(opts) % 2:
+        raise ConfigError(
+            f"overrides must be KEY VALUE pairs; {opts[-1]!r} has no value after it"
+        )
+    for key, raw in zip(opts[0::2], opts[1::2]):
+        if key.startswith("CONFIG.") or key.startswith("DDP_CONFIG."):
+            full_key = key
+        else:
+            # Shorthand: "TRAIN.EPOCH_NUM 2" means "CONFIG.TRAIN.EPOCH_NUM 2".
+            full_key = f"CONFIG.{key}"
+        _set_key(cfg, full_key, _parse_value(raw) if isinstance(raw, str) else raw)
+
+
+def load_config(
+    config_file: Optional[str] = None, opts: Optional[Sequence[str]] = None, validate: bool = True
+) -> CfgNode:
+    """Defaults <- ``config_file`` <- ``opts``, validated, returned frozen.
+
+    Args:
+        config_file: YAML path, or None for the defaults alone.
+        opts: Flat ``[KEY, VALUE, ...]`` overrides; ``CONFIG.`` may be left off the key.
+        validate: Check values (see zoo.config.validation).
+
+    Raises:
+        ConfigError: one line naming the offending key and what is allowed.
+    """
+    cfg = get_cfg()
+    if config_file:
+        if not os.path.isfile(config_file):
+            raise ConfigError(f"config file {config_file!r} does not exist")
+        with open(config_file, encoding="utf-8") as f:
+            try:
+                data = yaml.safe_load(f) or {}
+            except yaml.YAMLError as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f" line {mark.line + 1}" if mark else ""
+                raise ConfigError(f"{config_file}{where}: not valid YAML ({e.__class__.__name__})")
+        _merge_dict(cfg, data, "", config_file)
+    if opts:
+        merge_overrides(cfg, list(opts))
+    if validate:
+        validate_config(cfg)
+    cfg.freeze()
+    return cfg
+
+
+def cfg_to_yaml(cfg: CfgNode) -> str:
+    """The config as YAML text (what is written to the output folder as config.yaml)."""
+    return yaml.safe_dump(_to_dict(cfg), sort_keys=False, default_flow_style=None)
+
+
+def _to_dict(node: Any) -> Any:
+    if isinstance(node, CfgNode):
+        return {k: _to_dict(v) for k, v in node.items()}
+    return copy.deepcopy(node)

@@ -1,0 +1,183 @@
+"""Every configuration key zoo knows, with its default and a comment saying what it does.
+
+The layout follows gluoncv.torch (``DDP_CONFIG`` + ``CONFIG.{TRAIN,VAL,TEST,DATA,MODEL,LOG}``) so its
+YAML files carry over with few edits. ``get_cfg()`` returns a copy of these defaults: the Kinetics-400
+SlowFast-R50 4x16 recipe, complete except for the data paths (set CONFIG.DATA.*_PATH, or set
+CONFIG.DATA.SYNTHETIC.ENABLE True and a small model to train on the generated data).
+A YAML file or ``KEY VALUE`` pairs on the command line override them (see ``zoo.config.load_config``).
+"""
+
+from yacs.config import CfgNode as CN
+
+_C = CN()
+
+# ---------------------------------------------------------------------------------------------------
+# DDP_CONFIG: how the processes of one job find each other. The same YAML runs on every node.
+# ---------------------------------------------------------------------------------------------------
+_C.DDP_CONFIG = CN()
+# Number of nodes (machines) in the job.
+_C.DDP_CONFIG.WORLD_SIZE = 1
+# This node's index in [0, WORLD_SIZE). Found from WORLD_URLS when AUTO_RANK_MATCH is True.
+_C.DDP_CONFIG.WORLD_RANK = 0
+# One address or hostname per node, node 0 first (the old spelling WOLRD_URLS is also accepted).
+_C.DDP_CONFIG.WORLD_URLS = ["127.0.0.1"]
+# Find WORLD_RANK by matching this host's addresses against WORLD_URLS (ignored for one node).
+_C.DDP_CONFIG.AUTO_RANK_MATCH = True
+# Rendezvous address: "tcp://<node 0>:<port>", "file:///shared/path" or "env://".
+_C.DDP_CONFIG.DIST_URL = "tcp://127.0.0.1:10001"
+# Collective backend: "nccl" (GPUs), "gloo" (CPU, Windows) or "auto" (nccl with GPUs, else gloo).
+_C.DDP_CONFIG.DIST_BACKEND = "auto"
+# Total number of processes in the job. Filled in by the launcher; any value here is overwritten.
+_C.DDP_CONFIG.GPU_WORLD_SIZE = 1
+# Global rank of this process. Filled in by the launcher.
+_C.DDP_CONFIG.GPU_WORLD_RANK = 0
+# Local device index of this process (-1 = CPU). Filled in by the launcher.
+_C.DDP_CONFIG.GPU = 0
+# False = run in one process with no process group at all (no spawn, no barrier).
+_C.DDP_CONFIG.DISTRIBUTED = True
+# Worker processes per node when the node has no GPU (gloo backend). With GPUs: one per GPU.
+_C.DDP_CONFIG.NUM_CPU_PROCS = 1
+# Torch threads per worker process; 0 = the node's CPU cores divided by its worker processes.
+_C.DDP_CONFIG.THREADS_PER_PROC = 0
+# Seconds to wait for all ranks at start-up and in any collective before failing with a message.
+_C.DDP_CONFIG.INIT_TIMEOUT = 300
+
+# ---------------------------------------------------------------------------------------------------
+# CONFIG: what the job does.
+# ---------------------------------------------------------------------------------------------------
+_C.CONFIG = CN()
+# Python files (paths) or importable module names loaded before anything is built, so that the
+# @MODEL_REGISTRY.register() / @DATASET_REGISTRY.register() in them run. Also --extra-modules.
+_C.CONFIG.EXTRA_MODULES = []
+# Base random seed; each rank uses SEED + rank, each data worker SEED + rank * 1000 + worker id.
+_C.CONFIG.SEED = 0
+
+# ----------------------------------------- TRAIN ---------------------------------------------------
+_C.CONFIG.TRAIN = CN()
+# Number of training epochs.
+_C.CONFIG.TRAIN.EPOCH_NUM = 10
+# Clips per process per iteration (global batch = BATCH_SIZE x processes).
+_C.CONFIG.TRAIN.BATCH_SIZE = 8
+# Peak learning rate (reached at the end of warmup).
+_C.CONFIG.TRAIN.LR = 0.1
+# SGD momentum.
+_C.CONFIG.TRAIN.MOMENTUM = 0.9
+# Weight decay.
+_C.CONFIG.TRAIN.W_DECAY = 1e-4
+# Learning-rate schedule after warmup: "Cosine" (to 0 at the last iteration) or "Step".
+_C.CONFIG.TRAIN.LR_POLICY = "Cosine"
+# Epochs at which the "Step" policy multiplies the LR by STEP.
+_C.CONFIG.TRAIN.LR_MILESTONE = [40, 80]
+# LR multiplier at each milestone of the "Step" policy.
+_C.CONFIG.TRAIN.STEP = 0.1
+# Linear warmup from WARMUP_START_LR to WARMUP_END_LR over WARMUP_EPOCHS (updated every iteration).
+_C.CONFIG.TRAIN.USE_WARMUP = False
+# Length of the warmup in epochs (may be fractional).
+_C.CONFIG.TRAIN.WARMUP_EPOCHS = 1.0
+# LR at the first iteration of warmup.
+_C.CONFIG.TRAIN.WARMUP_START_LR = 0.01
+# LR at the end of warmup; the schedule then continues from LR.
+_C.CONFIG.TRAIN.WARMUP_END_LR = 0.1
+# Resume from checkpoints/epoch_<N>.pth in the output folder (-1 = start fresh).
+_C.CONFIG.TRAIN.RESUME_EPOCH = -1
+
+# ------------------------------------------ VAL ----------------------------------------------------
+_C.CONFIG.VAL = CN()
+# Validate every FREQ epochs (and always after the last epoch); 0 = only after the last epoch.
+_C.CONFIG.VAL.FREQ = 1
+# Clips per process during validation.
+_C.CONFIG.VAL.BATCH_SIZE = 8
+
+# ------------------------------------------ TEST ---------------------------------------------------
+_C.CONFIG.TEST = CN()
+# Checkpoint evaluated by tools/test_ddp.py; "" = the newest checkpoint in the output folder.
+_C.CONFIG.TEST.CHECKPOINT = ""
+# Videos per process during testing (each video yields TEST_NUM_SEGMENT x TEST_NUM_CROP views).
+_C.CONFIG.TEST.BATCH_SIZE = 4
+
+# ------------------------------------------ DATA ---------------------------------------------------
+_C.CONFIG.DATA = CN()
+# Dataset class from DATASET_REGISTRY that reads the annotation lists.
+_C.CONFIG.DATA.DATASET = "VideoListDataset"
+# Training annotation list: one "relative/path num_frames label" per line.
+_C.CONFIG.DATA.TRAIN_ANNO_PATH = ""
+# Folder the training list's paths are relative to.
+_C.CONFIG.DATA.TRAIN_DATA_PATH = ""
+# Validation annotation list (also used by tools/test_ddp.py unless TEST_ANNO_PATH is set).
+_C.CONFIG.DATA.VAL_ANNO_PATH = ""
+# Folder the validation list's paths are relative to.
+_C.CONFIG.DATA.VAL_DATA_PATH = ""
+# Test annotation list for tools/test_ddp.py; "" = use the validation list.
+_C.CONFIG.DATA.TEST_ANNO_PATH = ""
+# Folder the test list's paths are relative to; "" = VAL_DATA_PATH.
+_C.CONFIG.DATA.TEST_DATA_PATH = ""
+# Number of classes (labels are 0..NUM_CLASSES-1).
+_C.CONFIG.DATA.NUM_CLASSES = 400
+# Frames per clip fed to the model.
+_C.CONFIG.DATA.CLIP_LEN = 32
+# Temporal stride between sampled frames (gluoncv name; PySlowFast calls it SAMPLING_RATE).
+_C.CONFIG.DATA.FRAME_RATE = 2
+# Views per video at test time along time (evenly spaced clips).
+_C.CONFIG.DATA.TEST_NUM_SEGMENT = 10
+# Views per video at test time in space: 1 = centre crop, 3 = left/centre/right (or top/centre/bottom).
+_C.CONFIG.DATA.TEST_NUM_CROP = 3
+# Side of the square crop fed to the model.
+_C.CONFIG.DATA.CROP_SIZE = 224
+# Short side the frames are resized to for validation and testing.
+_C.CONFIG.DATA.SHORT_SIDE_SIZE = 256
+# Training short side is drawn uniformly from [min, max] per clip (scale jitter).
+_C.CONFIG.DATA.TRAIN_SHORT_SIDE_RANGE = [256, 320]
+# Randomly flip training clips left-right (turn off when left/right carries the label).
+_C.CONFIG.DATA.RANDOM_FLIP = True
+# Per-channel mean (RGB, 0..1 scale) subtracted after scaling pixels to [0, 1].
+_C.CONFIG.DATA.MEAN = [0.45, 0.45, 0.45]
+# Per-channel standard deviation (RGB) the pixels are divided by.
+_C.CONFIG.DATA.STD = [0.225, 0.225, 0.225]
+# DataLoader worker processes per training process (0 = load in the main process).
+_C.CONFIG.DATA.NUM_WORKERS = 2
+
+# The generated motion dataset (the embedded default): written on first use, then read through the
+# same annotation-list loader as any real dataset. When ENABLE is True the four *_ANNO_PATH /
+# *_DATA_PATH keys above are pointed at it.
+_C.CONFIG.DATA.SYNTHETIC = CN()
+# Generate (once) and use the synthetic motion dataset instead of the lists above.
+_C.CONFIG.DATA.SYNTHETIC.ENABLE = False
+# Cache folder; "" = $ZOO_CACHE or ~/.cache/zoo. A sub-folder per generator setting is created.
+_C.CONFIG.DATA.SYNTHETIC.ROOT = ""
+# Training videos per class.
+_C.CONFIG.DATA.SYNTHETIC.TRAIN_PER_CLASS = 60
+# Validation videos per class.
+_C.CONFIG.DATA.SYNTHETIC.VAL_PER_CLASS = 25
+# Frames per generated video.
+_C.CONFIG.DATA.SYNTHETIC.NUM_FRAMES = 32
+# Frame size (height = width) of the generated videos, even.
+_C.CONFIG.DATA.SYNTHETIC.SIZE = 64
+# Seed of the generator (same seed = byte-identical lists and the same videos).
+_C.CONFIG.DATA.SYNTHETIC.SEED = 0
+
+# ------------------------------------------ MODEL --------------------------------------------------
+_C.CONFIG.MODEL = CN()
+# Registered model name (see zoo.list_models()).
+_C.CONFIG.MODEL.NAME = "slowfast_4x16_resnet50"
+# Local checkpoint to start from ("" = random init).
+_C.CONFIG.MODEL.PRETRAINED = ""
+# Extra keyword arguments for the model builder, as a flat list of KEY, VALUE, ... pairs
+# (e.g. ["dropout", 0.2]); values are parsed like command-line overrides.
+_C.CONFIG.MODEL.KWARGS = []
+
+# ------------------------------------------- LOG ---------------------------------------------------
+_C.CONFIG.LOG = CN()
+# Root folder of all runs.
+_C.CONFIG.LOG.BASE_PATH = "./output"
+# This run's sub-folder: BASE_PATH/EXP_NAME holds config.yaml, logs, metrics.jsonl, checkpoints/.
+_C.CONFIG.LOG.EXP_NAME = "default"
+# TensorBoard event files go to BASE_PATH/EXP_NAME/<LOG_DIR>.
+_C.CONFIG.LOG.LOG_DIR = "tb_log"
+# Checkpoints go to BASE_PATH/EXP_NAME/<SAVE_DIR>.
+_C.CONFIG.LOG.SAVE_DIR = "checkpoints"
+# Save a checkpoint every SAVE_FREQ epochs (the last epoch is always saved).
+_C.CONFIG.LOG.SAVE_FREQ = 1
+# Log training loss / LR / speed every DISPLAY_FREQ iterations.
+_C.CONFIG.LOG.DISPLAY_FREQ = 10
+# Show a tqdm progress bar on rank 0 (off automatically when the console is not a terminal).
+_C.CONFIG.LOG.PROGRESS_BAR = True

@@ -1,0 +1,100 @@
+"""Value checks run on every loaded config. Each failure is one line naming the key and the fix."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Tuple
+
+from yacs.config import CfgNode
+
+
+class ConfigError(ValueError):
+    """A config key is unknown, has the wrong type or an impossible value."""
+
+
+def _get(cfg: CfgNode, key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _positive(v: Any) -> bool:
+    return v > 0
+
+
+def _non_negative(v: Any) -> bool:
+    return v >= 0
+
+
+# (key, predicate, what is allowed)
+_RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
+    ("DDP_CONFIG.WORLD_SIZE", _positive, "an integer >= 1 (number of nodes)"),
+    ("DDP_CONFIG.DIST_BACKEND", lambda v: v in ("nccl", "gloo", "auto"), "one of nccl, gloo, auto"),
+    (
+        "DDP_CONFIG.DIST_URL",
+        lambda v: v.startswith(("tcp://", "file://", "env://")),
+        "tcp://host:port, file:///path or env://",
+    ),
+    ("DDP_CONFIG.NUM_CPU_PROCS", _positive, "an integer >= 1"),
+    ("DDP_CONFIG.THREADS_PER_PROC", _non_negative, "an integer >= 0 (0 = automatic)"),
+    ("DDP_CONFIG.INIT_TIMEOUT", _positive, "a number of seconds > 0"),
+    ("CONFIG.TRAIN.EPOCH_NUM", _positive, "an integer >= 1"),
+    ("CONFIG.TRAIN.BATCH_SIZE", _positive, "an integer >= 1"),
+    ("CONFIG.TRAIN.LR", _non_negative, "a number >= 0"),
+    ("CONFIG.TRAIN.MOMENTUM", lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    ("CONFIG.TRAIN.W_DECAY", _non_negative, "a number >= 0"),
+    ("CONFIG.TRAIN.LR_POLICY", lambda v: v in ("Cosine", "Step"), "one of Cosine, Step"),
+    ("CONFIG.TRAIN.STEP", _positive, "a number > 0"),
+    ("CONFIG.TRAIN.WARMUP_EPOCHS", _non_negative, "a number >= 0"),
+    ("CONFIG.TRAIN.RESUME_EPOCH", lambda v: v >= -1, "-1 (start fresh) or an epoch >= 0"),
+    ("CONFIG.VAL.FREQ", _non_negative, "an integer >= 0"),
+    ("CONFIG.VAL.BATCH_SIZE", _positive, "an integer >= 1"),
+    ("CONFIG.TEST.BATCH_SIZE", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.NUM_CLASSES", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.CLIP_LEN", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.FRAME_RATE", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.TEST_NUM_SEGMENT", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.TEST_NUM_CROP", lambda v: v in (1, 3), "1 or 3"),
+    ("CONFIG.DATA.CROP_SIZE", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.SHORT_SIDE_SIZE", _positive, "an integer >= 1"),
+    (
+        "CONFIG.DATA.TRAIN_SHORT_SIDE_RANGE",
+        lambda v: len(v) == 2 and 0 < v[0] <= v[1],
+        "[min, max] with 0 < min <= max",
+    ),
+    ("CONFIG.DATA.MEAN", lambda v: len(v) == 3, "3 numbers (R, G, B)"),
+    ("CONFIG.DATA.STD", lambda v: len(v) == 3 and all(s > 0 for s in v), "3 numbers > 0"),
+    ("CONFIG.DATA.NUM_WORKERS", _non_negative, "an integer >= 0"),
+    ("CONFIG.DATA.SYNTHETIC.TRAIN_PER_CLASS", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.SYNTHETIC.VAL_PER_CLASS", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.SYNTHETIC.NUM_FRAMES", _positive, "an integer >= 1"),
+    (
+        "CONFIG.DATA.SYNTHETIC.SIZE",
+        lambda v: v >= 16 and v % 2 == 0,
+        "an even integer >= 16 (H.264 needs even sizes)",
+    ),
+    ("CONFIG.MODEL.KWARGS", lambda v: len(v) % 2 == 0, "a flat list of KEY, VALUE pairs"),
+    ("CONFIG.MODEL.NAME", lambda v: bool(v), "a registered model name (see zoo.list_models())"),
+    ("CONFIG.LOG.SAVE_FREQ", _positive, "an integer >= 1"),
+    ("CONFIG.LOG.DISPLAY_FREQ", _positive, "an integer >= 1"),
+    ("CONFIG.LOG.EXP_NAME", lambda v: bool(v) and "/" not in v, "a non-empty folder name"),
+]
+
+
+def validate_config(cfg: CfgNode) -> None:
+    """Raise ConfigError on the first impossible value, naming the key and what is allowed."""
+    for key, ok, allowed in _RULES:
+        value = _get(cfg, key)
+        if not ok(value):
+            raise ConfigError(f"{key} = {value!r} is not allowed: expected {allowed}")
+    data = cfg.CONFIG.DATA
+    if data.CROP_SIZE > data.SHORT_SIDE_SIZE:
+        raise ConfigError(
+            f"CONFIG.DATA.CROP_SIZE = {data.CROP_SIZE} is larger than CONFIG.DATA.SHORT_SIDE_SIZE = "
+            f"{data.SHORT_SIDE_SIZE}: the crop must fit inside the resized frame"
+        )
+    if data.CROP_SIZE > data.TRAIN_SHORT_SIDE_RANGE[0]:
+        raise ConfigError(
+            f"CONFIG.DATA.CROP_SIZE = {data.CROP_SIZE} is larger than CONFIG.DATA."
+            f"TRAIN_SHORT_SIDE_RANGE[0] = {data.TRAIN_SHORT_SIDE_RANGE[0]}: raise the range's minimum"
+        )

@@ -1,0 +1,157 @@
+"""Reading annotation lists: the gluoncv text format and CSV files with a header.
+
+Text lists (any extension but ``.csv``) hold one video per line::
+
+    relative/path/to/video.mp4 300 12
+    # comments and blank lines are skipped
+    a folder with spaces/clip 1.mp4 -1 3
+
+The last two whitespace-separated fields are the frame count (``-1`` = unknown) and the integer class
+id; everything before them is the path, so paths may contain spaces. CSV lists need a header with at
+least ``path`` and ``label`` columns (``num_frames`` is optional). A ``classes.txt`` beside the list
+names the classes, one per line, line ``i`` naming class ``i``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from typing import List
+
+LIST_FORMAT = "'relative/path num_frames label' (num_frames may be -1; label an integer >= 0)"
+CSV_FORMAT = "a header with 'path' and 'label' columns (optional 'num_frames'), then one row per video"
+
+
+class AnnotationError(ValueError):
+    """An annotation list is missing or has a line that does not parse."""
+
+
+@dataclass(frozen=True)
+class VideoRecord:
+    """One line of an annotation list.
+
+    Attributes:
+        path: Video path exactly as written in the list (relative to the data root).
+        num_frames: Frame count from the list; -1 when unknown (the decoder then finds it).
+        label: Integer class id, >= 0.
+    """
+
+    path: str
+    num_frames: int
+    label: int
+
+
+def _parse_int(text: str, what: str, where: str, expected: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise AnnotationError(
+            f"{where}: {what} {text!r} is not an integer; expected {expected}"
+        ) from None
+    if value < minimum:
+        raise AnnotationError(f"{where}: {what} {value} is below {minimum}; expected {expected}")
+    return value
+
+
+def _read_text_list(anno_path: str) -> List[VideoRecord]:
+    records = []
+    # utf-8-sig drops a byte-order mark that spreadsheet tools like to add.
+    with open(anno_path, encoding="utf-8-sig") as f:
+        for line_no, raw in enumerate(f, start=1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            where = f"{anno_path}:{line_no}"
+            parts = line.rsplit(None, 2)
+            if len(parts) != 3:
+                raise AnnotationError(f"{where}: cannot parse {line!r}; expected {LIST_FORMAT}")
+            path, frames, label = parts
+            records.append(
+                VideoRecord(
+                    path=path,
+                    num_frames=_parse_int(frames, "num_frames", where, LIST_FORMAT, -1),
+                    label=_parse_int(label, "label", where, LIST_FORMAT, 0),
+                )
+            )
+    return records
+
+
+def _read_csv_list(anno_path: str) -> List[VideoRecord]:
+    records = []
+    with open(anno_path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return records
+        columns = {name.strip().lower(): i for i, name in enumerate(header)}
+        if "path" not in columns or "label" not in columns:
+            raise AnnotationError(
+                f"{anno_path}:1: header {header!r} lacks 'path' or 'label'; expected {CSV_FORMAT}"
+            )
+        i_path, i_label = columns["path"], columns["label"]
+        i_frames = columns.get("num_frames")
+        for row in reader:
+            # csv.reader counts physical lines, which stays right for quoted multi-line fields.
+            where = f"{anno_path}:{reader.line_num}"
+            if not row or not any(cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
+                continue
+            if len(row) < len(header):
+                raise AnnotationError(
+                    f"{where}: {len(row)} columns where the header has {len(header)}; "
+                    f"expected {CSV_FORMAT}"
+                )
+            frames = row[i_frames].strip() if i_frames is not None else ""
+            records.append(
+                VideoRecord(
+                    path=row[i_path].strip(),
+                    num_frames=_parse_int(frames or "-1", "num_frames", where, CSV_FORMAT, -1),
+                    label=_parse_int(row[i_label].strip(), "label", where, CSV_FORMAT, 0),
+                )
+            )
+    return records
+
+
+def read_annotations(anno_path: str) -> List[VideoRecord]:
+    """Parse an annotation list; the format is chosen by the extension (``.csv`` or text).
+
+    Args:
+        anno_path: Path of the list file.
+
+    Returns:
+        One record per video, in file order.
+
+    Raises:
+        AnnotationError: The file is missing, empty, or a line does not parse (names file:line).
+    """
+    if not os.path.isfile(anno_path):
+        raise AnnotationError(f"annotation list {anno_path!r} does not exist")
+    if anno_path.lower().endswith(".csv"):
+        records = _read_csv_list(anno_path)
+    else:
+        records = _read_text_list(anno_path)
+    if not records:
+        raise AnnotationError(f"annotation list {anno_path!r} has no videos in it")
+    return records
+
+
+def read_class_names(anno_path: str, num_classes: int) -> List[str]:
+    """Class names from ``classes.txt`` beside the list, else ``str(id)``.
+
+    Args:
+        anno_path: Path of the annotation list; ``classes.txt`` is looked for in its folder.
+        num_classes: How many names are needed; missing names fall back to ``str(id)``.
+
+    Returns:
+        At least ``num_classes`` names (more when ``classes.txt`` lists more).
+    """
+    names_path = os.path.join(os.path.dirname(os.path.abspath(anno_path)), "classes.txt")
+    names: List[str] = []
+    if os.path.isfile(names_path):
+        with open(names_path, encoding="utf-8-sig") as f:
+            names = [line.strip() for line in f]
+        # Only trailing blank lines are dropped: one in the middle still stands for a class id.
+        while names and not names[-1]:
+            names.pop()
+    names = [name or str(i) for i, name in enumerate(names)]
+    return names + [str(i) for i in range(len(names), num_classes)]

@@ -1,0 +1,67 @@
+"""The command line shared by tools/train_ddp.py and tools/test_ddp.py.
+
+``python tools/train_ddp.py --config-file FILE [--extra-modules a.py ...] [KEY VALUE ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Callable, List, Optional
+
+from ..config import ConfigError, load_config
+from ..utils.env import import_extra_modules
+from ..utils.logger import setup_logger
+from .launch import LaunchError, launch
+
+
+def default_argument_parser(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=description,
+        epilog="Trailing KEY VALUE pairs override the YAML, e.g. CONFIG.TRAIN.EPOCH_NUM 2 "
+        "(the CONFIG. prefix may be left off).",
+    )
+    parser.add_argument("--config-file", default="", metavar="FILE", help="YAML config file")
+    parser.add_argument(
+        "--extra-modules", nargs="+", default=[], metavar="PY",
+        help="Python files or module names to import first (their @register calls run); "
+        "same as CONFIG.EXTRA_MODULES",
+    )
+    parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE overrides")
+    return parser
+
+
+def setup_cfg(args: argparse.Namespace):
+    """Load the config, import the user's modules and check the model name exists."""
+    opts = list(args.opts)
+    if args.extra_modules:
+        opts += ["CONFIG.EXTRA_MODULES", repr(list(args.extra_modules))]
+    cfg = load_config(args.config_file or None, opts)
+    import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
+    from ..models import MODEL_REGISTRY
+
+    MODEL_REGISTRY.get(cfg.CONFIG.MODEL.NAME)  # fails here, in one line, not in every worker
+    return cfg
+
+
+def run(worker: Callable, description: str, argv: Optional[List[str]] = None) -> int:
+    """Parse, configure, prepare data and ``launch(worker)``; returns the process exit code."""
+    args = default_argument_parser(description).parse_args(argv)
+    setup_logger(None, 0)
+    log = logging.getLogger("zoo")
+    try:
+        cfg = setup_cfg(args)
+        from ..data import prepare_synthetic
+
+        cfg = prepare_synthetic(cfg)
+        launch(worker, cfg)
+    except (ConfigError, LaunchError, FileNotFoundError, ImportError) as e:
+        log.error("error: %s", e)
+        return 2 if isinstance(e, ConfigError) else 1
+    except KeyError as e:  # registry misses carry their message as the first argument
+        log.error("error: %s", e.args[0] if e.args else e)
+        return 1
+    return 0
+
+

@@ -1,0 +1,69 @@
+"""Accuracy computation and the run's metric sinks (metrics.jsonl + TensorBoard), rank 0 only."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Dict, Optional, Sequence
+
+import torch
+
+from ..utils import comm
+
+logger = logging.getLogger(__name__)
+
+
+def topk_correct(scores: torch.Tensor, labels: torch.Tensor, ks: Sequence[int]) -> Dict[int, int]:
+    """How many rows have the label among their top-k scores, for each k (k clipped to classes)."""
+    maxk = min(max(ks), scores.shape[1])
+    top = scores.topk(maxk, dim=1).indices
+    hits = top.eq(labels.view(-1, 1))
+    return {k: int(hits[:, : min(k, maxk)].any(dim=1).sum()) for k in ks}
+
+
+def classification_metrics(scores: torch.Tensor, labels: torch.Tensor) -> Dict[str, float]:
+    """top1, top5 (top-k with k = min(5, classes)), mean class accuracy, all in percent."""
+    n = max(1, labels.numel())
+    hits = topk_correct(scores, labels, (1, 5))
+    pred = scores.argmax(dim=1)
+    per_class = []
+    for c in labels.unique():
+        mask = labels == c
+        per_class.append((pred[mask] == c).float().mean().item())
+    return {
+        "top1": 100.0 * hits[1] / n,
+        "top5": 100.0 * hits[5] / n,
+        "mean_class_acc": 100.0 * sum(per_class) / max(1, len(per_class)),
+    }
+
+
+class MetricsWriter:
+    """Appends JSON lines to ``metrics.jsonl`` and scalars to TensorBoard; a no-op off rank 0."""
+
+    def __init__(self, output_dir: str, tb_dir: Optional[str] = None) -> None:
+        self.enabled = comm.is_main_process()
+        self.path = os.path.join(output_dir, "metrics.jsonl")
+        self.tb = None
+        if self.enabled and tb_dir:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(log_dir=tb_dir)
+            except ImportError:  # tensorboard is optional at run time
+                logger.warning("tensorboard is not installed; writing metrics.jsonl only")
+
+    def write(self, record: Dict, step: int) -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.tb is not None:
+            split = record.get("split", "train")
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key not in ("epoch", "iter"):
+                    self.tb.add_scalar(f"{split}/{key}", value, step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()

@@ -1,0 +1,16 @@
+"""Model registry and the registered model families.
+
+Importing this package registers every built-in model. Add your own with::
+
+    from zoo.models import MODEL_REGISTRY
+
+    @MODEL_REGISTRY.register()
+    def my_net(num_classes=400, **kwargs): ...
+
+and load the file with CONFIG.EXTRA_MODULES (or --extra-modules).
+"""
+
+from .build import MODEL_REGISTRY, build_model, create_model, list_models, model_facts
+from . import resnet, slowfast  # noqa: F401  (registers the built-in models)
+
+__all__ = ["MODEL_REGISTRY", "build_model", "create_model", "list_models", "model_facts"]

@@ -1,0 +1,74 @@
+"""MODEL_REGISTRY and the three ways to get a model: create_model, build_model, list_models."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Optional
+
+import torch.nn as nn
+
+from ..utils.registry import Registry
+
+logger = logging.getLogger(__name__)
+
+MODEL_REGISTRY = Registry("MODEL")
+MODEL_REGISTRY.__doc__ = """Registry of model builders.
+
+A builder is called as ``fn(num_classes: int, **kwargs) -> nn.Module``. Video models take a float
+tensor ``(B, C, T, H, W)`` and return logits ``(B, num_classes)``. A builder may carry a ``facts``
+dict attribute (input frames, sampling stride, crop, mean/std, params, GFLOPs) shown by list_models.
+"""
+
+
+def create_model(
+    name: str, num_classes: int = 400, pretrained: Optional[str] = None, **kwargs: Any
+) -> nn.Module:
+    """Build a registered model by name.
+
+    Args:
+        name: Registered name, e.g. ``"resnet50"`` or ``"slowfast_4x16_resnet50"``.
+        num_classes: Size of the classification head.
+        pretrained: Path of a local zoo checkpoint to load (``None`` = random init).
+        **kwargs: Passed to the builder (depth/width arguments, dropout, ...).
+    """
+    builder = MODEL_REGISTRY.get(name)
+    model = builder(num_classes=num_classes, **kwargs)
+    if pretrained:
+        from .pretrained import load_pretrained
+
+        load_pretrained(model, pretrained)
+    return model
+
+
+def list_models() -> List[str]:
+    """Names of all registered models, sorted."""
+    return MODEL_REGISTRY.names()
+
+
+def model_facts(name: str) -> Dict[str, Any]:
+    """The facts record registered beside a model (empty dict when it has none)."""
+    return dict(getattr(MODEL_REGISTRY.get(name), "facts", {}) or {})
+
+
+def _parse_kwargs(pairs: List[Any]) -> Dict[str, Any]:
+    from ..config.config import _parse_value
+
+    out = {}
+    for key, value in zip(pairs[0::2], pairs[1::2]):
+        out[str(key)] = _parse_value(value) if isinstance(value, str) else value
+    return out
+
+
+def build_model(cfg) -> nn.Module:
+    """Build the model a config names. This is the only place that turns cfg into model kwargs.
+
+    The returned model is plain (no DDP wrapper; the engine adds that).
+    """
+    model_cfg = cfg.CONFIG.MODEL
+    kwargs = _parse_kwargs(list(model_cfg.KWARGS))
+    return create_model(
+        model_cfg.NAME,
+        num_classes=cfg.CONFIG.DATA.NUM_CLASSES,
+        pretrained=model_cfg.PRETRAINED or None,
+        **kwargs,
+    )

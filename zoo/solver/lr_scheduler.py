@@ -1,0 +1,97 @@
+"""Per-iteration learning rate: optional linear warmup, then cosine decay or steps."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import List
+
+import torch
+
+
+class WarmupScheduler:
+    """Sets every param group's LR at each iteration; ``state_dict`` makes it resumable.
+
+    Args:
+        optimizer: The optimizer whose groups are updated.
+        base_lr: LR after warmup (the schedule's peak).
+        total_iters: Iterations in the whole run.
+        policy: ``"Cosine"`` (decays to 0 at ``total_iters``) or ``"Step"``.
+        milestones: Iterations at which ``Step`` multiplies the LR by ``gamma``.
+        gamma: Multiplier for ``Step``.
+        warmup_iters: Length of the linear warmup (0 = none).
+        warmup_start_lr: LR at iteration 0 of the warmup.
+        warmup_end_lr: LR at the end of warmup.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        base_lr: float,
+        total_iters: int,
+        policy: str = "Cosine",
+        milestones: List[int] = (),
+        gamma: float = 0.1,
+        warmup_iters: int = 0,
+        warmup_start_lr: float = 0.0,
+        warmup_end_lr: float = 0.0,
+    ) -> None:
+        self.optimizer = optimizer
+        self.base_lr = base_lr
+        self.total_iters = max(1, total_iters)
+        self.policy = policy
+        self.milestones = sorted(milestones)
+        self.gamma = gamma
+        self.warmup_iters = warmup_iters
+        self.warmup_start_lr = warmup_start_lr
+        self.warmup_end_lr = warmup_end_lr
+        self.iteration = 0
+        self._apply()
+
+    def lr_at(self, it: int) -> float:
+        if it < self.warmup_iters:
+            frac = it / self.warmup_iters
+            return self.warmup_start_lr + frac * (self.warmup_end_lr - self.warmup_start_lr)
+        if self.policy == "Cosine":
+            # The cosine runs over the iterations after warmup and reaches 0 at the end.
+            span = max(1, self.total_iters - self.warmup_iters)
+            frac = min(1.0, (it - self.warmup_iters) / span)
+            return self.base_lr * 0.5 * (1.0 + math.cos(math.pi * frac))
+        return self.base_lr * self.gamma ** bisect.bisect_right(self.milestones, it)
+
+    def _apply(self) -> None:
+        lr = self.lr_at(self.iteration)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group.get("lr_mult", 1.0)
+
+    def step(self) -> None:
+        """Advance one iteration (call after optimizer.step())."""
+        self.iteration += 1
+        self._apply()
+
+    def get_last_lr(self) -> float:
+        return self.lr_at(self.iteration)
+
+    def state_dict(self) -> dict:
+        return {"iteration": self.iteration}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.iteration = int(state["iteration"])
+        self._apply()
+
+
+def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, iters_per_epoch: int) -> WarmupScheduler:
+    """Schedule from CONFIG.TRAIN.{LR, LR_POLICY, LR_MILESTONE, STEP, USE_WARMUP, WARMUP_*}."""
+    t = cfg.CONFIG.TRAIN
+    warmup = int(round(t.WARMUP_EPOCHS * iters_per_epoch)) if t.USE_WARMUP else 0
+    return WarmupScheduler(
+        optimizer,
+        base_lr=t.LR,
+        total_iters=t.EPOCH_NUM * iters_per_epoch,
+        policy=t.LR_POLICY,
+        milestones=[m * iters_per_epoch for m in t.LR_MILESTONE],
+        gamma=t.STEP,
+        warmup_iters=warmup,
+        warmup_start_lr=t.WARMUP_START_LR,
+        warmup_end_lr=t.WARMUP_END_LR,
+    )

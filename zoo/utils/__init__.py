@@ -1,0 +1,1 @@
+"""Infrastructure shared by every layer: registry, rank helpers, logging, environment."""

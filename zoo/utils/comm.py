@@ -1,0 +1,56 @@
+"""Rank helpers that answer sensibly with or without a process group.
+
+Everything in zoo asks these functions rather than ``torch.distributed`` directly, so the
+``DISTRIBUTED False`` case (one process, no group) needs no special cases elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, List
+
+import torch
+import torch.distributed as dist
+
+
+def is_dist() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def get_world_size() -> int:
+    return dist.get_world_size() if is_dist() else 1
+
+
+def get_rank() -> int:
+    return dist.get_rank() if is_dist() else 0
+
+
+def get_local_rank() -> int:
+    """Index of this process on its node (set by the launcher as LOCAL_RANK)."""
+    return int(os.environ.get("LOCAL_RANK", 0))
+
+
+def is_main_process() -> bool:
+    return get_rank() == 0
+
+
+def synchronize() -> None:
+    """Barrier across all ranks; a no-op without a process group or with one rank."""
+    if is_dist() and get_world_size() > 1:
+        dist.barrier()
+
+
+def all_gather_object(obj: Any) -> List[Any]:
+    """Gather a picklable object from every rank; ``[obj]`` without a process group."""
+    if not is_dist() or get_world_size() == 1:
+        return [obj]
+    out: List[Any] = [None] * get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum a tensor over ranks in place (returned for chaining); identity without a group."""
+    if is_dist() and get_world_size() > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor

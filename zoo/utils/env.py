@@ -1,0 +1,74 @@
+"""Process environment: seeding, thread counts, loading users' extra modules."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import random
+import sys
+from typing import Iterable
+
+import numpy as np
+import torch
+
+
+def seed_all(seed: int) -> None:
+    """Seed Python, NumPy and torch RNGs of this process."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def available_cpus() -> int:
+    """CPU cores this process may run on (respects affinity masks / cgroups where Linux shows them)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def set_num_threads(threads: int) -> None:
+    """Set intra-op threads for torch and the common native libraries of this process."""
+    threads = max(1, int(threads))
+    torch.set_num_threads(threads)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+
+
+def import_extra_modules(modules: Iterable[str]) -> None:
+    """Import each user file path or module name once, so its @register decorators run.
+
+    Raises:
+        FileNotFoundError / ImportError naming the entry when it cannot be loaded.
+    """
+    for entry in modules:
+        if not entry:
+            continue
+        if entry.endswith(".py") or os.sep in entry or "/" in entry:
+            path = os.path.abspath(os.path.expanduser(entry))
+            if not os.path.isfile(path):
+                raise FileNotFoundError(
+                    f"CONFIG.EXTRA_MODULES entry {entry!r}: no such file (give a .py path or a module name)"
+                )
+            digest = hashlib.sha1(path.encode()).hexdigest()[:10]
+            name = f"zoo_user_{os.path.splitext(os.path.basename(path))[0]}_{digest}"
+            if name in sys.modules:
+                continue
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception:
+                del sys.modules[name]
+                raise
+        else:
+            try:
+                importlib.import_module(entry)
+            except ModuleNotFoundError as e:
+                raise ImportError(
+                    f"CONFIG.EXTRA_MODULES entry {entry!r} could not be imported ({e}); "
+                    "give a .py path or a module on PYTHONPATH"
+                ) from None
