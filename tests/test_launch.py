@@ -49,7 +49,8 @@ def test_busy_port_on_a_single_node_moves_to_a_free_one():
 
 
 def test_world_rank_out_of_range_is_a_clear_error():
-    cfg = load_config(None, ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_RANK", "2"])
+    cfg = load_config(None, ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_RANK", "2",
+                             "DDP_CONFIG.AUTO_RANK_MATCH", "False"])
     with pytest.raises(LaunchError, match="WORLD_RANK = 2"):
         resolve_topology(cfg)
 

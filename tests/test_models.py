@@ -14,21 +14,38 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import zoo
 from zoo.models import model_facts
+from zoo.models.flops import facts_input_shape, measure
 from zoo.models.slowfast import Bottleneck as SlowFastBlock
 
 # Small variants per family (name prefix -> builder kwargs) so forward + backward stays cheap.
+# torchvision's r3d_18 / mc3_18 / r2plus1d_18 / swin3d_t have no width argument but are cheap at
+# the tiny input; s3d needs 14 frames of 224x224 (fixed final pooling window), see SMALL_INPUT.
 SMALL_KWARGS = {
     "resnet": dict(base_width=8),
     "slowfast": dict(width=8, depth=18),
+    "slow_": dict(width=8, depth=18),
+    "i3d": dict(width=8, depth=18),
+    "r2plus1d_resnet": dict(width=8),
+    "tsn": dict(base_width=8),
+    "mvit_v2_s": dict(spatial_size=(32, 32), temporal_size=8),
 }
 IMAGE_INPUT = (2, 3, 32, 32)
 VIDEO_INPUT = (2, 3, 8, 32, 32)
+SMALL_INPUT = {"s3d": (1, 3, 14, 224, 224)}
 NUM_CLASSES = 5
 
 R50_SLOWFAST = {
     # name: (alpha, fusion kernel, params at 400 classes, GFLOPs per view at 224x224)
     "slowfast_4x16_resnet50": (8, 5, 34_480_216, 27.6),
     "slowfast_8x8_resnet50": (4, 7, 34_566_488, 50.3),
+}
+# Published parameter counts at 400 classes (PySlowFast / PyTorchVideo model zoos, torchvision).
+PUBLISHED_PARAMS = {
+    "slowfast_8x8_resnet101": 62_826_968,
+    "slowfast_16x8_resnet101": 53_774_808,
+    "slow_8x8_resnet50": 32_454_096,
+    "i3d_resnet50": 28_043_472,
+    "r2plus1d_resnet18": 31_505_325,
 }
 
 
@@ -57,7 +74,7 @@ def _seed():
 def test_forward_backward(name):
     model = zoo.create_model(name, num_classes=NUM_CLASSES, **_small_kwargs(name)).train()
     task = model_facts(name).get("task", "video")
-    x = torch.randn(IMAGE_INPUT if task == "image" else VIDEO_INPUT)
+    x = torch.randn(SMALL_INPUT.get(name, IMAGE_INPUT if task == "image" else VIDEO_INPUT))
     out = model(x)
     assert out.shape == (x.shape[0], NUM_CLASSES)
     assert torch.isfinite(out).all()
@@ -76,10 +93,19 @@ def test_facts_params(name):
     assert _num_params(_meta_model(name, num_classes=num_classes)) == facts["params"]
 
 
+@pytest.mark.parametrize("name", zoo.list_models())
+def test_facts_gflops_recount(name):
+    facts = model_facts(name)
+    assert measure(name)["gflops"] == pytest.approx(facts["gflops"], abs=0.051)
+    assert facts_input_shape(facts)[-1] == facts["crop_size"]
+
+
 def test_published_param_counts():
     assert _num_params(_meta_model("resnet50", num_classes=1000)) == 25_557_032
     for name, (_, _, params, _) in R50_SLOWFAST.items():
         assert _num_params(_meta_model(name, num_classes=400)) == params
+    for name, params in PUBLISHED_PARAMS.items():
+        assert _num_params(_meta_model(name, num_classes=400)) == params, name
 
 
 @pytest.mark.parametrize("depth", [18, 34, 50, 101, 152])
@@ -203,3 +229,92 @@ def test_slowfast_init():
     assert model.head.proj.weight.std().item() == pytest.approx(0.01, rel=0.2)
     assert (model.slow_res2[0].bn_c.weight == 0).all()  # zero_init_final_bn default
     assert (model.slow_res2[0].bn_a.weight == 1).all()
+
+
+def _kts(stage: nn.Sequential) -> list:
+    return [block.conv_a.kernel_size[0] for block in stage]
+
+
+def test_slowfast_r101_structure():
+    sf8 = _meta_model("slowfast_8x8_resnet101", num_classes=400)
+    sf16 = _meta_model("slowfast_16x8_resnet101", num_classes=400)
+    for model in (sf8, sf16):
+        assert len(model.state_dict()) == 1274  # PyTorchVideo's slowfast_r101 has as many
+        assert len(model.slow_res4) == 23 and model.alpha == 4
+        assert model.fuse_res2.conv.kernel_size == (5, 1, 1)
+        assert _kts(model.slow_res5) == [3, 3, 3] and _kts(model.fast_res2) == [3, 3, 3]
+    # R101_101_101: every res4 block is temporal; R101_50_50: only the first 6, as in R50.
+    assert _kts(sf8.slow_res4) == [3] * 23 and _kts(sf8.fast_res4) == [3] * 23
+    assert _kts(sf16.slow_res4) == [3] * 6 + [1] * 17 == _kts(sf16.fast_res4)
+    assert model_facts("slowfast_16x8_resnet101")["input_frames"] == 64
+
+
+def test_slowfast_bare_laterals():
+    model = zoo.create_model("slowfast_tiny_resnet18", num_classes=NUM_CLASSES, width=8,
+                             fuse_norm_act=False)
+    keys = list(model.state_dict())
+    assert not [k for k in keys if k.startswith("fuse_") and ".bn." in k]
+    assert "fuse_stem.conv.weight" in keys
+    assert model(torch.randn(1, 3, 8, 32, 32)).shape == (1, NUM_CLASSES)
+
+
+def test_slow_and_i3d_structure():
+    slow = _meta_model("slow_8x8_resnet50", num_classes=400)
+    i3d = _meta_model("i3d_resnet50", num_classes=400)
+    for model in (slow, i3d):
+        assert len(model.state_dict()) == 320  # as PySlowFast / PyTorchVideo R50 checkpoints
+        assert model.head.proj.in_features == 2048 and model.head.dropout.p == 0.5
+    assert slow.stem.conv.kernel_size == (1, 7, 7) and isinstance(slow.pool1, nn.Identity)
+    assert [_kts(getattr(slow, f"res{n}")) for n in (2, 3, 4, 5)] == [
+        [1] * 3, [1] * 4, [3] * 6, [3] * 3]
+    assert i3d.stem.conv.kernel_size == (5, 7, 7) and i3d.stem.conv.padding == (2, 3, 3)
+    assert i3d.pool1.kernel_size == (2, 1, 1) and i3d.pool1.stride == (2, 1, 1)
+    assert [_kts(getattr(i3d, f"res{n}")) for n in (2, 3, 4, 5)] == [
+        [3] * 3, [3, 1, 3, 1], [3, 1, 3, 1, 3, 1], [1, 3, 1]]
+
+
+def test_r2plus1d_equals_torchvision():
+    with torch.device("meta"):
+        ours = zoo.create_model("r2plus1d_resnet18").state_dict()
+        theirs = torchvision.models.video.r2plus1d_18().state_dict()
+    assert list(ours) == list(theirs)
+    assert all(ours[k].shape == theirs[k].shape for k in ours)
+    # Same function: torchvision's weights give the same logits (full width, small clip).
+    tv = torchvision.models.video.r2plus1d_18(num_classes=NUM_CLASSES).eval()
+    model = zoo.create_model("r2plus1d_resnet18", num_classes=NUM_CLASSES).eval()
+    model.load_state_dict(tv.state_dict(), strict=True)
+    x = torch.randn(1, 3, 8, 32, 32)
+    with torch.no_grad():
+        assert (model(x) - tv(x)).abs().max() < 1e-5
+    assert _num_params(_meta_model("r2plus1d_resnet34", num_classes=400)) == 61_831_661
+
+
+def test_mvit_any_size_matches_torchvision_at_default():
+    with torch.device("meta"):
+        ours = zoo.create_model("mvit_v2_s", spatial_size=(224, 224), temporal_size=16)
+        theirs = torchvision.models.video.mvit_v2_s()
+    a, b = ours.state_dict(), theirs.state_dict()
+    assert list(a) == list(b) and all(a[k].shape == b[k].shape for k in a)
+    assert str(ours) == str(theirs)
+
+
+def test_torchvision_adapters_take_no_download():
+    with pytest.raises(ValueError, match="does not download"):
+        zoo.create_model("r3d_18", weights="KINETICS400_V1")
+    for name in ("r3d_18", "mc3_18", "r2plus1d_18", "s3d", "mvit_v2_s", "swin3d_t"):
+        assert model_facts(name)["source"] == "torchvision"
+
+
+def test_tsn_segment_consensus():
+    model = zoo.create_model("tsn_resnet50", num_classes=NUM_CLASSES, base_width=8).eval()
+    clip = torch.randn(2, 3, 4, 32, 32)
+    with torch.no_grad():
+        per_frame = torch.stack([model(clip[:, :, t:t + 1]) for t in range(4)], dim=1)
+        assert torch.allclose(model(clip), per_frame.mean(dim=1), atol=1e-6)
+        model.consensus = "max"
+        assert torch.allclose(model(clip), per_frame.amax(dim=1), atol=1e-6)
+    with torch.device("meta"):
+        keys = zoo.create_model("tsn_resnet50", num_classes=1000).state_dict()
+        assert list(keys) == list(torchvision.models.resnet50().state_dict())
+    with pytest.raises(ValueError, match="consensus"):
+        zoo.create_model("tsn_resnet50", consensus="median")

@@ -15,15 +15,17 @@ _C = CN()
 # DDP_CONFIG: how the processes of one job find each other. The same YAML runs on every node.
 # ---------------------------------------------------------------------------------------------------
 _C.DDP_CONFIG = CN()
-# Number of nodes (machines) in the job.
+# Number of nodes (machines) in the job; 0 = one node per WORLD_URLS entry.
 _C.DDP_CONFIG.WORLD_SIZE = 1
-# This node's index in [0, WORLD_SIZE). Found from WORLD_URLS when AUTO_RANK_MATCH is True.
+# This node's index in [0, WORLD_SIZE). Found from WORLD_URLS when AUTO_RANK_MATCH is True;
+# given on the command line (or as ZOO_NODE_RANK in the environment) it overrides the match.
 _C.DDP_CONFIG.WORLD_RANK = 0
 # One address or hostname per node, node 0 first (the old spelling WOLRD_URLS is also accepted).
 _C.DDP_CONFIG.WORLD_URLS = ["127.0.0.1"]
 # Find WORLD_RANK by matching this host's addresses against WORLD_URLS (ignored for one node).
 _C.DDP_CONFIG.AUTO_RANK_MATCH = True
-# Rendezvous address: "tcp://<node 0>:<port>", "file:///shared/path" or "env://".
+# Rendezvous address: "tcp://<node 0>:<port>", "file:///shared/path" or "env://" (MASTER_ADDR and
+# MASTER_PORT from the environment). Node 0's launcher listens there; see docs/multi_node.md.
 _C.DDP_CONFIG.DIST_URL = "tcp://127.0.0.1:10001"
 # Collective backend: "nccl" (GPUs), "gloo" (CPU, Windows) or "auto" (nccl with GPUs, else gloo).
 _C.DDP_CONFIG.DIST_BACKEND = "auto"
@@ -60,6 +62,8 @@ _C.CONFIG.TRAIN.EPOCH_NUM = 10
 _C.CONFIG.TRAIN.BATCH_SIZE = 8
 # Peak learning rate (reached at the end of warmup).
 _C.CONFIG.TRAIN.LR = 0.1
+# Optimizer: "SGD" (with MOMENTUM) or "AdamW" (betas 0.9, 0.999); W_DECAY applies to both.
+_C.CONFIG.TRAIN.OPTIMIZER = "SGD"
 # SGD momentum.
 _C.CONFIG.TRAIN.MOMENTUM = 0.9
 # Weight decay.

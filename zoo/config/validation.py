@@ -28,7 +28,11 @@ def _non_negative(v: Any) -> bool:
 
 # (key, predicate, what is allowed)
 _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
-    ("DDP_CONFIG.WORLD_SIZE", _positive, "an integer >= 1 (number of nodes)"),
+    (
+        "DDP_CONFIG.WORLD_SIZE",
+        _non_negative,
+        "an integer >= 1 (number of nodes), or 0 for one node per WORLD_URLS entry",
+    ),
     ("DDP_CONFIG.DIST_BACKEND", lambda v: v in ("nccl", "gloo", "auto"), "one of nccl, gloo, auto"),
     (
         "DDP_CONFIG.DIST_URL",
@@ -41,6 +45,7 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("CONFIG.TRAIN.EPOCH_NUM", _positive, "an integer >= 1"),
     ("CONFIG.TRAIN.BATCH_SIZE", _positive, "an integer >= 1"),
     ("CONFIG.TRAIN.LR", _non_negative, "a number >= 0"),
+    ("CONFIG.TRAIN.OPTIMIZER", lambda v: v in ("SGD", "AdamW"), "one of SGD, AdamW"),
     ("CONFIG.TRAIN.MOMENTUM", lambda v: 0 <= v < 1, "a number in [0, 1)"),
     ("CONFIG.TRAIN.W_DECAY", _non_negative, "a number >= 0"),
     ("CONFIG.TRAIN.LR_POLICY", lambda v: v in ("Cosine", "Step"), "one of Cosine, Step"),

@@ -6,10 +6,10 @@ Text lists (any extension but ``.csv``) hold one video per line::
     # comments and blank lines are skipped
     a folder with spaces/clip 1.mp4 -1 3
 
-The last two whitespace-separated fields are the frame count (``-1`` = unknown) and the integer class
-id; everything before them is the path, so paths may contain spaces. CSV lists need a header with at
-least ``path`` and ``label`` columns (``num_frames`` is optional). A ``classes.txt`` beside the list
-names the classes, one per line, line ``i`` naming class ``i``.
+The last two whitespace-separated fields are the frame count (``-1`` = unknown) and the integer
+class id; everything before them is the path, so paths may contain spaces. CSV lists need a header
+with at least ``path`` and ``label`` columns (``num_frames`` is optional). A ``classes.txt`` beside
+the list names the classes, one per line, line ``i`` naming class ``i``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import List
 
 LIST_FORMAT = "'relative/path num_frames label' (num_frames may be -1; label an integer >= 0)"
-CSV_FORMAT = "a header with 'path' and 'label' columns (optional 'num_frames'), then one row per video"
+CSV_FORMAT = "a header with 'path' and 'label' columns (optional 'num_frames'), one row per video"
 
 
 class AnnotationError(ValueError):

@@ -1,9 +1,9 @@
 """Which frames make a clip: ``clip_len`` frames, ``stride`` apart, from one window of the video.
 
-A window spans ``(clip_len - 1) * stride + 1`` frames. Training takes a random window, validation the
-centred one, testing ``num_segments`` windows spread evenly over the video. A video shorter than the
-window starts its window at frame 0 and indices past the end are clamped to the last frame, so the
-clip ends with the last frame repeated.
+A window spans ``(clip_len - 1) * stride + 1`` frames. Training takes a random window, validation
+the centred one, testing ``num_segments`` windows spread evenly over the video. A video shorter than
+the window starts its window at frame 0 and indices past the end are clamped to the last frame, so
+the clip ends with the last frame repeated.
 """
 
 from __future__ import annotations

@@ -45,6 +45,11 @@ def setup_cfg(args: argparse.Namespace):
     return cfg
 
 
+def command_line_node_rank(opts: List[str], cfg) -> Optional[int]:
+    """``DDP_CONFIG.WORLD_RANK n`` on the command line is this node's rank, over AUTO_RANK_MATCH."""
+    return cfg.DDP_CONFIG.WORLD_RANK if "DDP_CONFIG.WORLD_RANK" in list(opts)[0::2] else None
+
+
 def run(worker: Callable, description: str, argv: Optional[List[str]] = None) -> int:
     """Parse, configure, prepare data and ``launch(worker)``; returns the process exit code."""
     args = default_argument_parser(description).parse_args(argv)
@@ -55,7 +60,7 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None) ->
         from ..data import prepare_synthetic
 
         cfg = prepare_synthetic(cfg)
-        launch(worker, cfg)
+        launch(worker, cfg, node_rank=command_line_node_rank(args.opts, cfg))
     except (ConfigError, LaunchError, FileNotFoundError, ImportError) as e:
         log.error("error: %s", e)
         return 2 if isinstance(e, ConfigError) else 1

@@ -1,10 +1,18 @@
 """Start the processes of one job and join them into a process group.
 
-``launch(main_func, cfg)`` is called on every node with the same config. It works out this node's
-share of the job (``resolve_topology``), spawns one worker per GPU (or ``NUM_CPU_PROCS`` CPU workers),
-and in each worker fills in ``GPU_WORLD_SIZE`` / ``GPU_WORLD_RANK`` / ``GPU``, initialises the
-process group with a timeout, then calls ``main_func(cfg)``. With ``DISTRIBUTED False`` it is a plain
-call in this process with no process group.
+``launch(main_func, cfg)`` is called on every node with the same config:
+
+1. ``resolve_topology`` (topology.py) finds ranks set by torchrun / Slurm, else this node's rank
+   from a scheduler's ``NODE_RANK`` or from DDP_CONFIG (override, AUTO_RANK_MATCH, WORLD_RANK).
+2. If a launcher already started this process as one rank, it joins the group here, checks that all
+   ranks run the same config and zoo version, and calls ``main_func``: nothing is spawned.
+3. Otherwise the node rendezvous (rendezvous.py) checks the nodes agree and gives this node its
+   global ranks; one worker per GPU (or ``NUM_CPU_PROCS`` on CPU) is spawned, fills in
+   ``GPU_WORLD_SIZE`` / ``GPU_WORLD_RANK`` / ``GPU``, joins the group and calls ``main_func(cfg)``.
+   A failed worker stops this node; the failure is posted to the other nodes, whose workers stop
+   at the latest after ``INIT_TIMEOUT`` (the process group's timeout), naming the rank that failed.
+
+With ``DISTRIBUTED False`` it is a plain call in this process with no process group.
 """
 
 from __future__ import annotations
@@ -12,91 +20,31 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import socket
-from dataclasses import dataclass
-from typing import Any, Callable
-from urllib.parse import urlparse
+import re
+import signal
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ..utils import net
 from ..utils.env import available_cpus, set_num_threads
+from .rendezvous import NodeRendezvous, agree_in_process_group, open_store, worker_store
+from .topology import LaunchError, Topology, parse_tcp_url, resolve_topology
+
+__all__ = ["LaunchError", "Topology", "launch", "resolve_topology"]
 
 logger = logging.getLogger(__name__)
 
 
-class LaunchError(RuntimeError):
-    """The job's topology cannot be worked out or started; the message says what to change."""
+class _WorkerFailure(Exception):
+    """A local worker failed: ``kind`` is "died" (signal or exit code) or "error" (it raised)."""
 
-
-@dataclass
-class Topology:
-    """This node's part of the job."""
-
-    num_nodes: int
-    node_rank: int
-    local_procs: int  # worker processes on this node
-    world_size: int  # processes in the whole job
-    rank_offset: int  # global rank of this node's first process
-    dist_url: str
-    backend: str
-    use_cuda: bool
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def resolve_topology(cfg) -> Topology:
-    """Work out node rank, process counts and the rendezvous URL from DDP_CONFIG."""
-    ddp = cfg.DDP_CONFIG
-    use_cuda = torch.cuda.is_available()
-    local_procs = torch.cuda.device_count() if use_cuda else ddp.NUM_CPU_PROCS
-    backend = ddp.DIST_BACKEND
-    if backend == "auto":
-        backend = "nccl" if use_cuda else "gloo"
-    if backend == "nccl" and not use_cuda:
-        raise LaunchError(
-            "DDP_CONFIG.DIST_BACKEND is nccl but this node has no CUDA GPU; set it to gloo or auto"
-        )
-    num_nodes = ddp.WORLD_SIZE
-    node_rank = ddp.WORLD_RANK
-    if not 0 <= node_rank < num_nodes:
-        raise LaunchError(
-            f"DDP_CONFIG.WORLD_RANK = {node_rank} is outside [0, WORLD_SIZE={num_nodes}); "
-            "give this node's index in WORLD_URLS"
-        )
-    dist_url = ddp.DIST_URL
-    if num_nodes == 1 and dist_url.startswith("tcp://"):
-        # One node: the rendezvous is local, so a busy port is not worth failing over.
-        parsed = urlparse(dist_url)
-        host, port = parsed.hostname or "127.0.0.1", parsed.port
-        if not port or not _port_free(host, port):
-            new_port = _free_port()
-            logger.info("port %s on %s is busy; using free port %d", port, host, new_port)
-            dist_url = f"tcp://{host}:{new_port}"
-    return Topology(
-        num_nodes=num_nodes,
-        node_rank=node_rank,
-        local_procs=local_procs,
-        world_size=num_nodes * local_procs,
-        rank_offset=node_rank * local_procs,
-        dist_url=dist_url,
-        backend=backend,
-        use_cuda=use_cuda,
-    )
+    def __init__(self, local_rank: int, kind: str, message: str, traceback: str = ""):
+        super().__init__(message)
+        self.local_rank, self.kind, self.message, self.traceback = (
+            local_rank, kind, message, traceback)
 
 
 def _threads_for(cfg, local_procs: int) -> int:
@@ -114,72 +62,229 @@ def _fill_ranks(cfg, world_size: int, rank: int, gpu: int):
     return cfg
 
 
-def _worker(local_rank: int, main_func: Callable, cfg, topo: Topology, args: tuple) -> None:
-    rank = topo.rank_offset + local_rank
-    os.environ["LOCAL_RANK"] = str(local_rank)
-    os.environ["RANK"] = str(rank)
-    os.environ["WORLD_SIZE"] = str(topo.world_size)
-    set_num_threads(_threads_for(cfg, topo.local_procs))
-    gpu = local_rank if topo.use_cuda else -1
-    if topo.use_cuda:
-        torch.cuda.set_device(gpu)
-    timeout = datetime.timedelta(seconds=cfg.DDP_CONFIG.INIT_TIMEOUT)
+def _pin_gloo_interface(topo: Topology, cfg) -> None:
+    """Make gloo use the interface that reaches node 0.
+
+    By default gloo binds to the address the hostname resolves to, which is often 127.0.1.1 or a
+    container-only address, so peers on other hosts cannot connect. GLOO_SOCKET_IFNAME set by the
+    user always wins.
+    """
+    if topo.backend != "gloo" or topo.num_nodes <= 1 or os.environ.get("GLOO_SOCKET_IFNAME"):
+        return
+    if topo.dist_url.startswith("tcp://"):
+        peer = parse_tcp_url(topo.dist_url)[0]
+    elif os.environ.get("MASTER_ADDR"):
+        peer = os.environ["MASTER_ADDR"]
+    elif len(cfg.DDP_CONFIG.WORLD_URLS) == topo.num_nodes:
+        peer = cfg.DDP_CONFIG.WORLD_URLS[0]
+    else:
+        return
+    ifname = net.interface_for(peer)
+    if ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = ifname
+        logger.info("gloo will use interface %s (the one that reaches node 0 at %s)", ifname, peer)
+
+
+def _init_group(topo: Topology, rank: int, store: Optional[dist.Store], timeout_s: float) -> None:
+    where = topo.dist_url if topo.dist_url != "env://" else (
+        f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}")
     try:
         dist.init_process_group(
             backend=topo.backend,
-            init_method=topo.dist_url,
+            init_method=None if store is not None else topo.dist_url,
+            store=store,
             world_size=topo.world_size,
             rank=rank,
-            timeout=timeout,
+            timeout=datetime.timedelta(seconds=timeout_s),
         )
     except Exception as e:
-        raise LaunchError(
-            f"rank {rank}: could not join the process group at {topo.dist_url} within "
-            f"{cfg.DDP_CONFIG.INIT_TIMEOUT}s ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
-        ) from None
+        first = _last_line(str(e).strip().splitlines()[0]) if str(e).strip() else type(e).__name__
+        hint = ""
+        if topo.num_nodes > 1 and re.search(r"remote=\[(127\.|::1\])", first):
+            hint = ("; peers announced a loopback address: set GLOO_SOCKET_IFNAME (or "
+                    "NCCL_SOCKET_IFNAME) to the interface that reaches the other nodes")
+        raise LaunchError(f"could not join the process group at {where} within {timeout_s:g}s "
+                          f"({first}){hint}") from None
+
+
+def _run_rank(rank: int, local_rank: int, main_func: Callable, cfg, topo: Topology,
+              store: Optional[dist.Store], args: tuple, check_agreement: bool = False) -> Any:
+    """Join the process group as ``rank``, run ``main_func``, leave the group."""
+    set_num_threads(_threads_for(cfg, topo.local_procs))
+    gpu = -1
+    if topo.use_cuda:
+        gpu = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(gpu)
+    _init_group(topo, rank, store, float(cfg.DDP_CONFIG.INIT_TIMEOUT))
     try:
-        main_func(_fill_ranks(cfg, topo.world_size, rank, gpu), *args)
+        if check_agreement:
+            agree_in_process_group(cfg, topo)
+        return main_func(_fill_ranks(cfg, topo.world_size, rank, gpu), *args)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def launch(main_func: Callable, cfg, args: tuple = ()) -> Any:
-    """Run ``main_func(cfg, *args)`` in every process of this node's share of the job.
+def _worker(local_rank: int, main_func: Callable, cfg, topo: Topology, session: str,
+            args: tuple) -> None:
+    """Entry point of a spawned worker process."""
+    rank = topo.rank_offset + local_rank
+    os.environ.update(LOCAL_RANK=str(local_rank), RANK=str(rank), WORLD_SIZE=str(topo.world_size))
+    store = worker_store(topo.dist_url, session, float(cfg.DDP_CONFIG.INIT_TIMEOUT))
+    _run_rank(rank, local_rank, main_func, cfg, topo, store, args)
+
+
+def _last_line(traceback_text: str) -> str:
+    """The exception line of a worker's traceback, without C++ source locations and boilerplate."""
+    lines = [ln for ln in traceback_text.strip().splitlines() if ln.strip()]
+    last = lines[-1] if lines else "unknown error"
+    last = re.sub(r"^[\w.]*LaunchError: ", "", last)
+    last = re.sub(r"\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\] ", "", last)
+    return last.split(". This is typically caused by")[0]
+
+
+def _stop(ctx, grace_s: float = 2.0) -> None:
+    for p in ctx.processes:
+        if p.is_alive():
+            p.terminate()
+    for p in ctx.processes:
+        p.join(grace_s)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args: tuple) -> None:
+    """Run this node's workers until they finish, one fails, or another node reports a failure.
 
     Raises:
-        LaunchError: the topology is impossible, or a worker process failed (its rank is named).
+        _WorkerFailure: for the local worker that failed first.
+        LaunchError: another node posted a failure; this node's workers were stopped.
     """
-    if not cfg.DDP_CONFIG.DISTRIBUTED:
+    ctx = mp.start_processes(_worker, nprocs=topo.local_procs,
+                             args=(main_func, cfg, topo, rdzv.session, args),
+                             start_method="spawn", join=False)
+    try:
+        # grace_period: after a failure the other workers get 2 s to stop by themselves (their
+        # peers are gone), then SIGTERM, then SIGKILL, instead of torch's default 30 s.
+        while not ctx.join(timeout=1.0, grace_period=2):
+            # A worker stuck outside any collective would only notice a dead peer at its next
+            # collective; a failure another node has posted stops this node right away.
+            root = rdzv.remote_failure() if topo.num_nodes > 1 else None
+            if root:
+                _stop(ctx)
+                raise LaunchError(
+                    f"global rank {root['rank']} (node {root['node']}, {root['host']}) "
+                    f"{root['message']}; stopped this node's workers"
+                )
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
+        # join() stops the other workers with SIGTERM; a worker killed by any other signal is
+        # the likelier root cause than one that raised because its peer vanished.
+        killed = [i for i, p in enumerate(ctx.processes)
+                  if p.exitcode is not None and p.exitcode < 0 and p.exitcode != -signal.SIGTERM]
+        if killed and not isinstance(e, mp.ProcessExitedException):
+            i = killed[0]
+            raise _WorkerFailure(i, "died", _exit_text(-ctx.processes[i].exitcode, True)) from None
+        if isinstance(e, mp.ProcessExitedException):
+            by_signal = e.exit_code < 0
+            text = _exit_text(-e.exit_code if by_signal else e.exit_code, by_signal)
+            raise _WorkerFailure(e.error_index, "died", text) from None
+        text = str(e).strip()
+        clean = re.search(r"^[\w.]*LaunchError: ", text.splitlines()[-1] if text else "", re.M)
+        raise _WorkerFailure(e.error_index, "error", f"failed: {_last_line(text)}",
+                             traceback="" if clean else text) from None
+
+
+def _exit_text(code: int, by_signal: bool) -> str:
+    if by_signal:
+        try:
+            return f"died with signal {signal.Signals(code).name}"
+        except ValueError:
+            return f"died with signal {code}"
+    return f"exited with code {code}"
+
+
+def _explain(f: _WorkerFailure, rdzv: NodeRendezvous, topo: Topology) -> str:
+    """One line: which rank of this node failed and, if known, which rank failed first anywhere."""
+    rank = topo.rank_offset + f.local_rank
+    text = f"global rank {rank} (node {topo.node_rank}, local process {f.local_rank}) {f.message}"
+    root = None
+    if topo.num_nodes > 1:
+        rdzv.record_failure(rank, f.kind, f.message)
+        root = rdzv.root_cause() if f.kind != "died" else None
+    if root and root["rank"] != rank and root["kind"] == "died":
+        # Our worker only stopped because a peer on another node went away: lead with that peer.
+        return (f"global rank {root['rank']} (node {root['node']}, {root['host']}) "
+                f"{root['message']}, so this node stopped too (global rank {rank} {f.message})")
+    if root and root["rank"] != rank:
+        text += (f" (the first failure reported in the job: global rank {root['rank']} on node "
+                 f"{root['node']})")
+    if f.traceback:
+        logger.info("traceback of global rank %d:\n%s", rank, f.traceback)
+    return text
+
+
+def launch(main_func: Callable, cfg, args: tuple = (), node_rank: Optional[int] = None) -> Any:
+    """Run ``main_func(cfg, *args)`` in every process of this node's share of the job.
+
+    Args:
+        main_func: Called once per process with the config (ranks filled in) and ``args``.
+        cfg: The merged config; the same on every node.
+        args: Extra positional arguments for ``main_func`` (picklable).
+        node_rank: This node's rank when given explicitly (``DDP_CONFIG.WORLD_RANK`` on the command
+            line); overrides AUTO_RANK_MATCH. ``ZOO_NODE_RANK`` in the environment does the same.
+
+    Raises:
+        LaunchError: the topology is impossible, nodes disagree, or a worker failed (its rank is
+            named, and the rank that failed first anywhere in the job when another node knows it).
+    """
+    ddp = cfg.DDP_CONFIG
+    if not ddp.DISTRIBUTED:
+        if "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise LaunchError(
+                f"DDP_CONFIG.DISTRIBUTED is False but this process was started as rank "
+                f"{os.environ['RANK']} of {os.environ['WORLD_SIZE']}; set it True or start one "
+                "process"
+            )
         set_num_threads(_threads_for(cfg, 1))
         gpu = 0 if torch.cuda.is_available() else -1
         return main_func(_fill_ranks(cfg, 1, 0, gpu), *args)
-    topo = resolve_topology(cfg)
-    logger.info(
-        "node %d/%d: %d %s process(es), global ranks %d..%d of %d, backend %s, rendezvous %s",
-        topo.node_rank, topo.num_nodes, topo.local_procs, "GPU" if topo.use_cuda else "CPU",
-        topo.rank_offset, topo.rank_offset + topo.local_procs - 1, topo.world_size,
-        topo.backend, topo.dist_url,
-    )
-    if topo.local_procs == 1 and topo.num_nodes == 1:
-        # Nothing to spawn: run the single worker here, still inside a (1-rank) process group.
-        return _worker(0, main_func, cfg, topo, args)
-    try:
-        mp.start_processes(
-            _worker,
-            nprocs=topo.local_procs,
-            args=(main_func, cfg, topo, args),
-            start_method="spawn",
-            join=True,
+
+    topo = resolve_topology(cfg, node_rank)
+    # Workers inherit this: c10d's C++ warnings (retries, peers that closed) only repeat our errors.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    _pin_gloo_interface(topo, cfg)
+    timeout_s = float(ddp.INIT_TIMEOUT)
+    if topo.assigned:
+        logger.info("%s started this process as rank %d of %d (%s); not spawning workers",
+                    topo.source, topo.rank, topo.world_size, topo.how)
+        store = None
+        if topo.dist_url != "env://":  # Slurm: rank 0 hosts the store on the first node
+            store, _ = open_store(topo.dist_url, host_it=topo.rank == 0, timeout_s=timeout_s)
+            store = dist.PrefixStore("zoo/pg/", store)
+        try:
+            return _run_rank(topo.rank, topo.local_rank, main_func, cfg, topo, store, args,
+                             check_agreement=topo.world_size > 1)
+        except LaunchError as e:
+            raise LaunchError(f"rank {topo.rank} of {topo.world_size}: {e}") from None
+
+    with NodeRendezvous(topo, cfg, timeout_s) as rdzv:
+        topo = rdzv.topology
+        logger.info(
+            "node %d/%d (%s): %d %s process(es), global ranks %d..%d of %d, backend %s, "
+            "rendezvous %s", topo.node_rank, topo.num_nodes, topo.how, topo.local_procs,
+            "GPU" if topo.use_cuda else "CPU", topo.rank_offset,
+            topo.rank_offset + topo.local_procs - 1, topo.world_size, topo.backend, topo.dist_url,
         )
-    except mp.ProcessRaisedException as e:
-        last = str(e).strip().splitlines()[-1]
-        raise LaunchError(f"worker process {e.error_index} (global rank "
-                          f"{topo.rank_offset + e.error_index}) failed: {last}") from None
-    except mp.ProcessExitedException as e:
-        raise LaunchError(
-            f"worker process {e.error_index} (global rank {topo.rank_offset + e.error_index}) "
-            f"died with exit code {e.exit_code}"
-            + (f" (signal {e.signal_name})" if getattr(e, "signal_name", None) else "")
-        ) from None
+        if topo.local_procs == 1 and topo.num_nodes == 1:
+            # Nothing to spawn: run the single worker here, still inside a (1-rank) process group.
+            store = worker_store(topo.dist_url, rdzv.session, timeout_s)
+            try:
+                return _run_rank(0, 0, main_func, cfg, topo, store, args)
+            finally:
+                del store  # release the store before the rendezvous closes (and a file store goes)
+        try:
+            _spawn(main_func, cfg, topo, rdzv, args)
+        except _WorkerFailure as f:
+            raise LaunchError(_explain(f, rdzv, topo)) from None
     return None

@@ -50,9 +50,16 @@ def model_facts(name: str) -> Dict[str, Any]:
     return dict(getattr(MODEL_REGISTRY.get(name), "facts", {}) or {})
 
 
-def _parse_kwargs(pairs: List[Any]) -> Dict[str, Any]:
+def parse_model_kwargs(pairs: List[Any]) -> Dict[str, Any]:
+    """Builder kwargs from a flat ``[KEY, VALUE, ...]`` list (``CONFIG.MODEL.KWARGS``, ``--kwargs``).
+
+    String values are read as Python literals where they are one (``"8"`` -> 8, ``"False"`` ->
+    False, ``"(3, 4, 6, 3)"`` -> a tuple), else kept as strings.
+    """
     from ..config.config import _parse_value
 
+    if len(pairs) % 2:
+        raise ValueError(f"model kwargs must be KEY VALUE pairs, got an odd list: {list(pairs)}")
     out = {}
     for key, value in zip(pairs[0::2], pairs[1::2]):
         out[str(key)] = _parse_value(value) if isinstance(value, str) else value
@@ -65,7 +72,7 @@ def build_model(cfg) -> nn.Module:
     The returned model is plain (no DDP wrapper; the engine adds that).
     """
     model_cfg = cfg.CONFIG.MODEL
-    kwargs = _parse_kwargs(list(model_cfg.KWARGS))
+    kwargs = parse_model_kwargs(list(model_cfg.KWARGS))
     return create_model(
         model_cfg.NAME,
         num_classes=cfg.CONFIG.DATA.NUM_CLASSES,

@@ -199,7 +199,7 @@ class ResNet(nn.Module):
         return logits.view(b, t, -1).mean(dim=1)
 
 
-def _facts(params: int) -> dict:
+def _facts(params: int, gflops: float) -> dict:
     return {
         "task": "image",
         "input_frames": 1,
@@ -208,11 +208,16 @@ def _facts(params: int) -> dict:
         "mean": list(_IMAGENET_MEAN),
         "std": list(_IMAGENET_STD),
         "params": params,
+        "gflops": gflops,
     }
 
 
 def _register(
-    name: str, block: Type[Union[BasicBlock, Bottleneck]], layers: Sequence[int], params: int
+    name: str,
+    block: Type[Union[BasicBlock, Bottleneck]],
+    layers: Sequence[int],
+    params: int,
+    gflops: float,
 ) -> Callable[..., nn.Module]:
     """Create, document and register the builder ``name``."""
 
@@ -239,13 +244,14 @@ def _register(
     Returns:
         A :class:`ResNet` with {params:,} parameters at 1000 classes and base_width 64.
     """
-    builder.facts = _facts(params)
+    builder.facts = _facts(params, gflops)
     return MODEL_REGISTRY.register(builder, name=name)
 
 
-# Parameter counts at 1000 classes equal torchvision's (checked in tests/test_models.py).
-resnet18 = _register("resnet18", BasicBlock, (2, 2, 2, 2), 11_689_512)
-resnet34 = _register("resnet34", BasicBlock, (3, 4, 6, 3), 21_797_672)
-resnet50 = _register("resnet50", Bottleneck, (3, 4, 6, 3), 25_557_032)
-resnet101 = _register("resnet101", Bottleneck, (3, 4, 23, 3), 44_549_160)
-resnet152 = _register("resnet152", Bottleneck, (3, 8, 36, 3), 60_192_808)
+# Parameter counts at 1000 classes equal torchvision's (checked in tests/test_models.py); gflops:
+# multiply-adds of one 224x224 image counted by torch.utils.flop_counter (recounted in tests).
+resnet18 = _register("resnet18", BasicBlock, (2, 2, 2, 2), 11_689_512, 1.81)
+resnet34 = _register("resnet34", BasicBlock, (3, 4, 6, 3), 21_797_672, 3.66)
+resnet50 = _register("resnet50", Bottleneck, (3, 4, 6, 3), 25_557_032, 4.09)
+resnet101 = _register("resnet101", Bottleneck, (3, 4, 23, 3), 44_549_160, 7.80)
+resnet152 = _register("resnet152", Bottleneck, (3, 8, 36, 3), 60_192_808, 11.51)

@@ -1,4 +1,4 @@
-"""SGD with two parameter groups: weight decay on weights, none on norm parameters and biases."""
+"""SGD or AdamW with two parameter groups: weight decay on weights, none on norm parameters and biases."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ def param_groups(model: nn.Module, weight_decay: float) -> list:
 
 
 def build_optimizer(cfg, model: nn.Module) -> torch.optim.Optimizer:
-    """SGD (momentum, Nesterov off) from CONFIG.TRAIN.{LR, MOMENTUM, W_DECAY}."""
+    """CONFIG.TRAIN.OPTIMIZER (SGD with MOMENTUM, or AdamW) with LR and W_DECAY."""
     train = cfg.CONFIG.TRAIN
-    return torch.optim.SGD(
-        param_groups(model, train.W_DECAY), lr=train.LR, momentum=train.MOMENTUM
-    )
+    groups = param_groups(model, train.W_DECAY)
+    if train.OPTIMIZER == "AdamW":
+        return torch.optim.AdamW(groups, lr=train.LR)
+    return torch.optim.SGD(groups, lr=train.LR, momentum=train.MOMENTUM)

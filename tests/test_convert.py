@@ -1,0 +1,326 @@
+"""Checkpoint converters: every key mapped, shapes right, same logits as the real implementation.
+
+PySlowFast and MMAction2 state dicts are generated here from their published key schemes
+(REFERENCE.md), walking the SlowFast architecture independently of zoo's converter code; the
+PyTorchVideo round trip runs against the real ``pytorchvideo`` package (a test-only dependency).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, Optional, Sequence, Tuple
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import run_tool
+
+import zoo
+from zoo.models.convert import ConversionError, convert_checkpoint, convert_state_dict
+
+BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
+PATHS = ("slow", "fast")
+# One tensor of the architecture: (what, pathway, stage 0..3, block, part, param) -> shape.
+Entry = Tuple[str, int, int, int, str, str]
+
+
+def slowfast_entries(depth: int = 50, alpha: int = 4, k: int = 7, width: int = 64,
+                     beta: int = 8, ratio: int = 2, classes: int = 400,
+                     temp_blocks: Optional[Sequence[int]] = None,
+                     ) -> Iterator[Tuple[Entry, Tuple[int, ...]]]:
+    """Every tensor of a PySlowFast SlowFast, with its shape, from the paper's layer table."""
+    blocks = {18: (2, 2, 2, 2), 50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}[depth]
+    widths = (width, width // beta)
+    stem_kt, stage_kt = (1, 5), ((1, 3), (1, 3), (3, 3), (3, 3))
+
+    def conv_bn(what, p, i, j, part, conv_shape, bn=True):
+        yield (what, p, i, j, part, "conv.weight"), conv_shape
+        for param in BN if bn else ():
+            yield (what, p, i, j, part, f"bn.{param}"), (conv_shape[0],) if param[0] != "n" else ()
+
+    for p in (0, 1):
+        yield from conv_bn("stem", p, -1, -1, "", (widths[p], 3, stem_kt[p], 7, 7))
+    yield from conv_bn("fuse", -1, 0, -1, "", (ratio * widths[1], widths[1], k, 1, 1))
+    c_in = [widths[0] + ratio * widths[1], widths[1]]
+    for i, n in enumerate(blocks):
+        for p in (0, 1):
+            inner = widths[p] * 2**i
+            for j in range(n):
+                kt = stage_kt[i][p] if temp_blocks is None or j < temp_blocks[i] else 1
+                cin = c_in[p] if j == 0 else 4 * inner
+                yield from conv_bn("block", p, i, j, "a", (inner, cin, kt, 1, 1))
+                yield from conv_bn("block", p, i, j, "b", (inner, inner, 1, 3, 3))
+                yield from conv_bn("block", p, i, j, "c", (4 * inner, inner, 1, 1, 1))
+                if j == 0:
+                    yield from conv_bn("block", p, i, j, "short", (4 * inner, cin, 1, 1, 1))
+        c_in = [4 * widths[0] * 2**i, 4 * widths[1] * 2**i]
+        if i < 3:
+            yield from conv_bn("fuse", -1, i + 1, -1, "", (ratio * c_in[1], c_in[1], k, 1, 1))
+            c_in[0] += ratio * c_in[1]
+    yield ("head", -1, -1, -1, "", "weight"), (classes, c_in[0] + c_in[1])
+    yield ("head", -1, -1, -1, "", "bias"), (classes,)
+
+
+def zoo_key(e: Entry) -> str:
+    """The key zoo's docs give each tensor."""
+    what, p, i, j, part, param = e
+    if what == "stem":
+        return f"{PATHS[p]}_stem.{param}"
+    if what == "fuse":
+        return f"fuse_{('stem', 'res2', 'res3', 'res4')[i]}.{param}"
+    if what == "block":
+        kind, rest = param.split(".", 1)
+        name = "shortcut." + kind if part == "short" else f"{kind}_{part}"
+        return f"{PATHS[p]}_res{i + 2}.{j}.{name}.{rest}"
+    return f"head.proj.{param}"
+
+
+def pyslowfast_key(e: Entry) -> str:
+    what, p, i, j, part, param = e
+    if what == "stem":
+        return f"s1.pathway{p}_stem.{param}"
+    if what == "fuse":
+        return f"s{i + 1}_fuse.{param.replace('conv.', 'conv_f2s.')}"
+    if what == "block":
+        kind, rest = param.split(".", 1)
+        name = {"short": "branch1"}.get(part, f"branch2.{part}")
+        return f"s{i + 2}.pathway{p}_res{j}.{name}{'_bn' if kind == 'bn' else ''}.{rest}"
+    return f"head.projection.{param}"
+
+
+def mmaction2_key(e: Entry) -> Optional[str]:
+    """MMAction2's key, or None for the lateral BNs MMAction2 does not have."""
+    what, p, i, j, part, param = e
+    path = f"backbone.{PATHS[p]}_path"
+    if what == "stem":
+        return f"{path}.conv1.{param}"
+    if what == "fuse":
+        lateral = "conv1_lateral" if i == 0 else f"layer{i}_lateral"
+        return f"backbone.slow_path.{lateral}.{param}" if param.startswith("conv.") else None
+    if what == "block":
+        name = {"a": "conv1", "b": "conv2", "c": "conv3", "short": "downsample"}[part]
+        return f"{path}.layer{i + 1}.{j}.{name}.{param}"
+    return f"cls_head.fc_cls.{param}"
+
+
+def _tensor(shape):
+    return torch.randint(0, 1000, shape) if shape == () else torch.randn(shape)
+
+
+def _source(to_key, **arch) -> Tuple[Dict[str, torch.Tensor], Dict[str, str]]:
+    """A random source state dict and the zoo key each source key should land on."""
+    state, expect = {}, {}
+    for e, shape in slowfast_entries(**arch):
+        key = to_key(e)
+        if key is not None:
+            state[key] = _tensor(shape)
+            expect[key] = zoo_key(e)
+    return state, expect
+
+
+@pytest.mark.parametrize("name,arch,kwargs,count", [
+    ("slowfast_8x8_resnet50", dict(alpha=4, k=7), {}, 662),
+    ("slowfast_4x16_resnet50", dict(alpha=8, k=5), {}, 662),
+    ("slowfast_16x8_resnet101", dict(depth=101, alpha=4, k=5, width=16,
+                                     temp_blocks=(3, 4, 6, 3)), {"width": 16}, 1274),
+])
+def test_pyslowfast_scheme(tmp_path, name, arch, kwargs, count):
+    state, expect = _source(pyslowfast_key, **arch)
+    assert len(state) == count
+    src = tmp_path / "model.pyth"
+    torch.save({"epoch": 196, "model_state": state, "optimizer_state": {}, "cfg": "x: 1\n"}, src)
+    out = tmp_path / "zoo.pth"
+    report = convert_checkpoint(str(src), str(out), "pyslowfast", name, kwargs)
+    assert report.num_source == report.num_target == count and not report.filled
+    ckpt = torch.load(out, weights_only=True)
+    assert {"model", "optimizer", "scheduler", "scaler", "epoch", "iteration", "cfg",
+            "rng"} <= set(ckpt)
+    assert f"NAME: {name}" in ckpt["cfg"] and "NUM_CLASSES: 400" in ckpt["cfg"]
+    for key, tensor in state.items():
+        assert torch.equal(ckpt["model"][expect[key]], tensor), key
+    model = zoo.create_model(name, num_classes=400, pretrained=str(out), **kwargs)
+    assert torch.equal(model.head.proj.weight, state["head.projection.weight"])
+
+
+def test_mmaction2_scheme(tmp_path):
+    state, expect = _source(mmaction2_key, alpha=8, k=5)  # SlowFast R50 4x16
+    assert len(state) == 662 - 4 * 5  # no lateral BNs
+    src = tmp_path / "mm.pth"
+    torch.save({"meta": {"epoch": 256}, "state_dict": state}, src)
+    out = tmp_path / "zoo.pth"
+    report = convert_checkpoint(str(src), str(out), "mmaction2", "slowfast_4x16_resnet50")
+    zoo_state = torch.load(out, weights_only=True)["model"]
+    for key, tensor in state.items():
+        if key != "cls_head.fc_cls.weight":
+            assert torch.equal(zoo_state[expect[key]], tensor), key
+    # Head columns: MMAction2 [fast 256 | slow 2048] -> zoo [slow 2048 | fast 256].
+    mm_head, head = state["cls_head.fc_cls.weight"], zoo_state["head.proj.weight"]
+    assert torch.equal(head[:, :2048], mm_head[:, 256:])
+    assert torch.equal(head[:, 2048:], mm_head[:, :256])
+    # Lateral BNs filled as identities, and reported; the ReLU caveat is reported too.
+    assert len(report.filled) == 4 * 5
+    assert (zoo_state["fuse_res3.bn.weight"] == 1).all()
+    assert (zoo_state["fuse_res3.bn.running_var"] == 1 - 1e-5).all()
+    model = zoo.create_model("slowfast_4x16_resnet50", pretrained=str(out)).eval()
+    x = torch.randn(2, 128, 4, 7, 7)
+    with torch.no_grad():
+        assert torch.allclose(model.fuse_res3.bn(x), x, atol=1e-6, rtol=0)
+    assert any("ReLU" in line for line in report.lines())
+
+    # Bare-conv laterals (MMAction2's design): nothing filled, nothing left over.
+    exact = tmp_path / "exact.pth"
+    report = convert_checkpoint(str(src), str(exact), "mmaction2", "slowfast_4x16_resnet50",
+                                {"fuse_norm_act": False})
+    assert not report.filled and not report.notes and report.num_target == len(state)
+    ckpt = torch.load(exact, weights_only=True)
+    assert "fuse_norm_act" in ckpt["cfg"]
+    zoo.create_model("slowfast_4x16_resnet50", fuse_norm_act=False, pretrained=str(exact))
+
+
+def test_conversion_errors_name_the_keys(tmp_path):
+    state, _ = _source(pyslowfast_key, depth=18, width=16, beta=4)
+    kwargs = dict(depth=18, width=16, beta_inv=4, fusion_kernel=7, alpha=4)
+    convert_state_dict(state, "pyslowfast", "slowfast_8x8_resnet50", **kwargs)  # fits
+    extra = dict(state, **{"s4.pathway0_nonlocal3.conv_g.weight": torch.zeros(1)})
+    with pytest.raises(ConversionError, match="nonlocal3"):
+        convert_state_dict(extra, "pyslowfast", "slowfast_8x8_resnet50", **kwargs)
+    missing = {k: v for k, v in state.items() if k != "s3.pathway1_res1.branch2.b.weight"}
+    with pytest.raises(ConversionError, match=r"fast_res3\.1\.conv_b\.weight"):
+        convert_state_dict(missing, "pyslowfast", "slowfast_8x8_resnet50", **kwargs)
+    bad = dict(state, **{"s2_fuse.conv_f2s.weight": torch.zeros(8, 4, 5, 1, 1)})
+    with pytest.raises(ConversionError, match="shape mismatches.*s2_fuse"):
+        convert_state_dict(bad, "pyslowfast", "slowfast_8x8_resnet50", **kwargs)
+    with pytest.raises(ConversionError, match="converts to"):
+        convert_state_dict(state, "torchvision", "slowfast_8x8_resnet50", **kwargs)
+    pickled = tmp_path / "pickled.pth"
+    torch.save({"state_dict": state, "meta": {"obj": nn.ReLU()}}, pickled)
+    r = run_tool("convert_checkpoint.py", ["--from", "mmaction2", "--model", "slowfast_8x8_resnet50",
+                                           str(pickled), str(tmp_path / "o.pth")], timeout=120)
+    assert r.returncode == 1 and "--unsafe-load" in r.stderr
+    assert not (tmp_path / "o.pth").exists()
+
+
+def _calibrated(model: nn.Module, x) -> nn.Module:
+    """Random BN affine params and running stats from one batch, so logits are O(1) and every
+    residual branch contributes (a fresh net's zero-init gammas would hide mapping errors)."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm3d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+                m.momentum = 1.0
+        model.train()(list(x) if isinstance(x, list) else x)
+    return model.eval()
+
+
+def test_pytorchvideo_round_trip_slowfast_r50(tmp_path):
+    slowfast = pytest.importorskip("pytorchvideo.models.slowfast")
+    torch.manual_seed(0)
+    fast = torch.randn(1, 3, 32, 64, 64)
+    slow = fast[:, :, torch.linspace(0, 31, 8).long()]
+    # create_slowfast's defaults are SlowFast R50 8x8; its head pools with a fixed window.
+    ptv = slowfast.create_slowfast(head_pool_kernel_sizes=((8, 2, 2), (32, 2, 2)))
+    ptv = _calibrated(ptv, [slow, fast])
+    src = tmp_path / "SLOWFAST_8x8_R50.pyth"
+    torch.save({"model_state": ptv.state_dict()}, src)
+    out = tmp_path / "zoo.pth"
+    r = run_tool("convert_checkpoint.py", ["--from", "pytorchvideo", "--model",
+                                           "slowfast_8x8_resnet50", str(src), str(out)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    model = zoo.create_model("slowfast_8x8_resnet50", num_classes=400, pretrained=str(out))
+    model.eval()
+    with torch.no_grad():
+        want = ptv([slow, fast])  # PyTorchVideo's forward rewrites the list it is given
+        assert 0.1 < want.abs().max() < 100
+        assert (model([slow, fast]) - want).abs().max() < 1e-4
+        assert (model(fast) - want).abs().max() < 1e-4  # single tensor: slow picked inside
+
+
+def test_pytorchvideo_slowfast_r101_16x8_small():
+    slowfast = pytest.importorskip("pytorchvideo.models.slowfast")
+    torch.manual_seed(0)
+    res4 = ((3, 1, 1),) * 6 + ((1, 1, 1),) * 17  # the "50_50" pattern of slowfast_16x8_r101_50_50
+    kernels = (((1, 1, 1), (1, 1, 1), res4, (3, 1, 1)), ((3, 1, 1), (3, 1, 1), res4, (3, 1, 1)))
+    ptv = slowfast.create_slowfast(
+        model_depth=101, stem_dim_outs=(16, 2), slowfast_fusion_conv_kernel_size=(5, 1, 1),
+        stage_conv_a_kernel_sizes=kernels, model_num_class=7,
+        head_pool_kernel_sizes=((4, 1, 1), (16, 1, 1)))
+    x = [torch.randn(2, 3, 4, 32, 32), torch.randn(2, 3, 16, 32, 32)]
+    ptv = _calibrated(ptv, x)
+    state, classes, _ = convert_state_dict(ptv.state_dict(), "pytorchvideo",
+                                           "slowfast_16x8_resnet101", width=16)
+    model = zoo.create_model("slowfast_16x8_resnet101", num_classes=classes, width=16).eval()
+    model.load_state_dict(state)
+    with torch.no_grad():
+        assert (model(x) - ptv(list(x))).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("name", ["slow_8x8_resnet50", "i3d_resnet50"])
+def test_pytorchvideo_single_pathway_small(name):
+    resnet = pytest.importorskip("pytorchvideo.models.resnet")
+    torch.manual_seed(0)
+    if name == "i3d_resnet50":  # PyTorchVideo's hub i3d_r50 settings
+        arch = dict(stem_conv_kernel_size=(5, 7, 7), stage1_pool=nn.MaxPool3d,
+                    stage_conv_a_kernel_size=((3, 1, 1), [(3, 1, 1), (1, 1, 1)],
+                                              [(3, 1, 1), (1, 1, 1)], [(1, 1, 1), (3, 1, 1)]),
+                    head_pool_kernel_size=(4, 1, 1))
+    else:  # slow_r50
+        arch = dict(stem_conv_kernel_size=(1, 7, 7), head_pool_kernel_size=(8, 1, 1))
+    ptv = resnet.create_resnet(stem_dim_out=8, model_num_class=6, **arch)
+    x = torch.randn(2, 3, 8, 32, 32)
+    ptv = _calibrated(ptv, x)
+    state, classes, _ = convert_state_dict(ptv.state_dict(), "pytorchvideo", name, width=8)
+    model = zoo.create_model(name, num_classes=classes, width=8).eval()
+    model.load_state_dict(state)
+    with torch.no_grad():
+        assert (model(x) - ptv(x)).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("name", ["i3d_resnet50", "slow_8x8_resnet50"])
+def test_torchvision_inflation_keeps_static_logits(tmp_path, name, caplog):
+    import torchvision
+
+    torch.manual_seed(0)
+    r50 = torchvision.models.resnet50().eval()
+    path = tmp_path / "resnet50.pth"
+    torch.save(r50.state_dict(), path)
+    image = torch.randn(1, 3, 32, 32)
+    static = image.unsqueeze(2).repeat(1, 1, 8, 1, 1)
+    model = zoo.create_model(name, num_classes=1000, inflate_from=str(path),
+                             temporal_pad="replicate").eval()
+    with torch.no_grad():
+        want = r50(image)
+        scale = want.abs().max()  # ~30: float32 sums in another order differ by ~1e-6 of it
+        assert (model(static) - want).abs().max() < 1e-5 * (1 + scale)
+        # Zero temporal padding (the published nets): the end frames see fewer taps.
+        zeros = zoo.create_model(name, num_classes=1000, inflate_from=str(path)).eval()
+        assert (zeros(static) - want).abs().max() < 0.5 * want.abs().max()
+    # The converter does the same inflation into a file; a 400-class model skips the head.
+    out = tmp_path / "inflated.pth"
+    convert_checkpoint(str(path), str(out), "torchvision", name)
+    with caplog.at_level("WARNING"):
+        zoo.create_model(name, num_classes=400, pretrained=str(out))
+    lines = [r.getMessage() for r in caplog.records if "re-initialised" in r.getMessage()]
+    assert len(lines) == 1 and "head.proj" in lines[0] and "(1000, 2048)" in lines[0]
+
+
+def test_pretrained_loading(tmp_path, caplog):
+    kwargs = dict(width=8, depth=18)
+    model = zoo.create_model("slowfast_tiny_resnet18", num_classes=5, **kwargs)
+    path = tmp_path / "ckpt.pth"
+    torch.save({"model": {f"module.{k}": v for k, v in model.state_dict().items()},
+                "epoch": 3, "cfg": ""}, path)
+    same = zoo.create_model("slowfast_tiny_resnet18", num_classes=5, pretrained=str(path),
+                            **kwargs)
+    assert all(torch.equal(a, b) for a, b in zip(same.state_dict().values(),
+                                                 model.state_dict().values()))
+    with caplog.at_level("WARNING"):
+        other = zoo.create_model("slowfast_tiny_resnet18", num_classes=7, pretrained=str(path),
+                                 **kwargs)
+    lines = [r.getMessage() for r in caplog.records if "re-initialised" in r.getMessage()]
+    assert len(lines) == 1 and "head.proj" in lines[0] and "weight (5, 320)" in lines[0]
+    assert other.head.proj.weight.shape == (7, 320)
+    assert torch.equal(other.fast_res3[0].conv_a.weight, model.fast_res3[0].conv_a.weight)
+    with pytest.raises(RuntimeError, match=r"shape mismatch: slow_stem\.conv\.weight"):
+        zoo.create_model("slowfast_tiny_resnet18", pretrained=str(path), width=16, depth=18)
+    with pytest.raises(RuntimeError, match=r"missing from checkpoint .*slow_res2\.2"):
+        zoo.create_model("slowfast_tiny_resnet18", pretrained=str(path), width=8, depth=50)

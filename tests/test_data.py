@@ -1,0 +1,376 @@
+"""Tests for zoo.data: lists, decoding, sampling, transforms, the dataset and the loader."""
+
+from __future__ import annotations
+
+import av
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DistributedSampler
+
+from zoo.config import ConfigError, load_config
+from zoo.data import build as data_build
+from zoo.data import build_dataset, build_loader, sampling, transforms
+from zoo.data.annotations import AnnotationError, read_annotations, read_class_names
+from zoo.data.decoders import DecodeError, VideoFile, count_frames, decode_frames
+from zoo.data.synthetic import generate, write_video
+from zoo.data.video_dataset import VideoListDataset
+
+MEAN, STD = [0.45, 0.45, 0.45], [0.225, 0.225, 0.225]
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def ramp_video(tmp_path_factory) -> str:
+    """40 frames whose grey level is 6 * index, so a frame's index can be read off its pixels."""
+    path = str(tmp_path_factory.mktemp("ramp") / "ramp.mp4")
+    video = np.zeros((40, 32, 48, 3), np.uint8)
+    for t in range(40):
+        video[t] = 6 * t
+        video[t, :8, :8] = (255, 0, 0)  # a red corner, to check channel order
+    write_video(path, video)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory) -> dict:
+    """A generated 2-class dataset of 16-frame, 32x32 videos."""
+    root = str(tmp_path_factory.mktemp("mini") / "motion")
+    return generate(root, num_classes=2, train_per_class=3, val_per_class=2, num_frames=16, size=32)
+
+
+def _dataset(mini: dict, split: str, **overrides) -> VideoListDataset:
+    kwargs = dict(
+        anno_path=mini["train_list"] if split == "train" else mini["val_list"],
+        data_path=mini["root"],
+        split=split,
+        clip_len=8,
+        frame_rate=2,
+        crop_size=28,
+        short_side_size=32,
+        train_short_side_range=[32, 36],
+        random_flip=False,
+        mean=MEAN,
+        std=STD,
+        test_num_segment=2,
+        test_num_crop=3,
+    )
+    kwargs.update(overrides)
+    return VideoListDataset(**kwargs)
+
+
+def _cfg(mini: dict, *extra: str):
+    return load_config(
+        None,
+        [
+            "DATA.NUM_CLASSES", "2", "DATA.CLIP_LEN", "8", "DATA.FRAME_RATE", "2",
+            "DATA.CROP_SIZE", "28", "DATA.SHORT_SIDE_SIZE", "32",
+            "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]", "DATA.NUM_WORKERS", "0",
+            "DATA.TRAIN_ANNO_PATH", mini["train_list"], "DATA.TRAIN_DATA_PATH", mini["root"],
+            "DATA.VAL_ANNO_PATH", mini["val_list"], "DATA.VAL_DATA_PATH", mini["root"],
+            "TRAIN.BATCH_SIZE", "2", "VAL.BATCH_SIZE", "2", "TEST.BATCH_SIZE", "1",
+            "DATA.TEST_NUM_SEGMENT", "2", "DATA.TEST_NUM_CROP", "1",
+            *extra,
+        ],
+    )
+
+
+# ----------------------------------------------------------------------------- annotations
+
+
+def test_text_list_with_spaces_comments_and_unknown_frames(tmp_path):
+    path = tmp_path / "list.txt"
+    path.write_text(
+        "# header comment\n"
+        "a/b.mp4 300 0\n"
+        "\n"
+        "folder with spaces/clip 1.mp4  -1\t3\n"
+        "   c.mp4 12 1   \n"
+    )
+    records = read_annotations(str(path))
+    assert [(r.path, r.num_frames, r.label) for r in records] == [
+        ("a/b.mp4", 300, 0),
+        ("folder with spaces/clip 1.mp4", -1, 3),
+        ("c.mp4", 12, 1),
+    ]
+
+
+def test_csv_list(tmp_path):
+    path = tmp_path / "list.csv"
+    path.write_text("path,label,num_frames\n\"x, y.mp4\",2,30\nz.mp4,0,\n")
+    records = read_annotations(str(path))
+    assert [(r.path, r.num_frames, r.label) for r in records] == [
+        ("x, y.mp4", 30, 2),
+        ("z.mp4", -1, 0),
+    ]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("file,class\na.mp4,1\n")
+    with pytest.raises(AnnotationError, match="bad.csv:1.*'path'"):
+        read_annotations(str(bad))
+
+
+@pytest.mark.parametrize(
+    "line, match",
+    [("just_a_path.mp4\n", "cannot parse"), ("a.mp4 10 cat\n", "label 'cat'"),
+     ("a.mp4 10 -2\n", "label -2"), ("a.mp4 ten 1\n", "num_frames 'ten'")],
+)
+def test_bad_line_names_file_and_line(tmp_path, line, match):
+    path = tmp_path / "list.txt"
+    path.write_text("ok.mp4 10 1\n" + line)
+    with pytest.raises(AnnotationError, match=rf"list.txt:2: .*{match}.*expected"):
+        read_annotations(str(path))
+
+
+def test_missing_and_empty_lists(tmp_path):
+    with pytest.raises(AnnotationError, match="does not exist"):
+        read_annotations(str(tmp_path / "nope.txt"))
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    with pytest.raises(AnnotationError, match="no videos"):
+        read_annotations(str(tmp_path / "empty.txt"))
+
+
+def test_class_names(tmp_path):
+    anno = tmp_path / "list.txt"
+    assert read_class_names(str(anno), 3) == ["0", "1", "2"]
+    (tmp_path / "classes.txt").write_text("cat\n\ndog\n\n")
+    assert read_class_names(str(anno), 4) == ["cat", "1", "dog", "3"]
+
+
+# ----------------------------------------------------------------------------- decoder
+
+
+def _naive_decode(path: str) -> np.ndarray:
+    with av.open(path) as container:
+        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+
+
+def test_decode_matches_naive_decode(ramp_video):
+    full = _naive_decode(ramp_video)
+    assert full.shape == (40, 32, 48, 3)
+    indices = [21, 3, 3, 39, 17, 0, 21]  # unsorted, repeated, across the keyframe at 16/32
+    frames = decode_frames(ramp_video, indices)
+    assert frames.dtype == torch.uint8 and frames.shape == (7, 32, 48, 3)
+    diff = np.abs(frames.numpy().astype(int) - full[indices].astype(int))
+    assert diff.max() <= 2
+    # The pixels say which frame it is, and red comes first (RGB order).
+    levels = frames[:, 16:, 16:].float().mean(dim=(1, 2, 3)) / 6
+    assert torch.allclose(levels, torch.tensor(indices, dtype=torch.float), atol=0.6)
+    assert frames[0, 2, 2, 0] > 200 and frames[0, 2, 2, 2] < 60
+
+
+def test_decode_past_end_repeats_last_frame_and_counts(ramp_video):
+    frames = decode_frames(ramp_video, [38, 39, 45, 60])
+    assert torch.equal(frames[2], frames[1]) and torch.equal(frames[3], frames[1])
+    assert count_frames(ramp_video) == 40
+    with VideoFile(ramp_video) as video:
+        assert video.stream_has_count
+        assert video._count_by_decoding() == 40  # the fallback for containers without a count
+
+
+def test_container_without_frame_count(ramp_video, tmp_path):
+    """Matroska stores no frame count: it is counted by decoding, and seeking still works."""
+    path = str(tmp_path / "ramp.mkv")
+    write_video(path, _naive_decode(ramp_video))
+    with VideoFile(path) as video:
+        assert not video.stream_has_count and video.num_frames == 40
+    indices = [33, 5, 20, 20]
+    diff = np.abs(decode_frames(path, indices).numpy().astype(int) - _naive_decode(path)[indices])
+    assert diff.max() <= 2
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "text"])
+def test_decode_errors_are_one_line(tmp_path, kind):
+    path = tmp_path / "bad.mp4"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "text":
+        path.write_text("this is not a video\n" * 20)
+    with pytest.raises(DecodeError) as info:
+        decode_frames(str(path), [0])
+    message = str(info.value)
+    assert "bad.mp4" in message and "\n" not in message
+
+
+def test_no_video_stream(tmp_path):
+    path = str(tmp_path / "audio.m4a")
+    with av.open(path, "w") as container:
+        stream = container.add_stream("aac", rate=8000, layout="mono")
+        frame = av.AudioFrame.from_ndarray(
+            np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
+        )
+        frame.sample_rate = 8000
+        for packet in list(stream.encode(frame)) + list(stream.encode()):
+            container.mux(packet)
+    with pytest.raises(DecodeError, match="no video stream"):
+        decode_frames(path, [0])
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def test_train_window_is_random_and_strided():
+    generator = torch.Generator().manual_seed(0)
+    starts = set()
+    for _ in range(50):
+        idx = sampling.train_indices(100, 8, 4, generator)
+        assert idx.shape == (8,) and np.all(np.diff(idx) == 4) and idx[-1] <= 99
+        starts.add(int(idx[0]))
+    assert len(starts) > 10 and min(starts) >= 0 and max(starts) <= 100 - 29
+
+
+def test_val_and_test_windows():
+    assert sampling.val_indices(40, 4, 2).tolist() == [16, 18, 20, 22]
+    segments = sampling.test_indices(100, 4, 2, 3)
+    assert segments.shape == (3, 4)
+    assert segments[:, 0].tolist() == sorted(segments[:, 0].tolist())
+    assert np.all(segments >= 0) and np.all(segments <= 99)
+    # One segment = the validation window.
+    assert sampling.test_indices(40, 4, 2, 1)[0].tolist() == sampling.val_indices(40, 4, 2).tolist()
+
+
+def test_short_video_repeats_last_frame():
+    assert sampling.val_indices(5, 4, 2).tolist() == [0, 2, 4, 4]
+    assert sampling.train_indices(3, 4, 1).tolist() == [0, 1, 2, 2]
+    assert sampling.test_indices(2, 3, 2, 2).tolist() == [[0, 1, 1], [0, 1, 1]]
+
+
+# ----------------------------------------------------------------------------- transforms
+
+
+def test_transform_shapes_and_normalisation():
+    frames = torch.randint(0, 256, (6, 48, 64, 3), dtype=torch.uint8)
+    out = transforms.train_transform(frames, 40, [48, 56], True, MEAN, STD)
+    assert out.shape == (3, 6, 40, 40) and out.dtype == torch.float32
+    assert transforms.val_transform(frames, 40, 48, MEAN, STD).shape == (3, 6, 40, 40)
+    grey = torch.full((2, 32, 32, 3), round(0.45 * 255), dtype=torch.uint8)
+    assert transforms.val_transform(grey, 32, 32, MEAN, STD).abs().max() < 0.01
+
+
+def test_test_views_three_crops_along_long_side():
+    frames = torch.zeros((4, 32, 64, 3), dtype=torch.uint8)
+    frames[:, :, :24] = 255  # bright left strip: most in the left crop, none in the right
+    views = transforms.test_views(frames, [[0, 1], [2, 3]], 32, 32, 3, MEAN, STD)
+    assert views.shape == (6, 3, 2, 32, 32)
+    means = views.mean(dim=(1, 2, 3, 4))
+    assert means[0] > means[1] > means[2] and torch.allclose(means[:3], means[3:])
+    tall = torch.zeros((2, 64, 32, 3), dtype=torch.uint8)
+    assert transforms.test_views(tall, [[0, 1]], 32, 32, 3, MEAN, STD).shape == (3, 3, 2, 32, 32)
+
+
+# ----------------------------------------------------------------------------- dataset
+
+
+def test_dataset_train_and_val_items(mini):
+    train = _dataset(mini, "train")
+    assert len(train) == 6 and train.num_classes_found == 2
+    assert train.classes == ["right", "left"] and train.labels == [0, 0, 0, 1, 1, 1]
+    clip, label, index, n_bad = train[4]
+    assert clip.shape == (3, 8, 28, 28) and clip.dtype == torch.float32
+    assert (label, index, n_bad) == (1, 4, 0)
+    val = _dataset(mini, "val")
+    first, second = val[0][0], val[0][0]
+    assert first.shape == (3, 8, 28, 28) and torch.equal(first, second)  # deterministic
+
+
+def test_dataset_test_views_decode_once(mini, monkeypatch):
+    calls = []
+    original = VideoFile.decode
+
+    def counting_decode(self, indices):
+        calls.append(self.path)
+        return original(self, indices)
+
+    monkeypatch.setattr(VideoFile, "decode", counting_decode)
+    test = _dataset(mini, "test")
+    views, label, index, n_bad = test[3]
+    assert views.shape == (6, 3, 8, 28, 28)
+    assert (label, index, n_bad) == (1, 3, 0)
+    assert calls == [test.paths[3]]
+    # Views are segment-major: the two segments differ, the crops of one segment overlap.
+    assert not torch.equal(views[0], views[3])
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "text"])
+def test_bad_video_is_replaced_and_counted(mini, tmp_path, kind, caplog):
+    lines = open(mini["val_list"]).read().splitlines()
+    bad = tmp_path / "broken.mp4"
+    if kind == "empty":
+        bad.write_bytes(b"")
+    elif kind == "text":
+        bad.write_text("not a video")
+    anno = tmp_path / "list.txt"
+    anno.write_text(f"{bad} 16 1\n" + "\n".join(lines) + "\n")  # absolute path: join keeps it
+    dataset = _dataset({"val_list": str(anno), "root": mini["root"]}, "val")
+    clip, label, index, n_bad = dataset[0]
+    assert n_bad == 1 and index != 0 and label == dataset.labels[index]
+    assert clip.shape == (3, 8, 28, 28)
+    assert "broken.mp4" in caplog.text
+    assert dataset[0][2] == index  # evaluation picks the same stand-in every time
+
+
+def test_all_bad_videos_raise(tmp_path, mini):
+    anno = tmp_path / "list.txt"
+    anno.write_text("a.mp4 10 0\nb.mp4 10 1\n")
+    dataset = _dataset({"val_list": str(anno), "root": str(tmp_path)}, "val", max_tries=3)
+    with pytest.raises(RuntimeError, match="3 videos in a row.*a.mp4"):
+        dataset[0]
+
+
+# ----------------------------------------------------------------------------- build
+
+
+def test_build_dataset_splits_and_errors(mini, tmp_path):
+    cfg = _cfg(mini)
+    assert len(build_dataset(cfg, "train")) == 6
+    test = build_dataset(cfg, "test")  # no TEST_ANNO_PATH: the validation list
+    assert len(test) == 4 and test[0][0].shape == (2, 3, 8, 28, 28)
+    with pytest.raises(ConfigError, match="CONFIG.DATA.TRAIN_ANNO_PATH is empty: .*SYNTHETIC"):
+        build_dataset(_cfg(mini, "DATA.TRAIN_ANNO_PATH", ""), "train")
+    with pytest.raises(ConfigError, match="TEST_ANNO_PATH = .* does not exist"):
+        build_dataset(_cfg(mini, "DATA.TEST_ANNO_PATH", str(tmp_path / "x.txt")), "test")
+    one_class = load_config(None, ["DATA.NUM_CLASSES", "1", "DATA.CROP_SIZE", "28",
+                                   "DATA.SHORT_SIDE_SIZE", "32", "DATA.TRAIN_SHORT_SIDE_RANGE",
+                                   "[32, 36]", "DATA.VAL_ANNO_PATH", mini["val_list"]])
+    with pytest.raises(ConfigError, match="labels up to 1 but CONFIG.DATA.NUM_CLASSES = 1"):
+        build_dataset(one_class, "val")
+
+
+def test_build_loader_single_process(mini):
+    loader = build_loader(_cfg(mini), "train")
+    assert loader.sampler.__class__.__name__ == "RandomSampler" and loader.drop_last
+    clips, labels, index, n_bad = next(iter(loader))
+    assert clips.shape == (2, 3, 8, 28, 28) and labels.shape == (2,) and n_bad.sum() == 0
+    val = build_loader(_cfg(mini), "val")
+    assert not val.drop_last and [b[2].tolist() for b in val] == [[0, 1], [2, 3]]
+
+
+def test_build_loader_distributed_sampler(mini, monkeypatch):
+    monkeypatch.setattr(data_build.comm, "get_world_size", lambda: 2)
+    monkeypatch.setattr(data_build.comm, "get_rank", lambda: 1)
+    train = build_loader(_cfg(mini), "train")
+    assert isinstance(train.sampler, DistributedSampler) and train.sampler.shuffle
+    assert train.sampler.num_replicas == 2 and train.sampler.rank == 1
+    train.sampler.set_epoch(3)
+    assert len(list(train.sampler)) == 3
+    test = build_loader(_cfg(mini), "test")
+    assert not test.sampler.shuffle and not test.drop_last
+    assert list(test.sampler) == [1, 3]
+
+
+def test_worker_seed_and_batch_size_check(mini, monkeypatch):
+    threads = torch.get_num_threads()
+    data_build._seed_worker(2, base_seed=1000)
+    first = torch.rand(1), np.random.rand()
+    data_build._seed_worker(2, base_seed=1000)
+    assert torch.equal(first[0], torch.rand(1)) and first[1] == np.random.rand()
+    torch.set_num_threads(threads)  # undo the worker-only setting in this process
+    with pytest.raises(ConfigError, match="TRAIN.BATCH_SIZE = 8 is larger than the 6"):
+        build_loader(_cfg(mini, "TRAIN.BATCH_SIZE", "8"), "train")
+
+
+def test_loader_with_worker_process(mini):
+    loader = build_loader(_cfg(mini, "DATA.NUM_WORKERS", "1"), "val")
+    assert loader.persistent_workers
+    assert sum(len(batch[1]) for batch in loader) == 4

@@ -1,0 +1,79 @@
+"""TorchScript / ONNX export through tools/export.py and zoo.models.export, checked against eager."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import run_tool
+
+import zoo
+from zoo.models.export import export_model
+
+SMALL_SLOWFAST = dict(width=8, depth=18, zero_init_final_bn=False)
+
+
+def _randomise_bn(model: nn.Module) -> nn.Module:
+    """Non-trivial BN statistics, so exported and eager logits are compared at a useful scale."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(1.0, 2.0)
+    return model
+
+
+def test_export_tool_slowfast_onnx(tmp_path):
+    pytest.importorskip("onnx")  # torch's ONNX exporter needs it
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    model = zoo.create_model("slowfast_4x16_resnet50", num_classes=10, head_init_std=0.5,
+                             **SMALL_SLOWFAST)
+    ckpt = tmp_path / "small.pth"
+    torch.save({"model": _randomise_bn(model).state_dict()}, ckpt)
+    kwargs = [x for k, v in SMALL_SLOWFAST.items() for x in (k, str(v))]
+    r = run_tool("export.py", [
+        "--model", "slowfast_4x16_resnet50", "--format", "onnx", "--num-classes", "10",
+        "--pretrained", str(ckpt), "--kwargs", *kwargs, "--input-shape", "1", "3", "16", "32",
+        "32", "--out", str(tmp_path / "out"),
+    ])
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads(r.stdout[r.stdout.index("{"):])["onnx"]
+    assert result["max_abs_diff"] < 1e-4 and result["max_abs_logit"] > 0.1
+    # The file takes one (B, C, T, H, W) clip (slow frames picked inside) at any batch size.
+    session = ort.InferenceSession(result["path"], providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["clip"]
+    clip = torch.randn(3, 3, 16, 32, 32)
+    (got,) = session.run(None, {"clip": clip.numpy()})
+    with torch.no_grad():
+        want = model.eval()(clip)
+    assert (torch.from_numpy(got) - want).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("name,kwargs,shape", [
+    ("slowfast_8x8_resnet50", SMALL_SLOWFAST, (2, 3, 16, 32, 32)),
+    ("i3d_resnet50", dict(width=8, depth=18, zero_init_final_bn=False), (1, 3, 8, 32, 32)),
+    ("r2plus1d_resnet18", dict(width=8), (1, 3, 8, 32, 32)),
+    ("tsn_resnet50", dict(base_width=8), (1, 3, 4, 32, 32)),
+    ("resnet18", dict(base_width=8), (2, 3, 32, 32)),
+    ("r3d_18", {}, (1, 3, 8, 32, 32)),
+])
+@pytest.mark.filterwarnings("ignore:.*torch.jit:FutureWarning")
+def test_export_torchscript_and_onnx(tmp_path, name, kwargs, shape):
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    results = export_model(name, str(tmp_path), num_classes=6, input_shape=shape,
+                           model_kwargs=kwargs, atol=1e-4, rtol=0.0)
+    assert results["torchscript"]["max_abs_diff"] < 1e-5
+    assert results["onnx"]["max_abs_diff"] < 1e-4
+    loaded = torch.jit.load(results["torchscript"]["path"])
+    assert loaded(torch.randn(shape)).shape == (shape[0], 6)
+
+
+def test_export_rejects_bad_format(tmp_path):
+    with pytest.raises(ValueError, match="formats"):
+        export_model("resnet18", str(tmp_path), formats=("tflite",), model_kwargs={"base_width": 8})

@@ -1,0 +1,343 @@
+"""Multi-node launching end to end: real processes, real sockets, failures that must end quickly.
+
+Two "nodes" are either two network namespaces with their own addresses (10.77.0.1 / 10.77.0.2 on a
+veth pair, no default route; needs root, skipped where namespaces are refused) or two launchers on
+this host told their node rank with ``ZOO_NODE_RANK`` / ``DDP_CONFIG.WORLD_RANK``.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, TINY_DATA, TOY_MODEL
+
+QUICKSTART = os.path.join(ROOT, "configs", "quickstart", "slowfast_tiny_motion.yaml")
+FAILURE_BUDGET_S = 30  # every failure below must end within this, with a one-line reason
+
+# A toy model whose forward sleeps, so an epoch lasts long enough to kill a worker in the middle.
+SLOW_MODEL = TOY_MODEL + '''
+
+import time
+
+
+class _Slow(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.net = toy_conv3d(num_classes)
+
+    def forward(self, x):
+        time.sleep(0.25)
+        return self.net(x)
+
+
+@MODEL_REGISTRY.register()
+def toy_slow(num_classes=10, **kwargs):
+    return _Slow(num_classes)
+'''
+
+
+# ------------------------------------------------------------------------------------- helpers
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tool(tool, args, netns=None):
+    cmd = [sys.executable, os.path.join(ROOT, "tools", tool), *args]
+    return ["ip", "netns", "exec", netns, *cmd] if netns else cmd
+
+
+def _start(cmd, env=None):
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "ZOO_NODE_RANK"):
+        if var not in (env or {}):
+            full_env.pop(var, None)
+    return subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(procs, timeout=240):
+    """Wait for all; returns [(returncode, output)]."""
+    results = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            out += "\n<killed by the test: timeout>"
+        results.append((p.returncode, out))
+    return results
+
+
+def _error_line(out: str) -> str:
+    """The single 'error:' line of a failed run (asserts there is exactly one)."""
+    lines = [ln for ln in out.splitlines() if "error:" in ln]
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+def _two_nodes_here(extra, port, node_args=((), ())):
+    """Start node 0 and node 1 of a 2-node job on this host; returns the Popen objects."""
+    common = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+              "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", *extra]
+    return [_start(_tool("train_ddp.py", [*common, *node_args[k]]), env={"ZOO_NODE_RANK": str(k)})
+            for k in (0, 1)]
+
+
+def _toy_args(tmp_path, synth_root, model="toy_conv3d", model_src=TOY_MODEL, epochs=1, procs=1):
+    path = tmp_path / f"{model}.py"
+    path.write_text(model_src)
+    return ["CONFIG.EXTRA_MODULES", repr([str(path)]), "MODEL.NAME", model,
+            "TRAIN.EPOCH_NUM", str(epochs), "DDP_CONFIG.NUM_CPU_PROCS", str(procs),
+            "DDP_CONFIG.INIT_TIMEOUT", "20", "DATA.SYNTHETIC.ROOT", synth_root,
+            "LOG.BASE_PATH", str(tmp_path / "runs"), "LOG.EXP_NAME", "job", *TINY_DATA]
+
+
+def _ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=20)
+
+
+@pytest.fixture()
+def two_netns():
+    """Two network namespaces joined by a veth pair: [(name, address), ...]; no default route.
+
+    Inside them the hostnames ``node-a`` / ``node-b`` resolve to the two addresses (``ip netns exec``
+    mounts ``/etc/netns/<name>/hosts`` over ``/etc/hosts``).
+    """
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 (ip) is not installed, so no network namespaces")
+    tag = os.getpid() % 100000
+    names, addrs = [f"zoo{tag}a", f"zoo{tag}b"], ["10.77.0.1", "10.77.0.2"]
+    created = []
+    try:
+        for name in names:
+            _ip("netns", "add", name)
+            created.append(name)
+    except (subprocess.CalledProcessError, OSError) as e:
+        for name in created:
+            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+        reason = getattr(e, "stderr", "") or str(e)
+        pytest.skip(f"network namespaces are refused here ({reason.strip()})")
+    try:
+        veths = [f"zv{tag}a", f"zv{tag}b"]
+        _ip("link", "add", veths[0], "type", "veth", "peer", "name", veths[1])
+        for name, veth, addr in zip(names, veths, addrs):
+            _ip("link", "set", veth, "netns", name)
+            _ip("-n", name, "addr", "add", f"{addr}/24", "dev", veth)
+            _ip("-n", name, "link", "set", veth, "up")
+            _ip("-n", name, "link", "set", "lo", "up")
+            os.makedirs(f"/etc/netns/{name}", exist_ok=True)
+            with open(f"/etc/netns/{name}/hosts", "w") as f:
+                f.write(f"127.0.0.1 localhost\n{addrs[0]} node-a\n{addrs[1]} node-b\n")
+        yield list(zip(names, addrs))
+    finally:
+        for name in created:  # deleting a namespace deletes its end of the veth pair too
+            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+            shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+        try:
+            os.rmdir("/etc/netns")  # only if nothing else uses it
+        except OSError:
+            pass
+
+
+# ------------------------------------------------------------------------- jobs that must work
+def test_two_namespaces_auto_rank_match_train_one_4_rank_job(two_netns, tmp_path, synth_root):
+    """Must-show 1: the quick start config on two 'hosts' found by their own addresses."""
+    (ns0, ip0), (ns1, ip1) = two_netns
+    out = tmp_path / "runs"
+    args = ["--config-file", QUICKSTART,
+            "DDP_CONFIG.WORLD_SIZE", "2",
+            "DDP_CONFIG.WORLD_URLS", repr([ip0, ip1]),
+            "DDP_CONFIG.DIST_URL", f"tcp://{ip0}:29500",
+            "DDP_CONFIG.AUTO_RANK_MATCH", "True",
+            "DDP_CONFIG.NUM_CPU_PROCS", "2",
+            "DDP_CONFIG.INIT_TIMEOUT", "60",
+            *TINY_DATA,
+            "DATA.SYNTHETIC.ROOT", synth_root, "TRAIN.EPOCH_NUM", "1",
+            "LOG.BASE_PATH", str(out), "LOG.EXP_NAME", "netns"]
+    procs = [_start(_tool("train_ddp.py", args, netns=ns)) for ns in (ns1, ns0)]
+    (rc1, out1), (rc0, out0) = _finish(procs)
+    assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
+    assert f"AUTO_RANK_MATCH: this host is WORLD_URLS[0] = {ip0}" in out0
+    assert f"AUTO_RANK_MATCH: this host is WORLD_URLS[1] = {ip1}" in out1
+    assert "global ranks 0..1 of 4" in out0 and "global ranks 2..3 of 4" in out1
+    run = out / "netns"
+    for rank in range(4):
+        log = (run / f"log_rank{rank}.txt").read_text()
+        assert f"rank {rank}/4" in log and "training finished" in log
+    assert not (run / "log_rank4.txt").exists()
+    assert "GPU_WORLD_SIZE: 4" in (run / "config.yaml").read_text()
+
+
+def test_doctor_in_two_namespaces_by_hostname(two_netns):
+    """WORLD_URLS by hostname; tools/doctor.py joins both 'hosts' and runs one all-reduce."""
+    (ns0, ip0), (ns1, ip1) = two_netns
+    args = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['node-a', 'node-b']",
+            "DDP_CONFIG.DIST_URL", "tcp://node-a:29500", "DDP_CONFIG.DIST_BACKEND", "gloo",
+            "DDP_CONFIG.NUM_CPU_PROCS", "1", "DDP_CONFIG.INIT_TIMEOUT", "30"]
+    procs = [_start(_tool("doctor.py", args, netns=ns)) for ns in (ns0, ns1)]
+    (rc0, out0), (rc1, out1) = _finish(procs, timeout=120)
+    assert rc0 == 0 and rc1 == 0, out0 + out1
+    assert "this host is WORLD_URLS[0] = node-a" in out0
+    assert "this host is WORLD_URLS[1] = node-b" in out1
+    assert f"addresses {ip1}" in out1  # found on its interface, with no default route
+    assert "all_reduce over 2 ranks gave 2" in out1
+
+
+def test_torchrun_runs_one_2_rank_job_without_spawning_again(tmp_path, synth_root):
+    """Must-show 2: under torchrun the tool is one rank; NUM_CPU_PROCS 2 is not spawned again."""
+    torchrun = shutil.which("torchrun")
+    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    out = tmp_path / "runs"
+    cmd = [*launcher, "--standalone", "--nproc_per_node", "2",
+           os.path.join(ROOT, "tools", "train_ddp.py"), "--config-file", QUICKSTART, *TINY_DATA,
+           "DATA.SYNTHETIC.ROOT", synth_root, "TRAIN.EPOCH_NUM", "1",
+           "LOG.BASE_PATH", str(out), "LOG.EXP_NAME", "torchrun"]
+    [(rc, text)] = _finish([_start(cmd)])
+    assert rc == 0, text
+    assert text.count("torchrun started this process as rank") == 2
+    assert "process(es), global ranks" not in text  # the launcher's spawn path never ran
+    run = out / "torchrun"
+    assert sorted(p.name for p in run.glob("log_rank*.txt")) == ["log_rank0.txt", "log_rank1.txt"]
+    assert "rank 1/2" in (run / "log_rank1.txt").read_text()
+    assert "GPU_WORLD_SIZE: 2" in (run / "config.yaml").read_text()
+
+
+def test_file_store_rendezvous_across_two_nodes_and_a_reused_file(tmp_path, synth_root):
+    """file:// (shared file system, seed 000): two nodes meet in a file; a second run reuses it."""
+    rdzv = tmp_path / "shared" / "rdzv"
+    args = _toy_args(tmp_path, synth_root) + [
+        "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.AUTO_RANK_MATCH", "False",
+        "DDP_CONFIG.DIST_URL", f"file://{rdzv}"]
+    for attempt in range(2):  # the second run finds the first run's file and must not read it stale
+        procs = [_start(_tool("train_ddp.py", args), env={"ZOO_NODE_RANK": str(k)})
+                 for k in (1, 0)]
+        (rc1, out1), (rc0, out0) = _finish(procs, timeout=120)
+        assert rc0 == 0 and rc1 == 0, f"run {attempt}\nnode 0:\n{out0}\nnode 1:\n{out1}"
+        assert "global ranks 1..1 of 2" in out1
+    assert rdzv.exists()
+
+
+def test_doctor_checks_two_nodes_with_different_process_counts(tmp_path):
+    port = _free_port()
+    args = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+            "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", "DDP_CONFIG.DIST_BACKEND", "gloo",
+            "DDP_CONFIG.INIT_TIMEOUT", "20"]
+    procs = [_start(_tool("doctor.py", [*args, "DDP_CONFIG.NUM_CPU_PROCS", str(2 - k)]),
+                    env={"ZOO_NODE_RANK": str(k)}) for k in (0, 1)]
+    (rc0, out0), (rc1, out1) = _finish(procs, timeout=120)
+    assert rc0 == 0 and rc1 == 0, out0 + out1
+    assert "node 0 of 2 (ZOO_NODE_RANK=0), 2 CPU process(es)" in out0
+    assert "node 1 of 2 (ZOO_NODE_RANK=1), 1 CPU process(es)" in out1
+    assert "all_reduce over 3 ranks gave 3" in out0 and "all_reduce over 3 ranks gave 3" in out1
+
+
+# ------------------------------------------------------------- failures: fast, one line, non-zero
+def _fails_fast(cmd, env=None, expect=()):
+    start = time.monotonic()
+    [(rc, out)] = _finish([_start(cmd, env)], timeout=FAILURE_BUDGET_S + 30)
+    elapsed = time.monotonic() - start
+    assert rc != 0, out
+    assert elapsed < FAILURE_BUDGET_S, f"took {elapsed:.1f}s\n{out}"
+    line = _error_line(out)
+    for text in expect:
+        assert text in line, line
+    return line, elapsed
+
+
+def test_this_host_not_in_world_urls():
+    _fails_fast(_tool("train_ddp.py", [
+        "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['203.0.113.10', '203.0.113.11']",
+        "DDP_CONFIG.DIST_URL", "tcp://203.0.113.10:29500"]),
+        expect=["matches none of ['203.0.113.10', '203.0.113.11']", "127.0.0.1", "WORLD_RANK"])
+
+
+def test_world_urls_and_world_size_disagree():
+    _fails_fast(_tool("train_ddp.py", [
+        "DDP_CONFIG.WORLD_SIZE", "3", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '203.0.113.11']"]),
+        expect=["WORLD_URLS has 2 entries", "WORLD_SIZE is 3"])
+
+
+def test_dist_url_host_is_not_node_0():
+    _fails_fast(_tool("train_ddp.py", [
+        "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '203.0.113.11']",
+        "DDP_CONFIG.DIST_URL", "tcp://203.0.113.11:29500"]),
+        expect=["its host is not node 0", "tcp://127.0.0.1:29500"])
+
+
+def test_node_0_never_comes_up():
+    port = _free_port()
+    _, elapsed = _fails_fast(_tool("train_ddp.py", [
+        "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+        "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", "DDP_CONFIG.INIT_TIMEOUT", "5"]),
+        env={"ZOO_NODE_RANK": "1"}, expect=[f"127.0.0.1:{port}", "within 5s"])
+    assert elapsed >= 5
+
+
+def test_busy_port_on_node_0():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        _fails_fast(_tool("train_ddp.py", [
+            "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+            "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}"]),
+            env={"ZOO_NODE_RANK": "0"}, expect=[f"port {port} on node 0 is already in use"])
+
+
+def test_nodes_with_different_configs_stop_naming_the_keys(tmp_path, synth_root):
+    start = time.monotonic()
+    procs = _two_nodes_here(_toy_args(tmp_path, synth_root), _free_port(),
+                            node_args=((), ("TRAIN.LR", "0.2")))
+    results = _finish(procs, timeout=FAILURE_BUDGET_S + 30)
+    assert time.monotonic() - start < FAILURE_BUDGET_S
+    for rc, out in results:
+        assert rc != 0
+        line = _error_line(out)
+        assert "config on node 1" in line and "CONFIG.TRAIN.LR = 0.2 (on node 0" in line, line
+
+
+def _workers_of(pid):
+    """Spawned worker processes whose parent is ``pid`` (read from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and b"spawn_main" in cmdline:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds worker processes in /proc")
+def test_worker_killed_mid_epoch_stops_every_node_naming_the_rank(tmp_path, synth_root):
+    args = _toy_args(tmp_path, synth_root, model="toy_slow", model_src=SLOW_MODEL, epochs=50)
+    procs = _two_nodes_here(args + ["DDP_CONFIG.INIT_TIMEOUT", "15"], _free_port())
+    log = tmp_path / "runs" / "job" / "log_rank1.txt"
+    deadline = time.monotonic() + 120
+    while not (log.exists() and "epoch 1 iter 1/" in log.read_text()):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+            "training did not start:\n" + "\n".join(out for _, out in _finish(procs, 5))
+        time.sleep(0.2)
+    [victim] = _workers_of(procs[1].pid)  # node 1's only worker: global rank 1
+    killed_at = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    (rc0, out0), (rc1, out1) = _finish(procs, timeout=FAILURE_BUDGET_S + 30)
+    assert time.monotonic() - killed_at < FAILURE_BUDGET_S
+    assert rc0 != 0 and rc1 != 0
+    assert "global rank 1 (node 1, local process 0) died with signal SIGKILL" in _error_line(out1)
+    line0 = _error_line(out0)
+    assert "global rank 1 (node 1" in line0 and "SIGKILL" in line0, line0

@@ -1,0 +1,231 @@
+"""Topology resolution without starting processes: launchers, Slurm, AUTO_RANK_MATCH, DIST_URL."""
+
+import logging
+
+import pytest
+
+from zoo.config import load_config
+from zoo.engine.rendezvous import compare_summaries, config_items
+from zoo.engine.topology import (
+    LaunchError,
+    file_url_path,
+    first_slurm_host,
+    match_node_rank,
+    resolve_topology,
+)
+from zoo.utils import net
+
+# Addresses from TEST-NET-3 (RFC 5737): never assigned to a real host, no traffic is sent to them.
+FAR = ["203.0.113.10", "203.0.113.11", "203.0.113.12"]
+
+
+def _cfg(*opts):
+    return load_config(None, ["DDP_CONFIG.DIST_BACKEND", "gloo", *opts])
+
+
+def _nodes(urls, *opts):
+    return _cfg("DDP_CONFIG.WORLD_SIZE", str(len(urls)), "DDP_CONFIG.WORLD_URLS", repr(urls),
+                "DDP_CONFIG.DIST_URL", f"tcp://{urls[0]}:29500", *opts)
+
+
+# ----------------------------------------------------------------------- this host's addresses
+def test_host_identity_lists_every_interface_and_loopback():
+    me = net.host_identity()
+    assert "127.0.0.1" in me.addresses
+    assert me.hostname
+    for addr in me.addresses:
+        assert net.is_local(addr)
+    assert not net.is_local(FAR[0])
+
+
+def test_is_this_host_accepts_hostnames_and_ips():
+    me = net.host_identity()
+    assert net.is_this_host(me.hostname)
+    assert net.is_this_host("localhost")
+    assert net.is_this_host("127.0.0.1")
+    assert not net.is_this_host(FAR[0])
+    assert not net.is_this_host("no-such-host.invalid")
+
+
+def test_same_host_compares_resolved_addresses_not_substrings():
+    assert net.same_host("localhost", "127.0.0.1")
+    assert not net.same_host("10.0.0.1", "10.0.0.11")  # the seed's substring check said yes
+    assert not net.same_host(FAR[0], FAR[1])
+
+
+# ---------------------------------------------------------------------------- AUTO_RANK_MATCH
+def test_auto_rank_match_finds_this_host_by_ip_or_hostname():
+    host = net.host_identity().hostname
+    assert match_node_rank([FAR[0], "127.0.0.1", FAR[1]]) == 1
+    assert match_node_rank([FAR[0], FAR[1], host]) == 2
+
+
+def test_no_match_lists_this_hosts_addresses_and_the_list():
+    with pytest.raises(LaunchError) as e:
+        resolve_topology(_nodes(FAR[:2]))
+    msg = str(e.value)
+    assert "matches none of ['203.0.113.10', '203.0.113.11']" in msg
+    assert "127.0.0.1" in msg and net.host_identity().hostname in msg
+    assert "DDP_CONFIG.WORLD_RANK" in msg and "\n" not in msg
+
+
+def test_two_entries_for_one_host_need_an_override():
+    cfg = _nodes(["127.0.0.1", "localhost"])
+    with pytest.raises(LaunchError, match=r"entries \[0\] 127.0.0.1, \[1\] localhost all name"):
+        resolve_topology(cfg)
+    topo = resolve_topology(cfg, node_rank=1)
+    assert (topo.node_rank, topo.num_nodes, topo.world_size) == (1, 2, None)
+    topo = resolve_topology(cfg, environ={"ZOO_NODE_RANK": "0"})
+    assert topo.node_rank == 0 and "ZOO_NODE_RANK" in topo.how
+
+
+def test_loopback_entry_next_to_real_ones_is_explained():
+    real = [a for a in net.local_addresses() if not net.is_loopback(a)]
+    if not real:
+        pytest.skip("this host has only loopback addresses")
+    with pytest.raises(LaunchError, match="loopback address, which is every host"):
+        match_node_rank(["127.0.0.1", real[0]])
+
+
+def test_world_urls_length_must_match_world_size():
+    cfg = _cfg("DDP_CONFIG.WORLD_SIZE", "3",
+               "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '203.0.113.10']")
+    with pytest.raises(LaunchError, match="WORLD_URLS has 2 entries .*WORLD_SIZE is 3"):
+        resolve_topology(cfg)
+
+
+def test_world_size_zero_takes_the_node_count_from_world_urls():
+    cfg = _nodes(["127.0.0.1", FAR[0], FAR[1]], "DDP_CONFIG.WORLD_SIZE", "0")
+    topo = resolve_topology(cfg)
+    assert (topo.num_nodes, topo.node_rank) == (3, 0)
+
+
+def test_one_node_ignores_world_urls_and_a_foreign_dist_url():
+    # gluoncv YAMLs hard-code a cloud IP; with one node that must still just run (gluoncv #1682).
+    cfg = _cfg("DDP_CONFIG.WORLD_URLS", "['203.0.113.10']", "DDP_CONFIG.DIST_URL",
+               "tcp://203.0.113.10:23456", "DDP_CONFIG.NUM_CPU_PROCS", "2")
+    topo = resolve_topology(cfg)
+    assert topo.dist_url == "tcp://127.0.0.1:23456"
+    assert (topo.num_nodes, topo.world_size, topo.rank_offset) == (1, 2, 0)
+
+
+def test_old_wolrd_urls_spelling_still_works(tmp_path, caplog):
+    yaml = tmp_path / "old.yaml"
+    yaml.write_text("DDP_CONFIG:\n  WORLD_SIZE: 2\n  WOLRD_URLS: ['127.0.0.1', '203.0.113.10']\n"
+                    "  DIST_URL: 'tcp://127.0.0.1:23456'\n  DIST_BACKEND: 'gloo'\n")
+    with caplog.at_level(logging.WARNING):
+        cfg = load_config(str(yaml))
+    assert "old spelling" in caplog.text
+    assert resolve_topology(cfg).node_rank == 0
+
+
+# ------------------------------------------------------------------------------------ DIST_URL
+def test_dist_url_host_must_be_node_0():
+    cfg = _nodes(["127.0.0.1", FAR[0]], "DDP_CONFIG.DIST_URL", f"tcp://{FAR[0]}:29500")
+    expected = r"its host is not node 0 \(WORLD_URLS\[0\] = '127.0.0.1'\)"
+    with pytest.raises(LaunchError, match=expected):
+        resolve_topology(cfg)
+
+
+def test_dist_url_by_hostname_equals_node_0_by_ip():
+    cfg = _nodes(["127.0.0.1", FAR[0]], "DDP_CONFIG.DIST_URL", "tcp://localhost:29500")
+    assert resolve_topology(cfg).node_rank == 0
+
+
+def test_node_0_must_own_the_dist_url_address_without_world_urls():
+    cfg = _cfg("DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.AUTO_RANK_MATCH", "False",
+               "DDP_CONFIG.DIST_URL", f"tcp://{FAR[0]}:29500")
+    with pytest.raises(LaunchError, match="this is node 0, which hosts the rendezvous"):
+        resolve_topology(cfg)
+    topo = resolve_topology(cfg, node_rank=1)  # another node only connects to it
+    assert topo.node_rank == 1
+
+
+def test_env_dist_url_reads_master_addr():
+    cfg = _nodes(["127.0.0.1", FAR[0]], "DDP_CONFIG.DIST_URL", "env://")
+    with pytest.raises(LaunchError, match="MASTER_ADDR and MASTER_PORT not set"):
+        resolve_topology(cfg, environ={})
+    topo = resolve_topology(cfg, environ={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29501"})
+    assert topo.dist_url == "tcp://127.0.0.1:29501"
+
+
+def test_file_urls():
+    assert file_url_path("file:///shared/job/rdzv") == "/shared/job/rdzv"
+    assert file_url_path("file:///D:/pg") == "D:/pg"
+    assert file_url_path("file:///D:\\pg") == "D:\\pg"
+    cfg = _cfg("DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.AUTO_RANK_MATCH", "False",
+               "DDP_CONFIG.DIST_URL", "file:///shared/rdzv")
+    assert resolve_topology(cfg).dist_url == "file:///shared/rdzv"
+
+
+# ------------------------------------------------------------------- ranks from the environment
+def test_torchrun_environment_means_no_spawn():
+    env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+           "GROUP_RANK": "1", "MASTER_ADDR": "10.1.1.1", "MASTER_PORT": "29500",
+           "TORCHELASTIC_RUN_ID": "x"}
+    topo = resolve_topology(_cfg("DDP_CONFIG.NUM_CPU_PROCS", "8"), environ=env)
+    assert topo.assigned and topo.source == "torchrun"
+    assert (topo.rank, topo.local_rank, topo.world_size, topo.node_rank) == (3, 1, 4, 1)
+    assert topo.dist_url == "env://" and topo.local_procs == 2
+
+
+def test_incomplete_rank_environment_is_an_error():
+    with pytest.raises(LaunchError, match="MASTER_ADDR, MASTER_PORT not"):
+        resolve_topology(_cfg(), environ={"RANK": "0", "WORLD_SIZE": "2"})
+
+
+def test_slurm_one_task_per_process():
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "2",
+           "SLURM_NNODES": "4", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "gpu[07-10]"}
+    topo = resolve_topology(_cfg(), environ=env)
+    assert topo.assigned and topo.source == "Slurm"
+    assert (topo.rank, topo.local_rank, topo.world_size, topo.node_rank) == (5, 1, 8, 2)
+    assert topo.dist_url == "tcp://gpu07:10001"  # port of DDP_CONFIG.DIST_URL
+    topo = resolve_topology(_cfg(), environ=dict(env, MASTER_PORT="29777"))
+    assert topo.dist_url == "tcp://gpu07:29777"
+
+
+def test_slurm_one_task_per_node_spawns_workers():
+    env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
+           "SLURM_NNODES": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "cn-a1,cn-b1"}
+    topo = resolve_topology(_cfg("DDP_CONFIG.NUM_CPU_PROCS", "3"), environ=env)
+    assert not topo.assigned
+    assert (topo.node_rank, topo.num_nodes, topo.local_procs) == (1, 2, 3)
+    assert topo.dist_url == "tcp://cn-a1:10001"
+
+
+def test_slurm_batch_script_without_srun_is_not_a_job_step():
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_NNODES": "1", "SLURM_JOB_ID": "7"}
+    topo = resolve_topology(_cfg("DDP_CONFIG.NUM_CPU_PROCS", "2"), environ=env)
+    assert not topo.assigned and topo.source == "DDP_CONFIG" and topo.world_size == 2
+
+
+def test_first_host_of_a_slurm_nodelist():
+    assert first_slurm_host("node[001-004,010],gpu1") == "node001"
+    assert first_slurm_host("a12") == "a12"
+    assert first_slurm_host("rack1-[3,5-6]-ib") == "rack1-3-ib"
+    assert first_slurm_host("x[9]") == "x9"
+
+
+def test_scheduler_node_rank_environment():
+    # AzureML per-node launch (seed 002): one launcher per node, WORLD_SIZE = nodes.
+    env = {"MASTER_ADDR": "10.0.0.4", "MASTER_PORT": "6105", "NODE_RANK": "1", "WORLD_SIZE": "2"}
+    topo = resolve_topology(_cfg("DDP_CONFIG.NUM_CPU_PROCS", "2"), environ=env)
+    assert not topo.assigned
+    assert (topo.node_rank, topo.num_nodes, topo.dist_url) == (1, 2, "tcp://10.0.0.4:6105")
+
+
+# ------------------------------------------------------------------------------ config agreement
+def test_config_comparison_names_the_keys_that_differ():
+    a = config_items(_cfg())
+    b = config_items(_cfg("TRAIN.LR", "0.2", "DDP_CONFIG.NUM_CPU_PROCS", "7"))
+    assert "DDP_CONFIG.NUM_CPU_PROCS" not in a  # per-node keys may differ
+    base = {"zoo": "1", "torch": "2", "backend": "gloo", "procs": 1}
+    summaries = [dict(base, config=a, config_hash="x"), dict(base, config=b, config_hash="y")]
+    errors, _ = compare_summaries(summaries, lambda i: f"node {i}")
+    assert errors == ["the config on node 1 differs in 1 key(s): CONFIG.TRAIN.LR = 0.2 (on node 0: "
+                      "0.1); run every node with the same YAML and overrides"]
+    summaries[1].update(zoo="9", config=a, config_hash="x")
+    errors, _ = compare_summaries(summaries, lambda i: f"node {i}")
+    assert errors == ["node 1 runs zoo 9 but node 0 runs zoo 1; "
+                      "install the same version everywhere"]

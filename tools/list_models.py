@@ -1,0 +1,34 @@
+#!/usr/bin/env python
+"""Print the registered models with their facts (params, GFLOPs, frames x stride, crop).
+
+    python tools/list_models.py                 # plain table
+    python tools/list_models.py --markdown      # the table of docs/models.md
+    python tools/list_models.py --recount       # measure params / GFLOPs now (marks drift with !)
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from zoo.models.table import format_table, model_rows  # noqa: E402
+from zoo.utils.env import import_extra_modules  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="models to list (default: all)")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--recount", action="store_true",
+                        help="count params and GFLOPs now on the meta device")
+    parser.add_argument("--extra-modules", nargs="+", default=[], metavar="PY",
+                        help="user model files to import first (their models are listed too)")
+    args = parser.parse_args()
+    import_extra_modules(args.extra_modules)
+    print(format_table(model_rows(args.names, recount=args.recount), markdown=args.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Config -> dataset -> DataLoader. The only place that reads ``CONFIG.DATA`` for the data layer.
+
+``DATASET_REGISTRY`` holds the datasets ``CONFIG.DATA.DATASET`` can name. An entry is called as
+``cls(**kwargs) -> torch.utils.data.Dataset`` with the keyword arguments built by
+``dataset_kwargs`` (a dataset that ignores some of them should take ``**kwargs``):
+
+* ``anno_path`` (str), ``data_path`` (str; the list's video paths are relative to it), ``split``
+  ("train", "val" or "test");
+* ``clip_len``, ``frame_rate`` (stride between sampled frames), ``crop_size``, ``short_side_size``,
+  ``train_short_side_range`` ([min, max]), ``random_flip`` (bool), ``mean`` and ``std`` (3 floats
+  each, 0..1 scale), ``test_num_segment``, ``test_num_crop``, ``seed`` (int).
+
+Items must be ``(clip, label, index, n_bad)``: ``clip`` is float ``(C, T, H, W)`` for train/val and
+``(V, C, T, H, W)`` with ``V = test_num_segment * test_num_crop`` for test; ``label`` and ``index``
+are ints; ``n_bad`` counts the unreadable videos skipped to produce the item. A dataset should also
+expose ``num_classes_found`` (largest label + 1) so a too-small ``NUM_CLASSES`` is caught early.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+from typing import Any, Dict
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from yacs.config import CfgNode
+
+from ..config import ConfigError
+from ..utils import comm
+from ..utils.registry import Registry
+
+DATASET_REGISTRY = Registry("DATASET")
+# Call contract: ``DATASET_REGISTRY.get(name)(**dataset_kwargs(cfg, split)) -> Dataset``
+# (see the module docstring for the keyword arguments and the item format).
+
+SPLITS = ("train", "val", "test")
+_SYNTHETIC_HINT = "set it to your list or set CONFIG.DATA.SYNTHETIC.ENABLE True"
+
+
+def _list_paths(cfg: CfgNode, split: str) -> Dict[str, str]:
+    """The annotation list and data root of ``split``, with the test -> val fallbacks applied."""
+    data = cfg.CONFIG.DATA
+    if split == "test" and data.TEST_ANNO_PATH:
+        anno_key, anno_path = "CONFIG.DATA.TEST_ANNO_PATH", data.TEST_ANNO_PATH
+        data_path = data.TEST_DATA_PATH or data.VAL_DATA_PATH
+    elif split in ("val", "test"):
+        # Without a test list the test split is the validation list, with its data root.
+        anno_key, anno_path = "CONFIG.DATA.VAL_ANNO_PATH", data.VAL_ANNO_PATH
+        data_path = data.VAL_DATA_PATH
+    else:
+        anno_key, anno_path = "CONFIG.DATA.TRAIN_ANNO_PATH", data.TRAIN_ANNO_PATH
+        data_path = data.TRAIN_DATA_PATH
+    if not anno_path:
+        raise ConfigError(f"{anno_key} is empty: {_SYNTHETIC_HINT}")
+    if not os.path.isfile(anno_path):
+        raise ConfigError(f"{anno_key} = {anno_path!r} does not exist: {_SYNTHETIC_HINT}")
+    # An empty data root means the list's paths are relative to the list's own folder.
+    data_path = data_path or os.path.dirname(os.path.abspath(anno_path))
+    return {"anno_key": anno_key, "anno_path": anno_path, "data_path": data_path}
+
+
+def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
+    """Translate ``cfg`` into the typed keyword arguments of a registered dataset.
+
+    Args:
+        cfg: A loaded config (with the synthetic data already prepared when it is enabled).
+        split: "train", "val" or "test".
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    data = cfg.CONFIG.DATA
+    paths = _list_paths(cfg, split)
+    return {
+        "anno_path": paths["anno_path"],
+        "data_path": paths["data_path"],
+        "split": split,
+        "clip_len": int(data.CLIP_LEN),
+        "frame_rate": int(data.FRAME_RATE),
+        "crop_size": int(data.CROP_SIZE),
+        "short_side_size": int(data.SHORT_SIDE_SIZE),
+        "train_short_side_range": [int(v) for v in data.TRAIN_SHORT_SIDE_RANGE],
+        "random_flip": bool(data.RANDOM_FLIP),
+        "mean": [float(v) for v in data.MEAN],
+        "std": [float(v) for v in data.STD],
+        "test_num_segment": int(data.TEST_NUM_SEGMENT),
+        "test_num_crop": int(data.TEST_NUM_CROP),
+        "seed": int(cfg.CONFIG.SEED),
+    }
+
+
+def build_dataset(cfg: CfgNode, split: str) -> Dataset:
+    """Build ``CONFIG.DATA.DATASET`` for ``split`` ("train", "val" or "test").
+
+    The test split reads ``TEST_ANNO_PATH`` / ``TEST_DATA_PATH`` and falls back to the validation
+    ones when they are empty. With ``CONFIG.DATA.SYNTHETIC.ENABLE`` the generated dataset is used
+    (and generated first if needed).
+
+    Raises:
+        ConfigError: A list path is empty or missing, or labels exceed ``NUM_CLASSES``.
+    """
+    if cfg.CONFIG.DATA.SYNTHETIC.ENABLE:
+        from .synthetic import prepare_synthetic  # late: see zoo/data/__init__.py
+
+        cfg = prepare_synthetic(cfg)  # cheap when already prepared: a hash and a file check
+    kwargs = dataset_kwargs(cfg, split)
+    dataset = DATASET_REGISTRY.get(cfg.CONFIG.DATA.DATASET)(**kwargs)
+    found = getattr(dataset, "num_classes_found", None)
+    num_classes = cfg.CONFIG.DATA.NUM_CLASSES
+    if found is not None and found > num_classes:
+        key = _list_paths(cfg, split)["anno_key"]
+        raise ConfigError(
+            f"{key} = {kwargs['anno_path']!r} has labels up to {found - 1} but "
+            f"CONFIG.DATA.NUM_CLASSES = {num_classes}: raise NUM_CLASSES to at least {found}"
+        )
+    return dataset
+
+
+def _seed_worker(worker_id: int, base_seed: int) -> None:
+    """Give each data worker its own reproducible seed: SEED + rank * 1000 + worker id."""
+    seed = base_seed + worker_id
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    # Workers already run in parallel; intra-op threads on top would oversubscribe the cores.
+    torch.set_num_threads(1)
+
+
+def build_loader(cfg: CfgNode, split: str) -> DataLoader:
+    """A DataLoader for ``split``, sharded over ranks when a process group has several ranks.
+
+    Training shuffles and drops the last partial batch; validation and testing keep every video
+    in order (a DistributedSampler pads them by repeating a few videos, which the evaluator
+    de-duplicates by index). Call ``loader.sampler.set_epoch(epoch)`` when the sampler has it.
+    """
+    dataset = build_dataset(cfg, split)
+    train = split == "train"
+    batch_size = {
+        "train": cfg.CONFIG.TRAIN.BATCH_SIZE,
+        "val": cfg.CONFIG.VAL.BATCH_SIZE,
+        "test": cfg.CONFIG.TEST.BATCH_SIZE,
+    }[split]
+    world_size, rank = comm.get_world_size(), comm.get_rank()
+    seed = int(cfg.CONFIG.SEED)
+    sampler = None
+    generator = None
+    if world_size > 1:
+        sampler = DistributedSampler(
+            dataset, num_replicas=world_size, rank=rank, shuffle=train, seed=seed, drop_last=False
+        )
+        per_rank = len(sampler)
+    else:
+        # Seed the shuffle so a run is reproducible; each new iterator draws a new order.
+        generator = torch.Generator().manual_seed(seed)
+        per_rank = len(dataset)
+    if train and per_rank < batch_size:
+        raise ConfigError(
+            f"CONFIG.TRAIN.BATCH_SIZE = {batch_size} is larger than the {per_rank} training videos "
+            f"each of the {world_size} process(es) gets, so no full batch exists: lower it"
+        )
+    num_workers = int(cfg.CONFIG.DATA.NUM_WORKERS)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=train if sampler is None else False,
+        sampler=sampler,
+        generator=generator,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+        worker_init_fn=functools.partial(_seed_worker, base_seed=seed + rank * 1000),
+        pin_memory=torch.cuda.is_available(),
+        drop_last=train,
+    )

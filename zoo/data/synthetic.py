@@ -1,0 +1,395 @@
+"""The embedded default dataset: short H.264 videos whose class is the direction a shape moves in.
+
+Class ``k`` is the ``k``-th of: right, left, up, down, up-right, down-left, up-left, down-right
+(opposites are adjacent, so any number of classes from 2 to 8 keeps pairs that mirror each other).
+Only motion tells the classes apart:
+
+* The target's position at the middle frame is drawn from the same box for every class and its path
+  is symmetric about it, so the middle frame, and the position averaged over time, carry no
+  direction information; a clip played backwards looks like the opposite class, so a model that
+  ignores frame order cannot beat chance between the two classes of a pair (<= 50% overall).
+  (The first frame alone does hint at the direction: a rightward target starts left of centre.)
+* Size, speed, shape (square or disk) and colours are drawn independently of the class.
+* 1-3 distractor shapes sit still or jitter in place with no net motion.
+* The target stays fully inside the frame for the whole video.
+
+Videos are written with PyAV (libx264, yuv420p, one keyframe every 16 frames, no B-frames) beside
+``train.txt`` / ``val.txt`` in the gluoncv list format and ``classes.txt``. Each video's random
+numbers come from ``(seed, split, label, index)`` alone, so a seed always gives the same dataset.
+
+Command line::
+
+    python -m zoo.data.synthetic --out DIR [--num-classes 4 --train-per-class 60 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Tuple
+
+import av
+import numpy as np
+from yacs.config import CfgNode
+
+from ..config import ConfigError
+
+logger = logging.getLogger(__name__)
+
+# Bump when the generator's output changes, so cached datasets from an older version are not reused.
+GENERATOR_VERSION = 1
+DIRECTIONS: List[Tuple[str, Tuple[float, float]]] = [
+    ("right", (1.0, 0.0)),
+    ("left", (-1.0, 0.0)),
+    ("up", (0.0, -1.0)),
+    ("down", (0.0, 1.0)),
+    ("up_right", (1.0, -1.0)),
+    ("down_left", (-1.0, 1.0)),
+    ("up_left", (-1.0, -1.0)),
+    ("down_right", (1.0, 1.0)),
+]
+FPS = 25
+MANIFEST = "dataset.json"
+# ultrafast: encoding speed matters more than file size for 64x64 clips; threads=1 keeps the
+# output byte-identical from run to run; g=16 keeps seeks short; bf=0 makes decode order = display.
+_ENCODER_OPTIONS = {"crf": "18", "preset": "ultrafast", "threads": "1", "g": "16", "bf": "0"}
+_SPLITS = ("train", "val")
+
+
+@dataclass
+class VideoSpec:
+    """Everything drawn for one video; centres are in pixels, x to the right, y down."""
+
+    label: int
+    target_shape: str
+    target_size: float
+    target_colour: np.ndarray
+    centres: np.ndarray  # (T, 2) target centre per frame
+    background: np.ndarray  # (H, W, 3) float32
+    distractors: List[Dict[str, Any]]
+
+
+def _colour(rng: np.random.Generator, away_from: np.ndarray, min_distance: float) -> np.ndarray:
+    """A random RGB colour at least ``min_distance`` (L2, 0..255) from ``away_from``."""
+    colour = rng.uniform(0, 255, 3)
+    for _ in range(20):
+        if np.linalg.norm(colour - away_from) >= min_distance:
+            break
+        colour = rng.uniform(0, 255, 3)
+    return colour.astype(np.float32)
+
+
+def _background(rng: np.random.Generator, size: int) -> np.ndarray:
+    if rng.random() < 0.5:
+        base = rng.uniform(20, 235, 3).astype(np.float32)
+        noise = rng.normal(0.0, 6.0, (size, size, 1)).astype(np.float32)  # static, grey
+        return base + noise
+    # A linear gradient between two colours along a random angle.
+    c0, c1 = rng.uniform(20, 235, (2, 3)).astype(np.float32)
+    angle = rng.uniform(0, 2 * np.pi)
+    coords = (np.arange(size, dtype=np.float32) + 0.5) / size - 0.5
+    ramp = np.cos(angle) * coords[None, :] + np.sin(angle) * coords[:, None]
+    ramp = (ramp - ramp.min()) / max(float(ramp.max() - ramp.min()), 1e-6)
+    return c0 + (c1 - c0) * ramp[..., None]
+
+
+def video_spec(
+    seed: int, split: str, label: int, index: int, num_frames: int, size: int
+) -> VideoSpec:
+    """Draw the content of one video from ``(seed, split, label, index)`` alone."""
+    rng = np.random.default_rng([seed, _SPLITS.index(split), label, index])
+    frames = np.arange(num_frames, dtype=np.float32)
+    background = _background(rng, size)
+    mean_bg = background.reshape(-1, 3).mean(0)
+
+    target_size = rng.uniform(0.19, 0.31) * size
+    # Total path length, a share of the room the target has, drawn the same way for every class.
+    travel = rng.uniform(0.45, 0.60) * (size - target_size)
+    # The middle position comes from one box for all classes, wide enough for any direction.
+    low = target_size / 2 + travel / 2
+    middle = rng.uniform(low, size - low, 2)
+    direction = np.asarray(DIRECTIONS[label][1], dtype=np.float32)
+    direction /= np.linalg.norm(direction)
+    phase = frames / max(num_frames - 1, 1) - 0.5  # -0.5 .. 0.5 over the video
+    centres = middle[None, :] + phase[:, None] * travel * direction[None, :]
+
+    distractors = []
+    for _ in range(int(rng.integers(1, 4))):
+        d_size = rng.uniform(0.12, 0.25) * size
+        centre = rng.uniform(d_size / 2, size - d_size / 2, 2)
+        jitter = rng.random() < 0.5
+        offsets = rng.integers(-1, 2, (num_frames, 2)) if jitter else np.zeros((num_frames, 2))
+        distractors.append(
+            {
+                "shape": "disk" if rng.random() < 0.5 else "square",
+                "size": d_size,
+                "colour": _colour(rng, mean_bg, 60.0),
+                # Independent +-1 px steps around a fixed point: flicker, but no drift.
+                "centres": np.clip(centre[None, :] + offsets, d_size / 2, size - d_size / 2),
+            }
+        )
+    return VideoSpec(
+        label=label,
+        target_shape="disk" if rng.random() < 0.5 else "square",
+        target_size=float(target_size),
+        target_colour=_colour(rng, mean_bg, 120.0),
+        centres=centres.astype(np.float32),
+        background=background,
+        distractors=distractors,
+    )
+
+
+def _coverage(shape: str, size: float, centres: np.ndarray, frame_size: int) -> np.ndarray:
+    """Anti-aliased coverage ``(T, H, W)`` in [0, 1] of a shape at per-frame centres."""
+    pixels = np.arange(frame_size, dtype=np.float32) + 0.5
+    dx = pixels[None, None, :] - centres[:, 0, None, None]  # (T, 1, W)
+    dy = pixels[None, :, None] - centres[:, 1, None, None]  # (T, H, 1)
+    half = size / 2
+    if shape == "square":
+        return np.clip(half + 0.5 - np.abs(dx), 0, 1) * np.clip(half + 0.5 - np.abs(dy), 0, 1)
+    return np.clip(half + 0.5 - np.sqrt(dx * dx + dy * dy), 0, 1)
+
+
+def render(spec: VideoSpec) -> np.ndarray:
+    """Draw a video: uint8 ``(T, H, W, 3)``; the target is drawn last, so it is never hidden."""
+    num_frames, size = len(spec.centres), spec.background.shape[0]
+    video = np.broadcast_to(spec.background, (num_frames, size, size, 3)).copy()
+    layers = [(d["shape"], d["size"], d["colour"], d["centres"]) for d in spec.distractors]
+    layers.append((spec.target_shape, spec.target_size, spec.target_colour, spec.centres))
+    for shape, shape_size, colour, centres in layers:
+        alpha = _coverage(shape, shape_size, centres.astype(np.float32), size)[..., None]
+        video += alpha * (colour - video)
+    return np.clip(video + 0.5, 0, 255).astype(np.uint8)
+
+
+def write_video(path: str, video: np.ndarray, fps: int = FPS) -> None:
+    """Encode uint8 ``(T, H, W, 3)`` RGB frames to an H.264 .mp4 at ``path``."""
+    with av.open(path, mode="w") as container:
+        stream = container.add_stream("libx264", rate=fps, options=dict(_ENCODER_OPTIONS))
+        stream.height, stream.width = video.shape[1:3]
+        stream.pix_fmt = "yuv420p"
+        for image in video:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():  # flush the encoder
+            container.mux(packet)
+
+
+def _settings(
+    num_classes: int,
+    train_per_class: int,
+    val_per_class: int,
+    num_frames: int,
+    size: int,
+    seed: int,
+) -> Dict[str, int]:
+    return {
+        "version": GENERATOR_VERSION,
+        "num_classes": int(num_classes),
+        "train_per_class": int(train_per_class),
+        "val_per_class": int(val_per_class),
+        "num_frames": int(num_frames),
+        "size": int(size),
+        "seed": int(seed),
+    }
+
+
+def _read_manifest(out_dir: str) -> Dict[str, Any]:
+    try:
+        with open(os.path.join(out_dir, MANIFEST), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _result(out_dir: str, manifest: Dict[str, Any], seconds: float, cached: bool) -> Dict[str, Any]:
+    return {
+        "root": out_dir,
+        "train_list": os.path.join(out_dir, "train.txt"),
+        "val_list": os.path.join(out_dir, "val.txt"),
+        "classes": manifest["classes"],
+        "num_train": manifest["num_train"],
+        "num_val": manifest["num_val"],
+        "settings": manifest["settings"],
+        "seconds": seconds,
+        "cached": cached,
+    }
+
+
+def _write_dataset(tmp: str, settings: Dict[str, int]) -> Dict[str, Any]:
+    num_classes, num_frames = settings["num_classes"], settings["num_frames"]
+    size = settings["size"]
+    classes = [name for name, _ in DIRECTIONS[:num_classes]]
+    counts = {"train": settings["train_per_class"], "val": settings["val_per_class"]}
+    for split in _SPLITS:
+        lines = []
+        for label, name in enumerate(classes):
+            os.makedirs(os.path.join(tmp, "videos", split, name))
+            for i in range(counts[split]):
+                rel = f"videos/{split}/{name}/{i:04d}.mp4"
+                spec = video_spec(settings["seed"], split, label, i, num_frames, size)
+                write_video(os.path.join(tmp, rel), render(spec))
+                lines.append(f"{rel} {num_frames} {label}\n")
+        with open(os.path.join(tmp, f"{split}.txt"), "w", encoding="utf-8") as f:
+            f.writelines(lines)
+    with open(os.path.join(tmp, "classes.txt"), "w", encoding="utf-8") as f:
+        f.writelines(f"{name}\n" for name in classes)
+    manifest = {
+        "settings": settings,
+        "classes": classes,
+        "num_train": counts["train"] * num_classes,
+        "num_val": counts["val"] * num_classes,
+    }
+    # The manifest is written last: a folder without it was never finished.
+    with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+    return manifest
+
+
+def generate(
+    out_dir: str,
+    num_classes: int = 4,
+    train_per_class: int = 60,
+    val_per_class: int = 25,
+    num_frames: int = 32,
+    size: int = 64,
+    seed: int = 0,
+) -> Dict[str, Any]:
+    """Write the motion dataset to ``out_dir`` unless a finished one with these settings is there.
+
+    The videos are written to a temporary sibling folder that is renamed to ``out_dir`` at the end,
+    so an interrupted run never leaves a folder that looks complete, and two processes racing to
+    create the same folder both end up using whichever finished first.
+
+    Returns:
+        ``root``, ``train_list``, ``val_list``, ``classes``, ``num_train``, ``num_val``,
+        ``settings``, ``seconds`` (time spent) and ``cached`` (True if nothing was written).
+
+    Raises:
+        ValueError: A setting is out of range, or ``out_dir`` holds something else.
+    """
+    if not 2 <= num_classes <= len(DIRECTIONS):
+        raise ValueError(f"num_classes must be 2..{len(DIRECTIONS)}, got {num_classes}")
+    if size < 16 or size % 2:
+        raise ValueError(f"size must be an even number >= 16 (H.264 needs even sizes), got {size}")
+    if min(train_per_class, val_per_class, num_frames) < 1:
+        raise ValueError("train_per_class, val_per_class and num_frames must be >= 1")
+    settings = _settings(num_classes, train_per_class, val_per_class, num_frames, size, seed)
+    start = time.perf_counter()
+    out_dir = os.path.abspath(out_dir)
+    manifest = _read_manifest(out_dir)
+    if manifest.get("settings") == settings:
+        return _result(out_dir, manifest, time.perf_counter() - start, cached=True)
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        raise ValueError(
+            f"{out_dir} already exists and is not a motion dataset with these settings: "
+            "remove it or choose another folder"
+        )
+    parent, name = os.path.split(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+    try:
+        manifest = _write_dataset(tmp, settings)
+        try:
+            os.rename(tmp, out_dir)  # atomic; replaces only a missing or empty folder
+        except OSError:
+            if _read_manifest(out_dir).get("settings") != settings:
+                raise
+            # Another process finished the same dataset first: use theirs.
+            shutil.rmtree(tmp, ignore_errors=True)
+            return _result(out_dir, manifest, time.perf_counter() - start, cached=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return _result(out_dir, manifest, time.perf_counter() - start, cached=False)
+
+
+def default_root() -> str:
+    """The cache folder used when ``CONFIG.DATA.SYNTHETIC.ROOT`` is empty."""
+    return os.environ.get("ZOO_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "zoo")
+
+
+def prepare_synthetic(cfg: CfgNode) -> CfgNode:
+    """Point the config at the generated dataset, generating it first if needed.
+
+    With ``CONFIG.DATA.SYNTHETIC.ENABLE`` False, ``cfg`` is returned unchanged. Otherwise the
+    dataset lives in ``ROOT (or $ZOO_CACHE, or ~/.cache/zoo)/motion_<hash of the settings>`` and a
+    frozen clone of ``cfg`` is returned with ``CONFIG.DATA.{TRAIN,VAL}_{ANNO,DATA}_PATH`` set to it.
+    Safe to call from several processes at once (each may generate; the first to finish wins), but
+    cheapest when called once before worker processes start.
+
+    Raises:
+        ConfigError: ``CONFIG.DATA.NUM_CLASSES`` is not 2..8.
+    """
+    syn = cfg.CONFIG.DATA.SYNTHETIC
+    if not syn.ENABLE:
+        return cfg
+    num_classes = cfg.CONFIG.DATA.NUM_CLASSES
+    if not 2 <= num_classes <= len(DIRECTIONS):
+        raise ConfigError(
+            f"CONFIG.DATA.NUM_CLASSES = {num_classes} is not allowed with CONFIG.DATA.SYNTHETIC."
+            f"ENABLE True: the motion dataset has 2 to {len(DIRECTIONS)} classes"
+        )
+    settings = _settings(
+        num_classes, syn.TRAIN_PER_CLASS, syn.VAL_PER_CLASS, syn.NUM_FRAMES, syn.SIZE, syn.SEED
+    )
+    digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
+    out_dir = os.path.join(syn.ROOT or default_root(), f"motion_{digest}")
+    info = generate(out_dir, **{k: v for k, v in settings.items() if k != "version"})
+    if not info["cached"]:
+        logger.info("generated the motion dataset in %s (%.1f s)", out_dir, info["seconds"])
+    if cfg.CONFIG.DATA.RANDOM_FLIP:
+        logger.warning(
+            "CONFIG.DATA.RANDOM_FLIP is True but the synthetic labels are motion directions: a "
+            "flip turns 'left' into 'right'. Set CONFIG.DATA.RANDOM_FLIP False."
+        )
+    new = cfg.clone()
+    new.defrost()
+    new.CONFIG.DATA.TRAIN_ANNO_PATH = info["train_list"]
+    new.CONFIG.DATA.VAL_ANNO_PATH = info["val_list"]
+    new.CONFIG.DATA.TRAIN_DATA_PATH = out_dir
+    new.CONFIG.DATA.VAL_DATA_PATH = out_dir
+    new.freeze()
+    return new
+
+
+def main(argv: List[str] = None) -> None:
+    parser = argparse.ArgumentParser(description="Write the synthetic motion-direction dataset.")
+    parser.add_argument("--out", required=True, help="folder to create")
+    parser.add_argument("--num-classes", type=int, default=4, help="2..8 motion directions")
+    parser.add_argument("--train-per-class", type=int, default=60)
+    parser.add_argument("--val-per-class", type=int, default=25)
+    parser.add_argument("--frames", type=int, default=32, help="frames per video")
+    parser.add_argument("--size", type=int, default=64, help="frame height = width, even")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        info = generate(
+            args.out,
+            num_classes=args.num_classes,
+            train_per_class=args.train_per_class,
+            val_per_class=args.val_per_class,
+            num_frames=args.frames,
+            size=args.size,
+            seed=args.seed,
+        )
+    except ValueError as e:
+        parser.exit(2, f"error: {e}\n")
+    done = "already there, nothing written" if info["cached"] else "wrote"
+    print(
+        f"{done}: {info['num_train']} train + {info['num_val']} val videos, "
+        f"{len(info['classes'])} classes ({', '.join(info['classes'])}) in {info['root']} "
+        f"[{info['seconds']:.1f} s]"
+    )
+    print(f"lists: {info['train_list']} {info['val_list']}")
+
+
+if __name__ == "__main__":
+    main()

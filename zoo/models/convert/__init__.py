@@ -1,0 +1,146 @@
+"""Checkpoint converters: PySlowFast, PyTorchVideo, MMAction2 and torchvision files -> zoo.
+
+Python::
+
+    from zoo.models.convert import convert_checkpoint
+    convert_checkpoint("SLOWFAST_8x8_R50.pyth", "sf.pth", "pyslowfast", "slowfast_8x8_resnet50")
+    model = zoo.create_model("slowfast_8x8_resnet50", num_classes=400, pretrained="sf.pth")
+
+Command line: ``python tools/convert_checkpoint.py --from pyslowfast --model NAME IN OUT``.
+
+Every conversion is checked whole: each source tensor must map to a zoo key (an unknown key is an
+error, never silently dropped), each zoo tensor must be filled, and every shape must match. The
+class count is read from the source's classifier, so the written checkpoint loads with
+``create_model(name, num_classes=N, pretrained=OUT)`` for any N (a different N re-initialises the
+head). Each scheme module's docstring lists its key mapping and any inexactness.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+from .common import ConversionError, Layout, Report, Scheme, map_state, read_source
+from .mmaction2 import MMAction2Scheme
+from .pyslowfast import PySlowFastScheme
+from .pytorchvideo import PyTorchVideoScheme
+from .torchvision import TorchvisionScheme
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SCHEMES", "ConversionError", "Report", "convert_checkpoint", "convert_state_dict"]
+
+SCHEMES: Dict[str, Scheme] = {
+    s.name: s for s in (PySlowFastScheme(), PyTorchVideoScheme(), MMAction2Scheme(),
+                        TorchvisionScheme())
+}
+
+
+def _scheme(name: str) -> Scheme:
+    if name not in SCHEMES:
+        raise ConversionError(f"unknown source scheme {name!r}; choose from {sorted(SCHEMES)}")
+    return SCHEMES[name]
+
+
+def _meta_model(model_name: str, num_classes: int, kwargs: Dict[str, Any]) -> torch.nn.Module:
+    from ..build import create_model
+
+    with torch.device("meta"):  # shapes only: no memory, no init cost
+        return create_model(model_name, num_classes=num_classes, **kwargs)
+
+
+def convert_state_dict(
+    source: Dict[str, torch.Tensor], scheme: str, model_name: str, **model_kwargs: Any
+) -> Tuple[Dict[str, torch.Tensor], int, Report]:
+    """Map a foreign state dict onto the registered model ``model_name``.
+
+    Args:
+        source: The foreign tensors (``module.`` already stripped).
+        scheme: ``"pyslowfast"``, ``"pytorchvideo"``, ``"mmaction2"`` or ``"torchvision"``.
+        model_name: A registered zoo model.
+        **model_kwargs: Builder arguments the source architecture needs (e.g. ``depth``,
+            ``width``, ``fuse_norm_act=False``).
+
+    Returns:
+        ``(state, num_classes, report)``: the zoo state dict, the class count of its head and
+        what was done.
+
+    Raises:
+        ConversionError: when any tensor is left over, missing or of the wrong shape.
+    """
+    from ..pretrained import head_keys
+
+    sch = _scheme(scheme)
+    probe = _meta_model(model_name, 400, model_kwargs)
+    heads = head_keys(probe)
+    layout = Layout.from_shapes({k: v.shape for k, v in probe.state_dict().items()}, heads)
+    state, report = map_state(sch, source, layout)
+    num_classes = state[heads[0]].shape[0]
+    # Final check against the model built with the source's class count: every key and shape.
+    want = {k: v.shape for k, v in _meta_model(model_name, num_classes, model_kwargs)
+            .state_dict().items()}
+    bad = [k for k in want if k not in state or state[k].shape != want[k]]
+    if bad or len(want) != len(state):
+        raise ConversionError(f"converted state does not fit {model_name}: {bad[:8]}")
+    return state, num_classes, report
+
+
+def _cfg_text(model_name: str, num_classes: int, model_kwargs: Dict[str, Any]) -> str:
+    import yaml
+
+    kwargs = [x for k, v in model_kwargs.items() for x in (k, repr(v) if not isinstance(v, str)
+                                                            else v)]
+    return yaml.safe_dump({"CONFIG": {"MODEL": {"NAME": model_name, "KWARGS": kwargs},
+                                      "DATA": {"NUM_CLASSES": int(num_classes)}}})
+
+
+def convert_checkpoint(
+    src: str,
+    out: str,
+    scheme: str,
+    model_name: str,
+    model_kwargs: Optional[Dict[str, Any]] = None,
+    allow_pickle: bool = False,
+) -> Report:
+    """Convert the checkpoint file ``src`` and write a zoo checkpoint to ``out``.
+
+    The written dict has the zoo checkpoint keys (``model``, ``optimizer``, ``scheduler``,
+    ``scaler``, ``epoch``, ``iteration``, ``cfg``, ``rng``; all but ``model`` and ``cfg`` empty)
+    plus ``converted_from``; it loads with ``torch.load(weights_only=True)``.
+
+    Args:
+        src: Source checkpoint file.
+        out: Output path (written atomically).
+        scheme: Source scheme (see :data:`SCHEMES`).
+        model_name: Registered zoo model to convert to.
+        model_kwargs: Builder arguments, also recorded in ``cfg`` as ``MODEL.KWARGS``.
+        allow_pickle: Unpickle the source fully (runs code in the file; trusted files only).
+
+    Returns:
+        The :class:`Report` of the conversion.
+    """
+    model_kwargs = dict(model_kwargs or {})
+    source = read_source(src, _scheme(scheme).state_keys, allow_pickle=allow_pickle)
+    state, num_classes, report = convert_state_dict(source, scheme, model_name, **model_kwargs)
+    ckpt = {
+        "model": state,
+        "optimizer": {},
+        "scheduler": {},
+        "scaler": {},
+        "epoch": 0,
+        "iteration": 0,
+        "cfg": _cfg_text(model_name, num_classes, model_kwargs),
+        "rng": {},
+        "converted_from": {"scheme": scheme, "file": os.path.basename(src),
+                           "num_tensors": len(source)},
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = f"{out}.tmp.{os.getpid()}"
+    torch.save(ckpt, tmp)
+    os.replace(tmp, out)
+    for line in report.lines():
+        logger.info("%s", line)
+    return report

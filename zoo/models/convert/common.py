@@ -1,0 +1,240 @@
+"""The part every key scheme shares: read a foreign checkpoint, map its keys, check the result.
+
+A scheme (one per source project) only says how one source key is named in zoo
+(:meth:`Scheme.mapper`), how a tensor changes on the way (:meth:`Scheme.transform`), and which zoo
+tensors it may fill itself (:meth:`Scheme.fill`). :func:`map_state` then enforces the contract:
+every source tensor is used exactly once, every zoo tensor is filled, and every shape matches
+(the classifier may have any class count; the caller builds the model to fit it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ConversionError", "Layout", "Report", "Scheme", "map_state", "read_source"]
+
+# The last component of every state-dict key: what kind of tensor it is.
+PARAM = r"(weight|bias|running_mean|running_var|num_batches_tracked)"
+
+
+class ConversionError(RuntimeError):
+    """A checkpoint does not fit the scheme or the model; the message names the keys."""
+
+
+@dataclass
+class Layout:
+    """What a converter needs to know about the target zoo model.
+
+    Attributes:
+        shapes: The target state dict's tensor shapes.
+        head_keys: Keys of the classifier (their first dimension is the class count).
+        pathways: Key prefix per source pathway index: ``{0: "slow_", 1: "fast_"}`` for SlowFast,
+            ``{0: ""}`` for a single-pathway 3D ResNet, empty for other models.
+    """
+
+    shapes: Dict[str, torch.Size]
+    head_keys: Tuple[str, ...]
+    pathways: Dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_shapes(cls, shapes: Dict[str, torch.Size], head_keys: Sequence[str]) -> "Layout":
+        if "slow_stem.conv.weight" in shapes and "fast_stem.conv.weight" in shapes:
+            pathways = {0: "slow_", 1: "fast_"}
+        elif "stem.conv.weight" in shapes and "res2.0.conv_a.weight" in shapes:
+            pathways = {0: ""}
+        else:
+            pathways = {}
+        return cls(dict(shapes), tuple(head_keys), pathways)
+
+    @property
+    def kind(self) -> str:
+        """``"slowfast"``, ``"resnet3d"`` or ``"other"``."""
+        return {2: "slowfast", 1: "resnet3d"}.get(len(self.pathways), "other")
+
+    def prefix(self, pathway: int) -> Optional[str]:
+        """Zoo key prefix of a source pathway (None: the model has no such pathway)."""
+        return self.pathways.get(pathway)
+
+
+@dataclass
+class Report:
+    """What a conversion did.
+
+    Attributes:
+        scheme: Source scheme name.
+        num_source: Source tensors read (all of them were used).
+        num_target: Tensors in the converted state dict.
+        filled: Zoo keys the scheme filled itself (e.g. identity BN), with a reason each.
+        notes: Caveats worth telling the user (e.g. an inexact architecture match).
+    """
+
+    scheme: str
+    num_source: int = 0
+    num_target: int = 0
+    filled: Dict[str, str] = field(default_factory=dict)
+    notes: List[str] = field(default_factory=list)
+
+    def lines(self) -> List[str]:
+        """Human-readable summary, one group of filled keys per line."""
+        out = [f"{self.scheme}: mapped {self.num_source} source tensors onto "
+               f"{self.num_target} zoo tensors"]
+        groups: Dict[str, List[str]] = {}
+        for key, why in self.filled.items():
+            groups.setdefault(why, []).append(key.rsplit(".", 1)[0])
+        for why, modules in groups.items():
+            unique = sorted(set(modules))
+            out.append(f"filled {len(unique)} module(s) ({why}): {', '.join(unique)}")
+        out += self.notes
+        return out
+
+
+class Scheme:
+    """One source project's key scheme. Subclasses override what differs.
+
+    Attributes:
+        name: The ``--from`` name.
+        kinds: Layout kinds (``"slowfast"``, ``"resnet3d"``, ``"other"``) it converts to.
+        state_keys: Dict keys that may hold the model state in a checkpoint file.
+    """
+
+    name = ""
+    kinds: Tuple[str, ...] = ("slowfast", "resnet3d")
+    state_keys: Tuple[str, ...] = ("model_state", "state_dict", "model")
+
+    def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
+        """A function from a source key to its zoo key (None = this scheme does not know it)."""
+        raise NotImplementedError
+
+    def transform(self, zoo_key: str, tensor: torch.Tensor, layout: Layout) -> torch.Tensor:
+        """The tensor as zoo stores it (default: unchanged)."""
+        return tensor
+
+    def fill(self, zoo_key: str, layout: Layout) -> Optional[Tuple[torch.Tensor, str]]:
+        """A value and a reason for a zoo key no source tensor maps to (default: none)."""
+        return None
+
+    def notes(self, layout: Layout) -> List[str]:
+        """Caveats about converting to this layout (default: none)."""
+        return []
+
+
+def bn_identity(zoo_key: str, shape: torch.Size, eps: float = 1e-5) -> torch.Tensor:
+    """A BatchNorm tensor that makes the BN an identity in eval mode.
+
+    ``running_var`` is ``1 - eps`` so that ``sqrt(var + eps)`` is exactly 1.
+    """
+    param = zoo_key.rsplit(".", 1)[1]
+    if param == "num_batches_tracked":
+        return torch.zeros((), dtype=torch.long)
+    if param == "weight":
+        return torch.ones(shape)
+    if param == "running_var":
+        return torch.full(shape, 1.0 - eps)
+    return torch.zeros(shape)  # bias, running_mean
+
+
+def read_source(path: str, state_keys: Sequence[str], allow_pickle: bool = False
+                ) -> Dict[str, torch.Tensor]:
+    """The tensors of a foreign checkpoint, with any ``module.`` prefix removed.
+
+    Args:
+        path: Checkpoint file.
+        state_keys: Dict keys that may hold the state dict (tried in order); a file that is a
+            bare state dict works too.
+        allow_pickle: Load with ``weights_only=False``. This runs code stored in the file: only
+            for files from a source you trust (some MMAction2 files store Python objects).
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint {path!r} does not exist")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=not allow_pickle)
+    except Exception as e:
+        raise ConversionError(
+            f"{path}: torch.load(weights_only=True) refused it ({str(e).splitlines()[0]}). If "
+            "you trust the file, pass --unsafe-load to unpickle it fully.") from None
+    if isinstance(obj, dict):
+        for key in state_keys:
+            if isinstance(obj.get(key), dict):
+                obj = obj[key]
+                break
+    if not isinstance(obj, dict) or not obj:
+        raise ConversionError(f"{path}: found no state dict (looked under {list(state_keys)})")
+    tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+    if len(tensors) != len(obj):
+        others = [k for k in obj if k not in tensors]
+        raise ConversionError(f"{path}: the state dict holds non-tensor entries: {others[:8]}")
+    return {re.sub(r"^module\.", "", k): v for k, v in tensors.items()}
+
+
+def _shape_ok(key: str, got: torch.Size, want: torch.Size, layout: Layout) -> bool:
+    if key in layout.head_keys:  # any class count; the caller builds the model to fit it
+        return len(got) == len(want) and got[1:] == want[1:]
+    return got == want
+
+
+def map_state(
+    scheme: Scheme, source: Dict[str, torch.Tensor], layout: Layout
+) -> Tuple[Dict[str, torch.Tensor], Report]:
+    """Convert ``source`` into a zoo state dict for ``layout``, checking the whole contract.
+
+    Raises:
+        ConversionError: naming unmapped source keys, zoo keys nothing filled, keys mapped twice
+            and shape mismatches.
+    """
+    if layout.kind not in scheme.kinds:
+        raise ConversionError(
+            f"--from {scheme.name} converts to {' / '.join(scheme.kinds)} models; this model is "
+            f"'{layout.kind}' (its keys: {', '.join(list(layout.shapes)[:4])}, ...)")
+    report = Report(scheme.name, num_source=len(source))
+    to_zoo = scheme.mapper(list(source), layout)
+    out: Dict[str, torch.Tensor] = {}
+    origin: Dict[str, str] = {}
+    unmapped, unknown, twice, bad_shape = [], [], [], []
+    for key, tensor in source.items():
+        zoo_key = to_zoo(key)
+        if zoo_key is None:
+            unmapped.append(key)
+        elif zoo_key not in layout.shapes:
+            unknown.append(f"{key} -> {zoo_key}")
+        elif zoo_key in out:
+            twice.append(f"{origin[zoo_key]} and {key} -> {zoo_key}")
+        else:
+            value = scheme.transform(zoo_key, tensor, layout)
+            if not _shape_ok(zoo_key, value.shape, layout.shapes[zoo_key], layout):
+                bad_shape.append(f"{key} {tuple(value.shape)} -> {zoo_key} "
+                                 f"{tuple(layout.shapes[zoo_key])}")
+            out[zoo_key], origin[zoo_key] = value, key
+    missing = []
+    for zoo_key, shape in layout.shapes.items():
+        if zoo_key in out:
+            continue
+        filled = scheme.fill(zoo_key, layout)
+        if filled is None and zoo_key.endswith(".num_batches_tracked"):
+            filled = torch.zeros((), dtype=torch.long), "num_batches_tracked absent from source"
+        if filled is None:
+            missing.append(zoo_key)
+        else:
+            out[zoo_key], report.filled[zoo_key] = filled
+    problems = []
+    for what, keys in (("source keys the scheme does not know", unmapped),
+                       ("source keys mapped to names the model lacks", unknown),
+                       ("zoo keys mapped twice", twice), ("shape mismatches", bad_shape),
+                       ("zoo keys no source tensor maps to", missing)):
+        if keys:
+            problems.append(f"{what} ({len(keys)}): {', '.join(keys[:6])}"
+                            + (", ..." if len(keys) > 6 else ""))
+    if problems:
+        raise ConversionError(f"--from {scheme.name}: the checkpoint does not fit the model; "
+                              + "; ".join(problems))
+    report.num_target = len(out)
+    report.notes = scheme.notes(layout)
+    # Keep the model's key order, so the file reads like the model's own state dict.
+    return {k: out[k] for k in layout.shapes}, report

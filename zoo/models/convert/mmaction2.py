@@ -1,0 +1,114 @@
+"""MMAction2 checkpoints (``{meta, state_dict, optimizer}``): ``ResNet3dSlowFast``,
+``ResNet3dSlowOnly`` and ``ResNet3d`` (I3D-style) backbones with their cls heads.
+
+Key scheme (``path`` = ``slow_path`` / ``fast_path``; single-pathway backbones have no path part;
+``n`` = 1..4 is zoo's res{n+1})::
+
+    backbone.{path}.conv1.{conv,bn}                      -> {slow_,fast_,}stem.{conv,bn}
+    backbone.{path}.layer{n}.{j}.conv{1,2,3}.{conv,bn}   -> {..}res{n+1}.{j}.{conv,bn}_{a,b,c}
+    backbone.{path}.layer{n}.{j}.downsample.{conv,bn}    -> {..}res{n+1}.{j}.shortcut.{conv,bn}
+    backbone.slow_path.conv1_lateral.conv                -> fuse_stem.conv
+    backbone.slow_path.layer{n}_lateral.conv  (n = 1..3) -> fuse_res{n+1}.conv
+    cls_head.fc_cls                                      -> head.proj
+
+Two differences from PySlowFast, handled here:
+
+* ``cls_head.fc_cls`` columns are **fast then slow** (MMAction2's ``SlowFastHead`` concatenates
+  the pathways in that order); they are permuted to zoo's slow-then-fast order.
+* MMAction2's laterals are a bare conv (``norm_cfg=None, act_cfg=None``, no bias). Converting to
+  zoo's default SlowFast (conv + BN + ReLU laterals) fills each lateral BN with an identity
+  (weight 1, bias 0, running_mean 0, running_var 1 - eps, so ``sqrt(var + eps) = 1``). The lateral
+  ReLU cannot be undone by weights, so that model is **not** exactly MMAction2's: lateral outputs
+  below zero are clipped. For exact logits build the model with ``fuse_norm_act=False``
+  (``MODEL.KWARGS ['fuse_norm_act', 'False']``; ``--kwargs fuse_norm_act False`` here): its
+  laterals are bare convs and no BN is filled. Identity BNs also stop being identities once
+  trained in train mode (batch statistics), another reason to prefer ``fuse_norm_act=False``.
+
+MMAction2 feeds SlowFast one clip and subsamples the slow frames with nearest-neighbour
+interpolation (``x[:, :, ::tau]``-like), while zoo's single-tensor input picks PySlowFast's evenly
+spread indices; pass ``[slow, fast]`` to control the frames exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+from .common import PARAM, Layout, Scheme, bn_identity
+
+_BLOCK = {
+    "conv1.conv": "conv_a", "conv1.bn": "bn_a",
+    "conv2.conv": "conv_b", "conv2.bn": "bn_b",
+    "conv3.conv": "conv_c", "conv3.bn": "bn_c",
+    "downsample.conv": "shortcut.conv", "downsample.bn": "shortcut.bn",
+}
+_PATH = {"slow_path.": 0, "fast_path.": 1, "": 0}
+
+_STEM = re.compile(rf"^backbone\.((?:slow|fast)_path\.)?conv1\.(conv|bn)\.{PARAM}$")
+_RES = re.compile(rf"^backbone\.((?:slow|fast)_path\.)?layer([1-4])\.(\d+)\.(.+)\.{PARAM}$")
+_LATERAL = re.compile(rf"^backbone\.slow_path\.(conv1|layer[1-3])_lateral\.conv\.{PARAM}$")
+_HEAD = re.compile(rf"^cls_head\.fc_cls\.{PARAM}$")
+_FUSE = {"conv1": "fuse_stem", "layer1": "fuse_res2", "layer2": "fuse_res3",
+         "layer3": "fuse_res4"}
+
+
+def _fast_channels(layout: Layout) -> int:
+    """Channels the fast pathway feeds the head (the last block's conv c output)."""
+    blocks = [k for k in layout.shapes if re.match(r"^fast_res5\.\d+\.conv_c\.weight$", k)]
+    return layout.shapes[sorted(blocks, key=lambda k: int(k.split(".")[1]))[-1]][0]
+
+
+class MMAction2Scheme(Scheme):
+    """MMAction2 -> zoo (SlowFast, SlowOnly, I3D)."""
+
+    name = "mmaction2"
+    state_keys: Tuple[str, ...] = ("state_dict", "model", "model_state")
+
+    def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
+        def path_prefix(path: Optional[str]) -> Optional[str]:
+            path = path or ""
+            if (path == "") != (layout.kind == "resnet3d"):
+                return None  # a two-pathway file into a one-pathway model, or the reverse
+            return layout.prefix(_PATH[path])
+
+        def to_zoo(key: str) -> Optional[str]:
+            m = _STEM.match(key)
+            if m:
+                prefix = path_prefix(m.group(1))
+                part = m.group(2)
+                return None if prefix is None else f"{prefix}stem.{part}.{m.group(3)}"
+            m = _RES.match(key)
+            if m and m.group(4) in _BLOCK:
+                prefix = path_prefix(m.group(1))
+                if prefix is None:
+                    return None
+                stage = int(m.group(2)) + 1
+                return f"{prefix}res{stage}.{m.group(3)}.{_BLOCK[m.group(4)]}.{m.group(5)}"
+            m = _LATERAL.match(key)
+            if m and layout.kind == "slowfast":
+                return f"{_FUSE[m.group(1)]}.conv.{m.group(2)}"
+            m = _HEAD.match(key)
+            return f"head.proj.{m.group(1)}" if m else None
+
+        return to_zoo
+
+    def transform(self, zoo_key: str, tensor: torch.Tensor, layout: Layout) -> torch.Tensor:
+        if zoo_key == "head.proj.weight" and layout.kind == "slowfast":
+            fast = _fast_channels(layout)  # columns [fast | slow] -> [slow | fast]
+            return torch.cat([tensor[:, fast:], tensor[:, :fast]], dim=1).contiguous()
+        return tensor
+
+    def fill(self, zoo_key: str, layout: Layout) -> Optional[Tuple[torch.Tensor, str]]:
+        if re.match(r"^fuse_\w+\.bn\.", zoo_key):
+            return (bn_identity(zoo_key, layout.shapes[zoo_key]),
+                    "identity BN: MMAction2 laterals have none")
+        return None
+
+    def notes(self, layout: Layout) -> List[str]:
+        if any(re.match(r"^fuse_\w+\.bn\.", k) for k in layout.shapes):
+            return ["warning: zoo's laterals apply ReLU and MMAction2's do not, so the logits "
+                    "differ from MMAction2's; build the model with fuse_norm_act=False "
+                    "(--kwargs fuse_norm_act False) for an exact conversion"]
+        return []

@@ -1,0 +1,66 @@
+"""PySlowFast checkpoints (``.pyth``: ``{epoch, model_state, optimizer_state, cfg}``).
+
+Key scheme (``p`` = pathway, 0 slow and 1 fast; single-pathway nets such as Slow, I3D and C2D only
+have pathway 0; ``n`` = stage 1..5, ``j`` = block)::
+
+    s1.pathway{p}_stem.{conv,bn}                   -> {slow_,fast_,}stem.{conv,bn}
+    s{n}_fuse.{conv_f2s,bn}            (n = 1..4)  -> fuse_{stem,res2,res3,res4}.{conv,bn}
+    s{n}.pathway{p}_res{j}.branch1 / branch1_bn    -> {..}res{n}.{j}.shortcut.{conv,bn}
+    s{n}.pathway{p}_res{j}.branch2.{a,b,c}         -> {..}res{n}.{j}.conv_{a,b,c}
+    s{n}.pathway{p}_res{j}.branch2.{a,b,c}_bn      -> {..}res{n}.{j}.bn_{a,b,c}
+    head.projection                                -> head.proj
+
+zoo's SlowFast, Slow and I3D are PySlowFast's layer for layer (same kernels, strides, paddings,
+fusion and head column order), so the converted model computes the same logits up to float
+rounding. Differences that remain: PySlowFast's head applies softmax at test time and, with
+fixed-size pooling, averages over positions at crops larger than the training crop; zoo returns
+logits of a global average pool (the same at the training crop). Non-local blocks (``*_NLN``
+configs) have no zoo counterpart and are reported as unknown keys.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Optional, Sequence
+
+from .common import PARAM, Layout, Scheme
+
+_BLOCK = {
+    "branch1": "shortcut.conv", "branch1_bn": "shortcut.bn",
+    "branch2.a": "conv_a", "branch2.a_bn": "bn_a",
+    "branch2.b": "conv_b", "branch2.b_bn": "bn_b",
+    "branch2.c": "conv_c", "branch2.c_bn": "bn_c",
+}
+_FUSE = {1: "fuse_stem", 2: "fuse_res2", 3: "fuse_res3", 4: "fuse_res4"}
+
+_STEM = re.compile(rf"^s1\.pathway(\d)_stem\.(conv|bn)\.{PARAM}$")
+_FUSE_RE = re.compile(rf"^s([1-4])_fuse\.(conv_f2s|bn)\.{PARAM}$")
+_RES = re.compile(rf"^s([2-5])\.pathway(\d)_res(\d+)\.(.+)\.{PARAM}$")
+_HEAD = re.compile(rf"^head\.projection\.{PARAM}$")
+
+
+class PySlowFastScheme(Scheme):
+    """PySlowFast -> zoo (SlowFast, Slow, I3D)."""
+
+    name = "pyslowfast"
+
+    def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
+        def to_zoo(key: str) -> Optional[str]:
+            m = _STEM.match(key)
+            if m:
+                prefix = layout.prefix(int(m.group(1)))
+                return None if prefix is None else f"{prefix}stem.{m.group(2)}.{m.group(3)}"
+            m = _FUSE_RE.match(key)
+            if m:
+                part = "conv" if m.group(2) == "conv_f2s" else "bn"
+                return f"{_FUSE[int(m.group(1))]}.{part}.{m.group(3)}"
+            m = _RES.match(key)
+            if m and m.group(4) in _BLOCK:
+                prefix = layout.prefix(int(m.group(2)))
+                if prefix is None:
+                    return None
+                return f"{prefix}res{m.group(1)}.{m.group(3)}.{_BLOCK[m.group(4)]}.{m.group(5)}"
+            m = _HEAD.match(key)
+            return f"head.proj.{m.group(1)}" if m else None
+
+        return to_zoo

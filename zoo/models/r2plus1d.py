@@ -1,0 +1,157 @@
+"""R(2+1)D ResNets (Tran et al., CVPR 2018): every 3x3x3 conv factorised into a 1x3x3 spatial conv
+and a 3x1x1 temporal conv with a BN + ReLU between them.
+
+The module tree and state-dict keys equal torchvision's ``VideoResNet`` built with
+``Conv2Plus1D`` (``torchvision.models.video.r2plus1d_18``), so a torchvision R(2+1)D-18 file loads
+into ``r2plus1d_resnet18`` unchanged (``--from torchvision`` only checks it)::
+
+    stem.{0,3}.weight                    1x7x7 conv (3 -> 45), then 3x1x1 conv (45 -> 64)
+    stem.{1,4}.*                         their BNs
+    layer{n}.{j}.conv{1,2}.0.{0,3}.weight  spatial 1x3x3, temporal 3x1x1 convs of the (2+1)D conv
+    layer{n}.{j}.conv{1,2}.0.1.*         the BN between them
+    layer{n}.{j}.conv{1,2}.1.*           the BN after the block's conv
+    layer{n}.0.downsample.{0,1}          1x1x1 conv (stride 2 in time and space) + BN
+    fc.{weight,bias}
+
+Each (2+1)D conv's middle width is ``in * out * 27 // (in * 9 + 3 * out)`` (computed once per
+block from its input width, as torchvision does), so it has about the parameters of the 3x3x3
+conv it replaces. Stages 2-4 halve time as well as space.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.nn as nn
+
+from .build import MODEL_REGISTRY
+
+__all__ = ["R2Plus1D"]
+
+# torchvision's Kinetics-400 video weights normalise with these.
+_TV_VIDEO_MEAN = [0.43216, 0.394666, 0.37645]
+_TV_VIDEO_STD = [0.22803, 0.22145, 0.216989]
+
+
+def _conv2plus1d(in_ch: int, out_ch: int, mid: int, stride: int = 1) -> nn.Sequential:
+    """1x3x3 spatial conv (stride in space), BN, ReLU, 3x1x1 temporal conv (stride in time)."""
+    return nn.Sequential(
+        nn.Conv3d(in_ch, mid, (1, 3, 3), stride=(1, stride, stride), padding=(0, 1, 1),
+                  bias=False),
+        nn.BatchNorm3d(mid),
+        nn.ReLU(inplace=True),
+        nn.Conv3d(mid, out_ch, (3, 1, 1), stride=(stride, 1, 1), padding=(1, 0, 0), bias=False),
+    )
+
+
+class BasicBlock2Plus1D(nn.Module):
+    """Two (2+1)D convs with BN, ReLU between and after, and a residual shortcut.
+
+    Args:
+        in_ch: Input channels.
+        out_ch: Output channels.
+        stride: Stride in time and space of the first conv (and the shortcut).
+    """
+
+    def __init__(self, in_ch: int, out_ch: int, stride: int = 1) -> None:
+        super().__init__()
+        mid = (in_ch * out_ch * 27) // (in_ch * 9 + 3 * out_ch)
+        self.conv1 = nn.Sequential(_conv2plus1d(in_ch, out_ch, mid, stride),
+                                   nn.BatchNorm3d(out_ch), nn.ReLU(inplace=True))
+        self.conv2 = nn.Sequential(_conv2plus1d(out_ch, out_ch, mid), nn.BatchNorm3d(out_ch))
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = None
+        if stride != 1 or in_ch != out_ch:
+            self.downsample = nn.Sequential(
+                nn.Conv3d(in_ch, out_ch, 1, stride=stride, bias=False), nn.BatchNorm3d(out_ch))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        return self.relu(self.conv2(self.conv1(x)) + shortcut)
+
+
+class R2Plus1D(nn.Module):
+    """R(2+1)D ResNet with basic blocks and torchvision's key names.
+
+    Args:
+        layers: Blocks in each of the four stages ((2, 2, 2, 2) = 18, (3, 4, 6, 3) = 34).
+        num_classes: Output classes.
+        width: Width of stage 1 (64 = the published nets; stages 2-4 use 2x, 4x, 8x). The stem's
+            middle width scales with it (45 at 64).
+        dropout: Dropout before ``fc`` (0 = none; no state-dict keys either way).
+        in_channels: Input channels (3 for RGB).
+    """
+
+    def __init__(self, layers: Sequence[int], num_classes: int = 400, width: int = 64,
+                 dropout: float = 0.0, in_channels: int = 3) -> None:
+        super().__init__()
+        if len(layers) != 4 or width < 1:
+            raise ValueError(f"need 4 stage depths and width >= 1, got {list(layers)}, {width}")
+        stem_mid = max(1, 45 * width // 64)
+        self.stem = nn.Sequential(
+            nn.Conv3d(in_channels, stem_mid, (1, 7, 7), stride=(1, 2, 2), padding=(0, 3, 3),
+                      bias=False),
+            nn.BatchNorm3d(stem_mid),
+            nn.ReLU(inplace=True),
+            nn.Conv3d(stem_mid, width, (3, 1, 1), padding=(1, 0, 0), bias=False),
+            nn.BatchNorm3d(width),
+            nn.ReLU(inplace=True),
+        )
+        in_ch = width
+        for i, n in enumerate(layers):
+            out_ch, stride = width * 2**i, 1 if i == 0 else 2
+            blocks = [BasicBlock2Plus1D(in_ch, out_ch, stride)]
+            blocks += [BasicBlock2Plus1D(out_ch, out_ch) for _ in range(1, n)]
+            self.add_module(f"layer{i + 1}", nn.Sequential(*blocks))
+            in_ch = out_ch
+        self.avgpool = nn.AdaptiveAvgPool3d(1)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.fc = nn.Linear(in_ch, num_classes)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        # torchvision's VideoResNet init, so a fresh zoo net starts like theirs.
+        for m in self.modules():
+            if isinstance(m, nn.Conv3d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm3d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0, 0.01)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, num_classes)`` of a clip ``(B, C, T, H, W)``."""
+        if x.dim() != 5:
+            raise ValueError(f"expected a (B, C, T, H, W) clip, got shape {tuple(x.shape)}")
+        x = self.layer4(self.layer3(self.layer2(self.layer1(self.stem(x)))))
+        return self.fc(self.dropout(self.avgpool(x).flatten(1)))
+
+
+def _register(name: str, layers: Sequence[int], params: int, gflops: float) -> None:
+    def builder(num_classes: int = 400, **kwargs: Any) -> nn.Module:
+        return R2Plus1D(layers, num_classes=num_classes, **kwargs)
+
+    builder.__name__ = builder.__qualname__ = name
+    builder.__doc__ = f"""R(2+1)D with basic-block stages {tuple(layers)} and torchvision's keys.
+
+    Args:
+        num_classes: Output classes.
+        **kwargs: :class:`R2Plus1D` arguments (``width``, ``dropout``, ``in_channels``).
+    """
+    # torchvision's recipe: 16 frames at 15 fps (every 2nd frame of 30 fps video), 112x112.
+    builder.facts = {
+        "task": "video", "input_frames": 16, "sampling_stride": 2, "crop_size": 112,
+        "mean": list(_TV_VIDEO_MEAN), "std": list(_TV_VIDEO_STD),
+        "params": params, "gflops": gflops,
+    }
+    MODEL_REGISTRY.register(builder, name=name)
+    globals()[name] = builder
+
+
+# Params at 400 classes (resnet18's equals torchvision's r2plus1d_18: checked in tests); gflops:
+# multiply-adds of one 16x112x112 view counted by torch.utils.flop_counter (recounted in tests).
+_register("r2plus1d_resnet18", (2, 2, 2, 2), 31_505_325, 40.5)
+_register("r2plus1d_resnet34", (3, 4, 6, 3), 61_831_661, 75.2)

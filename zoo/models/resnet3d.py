@@ -1,0 +1,180 @@
+"""Single-pathway 3D ResNets: Slow (slow_8x8_resnet50) and I3D (i3d_resnet50), as in PySlowFast.
+
+Both are ResNet-50 bottleneck nets whose 2D layers gained a temporal kernel on conv a (and the
+stem); they differ only in where:
+
+=========  ========  =========  ==============  ==============  ==============  ===============
+net        stem kt   res2 kt    res3 kt         res4 kt         res5 kt         pool after res2
+=========  ========  =========  ==============  ==============  ==============  ===============
+Slow       1         1          1               3               3               none
+I3D        5         3          3, 1, 3, 1      3, 1, 3, 1, ..  1, 3, 1         max (2, 1, 1)
+=========  ========  =========  ==============  ==============  ==============  ===============
+
+State-dict keys: the SlowFast scheme without the pathway prefix (``stem.conv``, ``stem.bn``,
+``res{n}.{j}.conv_a`` / ``bn_a`` / ``conv_b`` / ``bn_b`` / ``conv_c`` / ``bn_c``,
+``res{n}.0.shortcut.{conv,bn}``, ``head.proj``); 320 entries for the R50 nets, like a PySlowFast or
+PyTorchVideo checkpoint. :func:`zoo.models.convert.torchvision.inflate_from_file` (the builders'
+``inflate_from`` argument) fills them from a 2D ResNet-50 with torchvision keys: each 2D kernel is
+repeated over the temporal kernel and divided by its size, so a static clip gives the 2D logits
+(exactly with ``temporal_pad="replicate"``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Sequence
+
+import torch
+import torch.nn as nn
+
+from .blocks3d import STAGE_BLOCKS, Stem, block_kernels, init_3d_weights, make_stage
+from .build import MODEL_REGISTRY
+
+__all__ = ["ResNet3d"]
+
+_KINETICS_MEAN = [0.45, 0.45, 0.45]
+_KINETICS_STD = [0.225, 0.225, 0.225]
+
+
+class Head3d(nn.Module):
+    """Global average pool, dropout, linear projection.
+
+    Args:
+        in_ch: Feature channels.
+        num_classes: Output classes.
+        dropout: Dropout probability before the projection.
+    """
+
+    def __init__(self, in_ch: int, num_classes: int, dropout: float) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool3d(1)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.proj = nn.Linear(in_ch, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.dropout(self.pool(x).flatten(1)))
+
+
+class ResNet3d(nn.Module):
+    """A single-pathway 3D ResNet with bottleneck blocks.
+
+    Args:
+        num_classes: Output classes.
+        depth: 18, 50, 101 or 152 (blocks per stage from ``STAGE_BLOCKS``; all bottlenecks).
+        stem_kt: Temporal kernel of the stem conv.
+        stage_kts: Per stage (res2..res5), the temporal kernels of conv a, repeated over the
+            stage's blocks (``(3, 1)`` alternates 3, 1, 3, ...).
+        pool1_t: Temporal size and stride of a max-pool after res2 (1 = none; 2 for I3D).
+        width: Stem width; stage inner widths are ``width * (1, 2, 4, 8)``, outputs 4x that.
+        dropout: Dropout before the head projection.
+        in_channels: Input channels (3 for RGB).
+        temporal_pad: ``"zeros"`` (published nets) or ``"replicate"`` (a net inflated from 2D
+            then maps a static clip to exactly the 2D logits; see ``blocks3d``).
+        zero_init_final_bn: Start each bottleneck's ``bn_c`` gamma at 0.
+        head_init_std: Std of the normal init of the head projection.
+    """
+
+    def __init__(
+        self,
+        num_classes: int = 400,
+        depth: int = 50,
+        stem_kt: int = 1,
+        stage_kts: Sequence[Sequence[int]] = ((1,), (1,), (3,), (3,)),
+        pool1_t: int = 1,
+        width: int = 64,
+        dropout: float = 0.5,
+        in_channels: int = 3,
+        temporal_pad: str = "zeros",
+        zero_init_final_bn: bool = True,
+        head_init_std: float = 0.01,
+    ) -> None:
+        super().__init__()
+        if depth not in STAGE_BLOCKS:
+            raise ValueError(f"depth must be one of {sorted(STAGE_BLOCKS)}, got {depth}")
+        if len(stage_kts) != 4 or pool1_t < 1 or width < 1:
+            raise ValueError(f"need 4 stage_kts, pool1_t >= 1 and width >= 1, got "
+                             f"{list(stage_kts)}, {pool1_t}, {width}")
+        self.stem = Stem(in_channels, width, stem_kt, temporal_pad)
+        in_ch = width
+        for i, (n, pattern) in enumerate(zip(STAGE_BLOCKS[depth], stage_kts)):
+            inner = width * 2**i
+            kts = block_kernels(list(pattern), n)
+            self.add_module(f"res{i + 2}",
+                            make_stage(in_ch, inner, inner * 4, kts, 1 if i == 0 else 2,
+                                       temporal_pad))
+            in_ch = inner * 4
+        # Parameter-free, so it is not in the state dict; Identity keeps the forward uniform.
+        self.pool1 = (nn.MaxPool3d((pool1_t, 1, 1), stride=(pool1_t, 1, 1)) if pool1_t > 1
+                      else nn.Identity())
+        self.head = Head3d(in_ch, num_classes, dropout)
+        init_3d_weights(self, zero_init_final_bn, head_init_std)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Feature map ``(B, C, T', H', W')`` after res5."""
+        x = self.pool1(self.res2(self.stem(x)))
+        return self.res5(self.res4(self.res3(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, num_classes)`` of a clip ``(B, C, T, H, W)``."""
+        if x.dim() != 5:
+            raise ValueError(f"expected a (B, C, T, H, W) clip, got shape {tuple(x.shape)}")
+        return self.head(self.forward_features(x))
+
+
+def _facts(params: int, gflops: float, frames: int, stride: int, **extra: Any) -> dict:
+    facts = {
+        "task": "video",
+        "input_frames": frames,
+        "sampling_stride": stride,
+        "crop_size": 224,
+        "mean": list(_KINETICS_MEAN),
+        "std": list(_KINETICS_STD),
+        "params": params,
+        "gflops": gflops,
+    }
+    facts.update(extra)
+    return facts
+
+
+def _register(name: str, defaults: Dict[str, Any], summary: str, facts: dict) -> None:
+    def builder(num_classes: int = 400, inflate_from: str = "", **kwargs: Any) -> nn.Module:
+        args = dict(defaults)
+        args.update(kwargs)
+        model = ResNet3d(num_classes=num_classes, **args)
+        if inflate_from:
+            from .convert.torchvision import inflate_from_file
+
+            inflate_from_file(model, inflate_from)
+        return model
+
+    builder.__name__ = builder.__qualname__ = name
+    builder.__doc__ = f"""{summary}
+
+    Args:
+        num_classes: Output classes.
+        inflate_from: Path of a 2D ResNet state dict (a torchvision file or a zoo checkpoint of
+            the matching 2D ResNet) to inflate into the 3D weights; the head is skipped when its
+            class count differs. Empty = random init.
+        **kwargs: Override any :class:`ResNet3d` argument (``width``, ``depth``,
+            ``temporal_pad``, ...).
+    """
+    builder.facts = facts
+    MODEL_REGISTRY.register(builder, name=name)
+    globals()[name] = builder
+
+
+# Parameter counts at 400 classes equal PySlowFast's / PyTorchVideo's (checked in tests). gflops:
+# multiply-adds per view at 224x224 counted by torch.utils.flop_counter (tests recount them).
+# published_top1: PyTorchVideo's Kinetics-400 model zoo for these architectures.
+_register(
+    "slow_8x8_resnet50",
+    dict(depth=50, stem_kt=1, stage_kts=((1,), (1,), (3,), (3,)), pool1_t=1),
+    "Slow R50 8x8 (PySlowFast SLOW_8x8_R50): 8 frames at stride 8, temporal kernels in res4-5.",
+    _facts(32_454_096, gflops=41.7, frames=8, stride=8, published_top1=74.58),
+)
+_register(
+    "i3d_resnet50",
+    dict(depth=50, stem_kt=5, stage_kts=((3,), (3, 1), (3, 1), (1, 3)), pool1_t=2),
+    "I3D R50 8x8 (PySlowFast I3D_8x8_R50): 8 frames at stride 8, 5x7x7 stem, alternating 3x1x1 "
+    "convs, a temporal max-pool after res2.",
+    _facts(28_043_472, gflops=28.4, frames=8, stride=8, published_top1=73.27),
+)

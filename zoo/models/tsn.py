@@ -1,0 +1,73 @@
+"""Temporal Segment Networks (Wang et al., ECCV 2016) on a 2D ResNet-50.
+
+The video is cut into ``T`` equal segments and one frame is sampled from each (the data side's
+``NUM_SEGMENT``); the 2D network scores every frame and a *segment consensus* (mean, or max) of the
+per-frame logits is the video's score. Input is a clip ``(B, C, T, H, W)`` whose T frames are the
+segment frames.
+
+:class:`TSN` is a :class:`~zoo.models.resnet.ResNet`, so its state-dict keys equal torchvision's
+resnet50: ImageNet weights load with ``pretrained=PATH`` (the head re-initialised) or convert with
+``--from torchvision``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .build import MODEL_REGISTRY
+from .resnet import Bottleneck, ResNet
+
+__all__ = ["TSN"]
+
+_CONSENSUS = ("avg", "max")
+
+
+class TSN(ResNet):
+    """A 2D ResNet applied per segment frame, with a segment consensus over the logits.
+
+    Args:
+        consensus: ``"avg"`` (the paper's default) or ``"max"`` over segments.
+        *args, **kwargs: :class:`~zoo.models.resnet.ResNet` arguments.
+    """
+
+    def __init__(self, *args: Any, consensus: str = "avg", **kwargs: Any) -> None:
+        if consensus not in _CONSENSUS:
+            raise ValueError(f"consensus must be one of {_CONSENSUS}, got {consensus!r}")
+        super().__init__(*args, **kwargs)
+        self.consensus = consensus
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, num_classes)`` of segment frames ``(B, C, T, H, W)``."""
+        if x.dim() != 5:
+            raise ValueError(f"expected segment frames (B, C, T, H, W), got {tuple(x.shape)}")
+        b, c, t, h, w = x.shape
+        frames = x.transpose(1, 2).reshape(b * t, c, h, w)
+        logits = self.fc(self.dropout(self.forward_features(frames))).view(b, t, -1)
+        return logits.mean(dim=1) if self.consensus == "avg" else logits.amax(dim=1)
+
+
+@MODEL_REGISTRY.register()
+def tsn_resnet50(num_classes: int = 400, dropout: float = 0.5, consensus: str = "avg",
+                 **kwargs: Any) -> nn.Module:
+    """TSN with a ResNet-50 backbone (torchvision keys), 8 segments by default.
+
+    Args:
+        num_classes: Output classes.
+        dropout: Dropout before ``fc`` (no state-dict keys).
+        consensus: ``"avg"`` or ``"max"`` over the segments' logits.
+        **kwargs: :class:`~zoo.models.resnet.ResNet` arguments (``base_width``, ...).
+    """
+    return TSN(Bottleneck, (3, 4, 6, 3), num_classes=num_classes, dropout=dropout,
+               consensus=consensus, **kwargs)
+
+
+# sampling_stride None: one frame from each of input_frames equal segments of the whole video.
+# gflops: multiply-adds of the 8 frames at 224x224 (torch.utils.flop_counter; recounted in tests).
+tsn_resnet50.facts = {
+    "task": "video", "input_frames": 8, "sampling_stride": None, "sampling": "segments",
+    "crop_size": 224, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
+    "params": 24_327_632, "gflops": 32.7,
+}
