@@ -51,6 +51,9 @@ def get_cfg() -> CfgNode:
 
 def _coerce(value: Any, default: Any, key: str) -> Any:
     """Return ``value`` converted to the type of ``default`` or raise ConfigError."""
+    if isinstance(value, str) and not isinstance(default, str):
+        # YAML reads 1e-4 as a string (YAML 1.1 wants 1.0e-4); decode it like yacs does.
+        value = _parse_value(value)
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value

@@ -24,9 +24,9 @@ def default_argument_parser(description: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--config-file", default="", metavar="FILE", help="YAML config file")
     parser.add_argument(
-        "--extra-modules", nargs="+", default=[], metavar="PY",
-        help="Python files or module names to import first (their @register calls run); "
-        "same as CONFIG.EXTRA_MODULES",
+        "--extra-modules", action="append", default=[], metavar="PY",
+        help="a Python file or module name to import first so its @register calls run "
+        "(repeat the flag for several); added to CONFIG.EXTRA_MODULES",
     )
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE overrides")
     return parser
@@ -35,9 +35,11 @@ def default_argument_parser(description: str) -> argparse.ArgumentParser:
 def setup_cfg(args: argparse.Namespace):
     """Load the config, import the user's modules and check the model name exists."""
     opts = list(args.opts)
-    if args.extra_modules:
-        opts += ["CONFIG.EXTRA_MODULES", repr(list(args.extra_modules))]
     cfg = load_config(args.config_file or None, opts)
+    if args.extra_modules:
+        cfg.defrost()
+        cfg.CONFIG.EXTRA_MODULES = list(cfg.CONFIG.EXTRA_MODULES) + list(args.extra_modules)
+        cfg.freeze()
     import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
     from ..models import MODEL_REGISTRY
 

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..utils import comm
-from .metrics import classification_metrics
+from .metrics import classification_metrics, show_progress
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def run_inference(model: nn.Module, loader, device: torch.device, progress: bool
     indices, probs, labels = [], [], []
     n_bad = 0
     iterator = loader
-    if progress and comm.is_main_process():
+    if show_progress(progress):
         from tqdm import tqdm
 
         iterator = tqdm(loader, desc="eval", leave=False, dynamic_ncols=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from typing import Dict, Optional, Sequence
 
 import torch
@@ -22,6 +23,11 @@ def topk_correct(scores: torch.Tensor, labels: torch.Tensor, ks: Sequence[int]) 
     return {k: int(hits[:, : min(k, maxk)].any(dim=1).sum()) for k in ks}
 
 
+def show_progress(enabled: bool = True) -> bool:
+    """Whether this process should draw a tqdm bar: rank 0, and only on an interactive console."""
+    return enabled and comm.is_main_process() and sys.stderr.isatty()
+
+
 def classification_metrics(scores: torch.Tensor, labels: torch.Tensor) -> Dict[str, float]:
     """top1, top5 (top-k with k = min(5, classes)), mean class accuracy, all in percent."""
     n = max(1, labels.numel())
@@ -30,7 +36,7 @@ def classification_metrics(scores: torch.Tensor, labels: torch.Tensor) -> Dict[s
     per_class = []
     for c in labels.unique():
         mask = labels == c
-        per_class.append((pred[mask] == c).float().mean().item())
+        per_class.append((pred[mask] == c).double().mean().item())
     return {
         "top1": 100.0 * hits[1] / n,
         "top5": 100.0 * hits[5] / n,

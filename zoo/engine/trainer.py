@@ -17,7 +17,7 @@ from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
 from .checkpoint import load_checkpoint, save_checkpoint, set_rng_state, unwrap
 from .evaluator import evaluate
-from .metrics import MetricsWriter
+from .metrics import MetricsWriter, show_progress
 from .setup import worker_setup
 
 
@@ -35,7 +35,7 @@ def _set_epoch(loader, epoch: int) -> None:
 
 
 def _progress(enabled: bool, total: int, epoch: int, epochs: int):
-    if not (enabled and comm.is_main_process() and os.isatty(1)):
+    if not show_progress(enabled):
         return None
     from tqdm import tqdm
 
