@@ -84,6 +84,39 @@ _C.CONFIG.TRAIN.WARMUP_START_LR = 0.01
 _C.CONFIG.TRAIN.WARMUP_END_LR = 0.1
 # Resume from checkpoints/epoch_<N>.pth in the output folder (-1 = start fresh).
 _C.CONFIG.TRAIN.RESUME_EPOCH = -1
+# Resume from the newest complete checkpoint in the output folder when there is one (model,
+# optimizer, LR schedule, grad scaler, epoch, iteration and every rank's RNG states).
+_C.CONFIG.TRAIN.AUTO_RESUME = False
+# Keep only the newest K epoch checkpoints (0 = keep all); best.pth (best val top-1) is kept apart.
+_C.CONFIG.TRAIN.KEEP_LAST = 0
+# Linear scaling rule: when > 0, LR, WARMUP_START_LR and WARMUP_END_LR are multiplied by
+# (global batch / REFERENCE_BATCH), so the same YAML keeps its recipe on more or fewer GPUs.
+_C.CONFIG.TRAIN.REFERENCE_BATCH = 0
+# LR multiplier for every parameter except the classifier head (e.g. 0.1 when fine-tuning).
+_C.CONFIG.TRAIN.BACKBONE_LR_MULT = 1.0
+# Numeric precision: "fp32", "bf16" (autocast, CPU and GPU) or "fp16" (autocast + grad scaler,
+# GPU only).
+_C.CONFIG.TRAIN.PRECISION = "fp32"
+# Store activations channels-last (channels_last_3d for video); often faster with bf16/fp16.
+_C.CONFIG.TRAIN.CHANNELS_LAST = False
+# Accumulate gradients over this many iterations before each optimizer step.
+_C.CONFIG.TRAIN.ACCUM_STEPS = 1
+# Clip the global gradient L2 norm to this value (0 = no clipping).
+_C.CONFIG.TRAIN.CLIP_GRAD_NORM = 0.0
+# Convert BatchNorm layers to SyncBatchNorm (statistics over all ranks) when training on several.
+_C.CONFIG.TRAIN.SYNC_BN = False
+# Label smoothing of the cross-entropy loss (0 = none).
+_C.CONFIG.TRAIN.LABEL_SMOOTHING = 0.0
+# Mixup: Beta(alpha, alpha) blend of clip pairs and their labels (0 = off).
+_C.CONFIG.TRAIN.MIXUP_ALPHA = 0.0
+# CutMix: paste a box from another clip, labels weighted by area (0 = off). With both on, each
+# batch uses one of the two at random.
+_C.CONFIG.TRAIN.CUTMIX_ALPHA = 0.0
+# Keep an exponential moving average of the weights with this decay (0 = off, e.g. 0.999); it is
+# validated and saved beside the model.
+_C.CONFIG.TRAIN.EMA_DECAY = 0.0
+# Before each validation, recompute BatchNorm statistics over this many training batches (0 = off).
+_C.CONFIG.TRAIN.PRECISE_BN_ITERS = 0
 
 # ------------------------------------------ VAL ----------------------------------------------------
 _C.CONFIG.VAL = CN()
@@ -115,7 +148,8 @@ _C.CONFIG.DATA.VAL_DATA_PATH = ""
 _C.CONFIG.DATA.TEST_ANNO_PATH = ""
 # Folder the test list's paths are relative to; "" = VAL_DATA_PATH.
 _C.CONFIG.DATA.TEST_DATA_PATH = ""
-# Number of classes (labels are 0..NUM_CLASSES-1).
+# Number of classes (labels are 0..NUM_CLASSES-1); 0 = count them from the training list
+# (the lines of classes.txt beside it, else the largest label + 1).
 _C.CONFIG.DATA.NUM_CLASSES = 400
 # Frames per clip fed to the model.
 _C.CONFIG.DATA.CLIP_LEN = 32
@@ -165,6 +199,10 @@ _C.CONFIG.MODEL = CN()
 _C.CONFIG.MODEL.NAME = "slowfast_4x16_resnet50"
 # Local checkpoint to start from ("" = random init).
 _C.CONFIG.MODEL.PRETRAINED = ""
+# Train only the classifier head (fine-tuning a pretrained backbone).
+_C.CONFIG.MODEL.FREEZE_BACKBONE = False
+# Keep BatchNorm statistics and affine parameters fixed (small fine-tuning batches).
+_C.CONFIG.MODEL.FREEZE_BN = False
 # Extra keyword arguments for the model builder, as a flat list of KEY, VALUE, ... pairs
 # (e.g. ["dropout", 0.2]); values are parsed like command-line overrides.
 _C.CONFIG.MODEL.KWARGS = []

@@ -1,7 +1,8 @@
 """Checkpoints: written by rank 0 only, atomically; read with ``torch.load(weights_only=True)``.
 
 A checkpoint is a dict with ``model`` (no ``module.`` prefix), ``optimizer``, ``scheduler``,
-``scaler``, ``epoch`` (epochs completed), ``iteration``, ``cfg`` (YAML text) and ``rng``.
+``scaler``, ``epoch`` (epochs completed), ``iteration``, ``cfg`` (YAML text), ``rng`` (one entry
+per rank, so every rank resumes its own random streams), ``best_top1`` and, with EMA, ``ema``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import glob
 import os
 import random
 import re
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -25,21 +26,22 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def rng_state() -> Dict[str, Any]:
-    """RNG states of this process in types that ``weights_only`` loading accepts."""
-    np_state = np.random.get_state()
+    """RNG states of this process as plain Python values (they pass through all_gather_object
+    and ``weights_only`` loading unchanged)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
     return {
         "python": random.getstate(),
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].copy()), *map(float, np_state[2:])],
-        "torch": torch.get_rng_state(),
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state().tolist(),
     }
 
 
 def set_rng_state(state: Dict[str, Any]) -> None:
-    random.setstate(tuple(state["python"][:1]) + (tuple(state["python"][1]),)
-                    + tuple(state["python"][2:]))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
     kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), cached))
-    torch.set_rng_state(state["torch"])
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
 
 
 def atomic_save(obj: Any, path: str) -> None:
@@ -53,32 +55,53 @@ def atomic_save(obj: Any, path: str) -> None:
     os.replace(tmp, path)
 
 
+def gather_rng_states() -> List[Dict[str, Any]]:
+    """Every rank's RNG states, indexed by rank (a collective: call it on all ranks)."""
+    return comm.all_gather_object(rng_state())
+
+
 def save_checkpoint(
     save_dir: str,
-    model: nn.Module,
-    optimizer: Optional[torch.optim.Optimizer],
-    scheduler: Any,
+    state: Dict[str, Any],
     epoch: int,
-    iteration: int,
-    cfg_yaml: str,
+    keep_last: int = 0,
+    is_best: bool = False,
 ) -> Optional[str]:
-    """Rank 0 writes ``save_dir/epoch_{epoch}.pth``; other ranks return None."""
+    """Rank 0 writes ``save_dir/epoch_{epoch}.pth`` (and ``best.pth`` when ``is_best``).
+
+    ``keep_last`` > 0 deletes older epoch files beyond the newest ``keep_last``; ``best.pth`` is
+    never deleted by that. Other ranks return None without writing.
+    """
     if not comm.is_main_process():
         return None
     os.makedirs(save_dir, exist_ok=True)
+    path = os.path.join(save_dir, f"epoch_{epoch}.pth")
+    atomic_save(state, path)
+    if is_best:
+        atomic_save(state, os.path.join(save_dir, "best.pth"))
+    if keep_last > 0:
+        for old in epoch_checkpoints(save_dir)[:-keep_last]:
+            os.remove(old)
+    return path
+
+
+def training_state(model, optimizer, scheduler, scaler, ema, epoch: int, iteration: int,
+                   cfg_yaml: str, rng: List[Dict[str, Any]], best_top1: float) -> Dict[str, Any]:
+    """The checkpoint dict (see the module docstring)."""
     state = {
         "model": unwrap(model).state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else {},
         "scheduler": scheduler.state_dict() if scheduler is not None else {},
-        "scaler": {},
+        "scaler": scaler.state_dict() if scaler is not None else {},
         "epoch": epoch,
         "iteration": iteration,
         "cfg": cfg_yaml,
-        "rng": rng_state(),
+        "rng": rng,
+        "best_top1": best_top1,
     }
-    path = os.path.join(save_dir, f"epoch_{epoch}.pth")
-    atomic_save(state, path)
-    return path
+    if ema is not None:
+        state["ema"] = ema.state_dict()
+    return state
 
 
 def load_checkpoint(path: str) -> Dict[str, Any]:
@@ -95,11 +118,53 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
         ) from None
 
 
-def latest_checkpoint(save_dir: str) -> Optional[str]:
-    """The ``epoch_N.pth`` with the largest N in ``save_dir`` (None when there is none)."""
-    best, best_epoch = None, -1
+def epoch_checkpoints(save_dir: str) -> List[str]:
+    """The complete ``epoch_N.pth`` files of ``save_dir``, oldest epoch first (temporary files of
+    an interrupted write are never listed)."""
+    found = []
     for path in glob.glob(os.path.join(save_dir, "epoch_*.pth")):
         m = re.fullmatch(r"epoch_(\d+)\.pth", os.path.basename(path))
-        if m and int(m.group(1)) > best_epoch:
-            best, best_epoch = path, int(m.group(1))
-    return best
+        if m:
+            found.append((int(m.group(1)), path))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(save_dir: str) -> Optional[str]:
+    """The ``epoch_N.pth`` with the largest N in ``save_dir`` (None when there is none)."""
+    found = epoch_checkpoints(save_dir)
+    return found[-1] if found else None
+
+
+# Keys that may change between a run and its resumption without changing what is trained.
+_RESUME_FREE = ("DDP_CONFIG.", "CONFIG.LOG.", "CONFIG.VAL.", "CONFIG.TEST.", "CONFIG.EXTRA_MODULES",
+                "CONFIG.TRAIN.EPOCH_NUM", "CONFIG.TRAIN.AUTO_RESUME", "CONFIG.TRAIN.RESUME_EPOCH",
+                "CONFIG.TRAIN.KEEP_LAST", "CONFIG.DATA.NUM_WORKERS", "CONFIG.DATA.TRAIN_ANNO_PATH",
+                "CONFIG.DATA.TRAIN_DATA_PATH", "CONFIG.DATA.VAL_ANNO_PATH",
+                "CONFIG.DATA.VAL_DATA_PATH", "CONFIG.DATA.TEST_", "CONFIG.DATA.SYNTHETIC.ROOT")
+
+
+def _flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
+    if isinstance(node, dict):
+        out: Dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def config_differences(saved_yaml: str, cfg) -> List[str]:
+    """Keys whose values differ between a checkpoint's config and ``cfg`` (resume-free keys and
+    per-node keys are ignored), as ``KEY: saved -> now`` strings."""
+    import yaml
+
+    from ..config import cfg_to_yaml
+
+    saved = _flatten(yaml.safe_load(saved_yaml) or {})
+    now = _flatten(yaml.safe_load(cfg_to_yaml(cfg)))
+    diffs = []
+    for key in sorted(set(saved) | set(now)):
+        if key.startswith(_RESUME_FREE):
+            continue
+        if saved.get(key, "<missing>") != now.get(key, "<missing>"):
+            diffs.append(f"{key}: {saved.get(key, '<missing>')!r} -> {now.get(key, '<missing>')!r}")
+    return diffs

@@ -1,13 +1,14 @@
-"""The training loop run by every worker: build, train, validate, checkpoint, log."""
+"""The training loop run by every worker: build, resume, train, validate, checkpoint, log."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
+from typing import Optional
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from ..config import cfg_to_yaml
@@ -15,14 +16,32 @@ from ..data import build_loader
 from ..models import build_model
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
-from .checkpoint import load_checkpoint, save_checkpoint, set_rng_state, unwrap
+from .checkpoint import (config_differences, gather_rng_states, load_checkpoint, latest_checkpoint,
+                         save_checkpoint, set_rng_state, training_state, unwrap)
 from .evaluator import evaluate
+from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .metrics import MetricsWriter, show_progress
+from .precise_bn import recompute_bn_stats
+from .precision import memory_format
 from .setup import worker_setup
+from .step import TrainStep
+from .sync_bn import convert_sync_bn
 
 
-def _wrap(model: nn.Module, device: torch.device) -> nn.Module:
+def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Module:
+    """Build the model, apply freezing / SyncBN / memory format, move it, wrap it in DDP."""
+    model = build_model(cfg)
+    if cfg.CONFIG.MODEL.FREEZE_BACKBONE:
+        logger.info("froze %d backbone tensors; training the head only",
+                    len(freeze_backbone(model)))
+    if cfg.CONFIG.MODEL.FREEZE_BN:
+        logger.info("froze %d BatchNorm layers", freeze_bn(model))
+    if cfg.CONFIG.TRAIN.SYNC_BN and comm.get_world_size() > 1:
+        model = convert_sync_bn(model, device)
     model.to(device)
+    if cfg.CONFIG.TRAIN.CHANNELS_LAST:
+        dim = 5 if any(isinstance(m, nn.Conv3d) for m in model.modules()) else 4
+        model.to(memory_format=memory_format(dim))
     if comm.get_world_size() == 1:
         return model
     ids = [device.index] if device.type == "cuda" else None
@@ -42,116 +61,157 @@ def _progress(enabled: bool, total: int, epoch: int, epochs: int):
     return tqdm(total=total, desc=f"epoch {epoch + 1}/{epochs}", dynamic_ncols=True, leave=False)
 
 
+def find_resume_checkpoint(cfg, save_dir: str, logger: logging.Logger) -> Optional[str]:
+    """RESUME_EPOCH's checkpoint, else (with AUTO_RESUME) the newest one, else None."""
+    train = cfg.CONFIG.TRAIN
+    if train.RESUME_EPOCH >= 0:
+        return os.path.join(save_dir, f"epoch_{train.RESUME_EPOCH}.pth")
+    if train.AUTO_RESUME:
+        path = latest_checkpoint(save_dir)
+        if path is None:
+            logger.info("AUTO_RESUME: no checkpoint in %s yet; starting fresh", save_dir)
+        return path
+    return None
+
+
 def train_worker(cfg) -> None:
     """Train the model the config describes (called by ``launch`` in every process)."""
     logger, device, out_dir = worker_setup(cfg)
     train_cfg, log_cfg = cfg.CONFIG.TRAIN, cfg.CONFIG.LOG
-    model = build_model(cfg)
-    n_params = sum(p.numel() for p in model.parameters())
-    logger.info("model %s: %.2fM parameters", cfg.CONFIG.MODEL.NAME, n_params / 1e6)
-    model = _wrap(model, device)
+    world = comm.get_world_size()
+    model = prepare_model(cfg, device, logger)
+    bare = unwrap(model)
+    logger.info("model %s: %.2fM parameters (%.2fM trainable)", cfg.CONFIG.MODEL.NAME,
+                sum(p.numel() for p in bare.parameters()) / 1e6,
+                sum(p.numel() for p in bare.parameters() if p.requires_grad) / 1e6)
     train_loader = build_loader(cfg, "train")
     val_loader = build_loader(cfg, "val") if cfg.CONFIG.DATA.VAL_ANNO_PATH else None
     iters_per_epoch = len(train_loader)
-    if iters_per_epoch == 0:
+    steps_per_epoch = iters_per_epoch // train_cfg.ACCUM_STEPS
+    if steps_per_epoch == 0:
         raise RuntimeError(
-            f"the training list {cfg.CONFIG.DATA.TRAIN_ANNO_PATH} has fewer videos than one global "
-            f"batch ({train_cfg.BATCH_SIZE} x {comm.get_world_size()} processes); lower "
-            "CONFIG.TRAIN.BATCH_SIZE"
+            f"one epoch has {iters_per_epoch} iterations, fewer than CONFIG.TRAIN.ACCUM_STEPS = "
+            f"{train_cfg.ACCUM_STEPS}: lower ACCUM_STEPS or BATCH_SIZE"
         )
-    optimizer = build_optimizer(cfg, unwrap(model))
-    scheduler = build_lr_scheduler(cfg, optimizer, iters_per_epoch)
+    optimizer = build_optimizer(cfg, bare, classifier_module(bare).parameters())
+    scheduler = build_lr_scheduler(cfg, optimizer, steps_per_epoch, world)
+    step = TrainStep(
+        model, optimizer, scheduler, device, cfg.CONFIG.DATA.NUM_CLASSES,
+        precision=train_cfg.PRECISION, channels_last=train_cfg.CHANNELS_LAST,
+        accum_steps=train_cfg.ACCUM_STEPS, clip_grad_norm=train_cfg.CLIP_GRAD_NORM,
+        label_smoothing=train_cfg.LABEL_SMOOTHING, mixup_alpha=train_cfg.MIXUP_ALPHA,
+        cutmix_alpha=train_cfg.CUTMIX_ALPHA, ema_decay=train_cfg.EMA_DECAY,
+    )
     save_dir = os.path.join(out_dir, log_cfg.SAVE_DIR)
     writer = MetricsWriter(out_dir, os.path.join(out_dir, log_cfg.LOG_DIR))
     cfg_yaml = cfg_to_yaml(cfg)
 
-    start_epoch = 0
-    if train_cfg.RESUME_EPOCH >= 0:
-        path = os.path.join(save_dir, f"epoch_{train_cfg.RESUME_EPOCH}.pth")
-        ckpt = load_checkpoint(path)
-        unwrap(model).load_state_dict(ckpt["model"])
+    start_epoch, best_top1 = 0, -1.0
+    resume = find_resume_checkpoint(cfg, save_dir, logger)
+    if resume:
+        ckpt = load_checkpoint(resume)
+        diffs = config_differences(ckpt.get("cfg", ""), cfg)
+        if diffs:
+            raise RuntimeError(
+                f"{resume} was trained with a different config ({'; '.join(diffs[:6])}); use "
+                "another CONFIG.LOG.EXP_NAME or set CONFIG.TRAIN.AUTO_RESUME False"
+            )
+        bare.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
-        set_rng_state(ckpt["rng"])
-        start_epoch = int(ckpt["epoch"])
-        logger.info("resumed from %s: continuing at epoch %d", path, start_epoch + 1)
+        if step.scaler is not None and ckpt.get("scaler"):
+            step.scaler.load_state_dict(ckpt["scaler"])
+        if step.ema is not None and "ema" in ckpt:
+            step.ema.load_state_dict(ckpt["ema"])
+        rng = ckpt["rng"]
+        if isinstance(rng, list) and len(rng) == world:
+            set_rng_state(rng[comm.get_rank()])
+        else:
+            logger.warning("%s holds RNG states for %s ranks, not %d: random streams restart",
+                           resume, len(rng) if isinstance(rng, list) else 1, world)
+        start_epoch, best_top1 = int(ckpt["epoch"]), float(ckpt.get("best_top1", -1.0))
+        logger.info("resumed from %s: continuing at epoch %d", resume, start_epoch + 1)
+        del ckpt
 
-    global_batch = train_cfg.BATCH_SIZE * comm.get_world_size()
+    global_batch = train_cfg.BATCH_SIZE * world * train_cfg.ACCUM_STEPS
     logger.info(
-        "training %d epochs x %d iterations, global batch %d (%d per process x %d)",
-        train_cfg.EPOCH_NUM, iters_per_epoch, global_batch, train_cfg.BATCH_SIZE,
-        comm.get_world_size(),
+        "training epochs %d..%d, %d iterations each, global batch %d (%d per process x %d "
+        "processes x %d accumulation), peak LR %.5g",
+        start_epoch + 1, train_cfg.EPOCH_NUM, iters_per_epoch, global_batch,
+        train_cfg.BATCH_SIZE, world, train_cfg.ACCUM_STEPS, scheduler.base_lr,
     )
-    iteration = start_epoch * iters_per_epoch
+    iteration = start_epoch * steps_per_epoch
     for epoch in range(start_epoch, train_cfg.EPOCH_NUM):
         model.train()
         _set_epoch(train_loader, epoch)
         bar = _progress(log_cfg.PROGRESS_BAR, iters_per_epoch, epoch, train_cfg.EPOCH_NUM)
         epoch_start = tick = time.perf_counter()
         loss_sum = torch.zeros((), device=device)
-        bad = 0
+        bad, seen = 0, 0
         for i, (clips, labels, _, n_bad) in enumerate(train_loader):
-            clips = clips.to(device, non_blocking=True)
-            labels = labels.to(device, non_blocking=True)
-            loss = F.cross_entropy(model(clips), labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            iteration += 1
-            loss_sum += loss.detach()
+            if i >= steps_per_epoch * train_cfg.ACCUM_STEPS:
+                break  # a partial accumulation at the epoch's end is dropped
+            loss = step(clips, labels)
+            loss_sum += loss
             bad += int(n_bad.sum())
+            seen += 1
+            if step.micro == 0:
+                iteration += 1
             if bar is not None:
                 bar.update(1)
             if (i + 1) % log_cfg.DISPLAY_FREQ == 0 or i + 1 == iters_per_epoch:
                 # .item() only here: it waits for the device, so not on every step.
                 now = time.perf_counter()
                 steps = (i % log_cfg.DISPLAY_FREQ) + 1
-                speed = steps * global_batch / max(now - tick, 1e-9)
+                speed = steps * train_cfg.BATCH_SIZE * world / max(now - tick, 1e-9)
                 tick = now
-                record = {
-                    "split": "train", "epoch": epoch + 1, "iter": iteration,
-                    "loss": loss.item(), "lr": scheduler.get_last_lr(), "clips_per_s": speed,
-                }
+                record = {"split": "train", "epoch": epoch + 1, "iter": iteration,
+                          "loss": loss.item(), "lr": scheduler.get_last_lr(),
+                          "clips_per_s": speed}
                 writer.write(record, iteration)
                 if bar is not None:
-                    bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.4f}",
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.4g}",
                                     clips_s=f"{speed:.1f}")
                 else:
-                    logger.info(
-                        "epoch %d iter %d/%d loss %.4f lr %.5f %.1f clips/s",
-                        epoch + 1, i + 1, iters_per_epoch, record["loss"], record["lr"], speed,
-                    )
+                    logger.info("epoch %d iter %d/%d loss %.4f lr %.5g %.1f clips/s", epoch + 1,
+                                i + 1, iters_per_epoch, record["loss"], record["lr"], speed)
         if bar is not None:
             bar.close()
         comm.all_reduce_sum(loss_sum)
         bad_total = int(comm.all_reduce_sum(torch.tensor([bad], device=device)).item())
-        mean_loss = loss_sum.item() / (iters_per_epoch * comm.get_world_size())
+        mean_loss = loss_sum.item() / max(1, seen * world)
         epoch_time = time.perf_counter() - epoch_start
-        logger.info(
-            "epoch %d done: mean loss %.4f, %.1fs, %d bad videos skipped",
-            epoch + 1, mean_loss, epoch_time, bad_total,
-        )
+        logger.info("epoch %d done: mean loss %.4f, %.1fs, %d bad videos skipped",
+                    epoch + 1, mean_loss, epoch_time, bad_total)
         writer.write({"split": "train_epoch", "epoch": epoch + 1, "loss": mean_loss,
                       "time_s": epoch_time, "skipped_videos": bad_total}, iteration)
 
         last = epoch + 1 == train_cfg.EPOCH_NUM
         freq = cfg.CONFIG.VAL.FREQ
+        is_best = False
         if val_loader is not None and (last or (freq > 0 and (epoch + 1) % freq == 0)):
-            m = evaluate(model, val_loader, device)
+            if train_cfg.PRECISE_BN_ITERS > 0:
+                recompute_bn_stats(bare, train_loader, train_cfg.PRECISE_BN_ITERS, device)
+            evaluated = step.ema.module if step.ema is not None else model
+            m = evaluate(evaluated, val_loader, device)
+            is_best = m["top1"] > best_top1
+            best_top1 = max(best_top1, m["top1"])
             logger.info(
-                "epoch %d val: top1 %.2f top5 %.2f mean-class %.2f loss %.4f (%d videos)",
-                epoch + 1, m["top1"], m["top5"], m["mean_class_acc"], m["loss"], m["num_videos"],
+                "epoch %d val%s: top1 %.2f top5 %.2f mean-class %.2f loss %.4f (%d videos)",
+                epoch + 1, " (EMA)" if step.ema is not None else "", m["top1"], m["top5"],
+                m["mean_class_acc"], m["loss"], m["num_videos"],
             )
             writer.write({"split": "val", "epoch": epoch + 1, "top1": m["top1"],
                           "top5": m["top5"], "mean_class_acc": m["mean_class_acc"],
                           "loss": m["loss"], "num_videos": m["num_videos"],
                           "skipped_videos": m["skipped_videos"]}, iteration)
         if last or (epoch + 1) % log_cfg.SAVE_FREQ == 0:
-            path = save_checkpoint(save_dir, model, optimizer, scheduler, epoch + 1, iteration,
-                                   cfg_yaml)
-            if path:
-                logger.info("saved %s", path)
+            rng = gather_rng_states()  # every rank takes part; rank 0 writes
+            if comm.is_main_process():
+                state = training_state(model, optimizer, scheduler, step.scaler, step.ema,
+                                       epoch + 1, iteration, cfg_yaml, rng, best_top1)
+                path = save_checkpoint(save_dir, state, epoch + 1, train_cfg.KEEP_LAST, is_best)
+                logger.info("saved %s%s", path, " (best so far)" if is_best else "")
         comm.synchronize()
     writer.close()
     logger.info("training finished; outputs in %s", out_dir)

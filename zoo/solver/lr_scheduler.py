@@ -80,18 +80,29 @@ class WarmupScheduler:
         self._apply()
 
 
-def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, iters_per_epoch: int) -> WarmupScheduler:
-    """Schedule from CONFIG.TRAIN.{LR, LR_POLICY, LR_MILESTONE, STEP, USE_WARMUP, WARMUP_*}."""
+def lr_scale(cfg, world_size: int) -> float:
+    """The linear scaling rule: global batch / CONFIG.TRAIN.REFERENCE_BATCH (1 when that is 0)."""
     t = cfg.CONFIG.TRAIN
-    warmup = int(round(t.WARMUP_EPOCHS * iters_per_epoch)) if t.USE_WARMUP else 0
+    if t.REFERENCE_BATCH <= 0:
+        return 1.0
+    return t.BATCH_SIZE * t.ACCUM_STEPS * world_size / t.REFERENCE_BATCH
+
+
+def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, steps_per_epoch: int,
+                       world_size: int = 1) -> WarmupScheduler:
+    """Schedule from CONFIG.TRAIN.{LR, LR_POLICY, LR_MILESTONE, STEP, USE_WARMUP, WARMUP_*},
+    counted in optimizer steps, with the LRs scaled by ``lr_scale``."""
+    t = cfg.CONFIG.TRAIN
+    scale = lr_scale(cfg, world_size)
+    warmup = int(round(t.WARMUP_EPOCHS * steps_per_epoch)) if t.USE_WARMUP else 0
     return WarmupScheduler(
         optimizer,
-        base_lr=t.LR,
-        total_iters=t.EPOCH_NUM * iters_per_epoch,
+        base_lr=t.LR * scale,
+        total_iters=t.EPOCH_NUM * steps_per_epoch,
         policy=t.LR_POLICY,
-        milestones=[m * iters_per_epoch for m in t.LR_MILESTONE],
+        milestones=[m * steps_per_epoch for m in t.LR_MILESTONE],
         gamma=t.STEP,
         warmup_iters=warmup,
-        warmup_start_lr=t.WARMUP_START_LR,
-        warmup_end_lr=t.WARMUP_END_LR,
+        warmup_start_lr=t.WARMUP_START_LR * scale,
+        warmup_end_lr=t.WARMUP_END_LR * scale,
     )
