@@ -20,6 +20,10 @@ import torch.nn as nn
 from ..utils import comm
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be used: unsafe, unreadable, or from a different model/config."""
+
+
 def unwrap(model: nn.Module) -> nn.Module:
     """The bare model inside a DDP (or similar) wrapper."""
     return model.module if hasattr(model, "module") else model
@@ -112,7 +116,7 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise RuntimeError(
+        raise CheckpointError(
             f"{path}: refused to load ({first}); zoo loads checkpoints with weights_only=True, "
             "so files that would run code while unpickling are rejected"
         ) from None

@@ -13,6 +13,8 @@ from typing import Callable, List, Optional
 from ..config import ConfigError, load_config
 from ..utils.env import import_extra_modules
 from ..utils.logger import setup_logger
+from .checkpoint import CheckpointError
+from .finetune import resolve_num_classes
 from .launch import LaunchError, launch
 
 
@@ -61,9 +63,9 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None) ->
         cfg = setup_cfg(args)
         from ..data import prepare_synthetic
 
-        cfg = prepare_synthetic(cfg)
+        cfg = resolve_num_classes(prepare_synthetic(cfg))
         launch(worker, cfg, node_rank=command_line_node_rank(args.opts, cfg))
-    except (ConfigError, LaunchError, FileNotFoundError, ImportError) as e:
+    except (ConfigError, LaunchError, CheckpointError, FileNotFoundError, ImportError) as e:
         log.error("error: %s", e)
         return 2 if isinstance(e, ConfigError) else 1
     except KeyError as e:  # registry misses carry their message as the first argument

@@ -11,6 +11,7 @@ from ..models import build_model
 from ..utils import comm
 from .checkpoint import latest_checkpoint, load_checkpoint
 from .evaluator import evaluate
+from .plots import confusion_matrix, write_confusion
 from .setup import worker_setup
 
 
@@ -52,7 +53,10 @@ def test_worker(cfg) -> None:
     logger, device, out_dir = worker_setup(cfg, write_config=False)
     ckpt_path = find_test_checkpoint(cfg, out_dir)
     model = build_model(cfg)
-    model.load_state_dict(load_checkpoint(ckpt_path)["model"])
+    state = load_checkpoint(ckpt_path)
+    # A run trained with EMA validated the EMA weights; test those too.
+    model.load_state_dict(state.get("ema") or state["model"])
+    del state
     model.to(device)
     loader = build_loader(cfg, "test")
     data = cfg.CONFIG.DATA
@@ -72,4 +76,10 @@ def test_worker(cfg) -> None:
         with open(os.path.join(out_dir, "test_metrics.json"), "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
         write_predictions(os.path.join(out_dir, "predictions.csv"), loader.dataset, m["_raw"])
+        raw = m["_raw"]
+        matrix = confusion_matrix(raw["probs"].argmax(dim=1), raw["labels"],
+                                  cfg.CONFIG.DATA.NUM_CLASSES)
+        write_confusion(matrix, list(getattr(loader.dataset, "classes", [])),
+                        os.path.join(out_dir, "confusion_matrix.csv"),
+                        os.path.join(out_dir, "confusion_matrix.png"))
         logger.info("wrote %s", os.path.join(out_dir, "test_metrics.json"))

@@ -16,8 +16,8 @@ from ..data import build_loader
 from ..models import build_model
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
-from .checkpoint import (config_differences, gather_rng_states, load_checkpoint, latest_checkpoint,
-                         save_checkpoint, set_rng_state, training_state, unwrap)
+from .checkpoint import (CheckpointError, config_differences, gather_rng_states, latest_checkpoint,
+                         load_checkpoint, save_checkpoint, set_rng_state, training_state, unwrap)
 from .evaluator import evaluate
 from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .metrics import MetricsWriter, show_progress
@@ -112,7 +112,7 @@ def train_worker(cfg) -> None:
         ckpt = load_checkpoint(resume)
         diffs = config_differences(ckpt.get("cfg", ""), cfg)
         if diffs:
-            raise RuntimeError(
+            raise CheckpointError(
                 f"{resume} was trained with a different config ({'; '.join(diffs[:6])}); use "
                 "another CONFIG.LOG.EXP_NAME or set CONFIG.TRAIN.AUTO_RESUME False"
             )

@@ -1,0 +1,77 @@
+"""Checkpoints: atomic writes survive a kill mid-write, unsafe pickles are refused, keep-last/best,
+and a checkpoint from another config is refused naming the keys."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from zoo.config import load_config, cfg_to_yaml
+from zoo.engine.checkpoint import (atomic_save, config_differences, epoch_checkpoints,
+                                   latest_checkpoint, load_checkpoint, save_checkpoint)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_kill_during_write_leaves_previous_checkpoint_loadable(tmp_path):
+    path = tmp_path / "epoch_1.pth"
+    atomic_save({"model": {"w": torch.ones(3)}, "epoch": 1}, str(path))
+    # A child process writes a large checkpoint to the same path; kill it mid-write.
+    script = (
+        "import sys, torch\n"
+        f"sys.path.insert(0, {ROOT!r})\n"
+        "from zoo.engine.checkpoint import atomic_save\n"
+        "atomic_save({'model': {'w': torch.zeros(400_000_000 // 4)}, 'epoch': 2}, sys.argv[1])\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(path)])
+    deadline = time.time() + 60
+    tmp_files = []
+    while time.time() < deadline:
+        tmp_files = [f for f in os.listdir(tmp_path) if ".tmp." in f]
+        if tmp_files and os.path.getsize(tmp_path / tmp_files[0]) > 1_000_000:
+            break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert tmp_files, "the writer never started writing; nothing was tested"
+    state = load_checkpoint(str(path))
+    assert state["epoch"] == 1 and torch.equal(state["model"]["w"], torch.ones(3))
+    # The half-written temporary file is never taken for a checkpoint.
+    assert latest_checkpoint(str(tmp_path)) == str(path)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, (f"touch {_Exploit.marker}",))
+
+
+def test_checkpoint_that_would_run_code_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    _Exploit.marker = str(marker)
+    bad = tmp_path / "evil.pth"
+    torch.save({"model": {}, "payload": _Exploit()}, str(bad))
+    with pytest.raises(RuntimeError) as e:
+        load_checkpoint(str(bad))
+    msg = str(e.value)
+    assert "refused to load" in msg and "weights_only" in msg and "\n" not in msg
+    assert not marker.exists(), "the pickle's code ran"
+
+
+def test_keep_last_and_best(tmp_path):
+    for epoch in range(1, 6):
+        save_checkpoint(str(tmp_path), {"epoch": epoch}, epoch, keep_last=2, is_best=epoch == 2)
+    names = [os.path.basename(p) for p in epoch_checkpoints(str(tmp_path))]
+    assert names == ["epoch_4.pth", "epoch_5.pth"]
+    assert load_checkpoint(str(tmp_path / "best.pth"))["epoch"] == 2
+
+
+def test_config_differences_name_the_keys():
+    a = load_config(None, ["MODEL.NAME", "resnet18", "TRAIN.LR", "0.1"])
+    b = load_config(None, ["MODEL.NAME", "resnet50", "TRAIN.LR", "0.1", "TRAIN.EPOCH_NUM", "99",
+                           "LOG.EXP_NAME", "other"])
+    diffs = config_differences(cfg_to_yaml(a), b)
+    assert diffs == ["CONFIG.MODEL.NAME: 'resnet18' -> 'resnet50'"]

@@ -1,0 +1,80 @@
+"""Optimizer parameter groups and the per-iteration LR schedule."""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from zoo.config import load_config
+from zoo.solver import build_lr_scheduler, build_optimizer, lr_scale
+
+
+def _net():
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(2))
+
+
+def test_no_weight_decay_on_norm_and_bias_and_backbone_multiplier():
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, bias=True), nn.BatchNorm2d(4), nn.Flatten(),
+                        nn.Linear(4 * 6 * 6, 2))
+    cfg = load_config(None, ["TRAIN.W_DECAY", "0.01", "TRAIN.BACKBONE_LR_MULT", "0.1",
+                             "TRAIN.LR", "1.0"])
+    opt = build_optimizer(cfg, net, net[3].parameters())
+    by_param = {}
+    for g in opt.param_groups:
+        for p in g["params"]:
+            by_param[id(p)] = (g["weight_decay"], g["lr_mult"])
+    assert by_param[id(net[0].weight)] == (0.01, 0.1)
+    assert by_param[id(net[0].bias)] == (0.0, 0.1)
+    assert by_param[id(net[1].weight)] == (0.0, 0.1)
+    assert by_param[id(net[3].weight)] == (0.01, 1.0)
+    assert by_param[id(net[3].bias)] == (0.0, 1.0)
+    sched = build_lr_scheduler(cfg, opt, steps_per_epoch=10)
+    lrs = {g["lr_mult"]: g["lr"] for g in opt.param_groups}
+    assert lrs[1.0] == pytest.approx(sched.lr_at(0)) and lrs[0.1] == pytest.approx(0.1 * sched.lr_at(0))
+
+
+def test_warmup_then_cosine_per_iteration():
+    cfg = load_config(None, ["TRAIN.LR", "0.1", "TRAIN.EPOCH_NUM", "10", "TRAIN.USE_WARMUP", "True",
+                             "TRAIN.WARMUP_EPOCHS", "2", "TRAIN.WARMUP_START_LR", "0.01",
+                             "TRAIN.WARMUP_END_LR", "0.1"])
+    opt = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.0)
+    s = build_lr_scheduler(cfg, opt, steps_per_epoch=5)
+    assert s.lr_at(0) == pytest.approx(0.01)
+    assert s.lr_at(5) == pytest.approx(0.01 + 0.5 * 0.09)
+    assert s.lr_at(10) == pytest.approx(0.1)  # warmup ends, cosine starts at the peak
+    assert s.lr_at(30) == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert s.lr_at(50) == pytest.approx(0.0, abs=1e-12)
+    for _ in range(7):
+        s.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(s.lr_at(7))
+    state = s.state_dict()
+    s2 = build_lr_scheduler(cfg, opt, steps_per_epoch=5)
+    s2.load_state_dict(state)
+    assert s2.get_last_lr() == pytest.approx(s.get_last_lr())
+
+
+def test_step_policy():
+    cfg = load_config(None, ["TRAIN.LR", "1.0", "TRAIN.LR_POLICY", "Step", "TRAIN.LR_MILESTONE",
+                             "[2, 4]", "TRAIN.STEP", "0.1", "TRAIN.EPOCH_NUM", "6"])
+    opt = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.0)
+    s = build_lr_scheduler(cfg, opt, steps_per_epoch=3)
+    assert [round(s.lr_at(i), 6) for i in (0, 5, 6, 11, 12)] == [1.0, 1.0, 0.1, 0.1, 0.01]
+
+
+def test_linear_scaling_rule():
+    cfg = load_config(None, ["TRAIN.BATCH_SIZE", "8", "TRAIN.REFERENCE_BATCH", "16",
+                             "TRAIN.LR", "0.1"])
+    assert lr_scale(cfg, world_size=4) == 2.0
+    opt = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.0)
+    s = build_lr_scheduler(cfg, opt, steps_per_epoch=3, world_size=4)
+    assert s.base_lr == pytest.approx(0.2)
+    assert lr_scale(load_config(None, []), world_size=8) == 1.0
+
+
+def test_everything_frozen_is_a_clear_error():
+    net = nn.Linear(2, 2)
+    for p in net.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        build_optimizer(load_config(None, []), net)

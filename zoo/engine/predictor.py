@@ -1,0 +1,76 @@
+"""Predict the classes of video files with a trained checkpoint (multi-view, like testing)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Dict, List, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..data import build_dataset
+from ..data.annotations import read_class_names
+from ..models import build_model
+from .checkpoint import load_checkpoint
+
+
+class Predictor:
+    """Loads a checkpoint once and scores videos with the config's test views.
+
+    Args:
+        cfg: The run's config (model, NUM_CLASSES, crop and test view settings, class names from
+            the training list's classes.txt).
+        checkpoint: Path of a zoo checkpoint (its EMA weights are used when it has them).
+        device: Where to run.
+    """
+
+    def __init__(self, cfg, checkpoint: str, device: str = "cpu") -> None:
+        self.cfg = cfg
+        self.device = torch.device(device)
+        state = load_checkpoint(checkpoint)
+        self.model = build_model(cfg)
+        self.model.load_state_dict(state.get("ema") or state["model"])
+        self.model.to(self.device).eval()
+        num_classes = cfg.CONFIG.DATA.NUM_CLASSES
+        anno = cfg.CONFIG.DATA.TRAIN_ANNO_PATH or cfg.CONFIG.DATA.VAL_ANNO_PATH
+        self.classes = read_class_names(anno, num_classes) if anno else [
+            str(i) for i in range(num_classes)]
+
+    def _views(self, path: str) -> torch.Tensor:
+        with tempfile.TemporaryDirectory() as tmp:
+            lst = os.path.join(tmp, "predict.txt")
+            with open(lst, "w", encoding="utf-8") as f:
+                f.write(f"{os.path.abspath(path)} -1 0\n")
+            cfg = self.cfg.clone()
+            cfg.defrost()
+            cfg.CONFIG.DATA.SYNTHETIC.ENABLE = False
+            cfg.CONFIG.DATA.TEST_ANNO_PATH = lst
+            cfg.CONFIG.DATA.TEST_DATA_PATH = "/"
+            cfg.freeze()
+            views, _, _, n_bad = build_dataset(cfg, "test")[0]
+        if n_bad:
+            raise RuntimeError(f"{path}: could not be decoded")
+        return views
+
+    @torch.no_grad()
+    def predict(self, paths: Sequence[str], topk: int = 5) -> List[Dict]:
+        """For each path: ``{"video", "top": [{"class", "name", "prob"}, ...]}`` or ``"error"``."""
+        results = []
+        for path in paths:
+            if not os.path.isfile(path):
+                results.append({"video": path, "error": "no such file"})
+                continue
+            try:
+                views = self._views(path)
+            except Exception as e:  # one bad file should not stop the others
+                results.append({"video": path, "error": str(e).splitlines()[0]})
+                continue
+            probs = F.softmax(self.model(views.to(self.device)).float(), dim=1).mean(dim=0)
+            top = probs.topk(min(topk, probs.numel()))
+            results.append({
+                "video": path,
+                "top": [{"class": int(c), "name": self.classes[int(c)], "prob": float(p)}
+                        for p, c in zip(top.values, top.indices)],
+            })
+        return results
