@@ -108,8 +108,8 @@ def _ip(*args):
 def two_netns():
     """Two network namespaces joined by a veth pair: [(name, address), ...]; no default route.
 
-    Inside them the hostnames ``node-a`` / ``node-b`` resolve to the two addresses (``ip netns exec``
-    mounts ``/etc/netns/<name>/hosts`` over ``/etc/hosts``).
+    Inside them the hostnames ``node-a`` / ``node-b`` resolve to the two addresses
+    (``ip netns exec`` mounts ``/etc/netns/<name>/hosts`` over ``/etc/hosts``).
     """
     if shutil.which("ip") is None:
         pytest.skip("iproute2 (ip) is not installed, so no network namespaces")
@@ -216,13 +216,35 @@ def test_file_store_rendezvous_across_two_nodes_and_a_reused_file(tmp_path, synt
     args = _toy_args(tmp_path, synth_root) + [
         "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.AUTO_RANK_MATCH", "False",
         "DDP_CONFIG.DIST_URL", f"file://{rdzv}"]
-    for attempt in range(2):  # the second run finds the first run's file and must not read it stale
-        procs = [_start(_tool("train_ddp.py", args), env={"ZOO_NODE_RANK": str(k)})
-                 for k in (1, 0)]
-        (rc1, out1), (rc0, out0) = _finish(procs, timeout=120)
+    for attempt in range(2):
+        # The second time node 1 starts well before node 0 and finds the first run's file: it must
+        # wait for node 0's new session instead of acting on the old one.
+        node1 = _start(_tool("train_ddp.py", args), env={"ZOO_NODE_RANK": "1"})
+        time.sleep(4 * attempt)
+        node0 = _start(_tool("train_ddp.py", args), env={"ZOO_NODE_RANK": "0"})
+        (rc1, out1), (rc0, out0) = _finish([node1, node0], timeout=120)
         assert rc0 == 0 and rc1 == 0, f"run {attempt}\nnode 0:\n{out0}\nnode 1:\n{out1}"
         assert "global ranks 1..1 of 2" in out1
     assert rdzv.exists()
+
+
+def _world_and_rank(cfg, box):
+    import torch.distributed as dist
+
+    box.append((dist.get_world_size(), cfg.DDP_CONFIG.GPU_WORLD_RANK))
+
+
+def test_file_init_on_one_node_runs_twice_and_cleans_up(tmp_path):
+    from zoo.config import load_config
+    from zoo.engine.launch import launch
+
+    rdzv = tmp_path / "pg"
+    cfg = load_config(None, ["DDP_CONFIG.DIST_URL", f"file://{rdzv}"])
+    box = []
+    launch(_world_and_rank, cfg, args=(box,))
+    launch(_world_and_rank, cfg, args=(box,))
+    assert box == [(1, 0), (1, 0)]
+    assert not rdzv.exists()
 
 
 def test_doctor_checks_two_nodes_with_different_process_counts(tmp_path):
@@ -239,7 +261,31 @@ def test_doctor_checks_two_nodes_with_different_process_counts(tmp_path):
     assert "all_reduce over 3 ranks gave 3" in out0 and "all_reduce over 3 ranks gave 3" in out1
 
 
+def test_slurm_tasks_as_ranks_join_one_job():
+    """Slurm variables set by hand, one task per rank: each process is a rank, nothing spawned."""
+    env = {"SLURM_NTASKS": "2", "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_STEP_ID": "0",
+           "SLURM_JOB_NODELIST": "localhost", "MASTER_PORT": str(_free_port())}
+    args = ["DDP_CONFIG.DIST_BACKEND", "gloo", "DDP_CONFIG.INIT_TIMEOUT", "20"]
+    procs = [_start(_tool("doctor.py", args), env=dict(env, SLURM_PROCID=str(k),
+                                                       SLURM_LOCALID=str(k))) for k in (0, 1)]
+    (rc0, out0), (rc1, out1) = _finish(procs, timeout=120)
+    assert rc0 == 0 and rc1 == 0, out0 + out1
+    assert "Slurm: rank 1 of 2 (SLURM_PROCID=1 of SLURM_NTASKS=2); nothing is spawned" in out1
+    assert "all_reduce over 2 ranks gave 2" in out0
+
+
 # ------------------------------------------------------------- failures: fast, one line, non-zero
+def test_ranks_from_the_environment_with_different_configs_stop():
+    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    start = time.monotonic()
+    procs = [_start(_tool("train_ddp.py", ["DDP_CONFIG.DIST_BACKEND", "gloo",
+                                           "TRAIN.LR", str(0.1 * (k + 1))]),
+                    env=dict(env, RANK=str(k), LOCAL_RANK=str(k))) for k in (0, 1)]
+    results = _finish(procs, timeout=FAILURE_BUDGET_S + 30)
+    assert time.monotonic() - start < FAILURE_BUDGET_S
+    for rc, out in results:
+        assert rc != 0
+        assert "the config on rank 1 (" in _error_line(out) and "CONFIG.TRAIN.LR = 0.2" in out
 def _fails_fast(cmd, env=None, expect=()):
     start = time.monotonic()
     [(rc, out)] = _finish([_start(cmd, env)], timeout=FAILURE_BUDGET_S + 30)

@@ -134,10 +134,12 @@ def _worker(local_rank: int, main_func: Callable, cfg, topo: Topology, session: 
     _run_rank(rank, local_rank, main_func, cfg, topo, store, args)
 
 
-def _last_line(traceback_text: str) -> str:
+def _last_line(traceback_text: str, keep_type: bool = False) -> str:
     """The exception line of a worker's traceback, without C++ source locations and boilerplate."""
     lines = [ln for ln in traceback_text.strip().splitlines() if ln.strip()]
     last = lines[-1] if lines else "unknown error"
+    if keep_type:
+        return last
     last = re.sub(r"^[\w.]*LaunchError: ", "", last)
     last = re.sub(r"\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\] ", "", last)
     return last.split(". This is typically caused by")[0]
@@ -190,9 +192,9 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
             text = _exit_text(-e.exit_code if by_signal else e.exit_code, by_signal)
             raise _WorkerFailure(e.error_index, "died", text) from None
         text = str(e).strip()
-        clean = re.search(r"^[\w.]*LaunchError: ", text.splitlines()[-1] if text else "", re.M)
+        expected = "LaunchError: " in _last_line(text, keep_type=True)  # its message says it all
         raise _WorkerFailure(e.error_index, "error", f"failed: {_last_line(text)}",
-                             traceback="" if clean else text) from None
+                             traceback="" if expected else text) from None
 
 
 def _exit_text(code: int, by_signal: bool) -> str:

@@ -180,6 +180,11 @@ def worker_store(url: str, session: str, timeout_s: float) -> dist.Store:
     return dist.PrefixStore(f"zoo/{session}/pg/", store)
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 # ------------------------------------------------------------------------------ rendezvous
 class NodeRendezvous:
     """This node's seat at the node rendezvous; keep it open while the workers run.
@@ -257,21 +262,28 @@ class NodeRendezvous:
 
     def _join(self) -> dict:
         """Node k > 0: register under node 0's current session and wait for a plan that has us."""
+        k = self.topology.node_rank
         deadline = time.monotonic() + self.timeout_s
-        registered = None
+        registered, left_out = None, False
         while True:
-            if self.store.check(["zoo/session"]):
-                self.session = self.store.get("zoo/session").decode()
-                if self.session != registered:  # a new run of node 0 (or a stale file store)
-                    self._register()
-                    registered = self.session
-                if self.store.check([self._key("plan")]):
-                    plan = json.loads(self.store.get(self._key("plan")))
-                    if self.nonce in plan["nonces"]:
-                        return plan
+            try:
+                if self.store.check(["zoo/session"]):
+                    self.session = self.store.get("zoo/session").decode()
+                    if self.session != registered:  # a new run of node 0 (or a stale file store)
+                        self._register()
+                        registered, left_out = self.session, False
+                    if self.store.check([self._key("plan")]):
+                        plan = json.loads(self.store.get(self._key("plan")))
+                        if self.nonce in plan["nonces"]:
+                            return plan
+                        left_out = True
+            except RuntimeError as e:  # c10d errors: node 0 went away mid-rendezvous
+                raise LaunchError(
+                    f"node {k}: lost node 0's rendezvous at {self.topology.dist_url} "
+                    f"({_first_line(e)}); see node 0's output"
+                ) from None
             if time.monotonic() >= deadline:
-                k = self.topology.node_rank
-                if self.store.check([self._key("plan")]):
+                if left_out:
                     raise LaunchError(
                         f"node {k}: node 0 started the job without this node (is another node "
                         f"also node {k}? see node 0's output); give every node its own rank"

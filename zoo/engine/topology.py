@@ -146,7 +146,7 @@ def _from_torchrun(cfg, env: Mapping[str, str]) -> Optional[Topology]:
         dist_url="env://",
         backend=backend,
         use_cuda=use_cuda,
-        how=f"RANK={env['RANK']} of WORLD_SIZE={world} from {source}",
+        how=f"RANK={env['RANK']}, WORLD_SIZE={world}",
         world_size=world,
         rank=_int_env(env, "RANK"),
         local_rank=int(env.get("LOCAL_RANK", 0)),
@@ -194,9 +194,11 @@ def _from_slurm(cfg, env: Mapping[str, str]) -> Optional[Topology]:
 def _from_node_env(cfg, env: Mapping[str, str]) -> Optional[Topology]:
     if not all(env.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK")):
         return None
-    num_nodes = _int_env(env, "WORLD_SIZE") if env.get("WORLD_SIZE") else cfg.DDP_CONFIG.WORLD_SIZE
+    ddp = cfg.DDP_CONFIG
+    num_nodes = (_int_env(env, "WORLD_SIZE") if env.get("WORLD_SIZE")
+                 else ddp.WORLD_SIZE or len(ddp.WORLD_URLS))
     node_rank = _int_env(env, "NODE_RANK")
-    if not 0 <= node_rank < max(num_nodes, 1):
+    if not 0 <= node_rank < num_nodes:
         raise LaunchError(f"NODE_RANK={node_rank} is outside [0, {num_nodes}) nodes "
                           "(WORLD_SIZE in the environment, else DDP_CONFIG.WORLD_SIZE)")
     backend, use_cuda, local_procs = _backend(cfg)
