@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Callable, List, Optional
 
@@ -57,7 +58,8 @@ def command_line_node_rank(opts: List[str], cfg) -> Optional[int]:
 def run(worker: Callable, description: str, argv: Optional[List[str]] = None) -> int:
     """Parse, configure, prepare data and ``launch(worker)``; returns the process exit code."""
     args = default_argument_parser(description).parse_args(argv)
-    setup_logger(None, 0)
+    # Under torchrun/Slurm each process is already a rank: only rank 0 talks on the console.
+    setup_logger(None, int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", 0))))
     log = logging.getLogger("zoo")
     try:
         cfg = setup_cfg(args)
