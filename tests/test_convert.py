@@ -7,6 +7,7 @@ PyTorchVideo round trip runs against the real ``pytorchvideo`` package (a test-o
 
 from __future__ import annotations
 
+import re
 from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 import pytest
@@ -193,10 +194,58 @@ def test_conversion_errors_name_the_keys(tmp_path):
         convert_state_dict(state, "torchvision", "slowfast_8x8_resnet50", **kwargs)
     pickled = tmp_path / "pickled.pth"
     torch.save({"state_dict": state, "meta": {"obj": nn.ReLU()}}, pickled)
-    r = run_tool("convert_checkpoint.py", ["--from", "mmaction2", "--model", "slowfast_8x8_resnet50",
-                                           str(pickled), str(tmp_path / "o.pth")], timeout=120)
+    r = run_tool("convert_checkpoint.py", ["--from", "mmaction2", "--model",
+                                           "slowfast_8x8_resnet50", str(pickled),
+                                           str(tmp_path / "o.pth")], timeout=120)
     assert r.returncode == 1 and "--unsafe-load" in r.stderr
     assert not (tmp_path / "o.pth").exists()
+
+
+def _single_pathway_key(scheme: str, key: str) -> str:
+    """A zoo Slow/I3D key written in PySlowFast's or MMAction2's documented scheme."""
+    sub = {"conv_a": "a", "conv_b": "b", "conv_c": "c", "shortcut.conv": "short"}
+    m = re.match(r"^(stem|res(\d)\.(\d+))\.(.+)\.(\w+)$", key)
+    if key.startswith("head.proj."):
+        return key.replace("head.proj", {"pyslowfast": "head.projection",
+                                         "mmaction2": "cls_head.fc_cls"}[scheme])
+    part, param = m.group(4), m.group(5)
+    if scheme == "pyslowfast":
+        if m.group(1) == "stem":
+            return f"s1.pathway0_stem.{part}.{param}"
+        bn = part.startswith("bn") or part == "shortcut.bn"
+        bns = {"bn_a": "a", "bn_b": "b", "bn_c": "c", "shortcut.bn": "short"}
+        base = bns.get(part) or sub[part]
+        name = "branch1" if base == "short" else f"branch2.{base}"
+        return f"s{m.group(2)}.pathway0_res{m.group(3)}.{name}{'_bn' if bn else ''}.{param}"
+    if m.group(1) == "stem":
+        return f"backbone.conv1.{part}.{param}"
+    mm = {"conv_a": "conv1.conv", "bn_a": "conv1.bn", "conv_b": "conv2.conv", "bn_b": "conv2.bn",
+          "conv_c": "conv3.conv", "bn_c": "conv3.bn", "shortcut.conv": "downsample.conv",
+          "shortcut.bn": "downsample.bn"}[part]
+    return f"backbone.layer{int(m.group(2)) - 1}.{m.group(3)}.{mm}.{param}"
+
+
+@pytest.mark.parametrize("scheme", ["pyslowfast", "mmaction2"])
+@pytest.mark.parametrize("name", ["i3d_resnet50", "slow_8x8_resnet50"])
+def test_single_pathway_key_schemes(scheme, name):
+    zoo_state = zoo.create_model(name, num_classes=9, width=8, depth=18).state_dict()
+    source = {_single_pathway_key(scheme, k): v for k, v in zoo_state.items()}
+    state, classes, _ = convert_state_dict(source, scheme, name, width=8, depth=18)
+    assert classes == 9 and list(state) == list(zoo_state)
+    assert all(torch.equal(state[k], v) for k, v in zoo_state.items())
+
+
+def test_torchvision_same_key_models_convert_unchanged():
+    import torchvision
+
+    with torch.device("meta"):
+        for tv, name in ((torchvision.models.resnet18(), "resnet18"),
+                         (torchvision.models.resnet50(num_classes=10), "tsn_resnet50"),
+                         (torchvision.models.video.r2plus1d_18(), "r2plus1d_resnet18"),
+                         (torchvision.models.video.swin3d_t(num_classes=7), "swin3d_t")):
+            state, classes, _ = convert_state_dict(tv.state_dict(), "torchvision", name)
+            assert list(state) == list(tv.state_dict())
+            assert classes == tv.state_dict()[list(tv.state_dict())[-2]].shape[0]
 
 
 def _calibrated(model: nn.Module, x) -> nn.Module:

@@ -1,4 +1,4 @@
-"""TorchScript / ONNX export through tools/export.py and zoo.models.export, checked against eager."""
+"""TorchScript / ONNX export through tools/export.py and zoo.models.export, checked vs eager."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_export_tool_slowfast_onnx(tmp_path):
     ("r2plus1d_resnet18", dict(width=8), (1, 3, 8, 32, 32)),
     ("tsn_resnet50", dict(base_width=8), (1, 3, 4, 32, 32)),
     ("resnet18", dict(base_width=8), (2, 3, 32, 32)),
-    ("r3d_18", {}, (1, 3, 8, 32, 32)),
+    ("mc3_18", {}, (1, 3, 8, 32, 32)),
 ])
 @pytest.mark.filterwarnings("ignore:.*torch.jit:FutureWarning")
 def test_export_torchscript_and_onnx(tmp_path, name, kwargs, shape):

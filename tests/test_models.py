@@ -318,3 +318,16 @@ def test_tsn_segment_consensus():
         assert list(keys) == list(torchvision.models.resnet50().state_dict())
     with pytest.raises(ValueError, match="consensus"):
         zoo.create_model("tsn_resnet50", consensus="median")
+
+
+def test_list_models_tool_matches_docs_table():
+    import os
+
+    from conftest import ROOT, run_tool
+
+    r = run_tool("list_models.py", ["--markdown"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    table = r.stdout.strip()
+    assert all(f"`{name}`" in table for name in zoo.list_models() if name in PUBLISHED_PARAMS)
+    docs = open(os.path.join(ROOT, "docs", "models.md"), encoding="utf-8").read()
+    assert table in docs, "docs/models.md is stale: paste `python tools/list_models.py --markdown`"

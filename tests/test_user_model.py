@@ -1,4 +1,4 @@
-"""A model defined outside zoo/ (examples/my_model.py) trains through the CONFIG.EXTRA_MODULES key."""
+"""A model defined outside zoo/ (examples/my_model.py) trains via the CONFIG.EXTRA_MODULES key."""
 
 import json
 import os

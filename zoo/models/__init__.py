@@ -10,11 +10,16 @@ Importing this package registers every built-in model. Add your own with::
 and load the file with CONFIG.EXTRA_MODULES (or --extra-modules).
 """
 
-from .build import (
-    MODEL_REGISTRY, build_model, create_model, list_models, model_facts, parse_model_kwargs,
-)
 # Importing the family modules registers their models.
 from . import r2plus1d, resnet, resnet3d, slowfast, torchvision_video, tsn  # noqa: F401
+from .build import (
+    MODEL_REGISTRY,
+    build_model,
+    create_model,
+    list_models,
+    model_facts,
+    parse_model_kwargs,
+)
 
 __all__ = [
     "MODEL_REGISTRY", "build_model", "create_model", "list_models", "model_facts",

@@ -51,7 +51,7 @@ def model_facts(name: str) -> Dict[str, Any]:
 
 
 def parse_model_kwargs(pairs: List[Any]) -> Dict[str, Any]:
-    """Builder kwargs from a flat ``[KEY, VALUE, ...]`` list (``CONFIG.MODEL.KWARGS``, ``--kwargs``).
+    """Builder kwargs from a flat ``[KEY, VALUE, ...]`` list (``MODEL.KWARGS``, ``--kwargs``).
 
     String values are read as Python literals where they are one (``"8"`` -> 8, ``"False"`` ->
     False, ``"(3, 4, 6, 3)"`` -> a tuple), else kept as strings.

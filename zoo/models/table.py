@@ -20,7 +20,8 @@ def _input(facts: Dict[str, Any]) -> str:
     return f"{frames} x {facts.get('sampling_stride', '?')}"
 
 
-def model_rows(names: Optional[Sequence[str]] = None, recount: bool = False) -> List[Dict[str, str]]:
+def model_rows(names: Optional[Sequence[str]] = None,
+               recount: bool = False) -> List[Dict[str, str]]:
     """One row of strings per model.
 
     Args:

@@ -91,7 +91,9 @@ class Report:
             groups.setdefault(why, []).append(key.rsplit(".", 1)[0])
         for why, modules in groups.items():
             unique = sorted(set(modules))
-            out.append(f"filled {len(unique)} module(s) ({why}): {', '.join(unique)}")
+            shown = ", ".join(unique[:6]) + (f", ... ({len(unique) - 6} more)"
+                                             if len(unique) > 6 else "")
+            out.append(f"filled {len(unique)} module(s) ({why}): {shown}")
         out += self.notes
         return out
 

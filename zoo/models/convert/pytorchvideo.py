@@ -36,7 +36,8 @@ _NORM = {"conv": "conv", "norm": "bn", "conv_fast_to_slow": "conv"}
 
 _MP_STEM = re.compile(rf"^blocks\.0\.multipathway_blocks\.(\d)\.(conv|norm)\.{PARAM}$")
 _MP_FUSE = re.compile(rf"^blocks\.(\d+)\.multipathway_fusion\.(conv_fast_to_slow|norm)\.{PARAM}$")
-_MP_RES = re.compile(rf"^blocks\.(\d+)\.multipathway_blocks\.(\d)\.res_blocks\.(\d+)\.(.+)\.{PARAM}$")
+_MP_RES = re.compile(
+    rf"^blocks\.(\d+)\.multipathway_blocks\.(\d)\.res_blocks\.(\d+)\.(.+)\.{PARAM}$")
 _SP_STEM = re.compile(rf"^blocks\.0\.(conv|norm)\.{PARAM}$")
 _SP_RES = re.compile(rf"^blocks\.(\d+)\.res_blocks\.(\d+)\.(.+)\.{PARAM}$")
 _HEAD = re.compile(rf"^blocks\.(\d+)\.proj\.{PARAM}$")
