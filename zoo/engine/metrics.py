@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Dict, Optional, Sequence
 
 import torch
@@ -58,6 +59,29 @@ class MetricsWriter:
                 self.tb = SummaryWriter(log_dir=tb_dir)
             except ImportError:  # tensorboard is optional at run time
                 logger.warning("tensorboard is not installed; writing metrics.jsonl only")
+
+    def start(self, resumed_epoch: int) -> None:
+        """Begin this run's records: after a resume, drop the records of epochs after the
+        checkpoint (a killed epoch is trained again); on a fresh start, keep an older file of the
+        same folder as ``metrics.<time>.jsonl`` instead of mixing two runs in one file."""
+        if not self.enabled or not os.path.isfile(self.path):
+            return
+        if resumed_epoch <= 0:
+            os.replace(self.path, self.path.replace(".jsonl", f".{int(time.time())}.jsonl"))
+            return
+        with open(self.path, encoding="utf-8") as f:
+            lines = f.readlines()
+        kept = []
+        for line in lines:
+            try:
+                if json.loads(line).get("epoch", 0) <= resumed_epoch:
+                    kept.append(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by the crash
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(kept)
+        os.replace(tmp, self.path)
 
     def write(self, record: Dict, step: int) -> None:
         if not self.enabled:

@@ -133,6 +133,7 @@ def train_worker(cfg) -> None:
         logger.info("resumed from %s: continuing at epoch %d", resume, start_epoch + 1)
         del ckpt
 
+    writer.start(start_epoch)
     global_batch = train_cfg.BATCH_SIZE * world * train_cfg.ACCUM_STEPS
     logger.info(
         "training epochs %d..%d, %d iterations each, global batch %d (%d per process x %d "
