@@ -10,9 +10,10 @@ from torch.utils.data import DistributedSampler
 
 from zoo.config import ConfigError, load_config
 from zoo.data import build as data_build
-from zoo.data import build_dataset, build_loader, sampling, transforms
+from zoo.data import build_dataset, build_loader, sampling
 from zoo.data.annotations import AnnotationError, read_annotations, read_class_names
 from zoo.data.decoders import DecodeError, VideoFile, count_frames, decode_frames
+from zoo.data.robust import GuardedLoader
 from zoo.data.synthetic import generate, write_video
 from zoo.data.video_dataset import VideoListDataset
 
@@ -161,12 +162,15 @@ def test_decode_matches_naive_decode(ramp_video):
 
 
 def test_decode_past_end_repeats_last_frame_and_counts(ramp_video):
-    frames = decode_frames(ramp_video, [38, 39, 45, 60])
+    # A frame count one or two too high (common) still loads: the last frame is repeated.
+    frames = decode_frames(ramp_video, [38, 39, 41, 43])
     assert torch.equal(frames[2], frames[1]) and torch.equal(frames[3], frames[1])
     assert count_frames(ramp_video) == 40
+    with pytest.raises(DecodeError, match="frame 60 was needed") as info:
+        decode_frames(ramp_video, [38, 60])  # far past the end: truncated file or wrong list
+    assert info.value.kind == "short"
     with VideoFile(ramp_video) as video:
-        assert video.stream_has_count
-        assert video._count_by_decoding() == 40  # the fallback for containers without a count
+        assert video.stream_has_count and video._timestamps()[:2] == [0, 512]
 
 
 def test_container_without_frame_count(ramp_video, tmp_path):
@@ -230,33 +234,29 @@ def test_val_and_test_windows():
     assert sampling.test_indices(40, 4, 2, 1)[0].tolist() == sampling.val_indices(40, 4, 2).tolist()
 
 
-def test_short_video_repeats_last_frame():
-    assert sampling.val_indices(5, 4, 2).tolist() == [0, 2, 4, 4]
-    assert sampling.train_indices(3, 4, 1).tolist() == [0, 1, 2, 2]
-    assert sampling.test_indices(2, 3, 2, 2).tolist() == [[0, 1, 1], [0, 1, 1]]
+def test_short_video_is_squeezed_not_frozen():
+    # A window longer than the video is spread over all of it instead of ending in repeats.
+    assert sampling.val_indices(5, 4, 2).tolist() == [0, 1, 3, 4]
+    assert sampling.train_indices(3, 4, 1).tolist() == [0, 1, 1, 2]
+    assert sampling.test_indices(2, 3, 2, 2).tolist() == [[0, 0, 1], [0, 0, 1]]
+    assert sampling.val_indices(1, 8, 2).tolist() == [0] * 8
 
 
-# ----------------------------------------------------------------------------- transforms
-
-
-def test_transform_shapes_and_normalisation():
-    frames = torch.randint(0, 256, (6, 48, 64, 3), dtype=torch.uint8)
-    out = transforms.train_transform(frames, 40, [48, 56], True, MEAN, STD)
-    assert out.shape == (3, 6, 40, 40) and out.dtype == torch.float32
-    assert transforms.val_transform(frames, 40, 48, MEAN, STD).shape == (3, 6, 40, 40)
-    grey = torch.full((2, 32, 32, 3), round(0.45 * 255), dtype=torch.uint8)
-    assert transforms.val_transform(grey, 32, 32, MEAN, STD).abs().max() < 0.01
-
-
-def test_test_views_three_crops_along_long_side():
-    frames = torch.zeros((4, 32, 64, 3), dtype=torch.uint8)
-    frames[:, :, :24] = 255  # bright left strip: most in the left crop, none in the right
-    views = transforms.test_views(frames, [[0, 1], [2, 3]], 32, 32, 3, MEAN, STD)
-    assert views.shape == (6, 3, 2, 32, 32)
-    means = views.mean(dim=(1, 2, 3, 4))
-    assert means[0] > means[1] > means[2] and torch.allclose(means[:3], means[3:])
-    tall = torch.zeros((2, 64, 32, 3), dtype=torch.uint8)
-    assert transforms.test_views(tall, [[0, 1]], 32, 32, 3, MEAN, STD).shape == (3, 3, 2, 32, 32)
+def test_tsn_and_uniform_sampling():
+    generator = torch.Generator().manual_seed(0)
+    tsn = sampling.clip_indices(100, 2, 3, "tsn", num_segment=4, train=True, generator=generator)
+    assert tsn.shape == (8,) and np.all(np.diff(tsn[0::2]) > 0)
+    for k in range(4):  # each 2-frame snippet, 3 apart, sits in its own quarter
+        assert 25 * k <= tsn[2 * k] <= 25 * k + 22 and tsn[2 * k + 1] - tsn[2 * k] == 3
+    centre = sampling.clip_indices(100, 1, 1, "tsn", num_segment=4)
+    assert centre.tolist() == [12, 37, 62, 87]
+    assert sampling.clip_indices(100, 4, 1, "uniform").tolist() == [12, 37, 62, 87]
+    views = sampling.test_clip_indices(100, 4, 1, 2, "uniform")
+    assert views.tolist() == [[6, 31, 56, 81], [18, 43, 68, 93]]
+    assert sampling.clip_indices(3, 8, 1, "uniform").max() == 2  # shorter than the segments
+    assert sampling.frames_per_clip(2, "tsn", 4) == 8
+    with pytest.raises(ValueError, match="dense, tsn, uniform"):
+        sampling.clip_indices(10, 2, 1, "random")
 
 
 # ----------------------------------------------------------------------------- dataset
@@ -339,20 +339,40 @@ def test_build_dataset_splits_and_errors(mini, tmp_path):
 
 def test_build_loader_single_process(mini):
     loader = build_loader(_cfg(mini), "train")
-    assert loader.sampler.__class__.__name__ == "RandomSampler" and loader.drop_last
+    assert loader.sampler.__class__.__name__ == "EpochSampler" and loader.drop_last
+    # The order is a function of the epoch alone: the same twice, different between epochs.
+    orders = []
+    for epoch in (0, 0, 1):
+        loader.sampler.set_epoch(epoch)
+        orders.append([i for _, i in loader.sampler])
+    assert orders[0] == orders[1] and sorted(orders[0]) == list(range(6))
+    assert orders[0] != orders[2]
     clips, labels, index, n_bad = next(iter(loader))
     assert clips.shape == (2, 3, 8, 28, 28) and labels.shape == (2,) and n_bad.sum() == 0
     val = build_loader(_cfg(mini), "val")
     assert not val.drop_last and [b[2].tolist() for b in val] == [[0, 1], [2, 3]]
 
 
+def test_training_clips_depend_on_epoch_and_index_only(mini):
+    """The same (epoch, index) gives the same augmented clip however often it is loaded, and
+    another epoch gives another crop - so resumes and worker counts do not change the data."""
+    ds = build_dataset(_cfg(mini), "train")
+    a, b = ds[(2, 1)][0], ds[(2, 1)][0]
+    torch.manual_seed(123)  # the global RNG plays no part
+    c = ds[(2, 1)][0]
+    assert torch.equal(a, b) and torch.equal(a, c)
+    assert any(not torch.equal(a, ds[(e, 1)][0]) for e in range(3, 8))
+
+
 def test_build_loader_distributed_sampler(mini, monkeypatch):
     monkeypatch.setattr(data_build.comm, "get_world_size", lambda: 2)
     monkeypatch.setattr(data_build.comm, "get_rank", lambda: 1)
     train = build_loader(_cfg(mini), "train")
-    assert isinstance(train.sampler, DistributedSampler) and train.sampler.shuffle
-    assert train.sampler.num_replicas == 2 and train.sampler.rank == 1
+    inner = train.sampler.sampler
+    assert isinstance(inner, DistributedSampler) and inner.shuffle
+    assert inner.num_replicas == 2 and inner.rank == 1
     train.sampler.set_epoch(3)
+    assert inner.epoch == 3 and {e for e, _ in train.sampler} == {3}
     assert len(list(train.sampler)) == 3
     test = build_loader(_cfg(mini), "test")
     assert not test.sampler.shuffle and not test.drop_last
@@ -374,3 +394,40 @@ def test_loader_with_worker_process(mini):
     loader = build_loader(_cfg(mini, "DATA.NUM_WORKERS", "1"), "val")
     assert loader.persistent_workers
     assert sum(len(batch[1]) for batch in loader) == 4
+
+
+# ----------------------------------------------------------------------------- config wiring
+
+
+def test_mean_std_default_to_the_model_facts(mini):
+    cfg = _cfg(mini)
+    assert cfg.CONFIG.DATA.MEAN == [] and data_build.dataset_kwargs(cfg, "val")["mean"] == MEAN
+    facts = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+    filled = data_build.fill_normalization(cfg, facts)
+    assert filled.CONFIG.DATA.MEAN == facts["mean"] and filled.is_frozen() == cfg.is_frozen()
+    assert data_build.dataset_kwargs(filled, "val")["std"] == facts["std"]
+    mine = _cfg(mini, "DATA.MEAN", "[0.5, 0.5, 0.5]", "DATA.STD", "[0.5, 0.5, 0.5]")
+    assert data_build.fill_normalization(mine, facts) is mine  # set in the config: kept
+    assert data_build.fill_normalization(cfg, {}) is cfg
+
+
+def test_new_data_keys_reach_the_dataset_and_are_validated(mini):
+    cfg = _cfg(mini, "DATA.SAMPLING", "tsn", "DATA.NUM_SEGMENT", "3", "DATA.DECODER", "opencv",
+               "DATA.DECODE_TIMEOUT", "5", "DATA.COLOR_JITTER", "[0.4, 0.4, 0.4, 0.0]")
+    ds = build_dataset(cfg, "train")
+    assert (ds.sampling, ds.num_segment, ds.decoder, ds.decode_timeout) == ("tsn", 3, "opencv", 5)
+    assert ds[0][0].shape == (3, 24, 28, 28)  # 3 segments x 8 frames
+    for key, value in [("DATA.SAMPLING", "random"), ("DATA.MAX_BAD_FRACTION", "1.5"),
+                       ("DATA.COLOR_JITTER", "[0.1, 0.1]"), ("DATA.OFFICIAL_SPLIT", "4"),
+                       ("DATA.MEAN", "[0.5]")]:
+        with pytest.raises(ConfigError, match=key.split(".")[1]):
+            _cfg(mini, key, value)
+    with pytest.raises(KeyError, match="unknown decoder 'ffmpeg'"):
+        build_dataset(_cfg(mini, "DATA.DECODER", "ffmpeg"), "train")
+
+
+def test_loader_is_guarded_and_times_out_stuck_workers(mini):
+    loader = build_loader(_cfg(mini, "DATA.NUM_WORKERS", "1", "DATA.LOADER_TIMEOUT", "60"), "val")
+    assert isinstance(loader, GuardedLoader) and loader.timeout == 60
+    assert loader.max_bad_fraction == 0.1
+    assert build_loader(_cfg(mini), "val").timeout == 0  # no workers: nothing to wait for

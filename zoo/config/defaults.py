@@ -94,11 +94,18 @@ _C.CONFIG.TRAIN.KEEP_LAST = 0
 _C.CONFIG.TRAIN.REFERENCE_BATCH = 0
 # LR multiplier for every parameter except the classifier head (e.g. 0.1 when fine-tuning).
 _C.CONFIG.TRAIN.BACKBONE_LR_MULT = 1.0
-# Numeric precision: "fp32", "bf16" (autocast, CPU and GPU) or "fp16" (autocast + grad scaler,
-# GPU only).
-_C.CONFIG.TRAIN.PRECISION = "fp32"
-# Store activations channels-last (channels_last_3d for video); often faster with bf16/fp16.
+# Numeric precision: "auto" (bf16 where the device computes it natively: CUDA GPUs of compute
+# capability 8.0+, CPUs with AVX512-BF16 or AMX; else fp32), "fp32", "bf16" (autocast, CPU and
+# GPU) or "fp16" (autocast + grad scaler, GPU only). See docs/benchmarks.md for what each costs.
+_C.CONFIG.TRAIN.PRECISION = "auto"
+# Activation layout: "auto" (channels-last on CPUs, and on GPUs with bf16/fp16; else contiguous),
+# "channels_last" (channels_last_3d for video) or "contiguous".
+_C.CONFIG.TRAIN.MEMORY_FORMAT = "auto"
+# Older switch: True = MEMORY_FORMAT "channels_last" whatever MEMORY_FORMAT says.
 _C.CONFIG.TRAIN.CHANNELS_LAST = False
+# Compile the model with torch.compile (the first iterations take minutes to compile; pays off on
+# long runs). Off by default.
+_C.CONFIG.TRAIN.COMPILE = False
 # Accumulate gradients over this many iterations before each optimizer step.
 _C.CONFIG.TRAIN.ACCUM_STEPS = 1
 # Clip the global gradient L2 norm to this value (0 = no clipping).
@@ -134,7 +141,10 @@ _C.CONFIG.TEST.BATCH_SIZE = 4
 
 # ------------------------------------------ DATA ---------------------------------------------------
 _C.CONFIG.DATA = CN()
-# Dataset class from DATASET_REGISTRY that reads the annotation lists.
+# Dataset class from DATASET_REGISTRY that reads the annotation lists: VideoListDataset (gluoncv
+# list, CSV with a header, or a folder of class folders), KineticsDataset, UCF101Dataset,
+# HMDB51Dataset, VideoFolderDataset, FrameFolderDataset, ImageFolderDataset, ImageListDataset
+# (see docs/datasets.md).
 _C.CONFIG.DATA.DATASET = "VideoListDataset"
 # Training annotation list: one "relative/path num_frames label" per line.
 _C.CONFIG.DATA.TRAIN_ANNO_PATH = ""
@@ -167,12 +177,39 @@ _C.CONFIG.DATA.SHORT_SIDE_SIZE = 256
 _C.CONFIG.DATA.TRAIN_SHORT_SIDE_RANGE = [256, 320]
 # Randomly flip training clips left-right (turn off when left/right carries the label).
 _C.CONFIG.DATA.RANDOM_FLIP = True
-# Per-channel mean (RGB, 0..1 scale) subtracted after scaling pixels to [0, 1].
-_C.CONFIG.DATA.MEAN = [0.45, 0.45, 0.45]
-# Per-channel standard deviation (RGB) the pixels are divided by.
-_C.CONFIG.DATA.STD = [0.225, 0.225, 0.225]
+# Per-channel mean (RGB, 0..1 scale) subtracted after scaling pixels to [0, 1]; [] = the model's
+# (its facts: ImageNet for 2-D nets, Kinetics for video nets), else [0.45, 0.45, 0.45].
+_C.CONFIG.DATA.MEAN = []
+# Per-channel standard deviation (RGB) the pixels are divided by; [] = the model's, else 0.225.
+_C.CONFIG.DATA.STD = []
 # DataLoader worker processes per training process (0 = load in the main process).
 _C.CONFIG.DATA.NUM_WORKERS = 2
+# Frame sampling: "dense" (CLIP_LEN frames FRAME_RATE apart from one window), "tsn" (NUM_SEGMENT
+# equal segments, a CLIP_LEN-frame snippet from each) or "uniform" (CLIP_LEN frames, one per equal
+# segment of the whole video).
+_C.CONFIG.DATA.SAMPLING = "dense"
+# Segments of the "tsn" sampling (clips have NUM_SEGMENT x CLIP_LEN frames).
+_C.CONFIG.DATA.NUM_SEGMENT = 1
+# Video reader: "pyav" (seeks, decodes only the needed frames), "opencv", "decord" (if installed)
+# or "frames" (the list's paths are folders of extracted frames).
+_C.CONFIG.DATA.DECODER = "pyav"
+# Decoder threads per video; 0 = automatic (FFmpeg's threads for frames of 256x256 and more, else 1).
+_C.CONFIG.DATA.DECODE_THREADS = 0
+# Seconds allowed to open and decode one video (x TEST_NUM_SEGMENT at test time); a video over it
+# counts as unreadable. 0 = no limit.
+_C.CONFIG.DATA.DECODE_TIMEOUT = 30.0
+# Videos tried for one item (the item's own, then random stand-ins) before the job stops.
+_C.CONFIG.DATA.MAX_TRIES = 10
+# Stop the job when more than this share of an epoch's videos could not be read (1.0 = never).
+_C.CONFIG.DATA.MAX_BAD_FRACTION = 0.1
+# Seconds a training process waits for one batch from its loader workers before stopping with an
+# error (the last guard against a decoder stuck inside C code); 0 = wait forever.
+_C.CONFIG.DATA.LOADER_TIMEOUT = 900
+# Colour jitter of training clips: [brightness, contrast, saturation, hue] as in torchvision's
+# ColorJitter, drawn once per clip (all 0 = off; hue is the costly one).
+_C.CONFIG.DATA.COLOR_JITTER = [0.0, 0.0, 0.0, 0.0]
+# Official split (1, 2 or 3) read by UCF101Dataset / HMDB51Dataset from their split files.
+_C.CONFIG.DATA.OFFICIAL_SPLIT = 1
 
 # The generated motion dataset (the embedded default): written on first use, then read through the
 # same annotation-list loader as any real dataset. When ENABLE is True the four *_ANNO_PATH /

@@ -4,8 +4,11 @@
 user's own dataset class registers (see ``zoo.data.build`` for the call contract).
 """
 
-from . import video_dataset  # noqa: F401  (registers VideoListDataset)
-from .build import DATASET_REGISTRY, build_dataset, build_loader
+from . import source_datasets, video_dataset  # noqa: F401  (register the datasets)
+from .build import DATASET_REGISTRY, build_dataset, build_loader, fill_normalization
+from .decoders import DECODERS, DecodeError, decode_frames, open_video, register_decoder
+from .robust import TooManyBadVideos
+from .video_dataset import ClipDataset, VideoListDataset
 
 
 def __getattr__(name: str) -> object:
@@ -18,4 +21,8 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["DATASET_REGISTRY", "build_dataset", "build_loader", "prepare_synthetic"]
+__all__ = [
+    "DATASET_REGISTRY", "DECODERS", "ClipDataset", "DecodeError", "TooManyBadVideos",
+    "VideoListDataset", "build_dataset", "build_loader", "decode_frames", "fill_normalization",
+    "open_video", "prepare_synthetic", "register_decoder",
+]

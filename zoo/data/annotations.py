@@ -8,8 +8,10 @@ Text lists (any extension but ``.csv``) hold one video per line::
 
 The last two whitespace-separated fields are the frame count (``-1`` = unknown) and the integer
 class id; everything before them is the path, so paths may contain spaces. CSV lists need a header
-with at least ``path`` and ``label`` columns (``num_frames`` is optional). A ``classes.txt`` beside
-the list names the classes, one per line, line ``i`` naming class ``i``.
+with at least ``path`` and ``label`` columns; ``start`` and ``end`` (seconds: use only that part of
+the video) and ``num_frames`` are optional. A ``classes.txt`` beside the list names the classes,
+one per line, line ``i`` naming class ``i``. The other sources (Kinetics CSVs, UCF101 and HMDB51
+split files, class folders) are read by :mod:`zoo.data.sources`.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from __future__ import annotations
 import csv
 import os
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 LIST_FORMAT = "'relative/path num_frames label' (num_frames may be -1; label an integer >= 0)"
-CSV_FORMAT = "a header with 'path' and 'label' columns (optional 'num_frames'), one row per video"
+CSV_FORMAT = (
+    "a header with 'path' and 'label' columns (optional 'start', 'end' in seconds and "
+    "'num_frames'), one row per video"
+)
 
 
 class AnnotationError(ValueError):
@@ -35,11 +40,15 @@ class VideoRecord:
         path: Video path exactly as written in the list (relative to the data root).
         num_frames: Frame count from the list; -1 when unknown (the decoder then finds it).
         label: Integer class id, >= 0.
+        start: Use the video from this time (seconds); < 0 = from the start.
+        end: Use the video up to this time (seconds); < 0 = to the end.
     """
 
     path: str
     num_frames: int
     label: int
+    start: float = -1.0
+    end: float = -1.0
 
 
 def _parse_int(text: str, what: str, where: str, expected: str, minimum: int) -> int:
@@ -52,6 +61,18 @@ def _parse_int(text: str, what: str, where: str, expected: str, minimum: int) ->
     if value < minimum:
         raise AnnotationError(f"{where}: {what} {value} is below {minimum}; expected {expected}")
     return value
+
+
+def _parse_time(row: List[str], column: Optional[int], what: str, where: str) -> float:
+    text = row[column].strip() if column is not None else ""
+    if not text:
+        return -1.0
+    try:
+        return float(text)
+    except ValueError:
+        raise AnnotationError(
+            f"{where}: {what} {text!r} is not a number of seconds; expected {CSV_FORMAT}"
+        ) from None
 
 
 def _read_text_list(anno_path: str) -> List[VideoRecord]:
@@ -85,12 +106,18 @@ def _read_csv_list(anno_path: str) -> List[VideoRecord]:
         if header is None:
             return records
         columns = {name.strip().lower(): i for i, name in enumerate(header)}
+        if "youtube_id" in columns:
+            raise AnnotationError(
+                f"{anno_path} is a Kinetics CSV (label,youtube_id,time_start,time_end,split): set "
+                "CONFIG.DATA.DATASET 'KineticsDataset' to read it"
+            )
         if "path" not in columns or "label" not in columns:
             raise AnnotationError(
                 f"{anno_path}:1: header {header!r} lacks 'path' or 'label'; expected {CSV_FORMAT}"
             )
         i_path, i_label = columns["path"], columns["label"]
         i_frames = columns.get("num_frames")
+        i_start, i_end = columns.get("start"), columns.get("end")
         for row in reader:
             # csv.reader counts physical lines, which stays right for quoted multi-line fields.
             where = f"{anno_path}:{reader.line_num}"
@@ -107,6 +134,8 @@ def _read_csv_list(anno_path: str) -> List[VideoRecord]:
                     path=row[i_path].strip(),
                     num_frames=_parse_int(frames or "-1", "num_frames", where, CSV_FORMAT, -1),
                     label=_parse_int(row[i_label].strip(), "label", where, CSV_FORMAT, 0),
+                    start=_parse_time(row, i_start, "start", where),
+                    end=_parse_time(row, i_end, "end", where),
                 )
             )
     return records
@@ -114,6 +143,9 @@ def _read_csv_list(anno_path: str) -> List[VideoRecord]:
 
 def read_annotations(anno_path: str) -> List[VideoRecord]:
     """Parse an annotation list; the format is chosen by the extension (``.csv`` or text).
+
+    A folder instead of a file is read as a folder of class sub-folders (see
+    :func:`zoo.data.sources.class_folder_records`).
 
     Args:
         anno_path: Path of the list file.
@@ -124,6 +156,10 @@ def read_annotations(anno_path: str) -> List[VideoRecord]:
     Raises:
         AnnotationError: The file is missing, empty, or a line does not parse (names file:line).
     """
+    if os.path.isdir(anno_path):
+        from .sources import class_folder_records
+
+        return class_folder_records(anno_path)[0]
     if not os.path.isfile(anno_path):
         raise AnnotationError(f"annotation list {anno_path!r} does not exist")
     if anno_path.lower().endswith(".csv"):
@@ -139,13 +175,22 @@ def read_class_names(anno_path: str, num_classes: int) -> List[str]:
     """Class names from ``classes.txt`` beside the list, else ``str(id)``.
 
     Args:
-        anno_path: Path of the annotation list; ``classes.txt`` is looked for in its folder.
+        anno_path: Path of the annotation list; ``classes.txt`` is looked for in its folder. For a
+            folder of class sub-folders: its ``classes.txt``, else the sorted sub-folder names.
         num_classes: How many names are needed; missing names fall back to ``str(id)``.
 
     Returns:
         At least ``num_classes`` names (more when ``classes.txt`` lists more).
     """
-    names_path = os.path.join(os.path.dirname(os.path.abspath(anno_path)), "classes.txt")
+    if os.path.isdir(anno_path):
+        names_path = os.path.join(anno_path, "classes.txt")
+        if not os.path.isfile(names_path):
+            from .sources import class_names_of_folder
+
+            names = class_names_of_folder(anno_path)
+            return names + [str(i) for i in range(len(names), num_classes)]
+    else:
+        names_path = os.path.join(os.path.dirname(os.path.abspath(anno_path)), "classes.txt")
     names: List[str] = []
     if os.path.isfile(names_path):
         with open(names_path, encoding="utf-8-sig") as f:

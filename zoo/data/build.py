@@ -8,7 +8,10 @@
   ("train", "val" or "test");
 * ``clip_len``, ``frame_rate`` (stride between sampled frames), ``crop_size``, ``short_side_size``,
   ``train_short_side_range`` ([min, max]), ``random_flip`` (bool), ``mean`` and ``std`` (3 floats
-  each, 0..1 scale), ``test_num_segment``, ``test_num_crop``, ``seed`` (int).
+  each, 0..1 scale), ``test_num_segment``, ``test_num_crop``, ``seed`` (int);
+* ``sampling`` ("dense", "tsn", "uniform"), ``num_segment``, ``decoder`` (a name in
+  ``zoo.data.decoders.DECODERS``), ``decode_threads``, ``decode_timeout`` (seconds, 0 = none),
+  ``max_tries``, ``color_jitter`` (4 floats), ``official_split`` (1-3).
 
 Items must be ``(clip, label, index, n_bad)``: ``clip`` is float ``(C, T, H, W)`` for train/val and
 ``(V, C, T, H, W)`` with ``V = test_num_segment * test_num_crop`` for test; ``label`` and ``index``
@@ -25,12 +28,13 @@ from typing import Any, Dict
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from yacs.config import CfgNode
 
 from ..config import ConfigError
 from ..utils import comm
 from ..utils.registry import Registry
+from .robust import GuardedLoader
 
 DATASET_REGISTRY = Registry("DATASET")
 # Call contract: ``DATASET_REGISTRY.get(name)(**dataset_kwargs(cfg, split)) -> Dataset``
@@ -38,6 +42,9 @@ DATASET_REGISTRY = Registry("DATASET")
 
 SPLITS = ("train", "val", "test")
 _SYNTHETIC_HINT = "set it to your list or set CONFIG.DATA.SYNTHETIC.ENABLE True"
+# Normalisation used when CONFIG.DATA.MEAN / STD are [] and nobody filled in the model's values.
+DEFAULT_MEAN = (0.45, 0.45, 0.45)
+DEFAULT_STD = (0.225, 0.225, 0.225)
 
 
 def _list_paths(cfg: CfgNode, split: str) -> Dict[str, str]:
@@ -55,10 +62,13 @@ def _list_paths(cfg: CfgNode, split: str) -> Dict[str, str]:
         data_path = data.TRAIN_DATA_PATH
     if not anno_path:
         raise ConfigError(f"{anno_key} is empty: {_SYNTHETIC_HINT}")
-    if not os.path.isfile(anno_path):
+    if not os.path.exists(anno_path):
         raise ConfigError(f"{anno_key} = {anno_path!r} does not exist: {_SYNTHETIC_HINT}")
-    # An empty data root means the list's paths are relative to the list's own folder.
-    data_path = data_path or os.path.dirname(os.path.abspath(anno_path))
+    # An empty data root means the list's paths are relative to the list's own folder (or to the
+    # folder itself for the folder sources).
+    if not data_path:
+        data_path = anno_path if os.path.isdir(anno_path) else os.path.dirname(
+            os.path.abspath(anno_path))
     return {"anno_key": anno_key, "anno_path": anno_path, "data_path": data_path}
 
 
@@ -83,12 +93,44 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
         "short_side_size": int(data.SHORT_SIDE_SIZE),
         "train_short_side_range": [int(v) for v in data.TRAIN_SHORT_SIDE_RANGE],
         "random_flip": bool(data.RANDOM_FLIP),
-        "mean": [float(v) for v in data.MEAN],
-        "std": [float(v) for v in data.STD],
+        "mean": [float(v) for v in (data.MEAN or DEFAULT_MEAN)],
+        "std": [float(v) for v in (data.STD or DEFAULT_STD)],
         "test_num_segment": int(data.TEST_NUM_SEGMENT),
         "test_num_crop": int(data.TEST_NUM_CROP),
         "seed": int(cfg.CONFIG.SEED),
+        "sampling": str(data.SAMPLING),
+        "num_segment": int(data.NUM_SEGMENT),
+        "decoder": str(data.DECODER),
+        "decode_threads": int(data.DECODE_THREADS),
+        "decode_timeout": float(data.DECODE_TIMEOUT),
+        "max_tries": int(data.MAX_TRIES),
+        "color_jitter": [float(v) for v in data.COLOR_JITTER],
+        "official_split": int(data.OFFICIAL_SPLIT),
     }
+
+
+def fill_normalization(cfg: CfgNode, facts: Dict[str, Any]) -> CfgNode:
+    """Fill empty ``CONFIG.DATA.MEAN`` / ``STD`` from a model's facts (its ``mean`` / ``std``).
+
+    zoo.data never imports zoo.models: the engine calls this with
+    ``zoo.models.model_facts(cfg.CONFIG.MODEL.NAME)``. Values set in the config are kept.
+
+    Returns:
+        ``cfg`` itself when nothing changes, else a filled clone (frozen like ``cfg``).
+    """
+    data = cfg.CONFIG.DATA
+    fill = {key: facts.get(key.lower()) for key in ("MEAN", "STD") if not data[key]}
+    fill = {key: value for key, value in fill.items() if value}
+    if not fill:
+        return cfg
+    new = cfg.clone()
+    frozen = new.is_frozen()
+    new.defrost()
+    for key, value in fill.items():
+        new.CONFIG.DATA[key] = [float(v) for v in value]
+    if frozen:
+        new.freeze()
+    return new
 
 
 def build_dataset(cfg: CfgNode, split: str) -> Dataset:
@@ -109,13 +151,33 @@ def build_dataset(cfg: CfgNode, split: str) -> Dataset:
     dataset = DATASET_REGISTRY.get(cfg.CONFIG.DATA.DATASET)(**kwargs)
     found = getattr(dataset, "num_classes_found", None)
     num_classes = cfg.CONFIG.DATA.NUM_CLASSES
-    if found is not None and found > num_classes:
+    if found is not None and 0 < num_classes < found:
         key = _list_paths(cfg, split)["anno_key"]
         raise ConfigError(
             f"{key} = {kwargs['anno_path']!r} has labels up to {found - 1} but "
             f"CONFIG.DATA.NUM_CLASSES = {num_classes}: raise NUM_CLASSES to at least {found}"
         )
     return dataset
+
+
+class EpochSampler(Sampler):
+    """Wraps a sampler that has ``set_epoch`` and yields ``(epoch, index)`` pairs, so a dataset
+    can derive each item's augmentation from (seed, epoch, index) - also inside persistent data
+    workers, which never see ``set_epoch`` calls made in the main process."""
+
+    def __init__(self, sampler: DistributedSampler) -> None:
+        self.sampler = sampler
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.sampler.set_epoch(epoch)
+
+    def __iter__(self):
+        return ((self.epoch, i) for i in self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
 
 
 def _seed_worker(worker_id: int, base_seed: int) -> None:
@@ -134,6 +196,10 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
     Training shuffles and drops the last partial batch; validation and testing keep every video
     in order (a DistributedSampler pads them by repeating a few videos, which the evaluator
     de-duplicates by index). Call ``loader.sampler.set_epoch(epoch)`` when the sampler has it.
+
+    The loader is a :class:`~zoo.data.robust.GuardedLoader`: iterating it raises
+    :class:`~zoo.data.robust.TooManyBadVideos` (naming examples) when more than
+    ``CONFIG.DATA.MAX_BAD_FRACTION`` of an epoch's videos on this rank could not be read.
     """
     dataset = build_dataset(cfg, split)
     train = split == "train"
@@ -145,31 +211,35 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
     world_size, rank = comm.get_world_size(), comm.get_rank()
     seed = int(cfg.CONFIG.SEED)
     sampler = None
-    generator = None
-    if world_size > 1:
+    if train:
+        # The order of epoch e is a function of (SEED, e) even with one process, so a resumed
+        # run replays exactly the epochs it missed.
+        sampler = EpochSampler(DistributedSampler(
+            dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=False
+        ))
+    elif world_size > 1:
         sampler = DistributedSampler(
-            dataset, num_replicas=world_size, rank=rank, shuffle=train, seed=seed, drop_last=False
+            dataset, num_replicas=world_size, rank=rank, shuffle=False, seed=seed, drop_last=False
         )
-        per_rank = len(sampler)
-    else:
-        # Seed the shuffle so a run is reproducible; each new iterator draws a new order.
-        generator = torch.Generator().manual_seed(seed)
-        per_rank = len(dataset)
+    per_rank = len(sampler) if sampler is not None else len(dataset)
     if train and per_rank < batch_size:
         raise ConfigError(
             f"CONFIG.TRAIN.BATCH_SIZE = {batch_size} is larger than the {per_rank} training videos "
             f"each of the {world_size} process(es) gets, so no full batch exists: lower it"
         )
-    num_workers = int(cfg.CONFIG.DATA.NUM_WORKERS)
-    return DataLoader(
+    data = cfg.CONFIG.DATA
+    num_workers = int(data.NUM_WORKERS)
+    return GuardedLoader(
         dataset,
+        max_bad_fraction=float(data.MAX_BAD_FRACTION),
+        split=split,
         batch_size=batch_size,
-        shuffle=train if sampler is None else False,
         sampler=sampler,
-        generator=generator,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
         worker_init_fn=functools.partial(_seed_worker, base_seed=seed + rank * 1000),
         pin_memory=torch.cuda.is_available(),
         drop_last=train,
+        # A worker stuck inside C code (which no signal interrupts) becomes an error, not a hang.
+        timeout=float(data.LOADER_TIMEOUT) if num_workers > 0 else 0,
     )

@@ -1,9 +1,19 @@
-"""Which frames make a clip: ``clip_len`` frames, ``stride`` apart, from one window of the video.
+"""Which frames make a clip, for the three sampling schemes of ``CONFIG.DATA.SAMPLING``.
 
-A window spans ``(clip_len - 1) * stride + 1`` frames. Training takes a random window, validation
-the centred one, testing ``num_segments`` windows spread evenly over the video. A video shorter than
-the window starts its window at frame 0 and indices past the end are clamped to the last frame, so
-the clip ends with the last frame repeated.
+* ``"dense"``: ``clip_len`` frames, ``stride`` apart, from one window of ``(clip_len - 1) * stride
+  + 1`` frames (SlowFast, I3D, R(2+1)D). Training takes a random window, validation the centred
+  one, testing ``num_views`` windows spread evenly over the video.
+* ``"tsn"``: the video is cut into ``num_segment`` equal segments and each gives a snippet of
+  ``clip_len`` frames ``stride`` apart (TSN); the clip has ``num_segment * clip_len`` frames.
+  Training places each snippet at random in its segment, validation in the middle, and test view
+  ``v`` of ``V`` at ``(v + 0.5) / V`` of every segment.
+* ``"uniform"``: ``clip_len`` frames, one from each of ``clip_len`` equal segments (TSN with
+  one-frame snippets; MMAction2's UniformSample).
+
+Short videos: a dense window longer than the video is squeezed onto it (``clip_len`` frames spread
+evenly from the first to the last frame, repeating frames as needed) rather than ending in a frozen
+run of the last frame; segment schemes on a video with fewer frames than segments repeat frames in
+order. Every function returns int64 indices in ``[0, num_frames)``.
 """
 
 from __future__ import annotations
@@ -13,6 +23,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+SCHEMES = ("dense", "tsn", "uniform")
+
 
 def window_span(clip_len: int, stride: int) -> int:
     """Number of frames a clip covers from its first to its last sampled frame."""
@@ -21,15 +33,27 @@ def window_span(clip_len: int, stride: int) -> int:
     return (clip_len - 1) * stride + 1
 
 
-def _clip_at(start: int, num_frames: int, clip_len: int, stride: int) -> np.ndarray:
-    indices = start + stride * np.arange(clip_len, dtype=np.int64)
-    return np.minimum(indices, max(num_frames - 1, 0))
+def frames_per_clip(clip_len: int, scheme: str, num_segment: int = 1) -> int:
+    """Length ``T`` of the clips a scheme produces."""
+    return clip_len * num_segment if scheme == "tsn" else clip_len
+
+
+def _squeezed(num_frames: int, clip_len: int) -> np.ndarray:
+    """``clip_len`` indices spread evenly from 0 to ``num_frames - 1`` (a video shorter than the
+    window)."""
+    return np.round(np.linspace(0, max(num_frames - 1, 0), clip_len)).astype(np.int64)
+
+
+def _window(start: int, num_frames: int, clip_len: int, stride: int) -> np.ndarray:
+    if num_frames < window_span(clip_len, stride):
+        return _squeezed(num_frames, clip_len)
+    return start + stride * np.arange(clip_len, dtype=np.int64)
 
 
 def train_indices(
     num_frames: int, clip_len: int, stride: int, generator: Optional[torch.Generator] = None
 ) -> np.ndarray:
-    """A window at a uniformly random position.
+    """A dense window at a uniformly random position.
 
     Args:
         num_frames: Frames in the video.
@@ -42,17 +66,17 @@ def train_indices(
     """
     slack = num_frames - window_span(clip_len, stride)
     start = int(torch.randint(0, slack + 1, (1,), generator=generator)) if slack > 0 else 0
-    return _clip_at(start, num_frames, clip_len, stride)
+    return _window(start, num_frames, clip_len, stride)
 
 
 def val_indices(num_frames: int, clip_len: int, stride: int) -> np.ndarray:
-    """The centred window; returns int64 ``(clip_len,)``."""
+    """The centred dense window; returns int64 ``(clip_len,)``."""
     slack = num_frames - window_span(clip_len, stride)
-    return _clip_at(max(slack, 0) // 2, num_frames, clip_len, stride)
+    return _window(max(slack, 0) // 2, num_frames, clip_len, stride)
 
 
 def test_indices(num_frames: int, clip_len: int, stride: int, num_segments: int) -> np.ndarray:
-    """``num_segments`` windows, each centred on one of ``num_segments`` equal parts of the video.
+    """``num_segments`` dense windows, each centred on one of ``num_segments`` equal parts.
 
     With one segment this is the validation window. Windows may overlap on short videos.
 
@@ -68,4 +92,100 @@ def test_indices(num_frames: int, clip_len: int, stride: int, num_segments: int)
     else:
         centres = (np.arange(num_segments) + 0.5) * num_frames / num_segments
         starts = np.clip(np.round(centres - span / 2), 0, slack).astype(np.int64).tolist()
-    return np.stack([_clip_at(int(s), num_frames, clip_len, stride) for s in starts])
+    return np.stack([_window(int(s), num_frames, clip_len, stride) for s in starts])
+
+
+def segment_indices(
+    num_frames: int,
+    num_segment: int,
+    snippet_len: int,
+    stride: int,
+    positions: np.ndarray,
+) -> np.ndarray:
+    """One snippet per segment, each placed at ``positions[k]`` (0..1) of its free room.
+
+    Args:
+        num_frames: Frames in the video.
+        num_segment: Equal segments the video is cut into.
+        snippet_len: Frames per snippet.
+        stride: Step between a snippet's frames.
+        positions: ``(num_segment,)`` floats in [0, 1]: 0 = snippet at the segment's start,
+            1 = as late as it fits.
+
+    Returns:
+        int64 ``(num_segment * snippet_len,)``, segment-major.
+    """
+    span = window_span(snippet_len, stride)
+    length = num_frames / num_segment
+    starts = np.arange(num_segment) * length + np.maximum(length - span, 0) * positions
+    offsets = stride * np.arange(snippet_len)
+    indices = np.floor(starts)[:, None] + offsets[None, :]
+    return np.clip(indices, 0, max(num_frames - 1, 0)).astype(np.int64).reshape(-1)
+
+
+def clip_indices(
+    num_frames: int,
+    clip_len: int,
+    stride: int,
+    scheme: str = "dense",
+    num_segment: int = 1,
+    train: bool = False,
+    generator: Optional[torch.Generator] = None,
+) -> np.ndarray:
+    """The frames of one training (random) or validation (deterministic) clip.
+
+    Args:
+        num_frames: Frames in the video.
+        clip_len: Frames per clip ("dense", "uniform") or per snippet ("tsn").
+        stride: Step between frames of a window or snippet (unused by "uniform").
+        scheme: "dense", "tsn" or "uniform".
+        num_segment: Segments for "tsn".
+        train: Random placement (True) or the centred one (False).
+        generator: Torch RNG for the random placement.
+
+    Returns:
+        int64 ``(T,)`` with ``T = frames_per_clip(clip_len, scheme, num_segment)``.
+    """
+    if scheme == "dense":
+        if train:
+            return train_indices(num_frames, clip_len, stride, generator)
+        return val_indices(num_frames, clip_len, stride)
+    segments, snippet, step = _segment_shape(clip_len, stride, scheme, num_segment)
+    if train:
+        positions = torch.rand(segments, generator=generator, dtype=torch.float64).numpy()
+    else:
+        positions = np.full(segments, 0.5)
+    return segment_indices(num_frames, segments, snippet, step, positions)
+
+
+def test_clip_indices(
+    num_frames: int,
+    clip_len: int,
+    stride: int,
+    num_views: int,
+    scheme: str = "dense",
+    num_segment: int = 1,
+) -> np.ndarray:
+    """``num_views`` deterministic clips spread over the video, for multi-view testing.
+
+    Returns:
+        int64 ``(num_views, T)``; with one view this is the validation clip.
+    """
+    if num_views < 1:
+        raise ValueError(f"num_views must be >= 1, got {num_views}")
+    if scheme == "dense":
+        return test_indices(num_frames, clip_len, stride, num_views)
+    segments, snippet, step = _segment_shape(clip_len, stride, scheme, num_segment)
+    views = [np.full(segments, (v + 0.5) / num_views) for v in range(num_views)]
+    return np.stack([segment_indices(num_frames, segments, snippet, step, p) for p in views])
+
+
+def _segment_shape(clip_len: int, stride: int, scheme: str, num_segment: int) -> tuple:
+    """(segments, snippet length, stride) of the segment schemes."""
+    if scheme == "tsn":
+        if num_segment < 1:
+            raise ValueError(f"num_segment must be >= 1, got {num_segment}")
+        return num_segment, clip_len, stride
+    if scheme == "uniform":
+        return clip_len, 1, 1
+    raise ValueError(f"sampling scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")

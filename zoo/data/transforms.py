@@ -1,8 +1,11 @@
-"""Clip transforms: uint8 frames ``(T, H, W, C)`` in, normalised float ``(C, T, H, W)`` out.
+"""Clip transforms on tensors: uint8 frames ``(T, H, W, C)`` in, normalised ``(C, T, H, W)`` out.
 
-Every clip is resized once (short side to a target, aspect ratio kept) and then cropped; the crop,
-flip and normalisation are cheap slicing and one fused multiply-add. Resizing uses bilinear
-interpolation with antialiasing so that downscaling high-resolution videos does not alias.
+Every crop is cut from the decoded frames first and then resized to ``crop_size`` in one step, which
+is the same picture as "resize the short side, then crop" up to a border pixel but touches only the
+pixels that are kept (on a 340x256 clip ~10x less work than resizing whole float frames). Frames
+stay uint8 until the final normalisation: torch's antialiased bilinear resize has a fast uint8
+path. Colour jitter is torchvision's ``transforms.v2.ColorJitter`` with one draw per clip, so
+every frame of a clip gets the same change.
 """
 
 from __future__ import annotations
@@ -12,42 +15,71 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-
-def _short_side_shape(height: int, width: int, short_side: int) -> Tuple[int, int]:
-    if height <= width:
-        return short_side, max(short_side, round(width * short_side / height))
-    return max(short_side, round(height * short_side / width)), short_side
+Box = Tuple[int, int, int, int]  # top, left, height, width in decoded-frame pixels
 
 
-def resize_short_side(frames: torch.Tensor, short_side: int) -> torch.Tensor:
-    """Resize uint8 ``(T, H, W, C)`` frames so the short side is ``short_side``.
-
-    Returns:
-        float32 ``(T, C, H', W')`` on the 0..255 scale (not yet normalised).
-    """
+def as_clip(frames: torch.Tensor) -> torch.Tensor:
+    """uint8 ``(T, H, W, C)`` -> ``(T, C, H, W)`` view (channels-last memory, no copy)."""
     if frames.dim() != 4:
         raise ValueError(f"expected frames (T, H, W, C), got shape {tuple(frames.shape)}")
-    clip = frames.permute(0, 3, 1, 2).float()
-    height, width = clip.shape[-2:]
-    new_h, new_w = _short_side_shape(height, width, short_side)
-    if (new_h, new_w) == (height, width):
-        return clip  # already the right size: skip a no-op interpolation
+    return frames.permute(0, 3, 1, 2)
+
+
+def _source_side(height: int, width: int, crop_size: int, short_side: float) -> int:
+    """Side (decoded pixels) of the square that becomes ``crop_size`` after the short side is
+    scaled to ``short_side``."""
+    side = round(crop_size * min(height, width) / short_side)
+    if side < 1 or side > min(height, width) or crop_size > short_side:
+        raise ValueError(
+            f"crop {crop_size} does not fit in frames of {height}x{width} resized to short side "
+            f"{short_side:g}"
+        )
+    return side
+
+
+def crop_resize(clip: torch.Tensor, box: Box, size: int) -> torch.Tensor:
+    """Cut ``box`` out of ``(T, C, H, W)`` and resize it to ``size`` x ``size`` (antialiased)."""
+    top, left, height, width = box
+    region = clip[..., top : top + height, left : left + width]
+    if height == size and width == size:
+        return region
     return F.interpolate(
-        clip, size=(new_h, new_w), mode="bilinear", align_corners=False, antialias=True
+        region, size=(size, size), mode="bilinear", align_corners=False, antialias=True
     )
 
 
-def _check_crop(clip: torch.Tensor, crop_size: int) -> None:
-    height, width = clip.shape[-2:]
-    if crop_size > min(height, width):
-        raise ValueError(f"crop {crop_size} does not fit in resized frames of {height}x{width}")
-
-
 def normalize(clip: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    """Map 0..255 float ``(T, C, H, W)`` to ``(x / 255 - mean) / std`` as ``(C, T, H, W)``."""
+    """Map uint8 (or 0..255 float) ``(T, C, H, W)`` to ``(x / 255 - mean) / std`` as float
+    ``(C, T, H, W)``."""
     scale = torch.tensor([1.0 / (255.0 * s) for s in std]).view(1, -1, 1, 1)
     shift = torch.tensor([m / s for m, s in zip(mean, std)]).view(1, -1, 1, 1)
-    return (clip * scale - shift).transpose(0, 1).contiguous()
+    out = clip.to(torch.float32) * scale
+    return out.sub_(shift).transpose(0, 1).contiguous()
+
+
+def color_jitter(clip: torch.Tensor, strength: Sequence[float],
+                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """Random brightness, contrast, saturation and hue, drawn once for the whole clip.
+
+    Args:
+        clip: uint8 ``(T, C, H, W)``.
+        strength: ``[brightness, contrast, saturation, hue]`` as in torchvision's ColorJitter
+            (0 = off; hue <= 0.5 and costly: ~5x the others together).
+        generator: Torch RNG for the draws; None = the global one.
+    """
+    if not any(strength):
+        return clip
+    from torchvision.transforms import v2
+
+    brightness, contrast, saturation, hue = (float(v) for v in strength)
+    jitter = v2.ColorJitter(brightness, contrast, saturation, hue)
+    if generator is None:
+        return jitter(clip.contiguous())
+    # torchvision draws from the global RNG: run it on a fork seeded from ``generator``.
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return jitter(clip.contiguous())
 
 
 def train_transform(
@@ -58,8 +90,9 @@ def train_transform(
     mean: Sequence[float],
     std: Sequence[float],
     generator: Optional[torch.Generator] = None,
+    jitter: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
 ) -> torch.Tensor:
-    """Scale jitter, a random square crop and an optional left-right flip.
+    """Scale jitter, a random square crop, an optional left-right flip and colour jitter.
 
     Args:
         frames: uint8 ``(T, H, W, C)``.
@@ -69,54 +102,48 @@ def train_transform(
         mean: Per-channel mean on the 0..1 scale.
         std: Per-channel std on the 0..1 scale.
         generator: Torch RNG; None = the global one (seeded per data worker).
+        jitter: Colour jitter strengths, see :func:`color_jitter`.
 
     Returns:
         float32 ``(C, T, crop_size, crop_size)``.
     """
+    clip = as_clip(frames)
+    height, width = clip.shape[-2:]
     low, high = int(short_side_range[0]), int(short_side_range[1])
     short_side = int(torch.randint(low, high + 1, (1,), generator=generator))
-    clip = resize_short_side(frames, short_side)
-    _check_crop(clip, crop_size)
-    height, width = clip.shape[-2:]
-    top = int(torch.randint(0, height - crop_size + 1, (1,), generator=generator))
-    left = int(torch.randint(0, width - crop_size + 1, (1,), generator=generator))
-    clip = clip[..., top : top + crop_size, left : left + crop_size]
+    side = _source_side(height, width, crop_size, short_side)
+    top = int(torch.randint(0, height - side + 1, (1,), generator=generator))
+    left = int(torch.randint(0, width - side + 1, (1,), generator=generator))
+    clip = crop_resize(clip, (top, left, side, side), crop_size)
     if random_flip and bool(torch.rand(1, generator=generator) < 0.5):
         clip = clip.flip(-1)
+    clip = color_jitter(clip, jitter, generator)
     return normalize(clip, mean, std)
 
 
-def _crop_offsets(length: int, crop_size: int, num_crop: int) -> List[int]:
+def _crop_offsets(length: int, side: int, num_crop: int) -> List[int]:
     """Start offsets of ``num_crop`` crops along one axis: centre, or start/centre/end."""
-    centre = (length - crop_size) // 2
+    centre = (length - side) // 2
     if num_crop == 1:
         return [centre]
     if num_crop == 3:
-        return [0, centre, length - crop_size]
+        return [0, centre, length - side]
     raise ValueError(f"num_crop must be 1 or 3, got {num_crop}")
 
 
-def spatial_crops(clip: torch.Tensor, crop_size: int, num_crop: int) -> List[torch.Tensor]:
-    """Centre crop, or three crops spread along the long side (left/centre/right or top/.../bottom).
-
-    Args:
-        clip: ``(..., H, W)`` already resized.
-        crop_size: Side of the square crops.
-        num_crop: 1 or 3.
-
-    Returns:
-        ``num_crop`` views of ``clip`` (slices, not copies).
-    """
-    _check_crop(clip, crop_size)
-    height, width = clip.shape[-2:]
-    crops = []
-    for offset in _crop_offsets(max(height, width), crop_size, num_crop):
+def crop_boxes(
+    height: int, width: int, crop_size: int, short_side: int, num_crop: int
+) -> List[Box]:
+    """Boxes (in decoded pixels) of the centre crop, or of three crops spread along the long side
+    (left/centre/right, or top/centre/bottom for portrait frames), after a short-side resize."""
+    side = _source_side(height, width, crop_size, short_side)
+    boxes = []
+    for offset in _crop_offsets(max(height, width), side, num_crop):
         if width >= height:
-            top, left = (height - crop_size) // 2, offset
+            boxes.append(((height - side) // 2, offset, side, side))
         else:
-            top, left = offset, (width - crop_size) // 2
-        crops.append(clip[..., top : top + crop_size, left : left + crop_size])
-    return crops
+            boxes.append((offset, (width - side) // 2, side, side))
+    return boxes
 
 
 def val_transform(
@@ -127,8 +154,9 @@ def val_transform(
     std: Sequence[float],
 ) -> torch.Tensor:
     """Short side to ``short_side``, then the centre crop; returns ``(C, T, crop, crop)``."""
-    clip = resize_short_side(frames, short_side)
-    return normalize(spatial_crops(clip, crop_size, 1)[0], mean, std)
+    clip = as_clip(frames)
+    box = crop_boxes(*clip.shape[-2:], crop_size, short_side, 1)[0]
+    return normalize(crop_resize(clip, box, crop_size), mean, std)
 
 
 def test_views(
@@ -140,14 +168,14 @@ def test_views(
     mean: Sequence[float],
     std: Sequence[float],
 ) -> torch.Tensor:
-    """All test views of one video from a single decode.
+    """All test views of one video, cut from a single decode.
 
     Args:
         frames: uint8 ``(U, H, W, C)``: every frame any segment needs, decoded once.
-        segments: For each temporal segment, the rows of ``frames`` that make its clip.
+        segments: For each temporal view, the rows of ``frames`` that make its clip.
         crop_size: Side of the square crops.
-        short_side: Short side after resizing.
-        num_crop: Spatial crops per segment, 1 or 3.
+        short_side: Short side the crops are taken at.
+        num_crop: Spatial crops per temporal view, 1 or 3.
         mean: Per-channel mean on the 0..1 scale.
         std: Per-channel std on the 0..1 scale.
 
@@ -155,10 +183,11 @@ def test_views(
         float32 ``(len(segments) * num_crop, C, T, crop, crop)``, segment-major (view
         ``s * num_crop + c`` is crop ``c`` of segment ``s``).
     """
-    resized = resize_short_side(frames, short_side)  # once for the union of all segments
+    clip = as_clip(frames)
+    boxes = crop_boxes(*clip.shape[-2:], crop_size, short_side, num_crop)
     views = []
     for rows in segments:
-        clip = resized[torch.as_tensor(rows, dtype=torch.long)]
-        for crop in spatial_crops(clip, crop_size, num_crop):
-            views.append(normalize(crop, mean, std))
+        part = clip[torch.as_tensor(rows, dtype=torch.long)]
+        for box in boxes:
+            views.append(normalize(crop_resize(part, box, crop_size), mean, std))
     return torch.stack(views)

@@ -12,6 +12,7 @@ import sys
 from typing import Callable, List, Optional
 
 from ..config import ConfigError, load_config
+from ..data import TooManyBadVideos
 from ..utils.env import import_extra_modules
 from ..utils.logger import setup_logger
 from .checkpoint import CheckpointError
@@ -44,10 +45,12 @@ def setup_cfg(args: argparse.Namespace):
         cfg.CONFIG.EXTRA_MODULES = list(cfg.CONFIG.EXTRA_MODULES) + list(args.extra_modules)
         cfg.freeze()
     import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
-    from ..models import MODEL_REGISTRY
+    from ..data import fill_normalization
+    from ..models import MODEL_REGISTRY, model_facts
 
     MODEL_REGISTRY.get(cfg.CONFIG.MODEL.NAME)  # fails here, in one line, not in every worker
-    return cfg
+    # Empty DATA.MEAN / STD mean "the model's own" (its facts record).
+    return fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
 
 
 def command_line_node_rank(opts: List[str], cfg) -> Optional[int]:
@@ -67,7 +70,8 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None) ->
 
         cfg = resolve_num_classes(prepare_synthetic(cfg))
         launch(worker, cfg, node_rank=command_line_node_rank(args.opts, cfg))
-    except (ConfigError, LaunchError, CheckpointError, FileNotFoundError, ImportError) as e:
+    except (ConfigError, LaunchError, CheckpointError, TooManyBadVideos, FileNotFoundError,
+            ImportError) as e:
         log.error("error: %s", e)
         return 2 if isinstance(e, ConfigError) else 1
     except KeyError as e:  # registry misses carry their message as the first argument

@@ -9,9 +9,9 @@ from typing import Dict, List, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..data import build_dataset
+from ..data import build_dataset, fill_normalization
 from ..data.annotations import read_class_names
-from ..models import build_model
+from ..models import build_model, model_facts
 from .checkpoint import load_checkpoint
 
 
@@ -26,7 +26,8 @@ class Predictor:
     """
 
     def __init__(self, cfg, checkpoint: str, device: str = "cpu") -> None:
-        self.cfg = cfg
+        self.cfg = fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
+        cfg = self.cfg
         self.device = torch.device(device)
         state = load_checkpoint(checkpoint)
         self.model = build_model(cfg)
@@ -45,6 +46,10 @@ class Predictor:
             cfg = self.cfg.clone()
             cfg.defrost()
             cfg.CONFIG.DATA.SYNTHETIC.ENABLE = False
+            # The temporary list is in the gluoncv format, whatever source the run trained on.
+            cfg.CONFIG.DATA.DATASET = "VideoListDataset"
+            if cfg.CONFIG.DATA.DECODER not in ("pyav", "opencv", "decord"):
+                cfg.CONFIG.DATA.DECODER = "pyav"
             cfg.CONFIG.DATA.TEST_ANNO_PATH = lst
             cfg.CONFIG.DATA.TEST_DATA_PATH = "/"
             cfg.freeze()

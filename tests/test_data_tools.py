@@ -1,0 +1,141 @@
+"""The dataset preparation scripts in datasets/ and tools/benchmark_data.py, on generated files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import av
+import pytest
+from videos_for_tests import ramp_frames, write
+
+from zoo.data.annotations import read_annotations
+from zoo.data.sources import kinetics_stem
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _script(rel: str):
+    spec = importlib.util.spec_from_file_location(rel.replace("/", "_")[:-3],
+                                                  os.path.join(ROOT, rel))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kinetics_lists(tmp_path, capsys):
+    videos = tmp_path / "videos"
+    for label, vid in (("abseiling", "a1"), ("air drumming", "b2")):
+        folder = videos / label.replace(" ", "_")
+        folder.mkdir(parents=True)
+        write(str(folder / f"{kinetics_stem(vid, 3, 13)}.mp4"), ramp_frames(4))
+    train = tmp_path / "train.csv"
+    train.write_text("label,youtube_id,time_start,time_end,split\nabseiling,a1,3,13,train\n"
+                     "air drumming,b2,3,13,train\nair drumming,zz,0,10,train\n")
+    val = tmp_path / "validate.csv"
+    val.write_text("label,youtube_id,time_start,time_end,split\nair drumming,b2,3,13,val\n")
+    out = tmp_path / "lists"
+    rc = _script("datasets/build_kinetics_lists.py").main(
+        ["--csv", str(train), str(val), "--videos", str(videos), "--out", str(out)])
+    assert rc == 0
+    assert (out / "classes.txt").read_text() == "abseiling\nair drumming\n"
+    assert (out / "train.txt").read_text().splitlines() == [
+        "abseiling/a1_000003_000013.mp4 -1 0", "air_drumming/b2_000003_000013.mp4 -1 1"]
+    assert (out / "train_missing.txt").read_text() == "zz_000000_000010\n"
+    assert [r.label for r in read_annotations(str(out / "validate.txt"))] == [1]
+    assert "1 missing" in capsys.readouterr().out
+
+
+def test_ucf101_and_hmdb51_lists(tmp_path):
+    ucf = tmp_path / "ucfTrainTestlist"
+    ucf.mkdir()
+    (ucf / "classInd.txt").write_text("1 Archery\n2 Bowling\n")
+    for n in (1, 2, 3):
+        (ucf / f"trainlist0{n}.txt").write_text("Archery/v_Archery_g01_c01.avi 1\n"
+                                                "Bowling/v_Bowling_g01_c01.avi 2\n")
+        (ucf / f"testlist0{n}.txt").write_text("Bowling/v_Bowling_g02_c01.avi\n")
+    script = _script("datasets/build_split_lists.py")
+    assert script.main(["ucf101", "--splits", str(ucf), "--out", str(tmp_path / "u")]) == 0
+    assert (tmp_path / "u" / "val_split2.txt").read_text() == "Bowling/v_Bowling_g02_c01.avi -1 1\n"
+    assert (tmp_path / "u" / "classes.txt").read_text() == "Archery\nBowling\n"
+    hmdb = tmp_path / "splits"
+    hmdb.mkdir()
+    (hmdb / "wave_test_split1.txt").write_text("w1.avi 1\nw2.avi 2\nw3.avi 0\n")
+    (hmdb / "climb_test_split1.txt").write_text("c1.avi 2\nc2.avi 1\n")
+    videos = tmp_path / "hmdb"
+    (videos / "climb").mkdir(parents=True)
+    (videos / "climb" / "c2.avi").write_bytes(b"x")
+    rc = script.main(["hmdb51", "--splits", str(hmdb), "--out", str(tmp_path / "h"),
+                      "--split-ids", "1", "--videos", str(videos)])
+    assert rc == 0
+    assert (tmp_path / "h" / "train_split1.txt").read_text() == "climb/c2.avi -1 0\n"
+    assert (tmp_path / "h" / "classes.txt").read_text() == "climb\nwave\n"
+
+
+def test_lists_from_class_folders(tmp_path):
+    for cls in ("b", "a"):
+        for i in range(5):
+            (tmp_path / "v" / cls).mkdir(parents=True, exist_ok=True)
+            (tmp_path / "v" / cls / f"clip {i}.mp4").write_bytes(b"x")
+    rc = _script("datasets/build_lists_from_folders.py").main(
+        ["--root", str(tmp_path / "v"), "--out", str(tmp_path / "l"), "--val-fraction", "0.2"])
+    assert rc == 0
+    assert (tmp_path / "l" / "classes.txt").read_text() == "a\nb\n"
+    val = read_annotations(str(tmp_path / "l" / "val.txt"))
+    assert len(val) == 2 and {r.label for r in val} == {0, 1} and " " in val[0].path
+
+
+def test_reencode_is_resumable(tmp_path, capsys):
+    src = tmp_path / "src"
+    (src / "x").mkdir(parents=True)
+    write(str(src / "x" / "wide clip.mp4"), ramp_frames(40, 96, 160))
+    write(str(src / "small.avi"), ramp_frames(10, 32, 48), codec="mpeg4")
+    (src / "broken.mp4").write_text("not a video")
+    (src / "list.txt").write_text("x/wide clip.mp4 40 0\nsmall.avi 10 1\nbroken.mp4 5 1\n")
+    dst = tmp_path / "dst"
+    script = _script("datasets/reencode.py")
+    args = ["--src", str(src), "--dst", str(dst), "--short-side", "48", "--gop", "8"]
+    assert script.main(args) == 1  # one input is broken
+    assert "2 re-encoded, 0 already done, 1 failed" in capsys.readouterr().out
+    assert "broken.mp4" in (dst / "reencode_failed.txt").read_text()
+    with av.open(str(dst / "x" / "wide clip.mp4")) as container:
+        stream = container.streams.video[0]
+        assert (stream.codec_context.height, stream.codec_context.width) == (48, 80)
+        keys = [i for i, p in enumerate(container.demux(stream)) if p.size and p.is_keyframe]
+        assert stream.frames == 40 and len(keys) >= 5  # at most 8 frames between keyframes
+    with av.open(str(dst / "small.mp4")) as container:  # smaller than the target: kept
+        assert container.streams.video[0].codec_context.height == 32
+    os.remove(dst / "small.mp4")
+    assert script.main(args + ["--list", str(src / "list.txt")]) == 1
+    out = capsys.readouterr().out
+    assert "1 re-encoded, 1 already done, 1 failed" in out
+    assert (dst / "list.txt").read_text().splitlines()[:2] == ["x/wide clip.mp4 -1 0",
+                                                               "small.mp4 -1 1"]
+    assert not [n for n in os.listdir(dst) if n.endswith(".part.mp4")]
+
+
+def test_benchmark_script_on_a_tiny_list(tmp_path, capsys):
+    for i in range(2):
+        write(str(tmp_path / f"v{i}.mp4"), ramp_frames(60, 64, 64), options={"g": "8"})
+    (tmp_path / "list.txt").write_text("v0.mp4 60 0\nv1.mp4 -1 1\n")
+    report = tmp_path / "bench.json"
+    rc = _script("tools/benchmark_data.py").main([
+        "--list", str(tmp_path / "list.txt"), "--decoders", "naive", "pyav",
+        "--clip-len", "8", "--seconds", "0.2", "--min-clips", "3", "--rounds", "1",
+        "--json", str(report)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "vs naive" in out and "pyav" in out
+    results = {r["decoder"]: r for r in json.loads(report.read_text())["clips"]}
+    for name in ("naive", "pyav"):
+        assert results[name]["clips"] >= 3 and results[name]["clips_per_s"] > 0
+        assert results[name]["peak_rss_mb"] > 0
+
+
+@pytest.mark.parametrize("size, expected", [
+    ((256, 340), (256, 340)), ((720, 1280), (256, 456)), ((1080, 608), (454, 256)),
+    ((121, 161), (120, 160)),  # smaller than the target: kept, made even
+])
+def test_reencode_target_size(size, expected):
+    assert _script("datasets/reencode.py").target_size(*size, 256) == expected

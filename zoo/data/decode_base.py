@@ -1,0 +1,221 @@
+"""What every video reader shares: the reader contract, its errors, and the decode time limit.
+
+A reader opens one video and hands back chosen frames as uint8 RGB. Frame ``i`` is the ``i``-th
+frame in presentation order, for every reader, so the same indices give the same pictures whichever
+decoder is configured (up to the codec's own rounding).
+
+The time limit (:func:`time_limit`) has two layers, because no single one can stop everything:
+
+* In the main thread of a POSIX process (a DataLoader worker, or the training process itself with
+  ``NUM_WORKERS`` 0) a ``SIGALRM`` timer raises :class:`DecodeTimeout` at the limit. Python runs
+  the handler between bytecodes, and a blocking system call inside FFmpeg (a read from a stalled
+  mount or a pipe) returns early with EINTR, so a slow or stuck read, a long decode loop and a
+  ``time.sleep`` are all cut off.
+* Everywhere (other threads, Windows) the readers call :func:`check_deadline` once per decoded
+  frame, and a decode that returns after the limit is counted as timed out anyway.
+
+What neither layer can stop is a single C call that never returns and never makes a system call
+(a codec stuck in a loop): nothing short of killing the process can. The loader's per-batch timeout
+(``CONFIG.DATA.LOADER_TIMEOUT``) turns that case into a clear error instead of a silent hang.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator, Optional, Sequence
+
+import torch
+
+# Why a video could not be read; the code is what the shared bad-video table stores (0 = fine).
+BAD_KINDS = {
+    "missing": 1,  # no such file or folder
+    "empty": 2,  # zero bytes, or a frame folder without images
+    "open": 3,  # the container cannot be opened: not a video, truncated header, ...
+    "no_video": 4,  # a container without a video stream (audio only, subtitles, ...)
+    "decode": 5,  # a frame that is needed cannot be decoded
+    "short": 6,  # the stream ends well before the frame count its container (or list) claims
+    "timeout": 7,  # opening + decoding took longer than CONFIG.DATA.DECODE_TIMEOUT
+    "other": 8,  # anything else (the message says what)
+}
+KIND_NAMES = {code: name for name, code in BAD_KINDS.items()}
+
+
+class DecodeError(RuntimeError):
+    """A video cannot be read. The message is one line that names the file.
+
+    Attributes:
+        kind: One of :data:`BAD_KINDS` ("missing", "empty", "open", "no_video", "decode", "short",
+            "timeout", "other").
+    """
+
+    def __init__(self, message: str, kind: str = "other") -> None:
+        super().__init__(message)
+        self.kind = kind if kind in BAD_KINDS else "other"
+
+
+class DecodeTimeout(DecodeError):
+    """Opening and decoding a video took longer than the time limit."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="timeout")
+
+
+class VideoReader:
+    """The reader contract; subclasses register in ``zoo.data.decoders.DECODERS``.
+
+    A reader is built as ``cls(path, num_frames_hint=-1, threads=0)`` and used as a context
+    manager. Constructing it opens the file and raises :class:`DecodeError` when it cannot.
+
+    Attributes:
+        path: The file (or frame folder) read.
+        fps: Average frames per second, or None when unknown (frame folders).
+    """
+
+    path: str
+    fps: Optional[float] = None
+
+    @property
+    def num_frames(self) -> int:
+        """Frames in the video (the container's count, else the hint, else counted)."""
+        raise NotImplementedError
+
+    @property
+    def count_was_costly(self) -> bool:
+        """True when ``num_frames`` had to be counted (worth caching per video by the caller)."""
+        return False
+
+    def decode(self, indices: Sequence[int]) -> torch.Tensor:
+        """Decode the frames at ``indices`` (any order, repeats allowed).
+
+        Args:
+            indices: 0-based frame indices. Indices a few frames past the end get the last frame
+                (frame counts are often off by one or two); far past the end is an error.
+
+        Returns:
+            uint8 tensor ``(len(indices), H, W, 3)``, RGB, in the order of ``indices``.
+
+        Raises:
+            DecodeError: A needed frame cannot be decoded, or the stream is far shorter than its
+                claimed frame count.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the file."""
+
+    def __enter__(self) -> "VideoReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# How far (frames) past the real end a needed index may lie and still get the last frame.
+END_SLACK = 4
+
+
+def check_indices(indices: Sequence[int]) -> list:
+    """Validate and convert frame indices to a list of ints (shared by the readers)."""
+    out = [int(i) for i in indices]
+    if not out:
+        raise ValueError("decode() needs at least one frame index")
+    if min(out) < 0:
+        raise ValueError(f"frame indices must be >= 0, got {min(out)}")
+    return out
+
+
+def one_line(error: BaseException) -> str:
+    """The first line of an exception's message (or its class name when it has none)."""
+    text = str(error).strip().splitlines()
+    return text[0] if text else error.__class__.__name__
+
+
+# ----------------------------------------------------------------------------- time limit
+
+_state = threading.local()
+
+
+def check_deadline() -> None:
+    """Raise :class:`DecodeTimeout` when the innermost :func:`time_limit` of this thread expired.
+
+    Readers call this once per decoded frame; it costs one clock read.
+    """
+    deadline = getattr(_state, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        raise DecodeTimeout(f"{getattr(_state, 'what', 'decode')}: took longer than the time limit")
+
+
+def remaining_time() -> Optional[float]:
+    """Seconds left before this thread's deadline (None when no limit is active)."""
+    deadline = getattr(_state, "deadline", None)
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+
+def _alarm_available() -> bool:
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def time_limit(seconds: float, what: str) -> Iterator[None]:
+    """Raise :class:`DecodeTimeout` from the block when it runs longer than ``seconds``.
+
+    Args:
+        seconds: The limit; <= 0 disables it.
+        what: Names the work in the error message (usually the video path).
+
+    Raises:
+        DecodeTimeout: The block was interrupted at the limit, failed after the limit (an
+            interrupted system call surfaces as the library's own error), or finished late.
+    """
+    if seconds <= 0:
+        yield
+        return
+    start = time.monotonic()
+    deadline = start + seconds
+    outer = (getattr(_state, "deadline", None), getattr(_state, "what", None))
+    _state.deadline, _state.what = deadline, what
+    message = f"{what}: took longer than the {seconds:g} s time limit (CONFIG.DATA.DECODE_TIMEOUT)"
+    alarm = _alarm_available()
+    active = [True]
+    if alarm:
+
+        def on_alarm(signum: int, frame: object) -> None:
+            if active[0]:  # a late, already-disarmed alarm must not raise elsewhere
+                active[0] = False
+                raise DecodeTimeout(message)
+
+        old_handler = signal.signal(signal.SIGALRM, on_alarm)
+        old_timer = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except DecodeTimeout:
+        raise
+    except Exception:
+        if time.monotonic() >= deadline:
+            raise DecodeTimeout(message) from None
+        raise
+    finally:
+        if alarm:
+            _disarm(old_handler, old_timer, start, active)
+        _state.deadline, _state.what = outer
+    if time.monotonic() > deadline:
+        raise DecodeTimeout(message)
+
+
+def _disarm(old_handler: object, old_timer: tuple, start: float, active: list) -> None:
+    # The alarm may fire between the end of the block and this point: its exception is swallowed
+    # here and the timer stopped again until it is certainly off.
+    while True:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            active[0] = False
+            break
+        except DecodeTimeout:
+            continue
+    signal.signal(signal.SIGALRM, old_handler)
+    if old_timer[0] > 0:  # someone else's timer was running: give it back what is left of it
+        left = old_timer[0] - (time.monotonic() - start)
+        signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), old_timer[1])
