@@ -3,8 +3,8 @@ with batch B on the same samples - for a model without BatchNorm, and for one wi
 SyncBN is on (and, as a control, measurably different when it is off)."""
 
 import logging
-import os
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -37,10 +37,18 @@ def _register():
                              nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(6, num_classes))
 
 
-_register()  # also runs in each spawned worker when it imports this module
+@pytest.fixture(autouse=True)
+def _test_models():
+    """Register the two test models for this file only (registry-driven tests elsewhere must not
+    see them)."""
+    _register()
+    yield
+    for name in ("ddp_test_plain", "ddp_test_bn"):
+        MODEL_REGISTRY._obj_map.pop(name, None)
 
 
 def _worker(cfg, data_path, out_path):
+    _register()  # spawned workers start with a fresh registry
     seed_all(cfg.CONFIG.SEED)  # same init everywhere; DDP also broadcasts rank 0's weights
     data = torch.load(data_path)
     device = torch.device("cpu")
