@@ -10,9 +10,15 @@ import time
 import pytest
 import torch
 
-from zoo.config import load_config, cfg_to_yaml
-from zoo.engine.checkpoint import (atomic_save, config_differences, epoch_checkpoints,
-                                   latest_checkpoint, load_checkpoint, save_checkpoint)
+from zoo.config import cfg_to_yaml, load_config
+from zoo.engine.checkpoint import (
+    atomic_save,
+    config_differences,
+    epoch_checkpoints,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,4 +1,5 @@
-"""Config: defaults are documented, shipped YAMLs load, bad input fails in one line naming the key."""
+"""Config: defaults are documented, shipped YAMLs load, bad input fails in one line naming
+the key."""
 
 import glob
 import os

@@ -9,8 +9,8 @@ import torch
 import torch.nn as nn
 
 from zoo.config import load_config
-from zoo.engine.launch import launch
 from zoo.engine.checkpoint import unwrap
+from zoo.engine.launch import launch
 from zoo.engine.step import TrainStep
 from zoo.engine.trainer import prepare_model
 from zoo.models import MODEL_REGISTRY

@@ -1,7 +1,6 @@
 """End to end through tools/: multi-process gloo training, DISTRIBUTED False, testing, bad input."""
 
 import json
-import os
 
 from conftest import TINY_DATA, run_tool
 

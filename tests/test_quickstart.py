@@ -7,7 +7,6 @@ import os
 
 import numpy as np
 import pytest
-
 from conftest import run_tool
 
 QUICKSTART = "configs/quickstart/slowfast_tiny_motion.yaml"
@@ -46,7 +45,8 @@ def test_quickstart_trains_to_95_and_test_agrees(tmp_path, cache):
     n_train = sum(r.get("split") == "train" for r in records)
     n_val = sum(r.get("split") == "val" for r in records)
     assert f"{n_train} train points, {n_val} val points" in p.stdout
-    assert f"best top-1 {max(r['top1'] for r in records if r.get('split') == 'val'):.2f}" in p.stdout
+    best = max(r["top1"] for r in records if r.get("split") == "val")
+    assert f"best top-1 {best:.2f}" in p.stdout
     from PIL import Image
 
     with Image.open(run_dir / "curves.png") as im:

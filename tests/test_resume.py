@@ -10,7 +10,6 @@ import sys
 import time
 
 import torch
-
 from conftest import ROOT, TINY_DATA, run_tool
 
 ARGS = [

@@ -25,7 +25,8 @@ def main(argv=None) -> int:
     p.add_argument("--extra-modules", action="append", default=[], help="user model files")
     p.add_argument("--topk", type=int, default=5, help="classes to show per video")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--opts", nargs="*", default=[], help="KEY VALUE config overrides (after the videos)")
+    p.add_argument("--opts", nargs="*", default=[],
+                   help="KEY VALUE config overrides (after the videos)")
     p.add_argument("videos", nargs="+", help="video files")
     args = p.parse_args(argv)
     try:

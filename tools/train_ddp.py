@@ -13,4 +13,5 @@ from zoo.engine import train_worker  # noqa: E402
 from zoo.engine.cli import run  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(run(train_worker, "Train a zoo model (distributed over this node's GPUs or CPU processes)."))
+    sys.exit(run(train_worker,
+                 "Train a zoo model (distributed over this node's GPUs or CPU processes)."))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from typing import Callable, List, Optional
 
 from ..config import ConfigError, load_config

@@ -18,7 +18,8 @@ logger = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def run_inference(model: nn.Module, loader, device: torch.device, progress: bool = False) -> Dict[str, Any]:
+def run_inference(model: nn.Module, loader, device: torch.device,
+                  progress: bool = False) -> Dict[str, Any]:
     """Score every item of ``loader`` on every rank and gather the results.
 
     Items are ``(clip, label, index, n_bad)``; a 6-D clip batch ``(B, V, C, T, H, W)`` holds V views
@@ -72,7 +73,8 @@ def run_inference(model: nn.Module, loader, device: torch.device, progress: bool
     }
 
 
-def evaluate(model: nn.Module, loader, device: torch.device, progress: bool = False) -> Dict[str, Any]:
+def evaluate(model: nn.Module, loader, device: torch.device,
+             progress: bool = False) -> Dict[str, Any]:
     """top1/top5/mean class accuracy (percent) and loss over the whole split, same on every rank."""
     out = run_inference(model, loader, device, progress=progress)
     probs, labels = out["probs"], out["labels"]

@@ -18,8 +18,8 @@ def resolve_num_classes(cfg):
     """
     if cfg.CONFIG.DATA.NUM_CLASSES > 0:
         return cfg
-    from ..data.annotations import read_annotations, read_class_names
     from ..config import ConfigError
+    from ..data.annotations import read_annotations, read_class_names
 
     anno = cfg.CONFIG.DATA.TRAIN_ANNO_PATH
     if not anno:
@@ -49,8 +49,8 @@ def classifier_module(model: nn.Module) -> nn.Module:
             last = module
     if last is None:
         raise ValueError(
-            f"{type(model).__name__} has no nn.Linear classifier; set a `classifier_name` attribute "
-            "naming its head module"
+            f"{type(model).__name__} has no nn.Linear classifier; set a `classifier_name` "
+            "attribute naming its head module"
         )
     return last
 

@@ -39,7 +39,8 @@ class MixupCutmix:
         onehot = F.one_hot(labels, self.num_classes).float()
         return onehot * (1.0 - self.smoothing) + off
 
-    def __call__(self, clips: torch.Tensor, labels: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, clips: torch.Tensor,
+                 labels: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Return mixed clips and soft targets ``(B, num_classes)``."""
         targets = self._targets(labels)
         use_cutmix = self.cutmix_alpha > 0 and (self.mixup_alpha <= 0 or np.random.rand() < 0.5)

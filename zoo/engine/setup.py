@@ -29,7 +29,8 @@ def worker_setup(cfg, write_config: bool = True) -> tuple:
     import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
     seed_all(cfg.CONFIG.SEED + rank)
     gpu = cfg.DDP_CONFIG.GPU
-    device = torch.device(f"cuda:{gpu}") if gpu >= 0 and torch.cuda.is_available() else torch.device("cpu")
+    use_gpu = gpu >= 0 and torch.cuda.is_available()
+    device = torch.device(f"cuda:{gpu}") if use_gpu else torch.device("cpu")
     if write_config and comm.is_main_process():
         with open(os.path.join(out_dir, "config.yaml"), "w", encoding="utf-8") as f:
             f.write(cfg_to_yaml(cfg))

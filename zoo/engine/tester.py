@@ -22,8 +22,8 @@ def find_test_checkpoint(cfg, out_dir: str) -> str:
     path = latest_checkpoint(os.path.join(out_dir, cfg.CONFIG.LOG.SAVE_DIR))
     if path is None:
         raise FileNotFoundError(
-            f"no checkpoint in {os.path.join(out_dir, cfg.CONFIG.LOG.SAVE_DIR)}; train first or set "
-            "CONFIG.TEST.CHECKPOINT to a checkpoint file"
+            f"no checkpoint in {os.path.join(out_dir, cfg.CONFIG.LOG.SAVE_DIR)}; train first or "
+            "set CONFIG.TEST.CHECKPOINT to a checkpoint file"
         )
     return path
 

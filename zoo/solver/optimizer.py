@@ -39,7 +39,8 @@ def param_groups(model: nn.Module, weight_decay: float, head_ids: Optional[Set[i
     return groups
 
 
-def build_optimizer(cfg, model: nn.Module, head_params: Iterable[nn.Parameter] = ()) -> torch.optim.Optimizer:
+def build_optimizer(cfg, model: nn.Module,
+                    head_params: Iterable[nn.Parameter] = ()) -> torch.optim.Optimizer:
     """CONFIG.TRAIN.OPTIMIZER (SGD with MOMENTUM, or AdamW) with LR, W_DECAY, BACKBONE_LR_MULT.
 
     Args:

@@ -22,7 +22,7 @@ def seed_all(seed: int) -> None:
 
 
 def available_cpus() -> int:
-    """CPU cores this process may run on (respects affinity masks / cgroups where Linux shows them)."""
+    """CPU cores this process may run on (respects affinity masks where the OS shows them)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
@@ -50,7 +50,8 @@ def import_extra_modules(modules: Iterable[str]) -> None:
             path = os.path.abspath(os.path.expanduser(entry))
             if not os.path.isfile(path):
                 raise FileNotFoundError(
-                    f"CONFIG.EXTRA_MODULES entry {entry!r}: no such file (give a .py path or a module name)"
+                    f"CONFIG.EXTRA_MODULES entry {entry!r}: no such file (give a .py path or a "
+                    "module name)"
                 )
             digest = hashlib.sha1(path.encode()).hexdigest()[:10]
             name = f"zoo_user_{os.path.splitext(os.path.basename(path))[0]}_{digest}"

@@ -11,7 +11,8 @@ _FMT = "[%(asctime)s %(name)s %(levelname)s] %(message)s"
 _DATEFMT = "%m/%d %H:%M:%S"
 
 
-def setup_logger(output_dir: Optional[str] = None, rank: int = 0, name: str = "zoo") -> logging.Logger:
+def setup_logger(output_dir: Optional[str] = None, rank: int = 0,
+                 name: str = "zoo") -> logging.Logger:
     """Configure the ``zoo`` logger for this process.
 
     Rank 0 logs INFO to stdout; every rank writes ``log_rank{rank}.txt`` in ``output_dir``. Other
