@@ -1,13 +1,69 @@
-"""Mixed precision: the autocast context and the gradient scaler for CONFIG.TRAIN.PRECISION."""
+"""How the training math is executed: precision, memory layout and CPU convolution kernels.
+
+* ``CONFIG.TRAIN.PRECISION``: the autocast context and the gradient scaler; ``"auto"`` is bf16
+  where the device computes bf16 natively (CUDA GPUs of compute capability 8.0+, CPUs with
+  AVX512-BF16 or AMX), else fp32.
+* ``CONFIG.TRAIN.MEMORY_FORMAT``: ``"auto"`` is channels-last on CPUs (oneDNN's convolutions
+  are fastest in that layout) and on GPUs with bf16/fp16, else contiguous.
+* :func:`route_cpu_convs`: PyTorch sends some float32 ``conv3d`` calls on CPU (batch 1, few
+  channels or small frames) to ``slow_conv3d``, an unfold + GEMM kernel whose backward is several
+  times slower than oneDNN's; :class:`CpuConv3d` runs those as the same 2-D convolution on a view
+  of the clip, which oneDNN takes. Same weights, same state dict, same result up to rounding.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def native_bf16(device: torch.device) -> bool:
+    """True when ``device`` computes bf16 in hardware (so bf16 autocast is faster than fp32)."""
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] >= 8
+    if device.type == "cpu":
+        cpu = getattr(torch, "cpu", None)
+        checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+        # Without these instructions oneDNN emulates bf16, which is slower than fp32.
+        return any(getattr(cpu, name, lambda: False)() for name in checks)
+    return False
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``"auto"`` -> ``"bf16"`` where :func:`native_bf16`, else ``"fp32"``; others unchanged."""
+    if precision != "auto":
+        return precision
+    return "bf16" if native_bf16(device) else "fp32"
+
+
+def resolve_channels_last(memory_fmt: str, precision: str, device: torch.device,
+                          channels_last: bool = False) -> bool:
+    """Whether to run channels-last.
+
+    Args:
+        memory_fmt: ``CONFIG.TRAIN.MEMORY_FORMAT``: "auto", "channels_last" or "contiguous".
+        precision: The resolved precision ("fp32", "bf16" or "fp16").
+        device: The training device.
+        channels_last: ``CONFIG.TRAIN.CHANNELS_LAST`` (older switch; True forces channels-last).
+    """
+    if channels_last or memory_fmt == "channels_last":
+        return True
+    if memory_fmt == "contiguous":
+        return False
+    return device.type == "cpu" or precision in _DTYPES
+
+
+def execution_settings(train_cfg, device: torch.device) -> Tuple[str, bool]:
+    """``(precision, channels_last)`` that ``CONFIG.TRAIN`` asks for on ``device``."""
+    precision = resolve_precision(train_cfg.PRECISION, device)
+    return precision, resolve_channels_last(train_cfg.MEMORY_FORMAT, precision, device,
+                                            train_cfg.CHANNELS_LAST)
 
 
 def autocast(precision: str, device: torch.device):
@@ -31,3 +87,74 @@ def grad_scaler(precision: str, device: torch.device) -> Optional[torch.amp.Grad
 def memory_format(model_or_clip_dim: int) -> torch.memory_format:
     """channels_last for 4-D image tensors, channels_last_3d for 5-D clips."""
     return torch.channels_last_3d if model_or_clip_dim == 5 else torch.channels_last
+
+
+def _cpu_autocast_on() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled()
+
+
+class CpuConv3d(nn.Conv3d):
+    """An ``nn.Conv3d`` that avoids PyTorch's slow CPU kernel (see the module docstring).
+
+    When PyTorch would run this layer with ``slow_conv3d`` (float32 on CPU, no autocast), a
+    ``1 x kh x kw`` kernel runs as a 2-D convolution with time folded into the batch, and a
+    ``kt x 1 x 1`` kernel as a 2-D convolution over (time, height x width). Both are free views
+    of a channels-last clip (a contiguous clip costs one copy each way). Anything else, and any
+    call under tracing, export or ``torch.compile``, is the plain ``nn.Conv3d``.
+    """
+
+    def _slow_kernel(self, x: torch.Tensor) -> bool:
+        if (x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 5
+                or _cpu_autocast_on() or torch.jit.is_tracing()
+                or torch.jit.is_scripting() or torch.compiler.is_compiling()
+                or torch.onnx.is_in_onnx_export()):
+            return False
+        if (self.padding_mode != "zeros" or isinstance(self.padding, str)
+                or self.dilation != (1, 1, 1)):
+            return False
+        try:  # ask PyTorch which kernel it would pick (2 us); a private API, so be careful
+            backend = torch._C._select_conv_backend(
+                x, self.weight, self.bias, self.stride, self.padding, self.dilation, False,
+                (0, 0, 0), self.groups, None)
+        except (AttributeError, RuntimeError, TypeError):
+            return False
+        return backend == torch._C._ConvBackend.Slow3d
+
+    def _conv_forward(self, x: torch.Tensor, weight: torch.Tensor,
+                      bias: Optional[torch.Tensor]) -> torch.Tensor:
+        (kt, kh, kw), (st, sh, sw), (pt, ph, pw) = self.kernel_size, self.stride, self.padding
+        if kh == kw == 1 and sh == sw == 1 and ph == pw == 0:
+            plan = "time"
+        elif kt == 1 and st == 1 and pt == 0:
+            plan = "space"
+        else:
+            plan = None
+        if plan is None or not self._slow_kernel(x):
+            return super()._conv_forward(x, weight, bias)
+        n, c, t, h, w = x.shape
+        if plan == "time":  # (N, C, T, H*W): a view in both layouts
+            y = F.conv2d(x.reshape(n, c, t, h * w), weight.squeeze(-1), bias, (st, 1), (pt, 0),
+                         1, self.groups)
+            return y.reshape(n, y.shape[1], y.shape[2], h, w)
+        # (N*T, C, H, W): a view of a channels-last clip
+        y = F.conv2d(x.transpose(1, 2).reshape(n * t, c, h, w), weight.squeeze(2), bias,
+                     (sh, sw), (ph, pw), 1, self.groups)
+        y = y.reshape(n, t, *y.shape[1:]).transpose(1, 2)
+        return y if x.is_contiguous(memory_format=torch.channels_last_3d) else y.contiguous()
+
+
+def route_cpu_convs(model: nn.Module) -> int:
+    """Turn every plain ``nn.Conv3d`` of ``model`` into a :class:`CpuConv3d`, in place.
+
+    Parameters, buffers and state-dict keys stay as they are; only the kernel choice changes.
+    Returns the number of layers changed.
+    """
+    count = 0
+    for m in model.modules():
+        if type(m) is nn.Conv3d:  # exact type: a user's subclass keeps its own forward
+            m.__class__ = CpuConv3d
+            count += 1
+    return count

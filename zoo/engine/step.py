@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from .checkpoint import unwrap
 from .ema import ModelEMA
 from .mixup import MixupCutmix
-from .precision import autocast, grad_scaler, memory_format
+from .precision import autocast, grad_scaler, memory_format, resolve_precision
 
 
 class TrainStep:
@@ -24,7 +24,7 @@ class TrainStep:
         scheduler: Per-step LR schedule with ``step()`` (stepped once per optimizer step).
         device: Where the batch goes.
         num_classes: Classifier size (for Mixup/CutMix targets).
-        precision: "fp32", "bf16" or "fp16".
+        precision: "fp32", "bf16", "fp16" or "auto" (bf16 where ``device`` computes it natively).
         channels_last: Feed channels-last clips (the model is converted once, here).
         accum_steps: Optimizer step every this many calls.
         clip_grad_norm: Max global grad norm (0 = off).
@@ -42,7 +42,7 @@ class TrainStep:
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.device = device
-        self.precision = precision
+        self.precision = precision = resolve_precision(precision, device)
         self.channels_last = channels_last
         self.accum_steps = accum_steps
         self.clip_grad_norm = clip_grad_norm

@@ -8,6 +8,7 @@ import time
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -22,14 +23,14 @@ from .evaluator import evaluate
 from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .metrics import MetricsWriter, show_progress
 from .precise_bn import recompute_bn_stats
-from .precision import memory_format
+from .precision import execution_settings, memory_format, route_cpu_convs
 from .setup import worker_setup
 from .step import TrainStep
 from .sync_bn import convert_sync_bn
 
 
 def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Module:
-    """Build the model, apply freezing / SyncBN / memory format, move it, wrap it in DDP."""
+    """Build the model, apply freezing / SyncBN / execution settings, move it, wrap it in DDP."""
     model = build_model(cfg)
     if cfg.CONFIG.MODEL.FREEZE_BACKBONE:
         logger.info("froze %d backbone tensors; training the head only",
@@ -39,13 +40,58 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Modul
     if cfg.CONFIG.TRAIN.SYNC_BN and comm.get_world_size() > 1:
         model = convert_sync_bn(model, device)
     model.to(device)
-    if cfg.CONFIG.TRAIN.CHANNELS_LAST:
-        dim = 5 if any(isinstance(m, nn.Conv3d) for m in model.modules()) else 4
-        model.to(memory_format=memory_format(dim))
+    _, channels_last = execution_settings(cfg.CONFIG.TRAIN, device)
+    apply_execution(model, device, channels_last)
+    if cfg.CONFIG.TRAIN.COMPILE:
+        model.compile()  # in place: the module and its state-dict keys stay as they are
     if comm.get_world_size() == 1:
         return model
     ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+    # No buffer broadcast before every forward (see broadcast_buffers); gradients all-reduce
+    # straight from the buckets they live in.
+    return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
+                                   broadcast_buffers=False)
+
+
+def broadcast_buffers(module: nn.Module) -> None:
+    """Give every rank rank 0's buffers (the BatchNorm running statistics).
+
+    DDP is built with ``broadcast_buffers=False``: its broadcast before every forward is a second
+    synchronisation per step (~5% of a small model's step on CPU), and training-mode BatchNorm
+    never reads the running statistics. Rank 0's statistics - the ones DDP's broadcast kept and its
+    checkpoints save - reach the other ranks here, before anything reads them (validation).
+    """
+    if comm.get_world_size() > 1:
+        for buf in module.buffers():
+            dist.broadcast(buf, src=0)
+
+
+def apply_execution(model: nn.Module, device: torch.device, channels_last: bool,
+                    route_convs: bool = True) -> int:
+    """Put ``model`` (already on ``device``) in the layout zoo trains it in; on CPU, route the
+    conv3d layers PyTorch would run with its slow kernel through oneDNN (see precision.py).
+
+    Returns the number of conv3d layers that may be routed.
+    """
+    if channels_last:
+        dim = 5 if any(isinstance(m, nn.Conv3d) for m in model.modules()) else 4
+        model.to(memory_format=memory_format(dim))
+    return route_cpu_convs(model) if route_convs and device.type == "cpu" else 0
+
+
+def _seconds_since_launch() -> Optional[float]:
+    """Age of the launching process (the parent of a spawned worker), from /proc; None elsewhere."""
+    import multiprocessing
+
+    pid = os.getppid() if multiprocessing.parent_process() is not None else os.getpid()
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _set_epoch(loader, epoch: int) -> None:
@@ -95,9 +141,14 @@ def train_worker(cfg) -> None:
         )
     optimizer = build_optimizer(cfg, bare, classifier_module(bare).parameters())
     scheduler = build_lr_scheduler(cfg, optimizer, steps_per_epoch, world)
+    precision, channels_last = execution_settings(train_cfg, device)
+    logger.info("execution: %s%s, %s%s", precision,
+                " (PRECISION auto)" if train_cfg.PRECISION == "auto" else "",
+                "channels-last" if channels_last else "contiguous",
+                ", torch.compile" if train_cfg.COMPILE else "")
     step = TrainStep(
         model, optimizer, scheduler, device, cfg.CONFIG.DATA.NUM_CLASSES,
-        precision=train_cfg.PRECISION, channels_last=train_cfg.CHANNELS_LAST,
+        precision=precision, channels_last=channels_last,
         accum_steps=train_cfg.ACCUM_STEPS, clip_grad_norm=train_cfg.CLIP_GRAD_NORM,
         label_smoothing=train_cfg.LABEL_SMOOTHING, mixup_alpha=train_cfg.MIXUP_ALPHA,
         cutmix_alpha=train_cfg.CUTMIX_ALPHA, ema_decay=train_cfg.EMA_DECAY,
@@ -153,6 +204,10 @@ def train_worker(cfg) -> None:
             if i >= steps_per_epoch * train_cfg.ACCUM_STEPS:
                 break  # a partial accumulation at the epoch's end is dropped
             loss = step(clips, labels)
+            if epoch == start_epoch and i == 0:
+                since = _seconds_since_launch()
+                logger.info("first iteration done%s", f", {since:.1f}s after launch" if since
+                            else "")
             loss_sum += loss
             bad += int(n_bad.sum())
             seen += 1
@@ -194,6 +249,7 @@ def train_worker(cfg) -> None:
             if train_cfg.PRECISE_BN_ITERS > 0:
                 recompute_bn_stats(bare, train_loader, train_cfg.PRECISE_BN_ITERS, device)
             evaluated = step.ema.module if step.ema is not None else model
+            broadcast_buffers(unwrap(evaluated))
             m = evaluate(evaluated, val_loader, device)
             is_best = m["top1"] > best_top1
             best_top1 = max(best_top1, m["top1"])

@@ -1,0 +1,127 @@
+"""tools/benchmark.py on tiny sizes: every sub-command runs and writes its CSV / JSON / PNG with
+the documented fields. No timing is asserted (the figures belong to docs/benchmarks.md); the
+routed CPU convolution is checked for equality with nn.Conv3d."""
+
+import copy
+import csv
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import TINY_DATA, run_tool
+
+from zoo.engine.precision import (
+    CpuConv3d,
+    resolve_channels_last,
+    resolve_precision,
+    route_cpu_convs,
+)
+
+CPU = torch.device("cpu")
+
+
+def _read(out, name):
+    with open(out / f"{name}.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    data = json.loads((out / f"{name}.json").read_text())
+    assert data["benchmark"] == name and len(data["rows"]) == len(rows)
+    assert {"cpu", "cores", "torch", "load_average_start", "load_average_end"} <= set(
+        data["machine"])
+    return rows, data
+
+
+@pytest.mark.parametrize("kernel,stride,padding,shape", [
+    ((1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 4, 6, 10, 10)),   # time folded into the batch
+    ((1, 3, 3), (1, 2, 2), (0, 1, 1), (1, 4, 6, 9, 9)),
+    ((3, 1, 1), (1, 1, 1), (1, 0, 0), (1, 4, 6, 10, 10)),   # (time, height x width) 2-D conv
+    ((5, 1, 1), (2, 1, 1), (2, 0, 0), (1, 4, 8, 10, 10)),
+    ((1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 4, 6, 10, 10)),
+])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_routed_conv_equals_conv3d(kernel, stride, padding, shape, channels_last):
+    torch.manual_seed(0)
+    plain = nn.Conv3d(shape[1], 6, kernel, stride, padding, bias=True)
+    routed = copy.deepcopy(plain)
+    assert route_cpu_convs(routed) == 1 and isinstance(routed, CpuConv3d)
+    x = torch.randn(shape)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last_3d)
+        plain, routed = (m.to(memory_format=torch.channels_last_3d) for m in (plain, routed))
+    assert routed._slow_kernel(x)  # these small batch-1 shapes take PyTorch's slow kernel
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = plain(xa), routed(xb)
+    assert ya.shape == yb.shape and torch.allclose(ya, yb, atol=1e-5)
+    assert yb.is_contiguous(memory_format=torch.channels_last_3d if channels_last else
+                            torch.contiguous_format)
+    ya.square().sum().backward()
+    yb.square().sum().backward()
+    assert torch.allclose(xa.grad, xb.grad, atol=1e-4)
+    assert torch.allclose(plain.weight.grad, routed.weight.grad, rtol=1e-4, atol=1e-4)
+    assert routed.state_dict().keys() == plain.state_dict().keys()
+
+
+def test_auto_settings():
+    assert resolve_precision("fp32", CPU) == "fp32"
+    assert resolve_precision("auto", CPU) in ("fp32", "bf16")
+    assert resolve_channels_last("auto", "fp32", CPU)  # oneDNN prefers channels-last on CPU
+    assert not resolve_channels_last("contiguous", "bf16", CPU)
+    assert resolve_channels_last("contiguous", "fp32", CPU, channels_last=True)  # older switch
+    assert not resolve_channels_last("auto", "fp32", torch.device("cuda", 0))
+
+
+def test_train_and_compare(tmp_path):
+    out = tmp_path / "b"
+    r = run_tool("benchmark.py", [
+        "train", "--model", "slowfast_tiny_resnet18", "--frames", "8", "--size", "32",
+        "--batch", "2", "--num-classes", "3", "--precision", "fp32", "auto",
+        "--warmup", "1", "--runs", "2", "--threads", "1", "--out", str(out)], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows, _ = _read(out, "train")
+    assert [row["precision"] for row in rows] == ["fp32", "auto"]
+    assert all(float(row["clips_per_s"]) > 0 and row["runs"] == "2" for row in rows)
+    assert (out / "train.png").stat().st_size > 0
+
+    pytest.importorskip("pytorchvideo.models.slowfast")
+    r = run_tool("benchmark.py", [
+        "compare", "--frames", "16", "--size", "64", "--width", "16", "--num-classes", "5",
+        "--warmup", "1", "--runs", "1", "--threads", "1", "--out", str(out)], timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "zoo fp32 / PyTorchVideo fp32" in r.stdout
+    rows, data = _read(out, "compare")
+    assert rows[0]["side"] == "ptv" and len(rows) == 6
+    assert {"zoo_fp32_vs_ptv_fp32", "zoo_defaults_vs_ptv_defaults",
+            "zoo_defaults_vs_ptv_same_settings"} <= set(data["ratios"])
+    # Same weights, same batch: the losses agree (fp32 to rounding; bf16 within a few percent,
+    # as in the full-size net that docs/benchmarks.md quotes).
+    for row in data["rows"]:
+        assert row["loss_rel_diff_vs_ptv_fp32"] < (1e-4 if row["precision"] == "fp32" else 0.05)
+    assert (out / "compare.png").stat().st_size > 0
+
+
+def test_scaling_data_startup(tmp_path, synth_root):
+    out = tmp_path / "b"
+    tiny = [*TINY_DATA, "DATA.SYNTHETIC.ROOT", synth_root, "MODEL.NAME",
+            "slowfast_tiny_resnet18", "MODEL.KWARGS", "['width', 8]", "DATA.CLIP_LEN", "8"]
+    r = run_tool("benchmark.py", ["scaling", "--procs", "1", "2", "--steps", "2", "--warmup",
+                                  "1", "--repeats", "1", "--out", str(out), *tiny], timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows, _ = _read(out, "scaling")
+    assert [row["processes"] for row in rows] == ["1", "2"]
+    assert all(row["threads_per_proc"] == "1" for row in rows)
+    assert rows[0]["speedup"] == "1.0" and float(rows[1]["efficiency"]) > 0
+    assert (out / "scaling.png").stat().st_size > 0
+
+    r = run_tool("benchmark.py", ["data", "--workers", "0", "--batches", "2", "--warmup", "1",
+                                  "--out", str(out), *tiny], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows, _ = _read(out, "data")
+    assert rows[0]["num_workers"] == "0" and rows[0]["clip_shape"] == "3x8x28x28"
+
+    r = run_tool("benchmark.py", ["startup", "--runs", "1", "--cache", synth_root,
+                                  "--out", str(out), *tiny, "DDP_CONFIG.NUM_CPU_PROCS", "1"],
+                 timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows, data = _read(out, "startup")
+    assert float(rows[0]["seconds"]) > 0 and rows[0]["data"] == "cached"
+    assert "train_ddp.py" in data["command"]

@@ -1,0 +1,121 @@
+"""Training-step throughput: forward + backward + optimizer step of a registered model.
+
+``train_throughput`` times zoo's own step (:class:`~zoo.engine.step.TrainStep` on a model prepared
+as the trainer prepares it) for every requested precision x memory format, interleaved in one
+process. Warm-up steps are excluded; each figure is the median of ``runs`` timed steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Dict, List, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from ..engine.precision import resolve_channels_last, resolve_precision
+from ..engine.step import TrainStep
+from ..engine.trainer import apply_execution
+from ..models import create_model
+from .common import summary, time_interleaved
+
+
+def random_batch(batch: int, frames: int, size: int, num_classes: int, seed: int = 0,
+                 image: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A reproducible random clip batch ``(B, 3, T, S, S)`` (or images ``(B, 3, S, S)``) + labels."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (batch, 3, size, size) if image else (batch, 3, frames, size, size)
+    return torch.randn(shape, generator=g), torch.randint(0, num_classes, (batch,), generator=g)
+
+
+def zoo_step(model: nn.Module, device: torch.device, num_classes: int, precision: str = "auto",
+             memory_format: str = "auto", route_convs: bool = True, compile_model: bool = False,
+             lr: float = 0.01) -> Tuple[TrainStep, str, bool]:
+    """Prepare ``model`` as zoo's trainer does and return its train step.
+
+    The optimizer is plain SGD (momentum 0.9, weight decay 1e-4) and the LR constant, so the
+    step's work is what any framework's SGD step does.
+
+    Returns:
+        ``(step, precision, channels_last)`` with "auto" resolved for ``device``.
+    """
+    precision = resolve_precision(precision, device)
+    channels_last = resolve_channels_last(memory_format, precision, device)
+    model.to(device).train()
+    apply_execution(model, device, channels_last, route_convs)
+    if compile_model:
+        model.compile()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    step = TrainStep(model, optimizer, scheduler, device, num_classes, precision=precision,
+                     channels_last=channels_last)
+    return step, precision, channels_last
+
+
+def recording(step, clips: torch.Tensor, labels: torch.Tensor, first: Dict[str, float],
+              name: str, seed: int = 0):
+    """A closure that runs ``step(clips, labels)`` and keeps the loss of its first call (made with
+    the initial weights, the RNG seeded with ``seed`` so dropout draws alike) in ``first[name]``."""
+
+    def run():
+        if name not in first:
+            torch.manual_seed(seed)
+            first[name] = float(step(clips, labels))
+        else:
+            step(clips, labels)
+
+    return run
+
+
+def train_throughput(model_name: str, frames: int, size: int, batch: int,
+                     precisions: Sequence[str] = ("auto",),
+                     memory_formats: Sequence[str] = ("auto",), warmup: int = 2, runs: int = 5,
+                     device: torch.device = torch.device("cpu"), num_classes: int = 400,
+                     model_kwargs: Dict[str, Any] = None, compile_model: bool = False,
+                     seed: int = 0) -> List[Dict[str, Any]]:
+    """Clips/s of zoo's train step for each precision x memory format.
+
+    Args:
+        model_name: A registered model.
+        frames, size, batch: Input ``(batch, 3, frames, size, size)``; image models take
+            ``(batch, 3, size, size)``.
+        precisions: Values of ``CONFIG.TRAIN.PRECISION`` to time ("auto" included).
+        memory_formats: Values of ``CONFIG.TRAIN.MEMORY_FORMAT`` to time.
+        warmup: Untimed steps per setting.
+        runs: Timed steps per setting (the figure is their median).
+        device: Where to train.
+        num_classes: Classifier size.
+        model_kwargs: Extra builder arguments (e.g. ``{"width": 16}``).
+        compile_model: ``torch.compile`` the model (compilation happens during warm-up).
+        seed: Seed of the weights and of the batch.
+
+    Returns:
+        One row per setting: requested and resolved settings, step times, clips/s, first loss.
+    """
+    kwargs = dict(model_kwargs or {})
+    probe = create_model(model_name, num_classes=num_classes, **kwargs)
+    image = not any(isinstance(m, nn.Conv3d) for m in probe.modules())
+    state = probe.state_dict()
+    del probe
+    clips, labels = random_batch(batch, frames, size, num_classes, seed, image)
+    fns, first, meta = {}, {}, {}
+    for precision, fmt in itertools.product(precisions, memory_formats):
+        model = create_model(model_name, num_classes=num_classes, **kwargs)
+        model.load_state_dict(state)
+        step, resolved, channels_last = zoo_step(model, device, num_classes, precision, fmt,
+                                                 compile_model=compile_model)
+        name = f"{precision}/{fmt}"
+        fns[name] = recording(step, clips, labels, first, name)
+        meta[name] = {"precision": precision, "memory_format": fmt, "resolved_precision": resolved,
+                      "channels_last": channels_last}
+    times = time_interleaved(fns, warmup, runs, device)
+    rows = []
+    for name, ts in times.items():
+        stats = summary(ts)
+        rows.append({
+            "model": model_name, "batch": batch, "frames": 0 if image else frames, "size": size,
+            **meta[name], "threads": torch.get_num_threads(), "compile": compile_model, **stats,
+            "clips_per_s": round(batch / stats["median_s"], 3),
+            "first_loss": round(first[name], 6),
+        })
+    return rows
