@@ -250,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--out", default="output/benchmarks", help="folder for CSV/JSON")
     u.add_argument("--config-file", default=QUICKSTART)
     u.add_argument("--runs", type=int, default=2,
-                   help="runs in a row; the first generates the synthetic data, later ones reuse it")
+                   help="runs in a row; the first generates the synthetic data, later ones "
+                   "reuse it")
     u.add_argument("--cache", default="", help="DATA.SYNTHETIC.ROOT to use (default: a new one)")
     u.add_argument("--timeout", type=float, default=300)
     u.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")

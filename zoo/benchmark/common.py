@@ -15,6 +15,11 @@ import torch
 from ..engine.precision import native_bf16
 from ..utils.env import available_cpus
 
+# The benchmarks keep several models (or settings) alive in one process. oneDNN caches the compiled
+# kernel of each convolution it meets, 1024 by default; past that it evicts and compiles them again
+# on every step, which a training process (one model) never does. Read at oneDNN's first use.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "8192")
+
 
 def load_average() -> Optional[List[float]]:
     """The 1, 5 and 15 minute load averages (None where the OS has none)."""

@@ -13,7 +13,7 @@ the first step of each (initial weights, same batch) gives the losses that must 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -102,7 +102,7 @@ def ptv_step(model: nn.Module, device: torch.device, precision: str, channels_la
 
 def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, width: int = 64,
                          num_classes: int = 400, warmup: int = 2, runs: int = 5,
-                         device: torch.device = torch.device("cpu"), ablation: bool = True,
+                         device: Optional[torch.device] = None, ablation: bool = True,
                          seed: int = 0) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """Time every variant of :data:`VARIANTS` and compare them.
 
@@ -119,6 +119,7 @@ def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, widt
         ``(rows, ratios)``: one row per variant (times, clips/s, first loss, its relative
         difference from PyTorchVideo fp32's) and the speed-ups of zoo over PyTorchVideo.
     """
+    device = device or torch.device("cpu")
     ptv_model, state = build_pair(width, frames, size, num_classes, seed)  # reused once
     ptv_state = ptv_model.state_dict()
     clips, labels = random_batch(batch, frames, size, num_classes, seed)

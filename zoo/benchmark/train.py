@@ -8,7 +8,7 @@ process. Warm-up steps are excluded; each figure is the median of ``runs`` timed
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -22,7 +22,7 @@ from .common import summary, time_interleaved
 
 def random_batch(batch: int, frames: int, size: int, num_classes: int, seed: int = 0,
                  image: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-    """A reproducible random clip batch ``(B, 3, T, S, S)`` (or images ``(B, 3, S, S)``) + labels."""
+    """A reproducible random batch: clips ``(B, 3, T, S, S)`` (images ``(B, 3, S, S)``), labels."""
     g = torch.Generator().manual_seed(seed)
     shape = (batch, 3, size, size) if image else (batch, 3, frames, size, size)
     return torch.randn(shape, generator=g), torch.randint(0, num_classes, (batch,), generator=g)
@@ -70,8 +70,8 @@ def recording(step, clips: torch.Tensor, labels: torch.Tensor, first: Dict[str, 
 def train_throughput(model_name: str, frames: int, size: int, batch: int,
                      precisions: Sequence[str] = ("auto",),
                      memory_formats: Sequence[str] = ("auto",), warmup: int = 2, runs: int = 5,
-                     device: torch.device = torch.device("cpu"), num_classes: int = 400,
-                     model_kwargs: Dict[str, Any] = None, compile_model: bool = False,
+                     device: Optional[torch.device] = None, num_classes: int = 400,
+                     model_kwargs: Optional[Dict[str, Any]] = None, compile_model: bool = False,
                      seed: int = 0) -> List[Dict[str, Any]]:
     """Clips/s of zoo's train step for each precision x memory format.
 
@@ -92,6 +92,7 @@ def train_throughput(model_name: str, frames: int, size: int, batch: int,
     Returns:
         One row per setting: requested and resolved settings, step times, clips/s, first loss.
     """
+    device = device or torch.device("cpu")
     kwargs = dict(model_kwargs or {})
     probe = create_model(model_name, num_classes=num_classes, **kwargs)
     image = not any(isinstance(m, nn.Conv3d) for m in probe.modules())
