@@ -5,6 +5,7 @@ from __future__ import annotations
 import filecmp
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -51,6 +52,44 @@ def test_same_seed_same_dataset(tmp_path):
         assert filecmp.cmp(paths[0], paths[1], shallow=False)  # byte-identical files
 
 
+def test_parallel_generation_writes_the_same_files(tmp_path):
+    settings = dict(num_classes=2, train_per_class=24, val_per_class=8, num_frames=8, size=32)
+    serial = synthetic.generate(str(tmp_path / "serial"), workers=1, **settings)
+    parallel = synthetic.generate(str(tmp_path / "parallel"), workers=2, **settings)
+    assert synthetic._pool_size(2, 64) == (2 if sys.platform.startswith("linux") else 1)
+    records = read_annotations(serial["train_list"]) + read_annotations(serial["val_list"])
+    assert len(records) == 64
+    for record in records:
+        a, b = (os.path.join(d["root"], record.path) for d in (serial, parallel))
+        assert filecmp.cmp(a, b, shallow=False), record.path
+
+
+def _render_whole_frames(spec: synthetic.VideoSpec) -> np.ndarray:
+    """The plain definition: blend every shape's coverage over whole frames."""
+    num_frames, size = len(spec.centres), spec.background.shape[0]
+    video = np.broadcast_to(spec.background, (num_frames, size, size, 3)).copy()
+    pixels = np.arange(size, dtype=np.float32) + 0.5
+    layers = [(d["shape"], d["size"], d["colour"], d["centres"]) for d in spec.distractors]
+    layers.append((spec.target_shape, spec.target_size, spec.target_colour, spec.centres))
+    for shape, shape_size, colour, centres in layers:
+        centres = centres.astype(np.float32)
+        dx = pixels[None, None, :] - centres[:, 0, None, None]
+        dy = pixels[None, :, None] - centres[:, 1, None, None]
+        half = shape_size / 2
+        if shape == "square":
+            alpha = np.clip(half + 0.5 - np.abs(dx), 0, 1) * np.clip(half + 0.5 - np.abs(dy), 0, 1)
+        else:
+            alpha = np.clip(half + 0.5 - np.sqrt(dx * dx + dy * dy), 0, 1)
+        video += alpha[..., None] * (colour - video)
+    return np.clip(video + 0.5, 0, 255).astype(np.uint8)
+
+
+def test_render_equals_whole_frame_blending():
+    for index in range(12):
+        spec = synthetic.video_spec(0, "train", index % 4, index, 16, 48)
+        assert np.array_equal(synthetic.render(spec), _render_whole_frames(spec)), index
+
+
 def test_second_call_reuses_and_foreign_folder_is_refused(tmp_path):
     out = str(tmp_path / "d")
     synthetic.generate(out, **TINY)
@@ -83,8 +122,8 @@ def test_losing_the_race_uses_the_winner(tmp_path, monkeypatch):
     out = str(tmp_path / "d")
     original = synthetic._write_dataset
 
-    def write_then_other_process_wins(tmp, settings):
-        manifest = original(tmp, settings)
+    def write_then_other_process_wins(tmp, settings, workers=0):
+        manifest = original(tmp, settings, workers)
         monkeypatch.setattr(synthetic, "_write_dataset", original)
         synthetic.generate(out, **TINY)  # "another process" finishes first
         return manifest

@@ -15,169 +15,13 @@ Each writes NAME.csv, NAME.json (with the machine and its load average) and NAME
 import argparse
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
-
-from zoo.benchmark import common, plots  # noqa: E402
-from zoo.utils.env import available_cpus  # noqa: E402
+from zoo.benchmark import commands, common  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICKSTART = os.path.join(ROOT, "configs", "quickstart", "slowfast_tiny_motion.yaml")
-
-
-def _device(args) -> torch.device:
-    if args.device == "auto":
-        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-    return torch.device(args.device)
-
-
-def _finish(args, name, rows, machine, columns, extra=None):
-    paths = common.write_results(args.out, name, rows, machine, extra)
-    print(common.format_table(rows, columns))
-    return paths
-
-
-def cmd_train(args) -> list:
-    from zoo.benchmark.train import train_throughput
-
-    device = _device(args)
-    torch.set_num_threads(args.threads or available_cpus())
-    machine = common.machine_info(device)
-    kwargs = dict(zip(args.kwargs[0::2], [_literal(v) for v in args.kwargs[1::2]]))
-    rows = train_throughput(args.model, args.frames, args.size, args.batch, args.precision,
-                            args.memory_format, args.warmup, args.runs, device, args.num_classes,
-                            kwargs, args.compile)
-    paths = _finish(args, "train", rows, machine, ["precision", "memory_format",
-                    "resolved_precision", "channels_last", "median_s", "clips_per_s",
-                    "first_loss"])
-    png = os.path.join(args.out, "train.png")
-    plots.bar_chart(png, [f"zoo {r['precision']} / {r['memory_format']}" for r in rows],
-                    [r["clips_per_s"] for r in rows],
-                    f"{args.model} train step, batch {args.batch}, {args.frames}x{args.size}²",
-                    "clips/s (higher is better)", footer=plots.machine_footer(machine))
-    return paths + [png]
-
-
-def cmd_compare(args) -> list:
-    from zoo.benchmark.compare import compare_pytorchvideo
-
-    device = _device(args)
-    torch.set_num_threads(args.threads or available_cpus())
-    machine = common.machine_info(device)
-    rows, ratios = compare_pytorchvideo(args.frames, args.size, args.batch, args.width,
-                                        args.num_classes, args.warmup, args.runs, device,
-                                        ablation=not args.no_ablation)
-    paths = _finish(args, "compare", rows, machine, ["variant", "precision", "channels_last",
-                    "median_s", "clips_per_s", "speedup_vs_ptv_fp32", "first_loss",
-                    "loss_rel_diff_vs_ptv_fp32"], {"ratios": ratios})
-    print(f"zoo fp32 / PyTorchVideo fp32: {ratios['zoo_fp32_vs_ptv_fp32']:.2f}x (loss relative "
-          f"difference {ratios['loss_rel_diff_fp32']:.2g})")
-    print(f"zoo defaults ({ratios['zoo_defaults_precision']}) / PyTorchVideo defaults (fp32): "
-          f"{ratios['zoo_defaults_vs_ptv_defaults']:.2f}x (loss relative difference "
-          f"{ratios['loss_rel_diff_defaults']:.2g})")
-    print(f"zoo defaults / PyTorchVideo with the same settings: "
-          f"{ratios['zoo_defaults_vs_ptv_same_settings']:.2f}x")
-    png = os.path.join(args.out, "compare.png")
-    plots.bar_chart(png, [r["variant"] for r in rows], [r["clips_per_s"] for r in rows],
-                    "SlowFast-R50 8x8 train step (forward + backward + SGD step)\n"
-                    f"batch {args.batch}, {args.frames}x{args.size}², "
-                    f"{torch.get_num_threads()} threads, same process, same weights",
-                    "clips/s (higher is better)",
-                    notes=[f"{r['speedup_vs_ptv_fp32']:.2f}x" for r in rows],
-                    footer=plots.machine_footer(machine))
-    return paths + [png]
-
-
-def cmd_scaling(args) -> list:
-    from zoo.benchmark.scaling import scaling
-
-    device = _device(args)
-    machine = common.machine_info(device)
-    rows = scaling(args.config_file, args.opts, args.procs, args.threads_per_proc, args.steps,
-                   args.warmup, args.repeats)
-    paths = _finish(args, "scaling", rows, machine, ["processes", "threads_per_proc",
-                    "precision", "batch_per_proc", "clips_per_s", "speedup", "efficiency",
-                    "clips_per_s_all_runs"], {"config_file": os.path.relpath(args.config_file),
-                                              "opts": list(args.opts)})
-    png = os.path.join(args.out, "scaling.png")
-    threads = rows[0]["threads_per_proc"]
-    what = "GPUs" if device.type == "cuda" else f"CPU processes x {threads} thread(s)"
-    plots.scaling_chart(png, [r["processes"] for r in rows], [r["clips_per_s"] for r in rows],
-                        [r["efficiency"] for r in rows], "clips/s",
-                        f"{os.path.basename(args.config_file)}: {what}",
-                        footer=plots.machine_footer(machine))
-    return paths + [png]
-
-
-def cmd_data(args) -> list:
-    from zoo.benchmark.loader import loader_throughput
-    from zoo.config import load_config
-
-    machine = common.machine_info(torch.device("cpu"))
-    cfg = load_config(args.config_file, args.opts)
-    rows = loader_throughput(cfg, args.workers, args.batches, args.warmup, args.split)
-    extra = {"config_file": os.path.relpath(args.config_file), "opts": list(args.opts)}
-    if args.decoders is not None:
-        extra["decoders"] = _decoder_benchmark(args.decoders)
-    paths = _finish(args, "data", rows, machine, ["split", "num_workers", "batch", "clip_shape",
-                    "clips_per_s", "skipped_videos"], extra)
-    png = os.path.join(args.out, "data.png")
-    plots.bar_chart(png, [f"zoo loader, {r['num_workers']} workers" for r in rows],
-                    [r["clips_per_s"] for r in rows],
-                    f"{os.path.basename(args.config_file)}: {args.split} loader",
-                    "clips/s (higher is better)", footer=plots.machine_footer(machine))
-    return paths + [png]
-
-
-def _decoder_benchmark(decoders) -> dict:
-    """Run the data layer's per-decoder benchmark (tools/benchmark_data.py) on generated videos."""
-    import json
-    import subprocess
-
-    with tempfile.TemporaryDirectory(prefix="zoo_decoders_") as tmp:
-        report = os.path.join(tmp, "decoders.json")
-        cmd = [sys.executable, os.path.join(ROOT, "tools", "benchmark_data.py"), "--generate",
-               "8", "--out", tmp, "--seconds", "6", "--rounds", "2", "--json", report]
-        if decoders != "all":
-            cmd += ["--decoders", *decoders.split(",")]
-        r = subprocess.run(cmd, text=True)
-        if r.returncode != 0 or not os.path.isfile(report):
-            return {"error": f"tools/benchmark_data.py exited with {r.returncode}"}
-        with open(report, encoding="utf-8") as f:
-            return json.load(f)
-
-
-def cmd_startup(args) -> list:
-    from zoo.benchmark.startup import time_to_first_iteration
-
-    machine = common.machine_info(torch.device("cpu"))
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="zoo_startup_") as tmp:
-        cache = args.cache or os.path.join(tmp, "cache")
-        cmd = [sys.executable, os.path.join(ROOT, "tools", "train_ddp.py"), "--config-file",
-               args.config_file, *args.opts, "LOG.BASE_PATH", os.path.join(tmp, "out"),
-               "DATA.SYNTHETIC.ROOT", cache]
-        for run in range(args.runs):
-            r = time_to_first_iteration(cmd, args.timeout)
-            r["data"] = "generated in this run" if r["data_generated"] else "cached"
-            r["run"] = run + 1
-            rows.append(r)
-    paths = _finish(args, "startup", rows, machine, ["run", "data", "seconds", "logged_s"],
-                    {"command": "python tools/train_ddp.py --config-file "
-                     f"{os.path.relpath(args.config_file)} {' '.join(args.opts)}".strip()})
-    return paths
-
-
-def _literal(value: str):
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return {"True": True, "False": False}.get(value, value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--memory-format", nargs="+", default=["auto"],
                    choices=["auto", "channels_last", "contiguous"])
     t.add_argument("--compile", action="store_true", help="torch.compile the model")
-    t.set_defaults(func=cmd_train)
+    t.set_defaults(func=commands.cmd_train)
 
     c = sub.add_parser("compare", help="zoo SlowFast-R50 vs PyTorchVideo's create_slowfast")
     # A fresh process needs ~3 steps before glibc's allocator settles (see docs/benchmarks.md).
@@ -219,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--width", type=int, default=64, help="slow stem width (64 = R50)")
     c.add_argument("--no-ablation", action="store_true",
                    help="skip the zoo fp32 variants that only explain the fp32 gain")
-    c.set_defaults(func=cmd_compare)
+    c.set_defaults(func=commands.cmd_compare)
 
     s = sub.add_parser("scaling", help="the same short training with 1, 2, ... processes")
     s.add_argument("--out", default="output/benchmarks", help="folder for CSV/JSON/PNG")
@@ -231,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup", type=int, default=5, help="untimed steps per run")
     s.add_argument("--repeats", type=int, default=5, help="runs per count (median reported)")
     s.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
-    s.set_defaults(func=cmd_scaling)
+    s.set_defaults(func=commands.cmd_scaling)
 
     d = sub.add_parser("data", help="clips/s of the training loader (build_loader)")
     d.add_argument("--out", default="output/benchmarks", help="folder for CSV/JSON/PNG")
@@ -244,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run tools/benchmark_data.py (decoding speed per decoder, one worker) "
                    "on 8 generated videos, for these decoders")
     d.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
-    d.set_defaults(func=cmd_data)
+    d.set_defaults(func=commands.cmd_data)
 
     u = sub.add_parser("startup", help="seconds from the training command to its first iteration")
     u.add_argument("--out", default="output/benchmarks", help="folder for CSV/JSON")
@@ -255,12 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--cache", default="", help="DATA.SYNTHETIC.ROOT to use (default: a new one)")
     u.add_argument("--timeout", type=float, default=300)
     u.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
-    u.set_defaults(func=cmd_startup)
+    u.set_defaults(func=commands.cmd_startup)
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    args.root = ROOT
     if hasattr(args, "opts"):
         args.opts = [o for o in args.opts if o != "--"]
     print(f"load average before: {common.load_average()}")

@@ -28,8 +28,10 @@ import argparse
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -146,26 +148,41 @@ def video_spec(
     )
 
 
-def _coverage(shape: str, size: float, centres: np.ndarray, frame_size: int) -> np.ndarray:
-    """Anti-aliased coverage ``(T, H, W)`` in [0, 1] of a shape at per-frame centres."""
-    pixels = np.arange(frame_size, dtype=np.float32) + 0.5
-    dx = pixels[None, None, :] - centres[:, 0, None, None]  # (T, 1, W)
-    dy = pixels[None, :, None] - centres[:, 1, None, None]  # (T, H, 1)
-    half = size / 2
-    if shape == "square":
-        return np.clip(half + 0.5 - np.abs(dx), 0, 1) * np.clip(half + 0.5 - np.abs(dy), 0, 1)
-    return np.clip(half + 0.5 - np.sqrt(dx * dx + dy * dy), 0, 1)
+def _span(centre: float, half: float, limit: int) -> Tuple[int, int]:
+    """Pixel range ``[lo, hi)`` outside of which a shape of half-size ``half`` covers nothing."""
+    lo = max(int(np.floor(centre - half - 0.5)), 0)
+    hi = min(int(np.ceil(centre + half + 0.5)) + 1, limit)
+    return lo, hi
 
 
 def render(spec: VideoSpec) -> np.ndarray:
-    """Draw a video: uint8 ``(T, H, W, 3)``; the target is drawn last, so it is never hidden."""
+    """Draw a video: uint8 ``(T, H, W, 3)``; the target is drawn last, so it is never hidden.
+
+    Each shape is blended with anti-aliased coverage (1 inside, falling to 0 over one pixel at
+    the edge). Coverage is computed only inside each shape's bounding box per frame: outside it
+    the coverage is 0 and the blend leaves the pixel exactly as it was, so this is the same
+    picture as blending whole frames, about 3x faster.
+    """
     num_frames, size = len(spec.centres), spec.background.shape[0]
     video = np.broadcast_to(spec.background, (num_frames, size, size, 3)).copy()
     layers = [(d["shape"], d["size"], d["colour"], d["centres"]) for d in spec.distractors]
     layers.append((spec.target_shape, spec.target_size, spec.target_colour, spec.centres))
+    pixels = np.arange(size, dtype=np.float32) + 0.5
     for shape, shape_size, colour, centres in layers:
-        alpha = _coverage(shape, shape_size, centres.astype(np.float32), size)[..., None]
-        video += alpha * (colour - video)
+        half = shape_size / 2
+        for t, (cx, cy) in enumerate(centres.astype(np.float32)):
+            x0, x1 = _span(cx, half, size)
+            y0, y1 = _span(cy, half, size)
+            dx = pixels[None, x0:x1] - cx
+            dy = pixels[y0:y1, None] - cy
+            if shape == "square":
+                alpha = np.clip(half + 0.5 - np.abs(dx), 0, 1) * np.clip(
+                    half + 0.5 - np.abs(dy), 0, 1
+                )
+            else:
+                alpha = np.clip(half + 0.5 - np.sqrt(dx * dx + dy * dy), 0, 1)
+            region = video[t, y0:y1, x0:x1]
+            region += alpha[..., None] * (colour - region)
     return np.clip(video + 0.5, 0, 255).astype(np.uint8)
 
 
@@ -223,22 +240,52 @@ def _result(out_dir: str, manifest: Dict[str, Any], seconds: float, cached: bool
     }
 
 
-def _write_dataset(tmp: str, settings: Dict[str, int]) -> Dict[str, Any]:
+def _write_one(job: Tuple[str, int, str, int, int, int, int]) -> None:
+    """Render and encode one video; ``job`` = (path, seed, split, label, index, frames, size)."""
+    path, seed, split, label, index, num_frames, size = job
+    write_video(path, render(video_spec(seed, split, label, index, num_frames, size)))
+
+
+def _pool_size(workers: int, num_videos: int) -> int:
+    """Processes to encode with: ``workers``, or (0) one per usable core; 1 for a few videos."""
+    if workers <= 0:
+        try:
+            workers = len(os.sched_getaffinity(0))
+        except AttributeError:  # macOS, Windows
+            workers = os.cpu_count() or 1
+    # fork is cheap and needs no re-import; elsewhere a serial run is simpler than spawning.
+    if not sys.platform.startswith("linux"):
+        return 1
+    return max(1, min(workers, num_videos // 32))
+
+
+def _write_dataset(tmp: str, settings: Dict[str, int], workers: int = 0) -> Dict[str, Any]:
     num_classes, num_frames = settings["num_classes"], settings["num_frames"]
-    size = settings["size"]
+    size, seed = settings["size"], settings["seed"]
     classes = [name for name, _ in DIRECTIONS[:num_classes]]
     counts = {"train": settings["train_per_class"], "val": settings["val_per_class"]}
+    jobs = []
     for split in _SPLITS:
         lines = []
         for label, name in enumerate(classes):
             os.makedirs(os.path.join(tmp, "videos", split, name))
             for i in range(counts[split]):
                 rel = f"videos/{split}/{name}/{i:04d}.mp4"
-                spec = video_spec(settings["seed"], split, label, i, num_frames, size)
-                write_video(os.path.join(tmp, rel), render(spec))
+                jobs.append((os.path.join(tmp, rel), seed, split, label, i, num_frames, size))
                 lines.append(f"{rel} {num_frames} {label}\n")
         with open(os.path.join(tmp, f"{split}.txt"), "w", encoding="utf-8") as f:
             f.writelines(lines)
+    # Every video depends on its own (seed, split, label, index) only and the encoder runs one
+    # thread, so the files are the same byte for byte whatever the number of processes.
+    processes = _pool_size(workers, len(jobs))
+    if processes == 1:
+        for job in jobs:
+            _write_one(job)
+    else:
+        context = multiprocessing.get_context("fork")
+        with context.Pool(processes) as pool:
+            for _ in pool.imap_unordered(_write_one, jobs, chunksize=16):
+                pass
     with open(os.path.join(tmp, "classes.txt"), "w", encoding="utf-8") as f:
         f.writelines(f"{name}\n" for name in classes)
     manifest = {
@@ -261,12 +308,14 @@ def generate(
     num_frames: int = 32,
     size: int = 64,
     seed: int = 0,
+    workers: int = 0,
 ) -> Dict[str, Any]:
     """Write the motion dataset to ``out_dir`` unless a finished one with these settings is there.
 
     The videos are written to a temporary sibling folder that is renamed to ``out_dir`` at the end,
     so an interrupted run never leaves a folder that looks complete, and two processes racing to
-    create the same folder both end up using whichever finished first.
+    create the same folder both end up using whichever finished first. ``workers`` processes
+    (0: one per usable core) render and encode the videos; the files do not depend on it.
 
     Returns:
         ``root``, ``train_list``, ``val_list``, ``classes``, ``num_train``, ``num_val``,
@@ -296,7 +345,7 @@ def generate(
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
     try:
-        manifest = _write_dataset(tmp, settings)
+        manifest = _write_dataset(tmp, settings, workers)
         try:
             os.rename(tmp, out_dir)  # atomic; replaces only a missing or empty folder
         except OSError:
@@ -369,6 +418,8 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--frames", type=int, default=32, help="frames per video")
     parser.add_argument("--size", type=int, default=64, help="frame height = width, even")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=0,
+                        help="processes that encode videos (0 = one per usable core)")
     args = parser.parse_args(argv)
     try:
         info = generate(
@@ -379,6 +430,7 @@ def main(argv: List[str] = None) -> None:
             num_frames=args.frames,
             size=args.size,
             seed=args.seed,
+            workers=args.workers,
         )
     except ValueError as e:
         parser.exit(2, f"error: {e}\n")

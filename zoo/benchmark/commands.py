@@ -1,0 +1,168 @@
+"""The sub-commands of ``tools/benchmark.py``: each takes the parsed arguments and returns the
+paths of the files it wrote (NAME.csv, NAME.json and, where there is a chart, NAME.png).
+
+``args.root`` is the checkout holding ``tools/`` (the startup and decoder benchmarks run the
+tools themselves as child processes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+from ..utils.env import available_cpus
+from . import common, plots
+
+
+def _device(args) -> torch.device:
+    if args.device == "auto":
+        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    return torch.device(args.device)
+
+
+def _finish(args, name, rows, machine, columns, extra=None):
+    paths = common.write_results(args.out, name, rows, machine, extra)
+    print(common.format_table(rows, columns))
+    return paths
+
+
+def cmd_train(args) -> list:
+    from zoo.benchmark.train import train_throughput
+
+    device = _device(args)
+    torch.set_num_threads(args.threads or available_cpus())
+    machine = common.machine_info(device)
+    kwargs = dict(zip(args.kwargs[0::2], [_literal(v) for v in args.kwargs[1::2]]))
+    rows = train_throughput(args.model, args.frames, args.size, args.batch, args.precision,
+                            args.memory_format, args.warmup, args.runs, device, args.num_classes,
+                            kwargs, args.compile)
+    paths = _finish(args, "train", rows, machine, ["precision", "memory_format",
+                    "resolved_precision", "channels_last", "median_s", "clips_per_s",
+                    "first_loss"])
+    png = os.path.join(args.out, "train.png")
+    plots.bar_chart(png, [f"zoo {r['precision']} / {r['memory_format']}" for r in rows],
+                    [r["clips_per_s"] for r in rows],
+                    f"{args.model} train step, batch {args.batch}, {args.frames}x{args.size}²",
+                    "clips/s (higher is better)", footer=plots.machine_footer(machine))
+    return paths + [png]
+
+
+def cmd_compare(args) -> list:
+    from zoo.benchmark.compare import compare_pytorchvideo
+
+    device = _device(args)
+    torch.set_num_threads(args.threads or available_cpus())
+    machine = common.machine_info(device)
+    rows, ratios = compare_pytorchvideo(args.frames, args.size, args.batch, args.width,
+                                        args.num_classes, args.warmup, args.runs, device,
+                                        ablation=not args.no_ablation)
+    paths = _finish(args, "compare", rows, machine, ["variant", "precision", "channels_last",
+                    "median_s", "clips_per_s", "speedup_vs_ptv_fp32", "first_loss",
+                    "loss_rel_diff_vs_ptv_fp32"], {"ratios": ratios})
+    print(f"zoo fp32 / PyTorchVideo fp32: {ratios['zoo_fp32_vs_ptv_fp32']:.2f}x (loss relative "
+          f"difference {ratios['loss_rel_diff_fp32']:.2g})")
+    print(f"zoo defaults ({ratios['zoo_defaults_precision']}) / PyTorchVideo defaults (fp32): "
+          f"{ratios['zoo_defaults_vs_ptv_defaults']:.2f}x (loss relative difference "
+          f"{ratios['loss_rel_diff_defaults']:.2g})")
+    print(f"zoo defaults / PyTorchVideo with the same settings: "
+          f"{ratios['zoo_defaults_vs_ptv_same_settings']:.2f}x")
+    png = os.path.join(args.out, "compare.png")
+    plots.bar_chart(png, [r["variant"] for r in rows], [r["clips_per_s"] for r in rows],
+                    "SlowFast-R50 8x8 train step (forward + backward + SGD step)\n"
+                    f"batch {args.batch}, {args.frames}x{args.size}², "
+                    f"{torch.get_num_threads()} threads, same process, same weights",
+                    "clips/s (higher is better)",
+                    notes=[f"{r['speedup_vs_ptv_fp32']:.2f}x" for r in rows],
+                    footer=plots.machine_footer(machine))
+    return paths + [png]
+
+
+def cmd_scaling(args) -> list:
+    from zoo.benchmark.scaling import scaling
+
+    device = _device(args)
+    machine = common.machine_info(device)
+    rows = scaling(args.config_file, args.opts, args.procs, args.threads_per_proc, args.steps,
+                   args.warmup, args.repeats)
+    paths = _finish(args, "scaling", rows, machine, ["processes", "threads_per_proc",
+                    "precision", "batch_per_proc", "clips_per_s", "speedup", "efficiency",
+                    "clips_per_s_all_runs"], {"config_file": os.path.relpath(args.config_file),
+                                              "opts": list(args.opts)})
+    png = os.path.join(args.out, "scaling.png")
+    threads = rows[0]["threads_per_proc"]
+    what = "GPUs" if device.type == "cuda" else f"CPU processes x {threads} thread(s)"
+    plots.scaling_chart(png, [r["processes"] for r in rows], [r["clips_per_s"] for r in rows],
+                        [r["efficiency"] for r in rows], "clips/s",
+                        f"{os.path.basename(args.config_file)}: {what}",
+                        footer=plots.machine_footer(machine))
+    return paths + [png]
+
+
+def cmd_data(args) -> list:
+    from zoo.benchmark.loader import loader_throughput
+    from zoo.config import load_config
+
+    machine = common.machine_info(torch.device("cpu"))
+    cfg = load_config(args.config_file, args.opts)
+    rows = loader_throughput(cfg, args.workers, args.batches, args.warmup, args.split)
+    extra = {"config_file": os.path.relpath(args.config_file), "opts": list(args.opts)}
+    if args.decoders is not None:
+        extra["decoders"] = _decoder_benchmark(args.decoders, args.root)
+    paths = _finish(args, "data", rows, machine, ["split", "num_workers", "batch", "clip_shape",
+                    "clips_per_s", "skipped_videos"], extra)
+    png = os.path.join(args.out, "data.png")
+    plots.bar_chart(png, [f"zoo loader, {r['num_workers']} workers" for r in rows],
+                    [r["clips_per_s"] for r in rows],
+                    f"{os.path.basename(args.config_file)}: {args.split} loader",
+                    "clips/s (higher is better)", footer=plots.machine_footer(machine))
+    return paths + [png]
+
+
+def _decoder_benchmark(decoders, root: str) -> dict:
+    """Run the data layer's per-decoder benchmark (tools/benchmark_data.py) on generated videos."""
+    with tempfile.TemporaryDirectory(prefix="zoo_decoders_") as tmp:
+        report = os.path.join(tmp, "decoders.json")
+        cmd = [sys.executable, os.path.join(root, "tools", "benchmark_data.py"), "--generate",
+               "8", "--out", tmp, "--seconds", "6", "--rounds", "2", "--json", report]
+        if decoders != "all":
+            cmd += ["--decoders", *decoders.split(",")]
+        r = subprocess.run(cmd, check=False, text=True)
+        if r.returncode != 0 or not os.path.isfile(report):
+            return {"error": f"tools/benchmark_data.py exited with {r.returncode}"}
+        with open(report, encoding="utf-8") as f:
+            return json.load(f)
+
+
+def cmd_startup(args) -> list:
+    from zoo.benchmark.startup import time_to_first_iteration
+
+    machine = common.machine_info(torch.device("cpu"))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="zoo_startup_") as tmp:
+        cache = args.cache or os.path.join(tmp, "cache")
+        cmd = [sys.executable, os.path.join(args.root, "tools", "train_ddp.py"), "--config-file",
+               args.config_file, *args.opts, "LOG.BASE_PATH", os.path.join(tmp, "out"),
+               "DATA.SYNTHETIC.ROOT", cache]
+        for run in range(args.runs):
+            r = time_to_first_iteration(cmd, args.timeout)
+            r["data"] = "generated in this run" if r["data_generated"] else "cached"
+            r["run"] = run + 1
+            rows.append(r)
+    paths = _finish(args, "startup", rows, machine, ["run", "data", "seconds", "logged_s"],
+                    {"command": "python tools/train_ddp.py --config-file "
+                     f"{os.path.relpath(args.config_file)} {' '.join(args.opts)}".strip()})
+    return paths
+
+
+def _literal(value: str):
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return {"True": True, "False": False}.get(value, value)
