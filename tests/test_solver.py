@@ -79,3 +79,31 @@ def test_everything_frozen_is_a_clear_error():
         p.requires_grad_(False)
     with pytest.raises(ValueError, match="no trainable parameters"):
         build_optimizer(load_config(None, []), net)
+
+
+@pytest.mark.parametrize("name", ["SGD", "AdamW"])
+def test_fast_optimizer_updates_like_the_reference_loop(name):
+    """make_optimizer picks the fused (or foreach) kernels: same update as PyTorch's per-tensor
+    loop, same state-dict layout."""
+    from zoo.solver.optimizer import make_optimizer
+
+    torch.manual_seed(0)
+    a = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
+    b = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
+    b.load_state_dict(a.state_dict())
+    cls = torch.optim.SGD if name == "SGD" else torch.optim.AdamW
+    extra = {"momentum": 0.9} if name == "SGD" else {}
+    reference = cls(a.parameters(), lr=0.1, weight_decay=1e-3, foreach=False, **extra)
+    fast = make_optimizer(name, list(b.parameters()), 0.1, momentum=0.9, weight_decay=1e-3)
+    assert fast.defaults.get("fused") or fast.defaults.get("foreach")
+    x, y = torch.randn(16, 5), torch.randint(0, 3, (16,))
+    for _ in range(5):
+        for net, opt in ((a, reference), (b, fast)):
+            nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6)
+    assert reference.state_dict()["state"].keys() == fast.state_dict()["state"].keys()
+    with pytest.raises(ValueError, match="unknown optimizer 'Adam'"):
+        make_optimizer("Adam", list(b.parameters()), 0.1)

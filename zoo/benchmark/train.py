@@ -17,6 +17,7 @@ from ..engine.precision import resolve_channels_last, resolve_precision
 from ..engine.step import TrainStep
 from ..engine.trainer import apply_execution
 from ..models import create_model
+from ..solver.optimizer import make_optimizer
 from .common import summary, time_interleaved
 
 
@@ -33,8 +34,9 @@ def zoo_step(model: nn.Module, device: torch.device, num_classes: int, precision
              lr: float = 0.01) -> Tuple[TrainStep, str, bool]:
     """Prepare ``model`` as zoo's trainer does and return its train step.
 
-    The optimizer is plain SGD (momentum 0.9, weight decay 1e-4) and the LR constant, so the
-    step's work is what any framework's SGD step does.
+    The optimizer is SGD (momentum 0.9, weight decay 1e-4, constant LR) built as zoo's trainer
+    builds it (:func:`~zoo.solver.optimizer.make_optimizer`: PyTorch's fused implementation where
+    it exists), so the update is what any framework's SGD step computes.
 
     Returns:
         ``(step, precision, channels_last)`` with "auto" resolved for ``device``.
@@ -45,7 +47,8 @@ def zoo_step(model: nn.Module, device: torch.device, num_classes: int, precision
     apply_execution(model, device, channels_last, route_convs)
     if compile_model:
         model.compile()
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
+    optimizer = make_optimizer("SGD", list(model.parameters()), lr, momentum=0.9,
+                               weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     step = TrainStep(model, optimizer, scheduler, device, num_classes, precision=precision,
                      channels_last=channels_last)

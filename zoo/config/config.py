@@ -58,7 +58,8 @@ def _coerce(value: Any, default: Any, key: str) -> Any:
         if isinstance(value, bool):
             return value
         raise ConfigError(f"{key} = {value!r} has the wrong type: expected True or False")
-    if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if (isinstance(default, float) and isinstance(value, (int, float))
+            and not isinstance(value, bool)):
         return float(value)
     if isinstance(default, int):
         if isinstance(value, int) and not isinstance(value, bool):
@@ -99,12 +100,14 @@ def _all_keys(node: CfgNode, prefix: str = "") -> List[str]:
 
 def _merge_dict(cfg: CfgNode, data: Dict[str, Any], prefix: str, source: str) -> None:
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: {prefix.rstrip('.') or 'top level'} must be a mapping of keys")
+        where = prefix.rstrip(".") or "top level"
+        raise ConfigError(f"{source}: {where} must be a mapping of keys")
     for k, v in data.items():
         full_key = f"{prefix}{k}"
         if full_key in _RENAMED_KEYS:
             new = _RENAMED_KEYS[full_key]
-            logger.warning("%s: %s is the old spelling of %s; please rename it", source, full_key, new)
+            logger.warning("%s: %s is the old spelling of %s; please rename it", source, full_key,
+                           new)
             full_key = new
             k = new.rsplit(".", 1)[1]
         if full_key in _GLUONCV_UNUSED_KEYS:

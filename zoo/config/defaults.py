@@ -1,19 +1,22 @@
 """Every configuration key zoo knows, with its default and a comment saying what it does.
 
-The layout follows gluoncv.torch (``DDP_CONFIG`` + ``CONFIG.{TRAIN,VAL,TEST,DATA,MODEL,LOG}``) so its
-YAML files carry over with few edits. ``get_cfg()`` returns a copy of these defaults: the Kinetics-400
-SlowFast-R50 4x16 recipe, complete except for the data paths (set CONFIG.DATA.*_PATH, or set
-CONFIG.DATA.SYNTHETIC.ENABLE True and a small model to train on the generated data).
-A YAML file or ``KEY VALUE`` pairs on the command line override them (see ``zoo.config.load_config``).
+The layout follows gluoncv.torch (``DDP_CONFIG`` + ``CONFIG.{TRAIN,VAL,TEST,DATA,MODEL,LOG}``)
+so its YAML files carry over with few edits. ``get_cfg()`` returns a copy of these defaults: the
+Kinetics-400 SlowFast-R50 4x16 recipe, complete except for the data paths (set
+CONFIG.DATA.*_PATH, or set CONFIG.DATA.SYNTHETIC.ENABLE True and a small model to train on the
+generated data). A YAML file or ``KEY VALUE`` pairs on the command line override them (see
+``zoo.config.load_config``).
 """
 
 from yacs.config import CfgNode as CN
 
 _C = CN()
 
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
+# ---
 # DDP_CONFIG: how the processes of one job find each other. The same YAML runs on every node.
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
+# ---
 _C.DDP_CONFIG = CN()
 # Number of nodes (machines) in the job; 0 = one node per WORLD_URLS entry.
 _C.DDP_CONFIG.WORLD_SIZE = 1
@@ -44,9 +47,11 @@ _C.DDP_CONFIG.THREADS_PER_PROC = 0
 # Seconds to wait for all ranks at start-up and in any collective before failing with a message.
 _C.DDP_CONFIG.INIT_TIMEOUT = 300
 
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
+# ---
 # CONFIG: what the job does.
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
+# ---
 _C.CONFIG = CN()
 # Python files (paths) or importable module names loaded before anything is built, so that the
 # @MODEL_REGISTRY.register() / @DATASET_REGISTRY.register() in them run. Also --extra-modules.
@@ -54,7 +59,8 @@ _C.CONFIG.EXTRA_MODULES = []
 # Base random seed; each rank uses SEED + rank, each data worker SEED + rank * 1000 + worker id.
 _C.CONFIG.SEED = 0
 
-# ----------------------------------------- TRAIN ---------------------------------------------------
+# ----------------------------------------- TRAIN
+# ---------------------------------------------------
 _C.CONFIG.TRAIN = CN()
 # Number of training epochs.
 _C.CONFIG.TRAIN.EPOCH_NUM = 10
@@ -125,21 +131,24 @@ _C.CONFIG.TRAIN.EMA_DECAY = 0.0
 # Before each validation, recompute BatchNorm statistics over this many training batches (0 = off).
 _C.CONFIG.TRAIN.PRECISE_BN_ITERS = 0
 
-# ------------------------------------------ VAL ----------------------------------------------------
+# ------------------------------------------ VAL
+# ----------------------------------------------------
 _C.CONFIG.VAL = CN()
 # Validate every FREQ epochs (and always after the last epoch); 0 = only after the last epoch.
 _C.CONFIG.VAL.FREQ = 1
 # Clips per process during validation.
 _C.CONFIG.VAL.BATCH_SIZE = 8
 
-# ------------------------------------------ TEST ---------------------------------------------------
+# ------------------------------------------ TEST
+# ---------------------------------------------------
 _C.CONFIG.TEST = CN()
 # Checkpoint evaluated by tools/test_ddp.py; "" = the newest checkpoint in the output folder.
 _C.CONFIG.TEST.CHECKPOINT = ""
 # Videos per process during testing (each video yields TEST_NUM_SEGMENT x TEST_NUM_CROP views).
 _C.CONFIG.TEST.BATCH_SIZE = 4
 
-# ------------------------------------------ DATA ---------------------------------------------------
+# ------------------------------------------ DATA
+# ---------------------------------------------------
 _C.CONFIG.DATA = CN()
 # Dataset class from DATASET_REGISTRY that reads the annotation lists: VideoListDataset (gluoncv
 # list, CSV with a header, or a folder of class folders), KineticsDataset, UCF101Dataset,
@@ -167,7 +176,8 @@ _C.CONFIG.DATA.CLIP_LEN = 32
 _C.CONFIG.DATA.FRAME_RATE = 2
 # Views per video at test time along time (evenly spaced clips).
 _C.CONFIG.DATA.TEST_NUM_SEGMENT = 10
-# Views per video at test time in space: 1 = centre crop, 3 = left/centre/right (or top/centre/bottom).
+# Views per video at test time in space: 1 = centre crop, 3 = left/centre/right (or
+# top/centre/bottom).
 _C.CONFIG.DATA.TEST_NUM_CROP = 3
 # Side of the square crop fed to the model.
 _C.CONFIG.DATA.CROP_SIZE = 224
@@ -193,7 +203,8 @@ _C.CONFIG.DATA.NUM_SEGMENT = 1
 # Video reader: "pyav" (seeks, decodes only the needed frames), "opencv", "decord" (if installed)
 # or "frames" (the list's paths are folders of extracted frames).
 _C.CONFIG.DATA.DECODER = "pyav"
-# Decoder threads per video; 0 = automatic (FFmpeg's threads for frames of 256x256 and more, else 1).
+# Decoder threads per video; 0 = automatic (FFmpeg's threads for frames of 256x256 and more, else
+# 1).
 _C.CONFIG.DATA.DECODE_THREADS = 0
 # Seconds allowed to open and decode one video (x TEST_NUM_SEGMENT at test time); a video over it
 # counts as unreadable. 0 = no limit.
@@ -230,7 +241,8 @@ _C.CONFIG.DATA.SYNTHETIC.SIZE = 64
 # Seed of the generator (same seed = byte-identical lists and the same videos).
 _C.CONFIG.DATA.SYNTHETIC.SEED = 0
 
-# ------------------------------------------ MODEL --------------------------------------------------
+# ------------------------------------------ MODEL
+# --------------------------------------------------
 _C.CONFIG.MODEL = CN()
 # Registered model name (see zoo.list_models()).
 _C.CONFIG.MODEL.NAME = "slowfast_4x16_resnet50"
@@ -244,7 +256,8 @@ _C.CONFIG.MODEL.FREEZE_BN = False
 # (e.g. ["dropout", 0.2]); values are parsed like command-line overrides.
 _C.CONFIG.MODEL.KWARGS = []
 
-# ------------------------------------------- LOG ---------------------------------------------------
+# ------------------------------------------- LOG
+# ---------------------------------------------------
 _C.CONFIG.LOG = CN()
 # Root folder of all runs.
 _C.CONFIG.LOG.BASE_PATH = "./output"

@@ -137,11 +137,13 @@ def validate_config(cfg: CfgNode) -> None:
     data = cfg.CONFIG.DATA
     if data.CROP_SIZE > data.SHORT_SIDE_SIZE:
         raise ConfigError(
-            f"CONFIG.DATA.CROP_SIZE = {data.CROP_SIZE} is larger than CONFIG.DATA.SHORT_SIDE_SIZE = "
-            f"{data.SHORT_SIDE_SIZE}: the crop must fit inside the resized frame"
+            f"CONFIG.DATA.CROP_SIZE = {data.CROP_SIZE} is larger than "
+            f"CONFIG.DATA.SHORT_SIDE_SIZE = {data.SHORT_SIDE_SIZE}: the crop must fit inside the "
+            "resized frame"
         )
     if data.CROP_SIZE > data.TRAIN_SHORT_SIDE_RANGE[0]:
         raise ConfigError(
             f"CONFIG.DATA.CROP_SIZE = {data.CROP_SIZE} is larger than CONFIG.DATA."
-            f"TRAIN_SHORT_SIDE_RANGE[0] = {data.TRAIN_SHORT_SIDE_RANGE[0]}: raise the range's minimum"
+            f"TRAIN_SHORT_SIDE_RANGE[0] = {data.TRAIN_SHORT_SIDE_RANGE[0]}: raise the range's "
+            "minimum"
         )

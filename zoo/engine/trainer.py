@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import time
@@ -17,8 +18,17 @@ from ..data import build_loader
 from ..models import build_model
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
-from .checkpoint import (CheckpointError, config_differences, gather_rng_states, latest_checkpoint,
-                         load_checkpoint, save_checkpoint, set_rng_state, training_state, unwrap)
+from .checkpoint import (
+    CheckpointError,
+    config_differences,
+    gather_rng_states,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+    training_state,
+    unwrap,
+)
 from .evaluator import evaluate
 from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .metrics import MetricsWriter, show_progress
@@ -48,15 +58,22 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Modul
         return model
     ids = [device.index] if device.type == "cuda" else None
     # No buffer broadcast before every forward (see broadcast_buffers); gradients all-reduce
-    # straight from the buckets they live in.
+    # straight from the buckets they live in. torch >= 2.14 names the switch
+    # forward_sync_buffers (it still syncs buffers once at construction, which is harmless here).
+    no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in _DDP_ARGS
+               else {"broadcast_buffers": False})
     return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
-                                   broadcast_buffers=False)
+                                   **no_sync)
+
+
+_DDP_ARGS = inspect.signature(DistributedDataParallel.__init__).parameters
 
 
 def broadcast_buffers(module: nn.Module) -> None:
     """Give every rank rank 0's buffers (the BatchNorm running statistics).
 
-    DDP is built with ``broadcast_buffers=False``: its broadcast before every forward is a second
+    DDP is built without its broadcast before every forward (``broadcast_buffers`` /
+    ``forward_sync_buffers`` False): that broadcast is a second
     synchronisation per step (~5% of a small model's step on CPU), and training-mode BatchNorm
     never reads the running statistics. Rank 0's statistics - the ones DDP's broadcast kept and its
     checkpoints save - reach the other ranks here, before anything reads them (validation).
