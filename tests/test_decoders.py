@@ -1,11 +1,10 @@
 """Every decoder on videos the tests write (codecs, containers, odd sizes, 1 and 3 frames, variable
 frame rate): the same frames for the same indices, seeking that pays only for what is needed, and
-bounded memory on a long 720p video."""
+bounded memory on a long 720p video, in a process that never imports torch."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -139,39 +138,45 @@ def test_errors_name_the_file_for_every_decoder(tmp_path):
     assert {"pyav", "opencv", "decord", "frames", "image"} <= set(DECODERS)
 
 
-RSS_SCRIPT = """
-import json, sys, time
-from zoo.data.decoders import PyAVReader
+# A fresh interpreter that imports only the readers: it must decode without ever importing torch.
+TORCH_FREE_SCRIPT = """
+import sys
+from zoo.data.decode_pyav import PyAVReader
+import zoo.data.decoders, zoo.data
 
-def status():
-    fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
-    return int(fields["VmHWM"].split()[0]) / 1024, int(fields["VmRSS"].split()[0]) / 1024
-
-path = sys.argv[1]
-before_hwm, before = status()
-with open("/proc/self/clear_refs", "w") as f:  # reset the peak to the current size
-    f.write("5")
-start = time.perf_counter()
-with PyAVReader(path) as video:
-    n = video.num_frames
-    first = n // 2
-    frames = video.decode(list(range(first, first + 64, 2)))
-seconds = time.perf_counter() - start
-peak, _ = status()
-print(json.dumps({"frames": n, "shape": list(frames.shape), "baseline_mb": before,
-                  "import_peak_mb": before_hwm, "peak_mb": peak, "decode_mb": peak - before,
-                  "seconds": seconds}))
+with PyAVReader(sys.argv[1]) as video:
+    frames = video.decode_array([0, 5, 5, 39])
+assert frames.shape == (4, 32, 64, 3) and frames.dtype.name == "uint8", frames.shape
+loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+print("torch modules: " + (", ".join(loaded) or "none"))
 """
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
-def test_one_clip_from_a_5_minute_720p_video_stays_small(tmp_path):
-    path = long_video(str(tmp_path / "five_minutes.mp4"), seconds=300)
+def test_pyav_reader_decodes_without_importing_torch(videos):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, "-c", RSS_SCRIPT, path], capture_output=True,
-                            text=True, timeout=120, env=env, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    info = json.loads(result.stdout.strip().splitlines()[-1])
-    assert info["frames"] == 300 * 25 and info["shape"] == [32, 720, 1280, 3]
+    command = [sys.executable, "-c", TORCH_FREE_SCRIPT, videos["h264_mp4"][0]]
+    result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=60,
+                            env=env, cwd=ROOT)
+    assert result.returncode == 0, f"the torch-free decode failed: {result.stderr.strip()}"
+    assert result.stdout.strip().endswith("torch modules: none"), (
+        "importing zoo.data.decode_pyav / zoo.data.decoders and decoding imported torch "
+        f"({result.stdout.strip()})")
+    with PyAVReader(videos["h264_mp4"][0]) as video:  # decode() is decode_array() as a tensor
+        assert (video.decode([0, 39]).numpy() == video.decode_array([0, 39])).all()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
+def test_one_clip_from_a_5_minute_720p_video_stays_under_400_mb(tmp_path):
+    from zoo.benchmark.data import LONG_CLIP_RSS_LIMIT_MB, long_clip
+
+    path = long_video(str(tmp_path / "five_minutes.mp4"), seconds=300)
+    # A fresh process that imports only the readers (no torch), as tools/benchmark_data.py
+    # --long-720p measures it; the peak counts everything: interpreter, PyAV, numpy, the decode.
+    info = long_clip(path, "pyav", torch_free=True, timeout=120)
+    assert "error" not in info, info
+    assert not info["torch_imported"], info
+    assert info["shape"] == [32, 720, 1280, 3], info
     # The clip itself is 88 MB of RGB; the decode must not grow with the video's length.
-    assert info["decode_mb"] < 400, info
+    assert info["decode_rss_mb"] < 200, info
+    assert LONG_CLIP_RSS_LIMIT_MB == 400  # the issue's bar, also printed by the benchmark
+    assert info["peak_rss_mb"] < LONG_CLIP_RSS_LIMIT_MB, info

@@ -1,22 +1,34 @@
 """Benchmarks anyone can rerun: train-step throughput, zoo vs PyTorchVideo, DDP scaling, loader
-throughput and time to first iteration. ``tools/benchmark.py`` is the command line; see
-docs/benchmarks.md for the figures and how they were taken.
+throughput, per-decoder speed and memory, and time to first iteration. ``tools/benchmark.py`` and
+``tools/benchmark_data.py`` are the command lines; see docs/benchmarks.md for the figures and how
+they were taken.
 
 Python::
 
     from zoo.benchmark import compare_pytorchvideo, train_throughput
     rows = train_throughput("slowfast_tiny_resnet18", frames=16, size=56, batch=8,
                             precisions=["fp32", "auto"])
+
+The names below are imported on first use (PEP 562): a measuring process that imports
+``zoo.benchmark.data`` (no torch at its top) does not pay for the other benchmarks' imports.
 """
 
-from .common import machine_info, time_interleaved, write_results
-from .compare import compare_pytorchvideo
-from .loader import loader_throughput
-from .scaling import scaling
-from .startup import time_to_first_iteration
-from .train import train_throughput, zoo_step
+from ..utils.lazy import lazy_attributes
+
+# Public name -> the submodule that defines it.
+_LAZY = {
+    "compare_pytorchvideo": "compare", "decoder_throughput": "data", "long_clip": "data",
+    "loader_throughput": "data", "machine_info": "common", "scaling": "scaling",
+    "time_interleaved": "common", "time_to_first_iteration": "startup",
+    "train_throughput": "train", "write_results": "common", "zoo_step": "train",
+}
+
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
+
 
 __all__ = [
-    "compare_pytorchvideo", "loader_throughput", "machine_info", "scaling", "time_interleaved",
-    "time_to_first_iteration", "train_throughput", "write_results", "zoo_step",
+    "compare_pytorchvideo", "decoder_throughput", "loader_throughput", "long_clip",
+    "machine_info", "scaling", "time_interleaved", "time_to_first_iteration", "train_throughput",
+    "write_results", "zoo_step",
 ]

@@ -2,23 +2,29 @@
 
 ``build_loader(cfg, split)`` is the entry point the engine uses; ``DATASET_REGISTRY`` is where a
 user's own dataset class registers (see ``zoo.data.build`` for the call contract).
+
+The names below are imported on first use (PEP 562), so ``import zoo.data.decode_pyav`` (a reader
+that needs only PyAV and numpy) does not import torch. ``zoo.data.build``, where
+``DATASET_REGISTRY`` comes from, registers the built-in datasets when it is imported.
 """
 
-from . import source_datasets, video_dataset  # noqa: F401  (register the datasets)
-from .build import DATASET_REGISTRY, build_dataset, build_loader, fill_normalization
-from .decoders import DECODERS, DecodeError, decode_frames, open_video, register_decoder
-from .robust import TooManyBadVideos
-from .video_dataset import ClipDataset, VideoListDataset
+from ..utils.lazy import lazy_attributes
+
+# Public name -> the submodule that defines it.
+_LAZY = {
+    "DATASET_REGISTRY": "build", "build_dataset": "build", "build_loader": "build",
+    "fill_normalization": "build",
+    "DECODERS": "decoders", "DecodeError": "decoders", "decode_frames": "decoders",
+    "open_video": "decoders", "register_decoder": "decoders",
+    "TooManyBadVideos": "robust",
+    "ClipDataset": "video_dataset", "VideoListDataset": "video_dataset",
+    # zoo.data.synthetic is only imported on first use also because `python -m zoo.data.synthetic`
+    # would otherwise find it already imported by this package, and runpy warns about that.
+    "prepare_synthetic": "synthetic",
+}
 
 
-def __getattr__(name: str) -> object:
-    # zoo.data.synthetic is imported on first use: `python -m zoo.data.synthetic` would otherwise
-    # find it already imported by this package and runpy warns about that.
-    if name == "prepare_synthetic":
-        from .synthetic import prepare_synthetic
-
-        return prepare_synthetic
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [

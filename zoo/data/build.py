@@ -33,10 +33,10 @@ from yacs.config import CfgNode
 
 from ..config import ConfigError
 from ..utils import comm
-from ..utils.registry import Registry
+from . import source_datasets, video_dataset  # noqa: F401  (register the built-in datasets)
+from .registry import DATASET_REGISTRY
 from .robust import GuardedLoader
 
-DATASET_REGISTRY = Registry("DATASET")
 # Call contract: ``DATASET_REGISTRY.get(name)(**dataset_kwargs(cfg, split)) -> Dataset``
 # (see the module docstring for the keyword arguments and the item format).
 

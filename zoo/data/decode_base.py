@@ -4,6 +4,10 @@ A reader opens one video and hands back chosen frames as uint8 RGB. Frame ``i`` 
 frame in presentation order, for every reader, so the same indices give the same pictures whichever
 decoder is configured (up to the codec's own rounding).
 
+The readers do not need torch: ``decode_array`` returns a numpy array, and only ``decode`` (the
+tensor the datasets use) imports torch, when it is first called. A process that only decodes
+(``from zoo.data.decode_pyav import PyAVReader``) stays free of torch's ~500 MB of imports.
+
 The time limit (:func:`time_limit`) has two layers, because no single one can stop everything:
 
 * In the main thread of a POSIX process (a DataLoader worker, or the training process itself with
@@ -25,9 +29,12 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
-import torch
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 # Why a video could not be read; the code is what the shared bad-video table stores (0 = fine).
 BAD_KINDS = {
@@ -87,21 +94,31 @@ class VideoReader:
         """True when ``num_frames`` had to be counted (worth caching per video by the caller)."""
         return False
 
-    def decode(self, indices: Sequence[int]) -> torch.Tensor:
-        """Decode the frames at ``indices`` (any order, repeats allowed).
+    def decode_array(self, indices: Sequence[int]) -> np.ndarray:
+        """Decode the frames at ``indices`` (any order, repeats allowed); needs no torch.
+
+        A reader implements this (or, for a reader written against the first contract, only
+        :meth:`decode`).
 
         Args:
             indices: 0-based frame indices. Indices a few frames past the end get the last frame
                 (frame counts are often off by one or two); far past the end is an error.
 
         Returns:
-            uint8 tensor ``(len(indices), H, W, 3)``, RGB, in the order of ``indices``.
+            uint8 array ``(len(indices), H, W, 3)``, RGB, in the order of ``indices``.
 
         Raises:
             DecodeError: A needed frame cannot be decoded, or the stream is far shorter than its
                 claimed frame count.
         """
-        raise NotImplementedError
+        if type(self).decode is VideoReader.decode:
+            raise NotImplementedError(f"{type(self).__name__} implements neither decode_array "
+                                      "nor decode")
+        return self.decode(indices).numpy()
+
+    def decode(self, indices: Sequence[int]) -> torch.Tensor:
+        """:meth:`decode_array` as a uint8 tensor ``(len(indices), H, W, 3)`` sharing its memory."""
+        return as_tensor(self.decode_array(indices))
 
     def close(self) -> None:
         """Release the file."""
@@ -115,6 +132,13 @@ class VideoReader:
 
 # How far (frames) past the real end a needed index may lie and still get the last frame.
 END_SLACK = 4
+
+
+def as_tensor(array: np.ndarray) -> torch.Tensor:
+    """A numpy array as a torch tensor sharing its memory (torch is imported here, on first use)."""
+    import torch
+
+    return torch.from_numpy(array)
 
 
 def check_indices(indices: Sequence[int]) -> list:

@@ -1,26 +1,30 @@
 """The other readers: OpenCV, decord (when installed) and folders of extracted frames.
 
 All follow :class:`~zoo.data.decode_base.VideoReader`: frame ``i`` is the ``i``-th frame in
-presentation order, uint8 RGB out, the same errors.
+presentation order, uint8 RGB out, the same errors. Like the PyAV reader they need no torch
+(``decode_array``); ``decode`` converts to a tensor.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import numpy as np
-import torch
 
 from .decode_base import (
     END_SLACK,
     DecodeError,
     VideoReader,
+    as_tensor,
     check_deadline,
     check_indices,
     one_line,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 # With OpenCV, needed frames closer than this are reached with grab(), not with a seek.
 _CV_SEEK_GAP = 32
@@ -126,7 +130,7 @@ class OpenCVReader(VideoReader):
                 raise DecodeError(f"{self.path}: the video stream has no frames", "empty")
         return self._count
 
-    def decode(self, indices: Sequence[int]) -> torch.Tensor:
+    def decode_array(self, indices: Sequence[int]) -> np.ndarray:
         cv2 = self._cv2
         indices = check_indices(indices)
         rows = _rows(indices)
@@ -167,7 +171,7 @@ class OpenCVReader(VideoReader):
             raise
         except Exception as e:
             raise DecodeError(f"{self.path}: cannot decode ({one_line(e)})", "decode") from None
-        return torch.from_numpy(out)
+        return out
 
 
 class DecordReader(VideoReader):
@@ -207,7 +211,7 @@ class DecordReader(VideoReader):
     def num_frames(self) -> int:
         return self._len
 
-    def decode(self, indices: Sequence[int]) -> torch.Tensor:
+    def decode_array(self, indices: Sequence[int]) -> np.ndarray:
         indices = check_indices(indices)
         last = self._len - 1
         if max(indices) > last + END_SLACK:
@@ -220,7 +224,7 @@ class DecordReader(VideoReader):
             raise DecodeError(f"{self.path}: cannot decode ({one_line(e)})", "decode") from None
         check_deadline()
         position = {i: k for k, i in enumerate(wanted)}
-        return torch.from_numpy(batch[[position[min(i, last)] for i in indices]])
+        return batch[[position[min(i, last)] for i in indices]]
 
 
 def _natural_key(name: str) -> list:
@@ -259,7 +263,7 @@ class FrameFolderReader(VideoReader):
     def num_frames(self) -> int:
         return len(self._files)
 
-    def decode(self, indices: Sequence[int]) -> torch.Tensor:
+    def decode_array(self, indices: Sequence[int]) -> np.ndarray:
         cv2 = self._cv2
         indices = check_indices(indices)
         last = len(self._files) - 1
@@ -275,7 +279,7 @@ class FrameFolderReader(VideoReader):
                 raise DecodeError(f"{self.path}: frame file {self._files[index]} is unreadable",
                                   "decode")
             out = _fill(out, len(indices), rows[index], cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
-        return torch.from_numpy(out)
+        return out
 
 
 class ImageReader(VideoReader):
@@ -295,7 +299,18 @@ class ImageReader(VideoReader):
     def num_frames(self) -> int:
         return 1
 
+    def decode_array(self, indices: Sequence[int]) -> np.ndarray:
+        rgb, count = self._read(indices)
+        # A read-only view: every row is the same image, stored once.
+        return np.broadcast_to(rgb, (count, *rgb.shape))
+
     def decode(self, indices: Sequence[int]) -> torch.Tensor:
+        rgb, count = self._read(indices)
+        rgb = as_tensor(rgb)
+        return rgb.unsqueeze(0).expand(count, *rgb.shape)
+
+    def _read(self, indices: Sequence[int]) -> tuple[np.ndarray, int]:
+        """The image as RGB, and how many frames were asked for."""
         import cv2
 
         indices = check_indices(indices)
@@ -304,5 +319,4 @@ class ImageReader(VideoReader):
         bgr = cv2.imread(self.path, cv2.IMREAD_COLOR)
         if bgr is None:
             raise DecodeError(f"{self.path}: not an image OpenCV can read", "open")
-        rgb = torch.from_numpy(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
-        return rgb.unsqueeze(0).expand(len(indices), *rgb.shape)
+        return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), len(indices)

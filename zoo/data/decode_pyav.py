@@ -13,6 +13,9 @@ Frame numbers: for constant-frame-rate streams (nearly all) frame ``i`` is found
 that grid (variable frame rate), or the frame count is unknown (Matroska and WebM store none, and
 no hint was given), the packet timestamps are read once (demuxing only, no decoding) and frame
 ``i`` is the ``i``-th of them.
+
+Needs PyAV and numpy only: ``decode_array`` returns a numpy array, and torch is imported by
+``decode`` when it is first called (see :mod:`zoo.data.decode_base`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from typing import Dict, List, Optional, Sequence
 
 import av
 import numpy as np
-import torch
 from av.video.reformatter import VideoReformatter
 
 from .decode_base import (
@@ -150,7 +152,7 @@ class PyAVReader(VideoReader):
             self._table = table
         return self._table
 
-    def decode(self, indices: Sequence[int]) -> torch.Tensor:
+    def decode_array(self, indices: Sequence[int]) -> np.ndarray:
         indices = check_indices(indices)
         wanted = sorted(set(indices))
         rows: Dict[int, List[int]] = {}
@@ -174,7 +176,7 @@ class PyAVReader(VideoReader):
             raise
         except Exception as e:
             raise DecodeError(f"{self.path}: cannot decode ({one_line(e)})", "decode") from None
-        return torch.from_numpy(sink.out)
+        return sink.out
 
     def _index(self, frame: av.VideoFrame, grid: bool, previous: int) -> int:
         """Frame number of a decoded frame (``previous`` + 1 when it has no timestamp)."""

@@ -12,13 +12,14 @@ contract):
 
 All give the same frames for the same indices (frame ``i`` = the ``i``-th in presentation order),
 up to codec rounding. A user's reader registers with ``register_decoder("name", cls)``.
+
+Nothing here imports torch until a tensor is asked for (``decode``, ``decode_frames``); the readers'
+``decode_array`` returns numpy.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Sequence, Type
-
-import torch
+from typing import TYPE_CHECKING, Dict, Sequence, Type
 
 from .decode_base import (  # noqa: F401  (re-exported: the public names of the decoders)
     BAD_KINDS,
@@ -31,6 +32,9 @@ from .decode_base import (  # noqa: F401  (re-exported: the public names of the 
 )
 from .decode_other import DecordReader, FrameFolderReader, ImageReader, OpenCVReader
 from .decode_pyav import PyAVReader
+
+if TYPE_CHECKING:
+    import torch
 
 # The PyAV reader under its first name (kept for code written against the first version).
 VideoFile = PyAVReader

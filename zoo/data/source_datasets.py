@@ -26,7 +26,7 @@ import os
 from typing import List, Tuple
 
 from .annotations import AnnotationError, VideoRecord, read_annotations, read_class_names
-from .build import DATASET_REGISTRY
+from .registry import DATASET_REGISTRY
 from .sources import (
     class_folder_records,
     hmdb51_records,

@@ -13,9 +13,9 @@ from torch.utils.data import Dataset
 
 from . import sampling, transforms
 from .annotations import VideoRecord, read_annotations, read_class_names
-from .build import DATASET_REGISTRY
 from .decode_base import DecodeError, one_line, time_limit
 from .decoders import VideoReader, get_decoder, open_video
+from .registry import DATASET_REGISTRY
 from .robust import BadVideoTable
 
 logger = logging.getLogger(__name__)
