@@ -18,7 +18,7 @@ from ..utils.lazy import lazy_attributes
 # Public name -> the submodule that defines it.
 _LAZY = {
     "compare_pytorchvideo": "compare", "decoder_throughput": "data", "long_clip": "data",
-    "loader_throughput": "data", "machine_info": "common", "scaling": "scaling",
+    "loader_throughput": "loader", "machine_info": "common", "scaling": "scaling",
     "time_interleaved": "common", "time_to_first_iteration": "startup",
     "train_throughput": "train", "write_results": "common", "zoo_step": "train",
 }

@@ -32,7 +32,7 @@ def _finish(args, name, rows, machine, columns, extra=None):
 
 
 def cmd_train(args) -> list:
-    from zoo.benchmark.train import train_throughput
+    from .train import train_throughput
 
     device = _device(args)
     torch.set_num_threads(args.threads or available_cpus())
@@ -53,7 +53,7 @@ def cmd_train(args) -> list:
 
 
 def cmd_compare(args) -> list:
-    from zoo.benchmark.compare import compare_pytorchvideo
+    from .compare import compare_pytorchvideo
 
     device = _device(args)
     torch.set_num_threads(args.threads or available_cpus())
@@ -83,7 +83,7 @@ def cmd_compare(args) -> list:
 
 
 def cmd_scaling(args) -> list:
-    from zoo.benchmark.scaling import scaling
+    from .scaling import scaling
 
     device = _device(args)
     machine = common.machine_info(device)
@@ -104,8 +104,8 @@ def cmd_scaling(args) -> list:
 
 
 def cmd_data(args) -> list:
-    from zoo.benchmark.loader import loader_throughput
-    from zoo.config import load_config
+    from ..config import load_config
+    from .loader import loader_throughput
 
     machine = common.machine_info(torch.device("cpu"))
     cfg = load_config(args.config_file, args.opts)
@@ -139,7 +139,7 @@ def _decoder_benchmark(decoders, root: str) -> dict:
 
 
 def cmd_startup(args) -> list:
-    from zoo.benchmark.startup import time_to_first_iteration
+    from .startup import time_to_first_iteration
 
     machine = common.machine_info(torch.device("cpu"))
     rows = []
