@@ -254,7 +254,8 @@ def _pool_size(workers: int, num_videos: int) -> int:
         except AttributeError:  # macOS, Windows
             workers = os.cpu_count() or 1
     # fork is cheap and needs no re-import; elsewhere a serial run is simpler than spawning.
-    if not sys.platform.startswith("linux"):
+    # A daemonic process (a DataLoader worker, say) may not start children.
+    if not sys.platform.startswith("linux") or multiprocessing.current_process().daemon:
         return 1
     return max(1, min(workers, num_videos // 32))
 
