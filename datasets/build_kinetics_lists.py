@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from zoo.data.annotations import AnnotationError  # noqa: E402
-from zoo.data.sources import kinetics_records  # noqa: E402
+from zoo.data.sources import kinetics_records, write_classes  # noqa: E402
 
 
 def _sorted_labels(csv_path: str) -> list:
@@ -64,8 +64,9 @@ def main(argv=None) -> int:
     except (AnnotationError, KeyError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with open(os.path.join(args.out, "classes.txt"), "w", encoding="utf-8") as f:
-        f.writelines(f"{c}\n" for c in classes)
+    if write_classes(args.out, classes) is None:
+        print(f"error: cannot write {os.path.join(args.out, 'classes.txt')}", file=sys.stderr)
+        return 2
     print(f"{len(classes)} classes -> {os.path.join(args.out, 'classes.txt')}")
     return 0
 

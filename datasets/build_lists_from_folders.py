@@ -17,7 +17,9 @@ import os
 import random
 import sys
 
-VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".flv")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from zoo.data.sources import VIDEO_EXTS, write_classes  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -56,8 +58,9 @@ def main(argv=None) -> int:
         with open(os.path.join(args.out, f"{split}.txt"), "w", encoding="utf-8") as f:
             for path, label in sorted(rows):
                 f.write(f"{path} -1 {label}\n")
-    with open(os.path.join(args.out, "classes.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(classes) + "\n")
+    if write_classes(args.out, classes) is None:
+        print(f"error: cannot write {os.path.join(args.out, 'classes.txt')}", file=sys.stderr)
+        return 2
     print(f"{len(classes)} classes, {len(train)} train / {len(val)} val videos -> {args.out}")
     return 0
 

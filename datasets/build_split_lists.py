@@ -20,7 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from zoo.data.annotations import AnnotationError  # noqa: E402
-from zoo.data.sources import hmdb51_records, ucf101_records  # noqa: E402
+from zoo.data.sources import hmdb51_records, ucf101_records, write_classes  # noqa: E402
 
 READERS = {"ucf101": ucf101_records, "hmdb51": hmdb51_records}
 
@@ -55,8 +55,9 @@ def main(argv=None) -> int:
     except (AnnotationError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with open(os.path.join(args.out, "classes.txt"), "w", encoding="utf-8") as f:
-        f.writelines(f"{c}\n" for c in classes)
+    if write_classes(args.out, classes) is None:
+        print(f"error: cannot write {os.path.join(args.out, 'classes.txt')}", file=sys.stderr)
+        return 2
     print(f"{len(classes)} classes -> {os.path.join(args.out, 'classes.txt')}")
     return 0
 

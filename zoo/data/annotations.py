@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import os
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 LIST_FORMAT = "'relative/path num_frames label' (num_frames may be -1; label an integer >= 0)"
 CSV_FORMAT = (
@@ -75,26 +75,31 @@ def _parse_time(row: List[str], column: Optional[int], what: str, where: str) ->
         ) from None
 
 
-def _read_text_list(anno_path: str) -> List[VideoRecord]:
-    records = []
+def list_lines(anno_path: str) -> Iterator[Tuple[str, str]]:
+    """``(where, line)`` for every line of a text list that is not blank or a ``#`` comment;
+    ``where`` is ``path:line_number`` for error messages."""
     # utf-8-sig drops a byte-order mark that spreadsheet tools like to add.
     with open(anno_path, encoding="utf-8-sig") as f:
         for line_no, raw in enumerate(f, start=1):
             line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            where = f"{anno_path}:{line_no}"
-            parts = line.rsplit(None, 2)
-            if len(parts) != 3:
-                raise AnnotationError(f"{where}: cannot parse {line!r}; expected {LIST_FORMAT}")
-            path, frames, label = parts
-            records.append(
-                VideoRecord(
-                    path=path,
-                    num_frames=_parse_int(frames, "num_frames", where, LIST_FORMAT, -1),
-                    label=_parse_int(label, "label", where, LIST_FORMAT, 0),
-                )
+            if line and not line.startswith("#"):
+                yield f"{anno_path}:{line_no}", line
+
+
+def _read_text_list(anno_path: str) -> List[VideoRecord]:
+    records = []
+    for where, line in list_lines(anno_path):
+        parts = line.rsplit(None, 2)
+        if len(parts) != 3:
+            raise AnnotationError(f"{where}: cannot parse {line!r}; expected {LIST_FORMAT}")
+        path, frames, label = parts
+        records.append(
+            VideoRecord(
+                path=path,
+                num_frames=_parse_int(frames, "num_frames", where, LIST_FORMAT, -1),
+                label=_parse_int(label, "label", where, LIST_FORMAT, 0),
             )
+        )
     return records
 
 

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .annotations import AnnotationError, VideoRecord
+from .annotations import AnnotationError, VideoRecord, list_lines
 from .decode_other import IMAGE_EXTS
 
 logger = logging.getLogger(__name__)
@@ -285,18 +285,13 @@ def image_list_records(anno_path: str) -> List[VideoRecord]:
 
         return read_annotations(anno_path)
     records = []
-    with open(anno_path, encoding="utf-8-sig") as f:
-        for line_no, raw in enumerate(f, start=1):
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            parts = line.rsplit(None, 1)
-            if len(parts) != 2 or not re.fullmatch(r"\d+", parts[1]):
-                raise AnnotationError(
-                    f"{anno_path}:{line_no}: cannot parse {line!r}; expected 'path label' with an "
-                    "integer label >= 0"
-                )
-            records.append(VideoRecord(parts[0], 1, int(parts[1])))
+    for where, line in list_lines(anno_path):
+        parts = line.rsplit(None, 1)
+        if len(parts) != 2 or not re.fullmatch(r"\d+", parts[1]):
+            raise AnnotationError(
+                f"{where}: cannot parse {line!r}; expected 'path label' with an integer label >= 0"
+            )
+        records.append(VideoRecord(parts[0], 1, int(parts[1])))
     if not records:
         raise AnnotationError(f"image list {anno_path!r} has no images in it")
     return records
