@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn as nn
 
+from .blocks3d import init_3d_weights
 from .build import MODEL_REGISTRY
 
 __all__ = ["R2Plus1D"]
@@ -108,19 +109,9 @@ class R2Plus1D(nn.Module):
         self.avgpool = nn.AdaptiveAvgPool3d(1)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.fc = nn.Linear(in_ch, num_classes)
-        self._init_weights()
-
-    def _init_weights(self) -> None:
-        # torchvision's VideoResNet init, so a fresh zoo net starts like theirs.
-        for m in self.modules():
-            if isinstance(m, nn.Conv3d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm3d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, 0, 0.01)
-                nn.init.zeros_(m.bias)
+        # torchvision's VideoResNet init (MSRA convs, unit BN, N(0, 0.01) head), which is
+        # PySlowFast's without the zeroed last BN: a fresh zoo net starts like theirs.
+        init_3d_weights(self, zero_init_final_bn=False, head_init_std=0.01)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, num_classes)`` of a clip ``(B, C, T, H, W)``."""
