@@ -61,11 +61,9 @@ def main(argv=None) -> int:
             with open(os.path.join(args.out, f"{name}_missing.txt"), "w", encoding="utf-8") as f:
                 f.writelines(f"{stem}\n" for stem in missing)
             print(f"{csv_path}: {len(records)} videos -> {list_path} ({len(missing)} missing)")
+        write_classes(args.out, classes, required=True)
     except (AnnotationError, KeyError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    if write_classes(args.out, classes) is None:
-        print(f"error: cannot write {os.path.join(args.out, 'classes.txt')}", file=sys.stderr)
         return 2
     print(f"{len(classes)} classes -> {os.path.join(args.out, 'classes.txt')}")
     return 0

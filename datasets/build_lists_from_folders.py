@@ -53,13 +53,15 @@ def main(argv=None) -> int:
         n_val = int(round(len(files) * args.val_fraction))
         val += [(f, label) for f in files[:n_val]]
         train += [(f, label) for f in files[n_val:]]
-    os.makedirs(args.out, exist_ok=True)
-    for split, rows in (("train", train), ("val", val)):
-        with open(os.path.join(args.out, f"{split}.txt"), "w", encoding="utf-8") as f:
-            for path, label in sorted(rows):
-                f.write(f"{path} -1 {label}\n")
-    if write_classes(args.out, classes) is None:
-        print(f"error: cannot write {os.path.join(args.out, 'classes.txt')}", file=sys.stderr)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+        for split, rows in (("train", train), ("val", val)):
+            with open(os.path.join(args.out, f"{split}.txt"), "w", encoding="utf-8") as f:
+                for path, label in sorted(rows):
+                    f.write(f"{path} -1 {label}\n")
+        write_classes(args.out, classes, required=True)
+    except OSError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"{len(classes)} classes, {len(train)} train / {len(val)} val videos -> {args.out}")
     return 0

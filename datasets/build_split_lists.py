@@ -52,11 +52,9 @@ def main(argv=None) -> int:
                     f.writelines(f"{r.path} -1 {r.label}\n" for r in records)
                 note = f" ({missing} missing videos left out)" if missing else ""
                 print(f"split {split_id} {name}: {len(records)} videos -> {path}{note}")
+        write_classes(args.out, classes, required=True)
     except (AnnotationError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    if write_classes(args.out, classes) is None:
-        print(f"error: cannot write {os.path.join(args.out, 'classes.txt')}", file=sys.stderr)
         return 2
     print(f"{len(classes)} classes -> {os.path.join(args.out, 'classes.txt')}")
     return 0

@@ -249,11 +249,12 @@ def class_folder_records(root: str, kind: str = "videos") -> Records:
     return records, classes
 
 
-def write_classes(folder: str, classes: Sequence[str]) -> Optional[str]:
+def write_classes(folder: str, classes: Sequence[str], required: bool = False) -> Optional[str]:
     """Write ``classes.txt`` into ``folder`` (atomically) unless it already says the same.
 
     Returns:
-        The path written or already correct, or None when the folder is not writable.
+        The path written or already correct, or None when the folder is not writable (with
+        ``required``, the OSError is raised instead).
     """
     path = os.path.join(folder, "classes.txt")
     text = "".join(f"{c}\n" for c in classes)
@@ -269,6 +270,8 @@ def write_classes(folder: str, classes: Sequence[str]) -> Optional[str]:
             f.write(text)
         os.replace(tmp, path)
     except OSError as e:
+        if required:
+            raise
         logger.debug("could not write %s: %s", path, e)
         return None
     return path
