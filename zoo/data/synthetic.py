@@ -40,6 +40,7 @@ from typing import Any, Dict, List, Tuple
 from yacs.config import CfgNode
 
 from ..config import ConfigError
+from ..utils.env import available_cpus
 
 # The videos themselves (re-exported: users and tests reach them as zoo.data.synthetic.*).
 from .motion import _SPLITS, DIRECTIONS, FPS, VideoSpec, render, video_spec, write_video
@@ -106,10 +107,7 @@ def _write_one(job: Tuple[str, int, str, int, int, int, int]) -> None:
 def _pool_size(workers: int, num_videos: int) -> int:
     """Processes to encode with: ``workers``, or (0) one per usable core; 1 for a few videos."""
     if workers <= 0:
-        try:
-            workers = len(os.sched_getaffinity(0))
-        except AttributeError:  # macOS, Windows
-            workers = os.cpu_count() or 1
+        workers = available_cpus()
     # fork is cheap and needs no re-import; elsewhere a serial run is simpler than spawning.
     # A daemonic process (a DataLoader worker, say) may not start children.
     if not sys.platform.startswith("linux") or multiprocessing.current_process().daemon:

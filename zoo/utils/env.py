@@ -1,4 +1,8 @@
-"""Process environment: seeding, thread counts, loading users' extra modules."""
+"""Process environment: seeding, thread counts, loading users' extra modules.
+
+Importing this module does not import torch (the functions that need it import it), so torch-free
+processes such as the synthetic-data writers can ask :func:`available_cpus`.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +15,12 @@ import sys
 from typing import Iterable
 
 import numpy as np
-import torch
 
 
 def seed_all(seed: int) -> None:
     """Seed Python, NumPy and torch RNGs of this process."""
+    import torch
+
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -31,6 +36,8 @@ def available_cpus() -> int:
 
 def set_num_threads(threads: int) -> None:
     """Set intra-op threads for torch and the common native libraries of this process."""
+    import torch
+
     threads = max(1, int(threads))
     torch.set_num_threads(threads)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
