@@ -246,7 +246,11 @@ _C.CONFIG.DATA.SYNTHETIC.SEED = 0
 _C.CONFIG.MODEL = CN()
 # Registered model name (see zoo.list_models()).
 _C.CONFIG.MODEL.NAME = "slowfast_4x16_resnet50"
-# Local checkpoint to start from ("" = random init).
+# Weights to start from: "" or False = random init; True = the architecture's default published
+# weights (Kinetics-400 for video models); a weights tag such as "kinetics400" (see
+# `python tools/list_models.py --weights`); a local checkpoint path; or an http(s) URL. Tags and
+# URLs are downloaded once into $ZOO_HOME/weights (default ~/.cache/zoo/weights); any format
+# (zoo, PySlowFast, PyTorchVideo, MMAction2, torchvision) is recognised from its keys.
 _C.CONFIG.MODEL.PRETRAINED = ""
 # Train only the classifier head (fine-tuning a pretrained backbone).
 _C.CONFIG.MODEL.FREEZE_BACKBONE = False

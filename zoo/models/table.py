@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .build import list_models, model_facts
 
-__all__ = ["model_rows", "format_table"]
+__all__ = ["model_rows", "format_table", "format_weights_table"]
 
 COLUMNS = ("name", "task", "params", "gflops", "input", "crop", "top1")
 
@@ -67,4 +67,32 @@ def format_table(rows: List[Dict[str, str]], markdown: bool = False) -> str:
     widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in COLUMNS}
     lines = ["  ".join(header[c].ljust(widths[c]) for c in COLUMNS).rstrip()]
     lines += ["  ".join(r[c].ljust(widths[c]) for c in COLUMNS).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def format_weights_table(names: Optional[Sequence[str]] = None, markdown: bool = False) -> str:
+    """The published weights per architecture and tag (zoo/models/weights_table.py).
+
+    Args:
+        names: Models to list (default: every architecture with weights); an alias shows its
+            base architecture's weights.
+        markdown: A Markdown table (docs/models.md) instead of aligned text.
+    """
+    from .weights_table import table_rows
+
+    rows = table_rows(list(names) if names else None)
+    cols = ("name", "tag", "format", "dataset", "hash", "url")
+    header = {"name": "model", "tag": "tag", "format": "format", "dataset": "trained on",
+              "hash": "sha256 prefix", "url": "URL"}
+    if not rows:
+        return "no published weights for " + ", ".join(names or [])
+    if markdown:
+        lines = ["| " + " | ".join(header[c] for c in cols) + " |",
+                 "|" + "|".join("---" for _ in cols) + "|"]
+        lines += ["| " + " | ".join(f"`{r[c]}`" if c in ("name", "hash") else r[c]
+                                    for c in cols) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in cols}
+    lines = ["  ".join(header[c].ljust(widths[c]) for c in cols).rstrip()]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
     return "\n".join(lines)
