@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 __all__ = ["WeightsEntry", "WEIGHTS", "DEFAULT_TAGS", "FORMATS", "base_architecture",
-           "default_tag", "entries", "register_alias"]
+           "default_tag", "entries", "register_alias", "table_rows"]
 
 # File formats pretrained.py recognises (and converts with zoo.models.convert).
 FORMATS = ("zoo", "pyslowfast", "pytorchvideo", "mmaction2", "torchvision")
