@@ -232,8 +232,8 @@ def _download(url: str, dest: str, expected: str) -> None:
         logger.warning("download of %s stopped (%s), attempt %d of %d", url, why, attempt,
                        _RETRIES)
     else:
-        raise WeightsError(f"download of {url} kept stopping early; run again to resume it "
-                           f"(partial file {part})")
+        raise WeightsError(f"download of {url} failed {_RETRIES} times (last: {why}); run "
+                           f"again to resume it, or fetch it elsewhere and copy it to {dest}")
     got = _sha256(part)
     if expected and not got.startswith(expected.lower()):
         os.remove(part)

@@ -55,17 +55,20 @@ class WeightsEntry:
 
 # PyTorchVideo model zoo (docs/source/model_zoo.md, Kinetics-400 table; the hub's slowfast.py and
 # resnet.py load the same URLs and read checkpoint["model_state"]). Trained with PySlowFast; the
-# keys are PyTorchVideo's. No hash published.
+# keys are PyTorchVideo's. No hash published. The hub (pytorchvideo 0.1.5 models/hub) loads all
+# but SLOWFAST_4x16_R50 itself; a file whose keys all start with "model." (PySlowFast's wrapper
+# of a PyTorchVideo net) is read too.
 _PTV = "https://dl.fbaipublicfiles.com/pytorchvideo/model_zoo/kinetics/"
 _PTV_SRC = "pytorchvideo docs/source/model_zoo.md"
 
 # torchvision (torchvision/models/video/*.py and resnet.py, the Weights(url=...) of each enum;
-# torchvision 0.29.2). File names end in the first 8 hex digits of the file's SHA-256.
+# torchvision 0.29.2). File names end in the first 8 hex digits of the file's SHA-256 (what
+# torch.hub's check_hash verifies).
 _TV = "https://download.pytorch.org/models/"
 _TV_SRC = "torchvision {}.{}"
 
 # MMAction2 1.x (configs/recognition/slowfast/README.md, Kinetics-400 table). File names end in
-# the first 8 hex digits of the file's SHA-256 (OpenMMLab's publish_model).
+# the first 8 hex digits of the file's SHA-256 (tools/misc/publish_model.py: sha256sum, [:8]).
 _MMA = "https://download.openmmlab.com/mmaction/v1.0/recognition/slowfast/"
 _MMA_SRC = "mmaction2 configs/recognition/slowfast/README.md"
 _MMA_NOTE = ("MMAction2 laterals have no BN/ReLU: build with MODEL.KWARGS ['fuse_norm_act', "
