@@ -258,6 +258,58 @@ def test_cut_once_resumes_within_one_call_and_changed_file_restarts(server, tmp_
     assert len(server.requests) == 1 and server.requests[0][1] is not None  # asked to resume
 
 
+_HOLDER = textwrap.dedent("""
+    import fcntl, sys, time
+    lock, part = sys.argv[1:]
+    f = open(lock, "a+b")
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    if part != "-":
+        open(part, "wb").write(b"x" * 1000)  # a downloader that got 1000 bytes, then hangs
+    print("locked", flush=True)
+    time.sleep(120)
+""")
+
+
+def _hold_lock(dest, part=True):
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, dest + ".lock",
+                             dest + ".part" if part else "-"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fcntl locks")
+def test_waiters_take_over_when_the_downloader_dies(server, tmp_path):
+    body = _file_bytes({"model": _tiny_state()}, tmp_path)
+    server.files["/w/d.pth"] = body
+    src = resolve_pretrained(server.url + "/w/d.pth", TINY)
+    holder = _hold_lock(src.path)  # leaves 1000 bytes it cannot vouch for (no ETag recorded)
+    result = {}
+    waiter = threading.Thread(target=lambda: result.setdefault("path", fetch(src)))
+    waiter.start()
+    time.sleep(1.0)
+    assert waiter.is_alive() and not server.requests  # waiting on the lock, not downloading
+    holder.kill()
+    holder.wait()
+    waiter.join(timeout=60)
+    assert result["path"] == src.path and open(src.path, "rb").read() == body
+    assert server.requests == [("/w/d.pth", None)]  # restarted, not appended to
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fcntl locks")
+def test_waiter_stops_when_the_downloader_makes_no_progress(server, monkeypatch):
+    src = resolve_pretrained(server.url + "/w/never.pth", TINY)
+    monkeypatch.setenv("ZOO_WEIGHTS_STALL_S", "1")
+    holder = _hold_lock(src.path)
+    try:
+        with pytest.raises(WeightsError, match="no progress; remove .*lock"):
+            fetch(src)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not server.requests and not os.path.exists(src.path)
+
+
 # ----------------------------------------------------------------------------- formats
 @pytest.mark.parametrize("scheme", ["zoo", "wrapped", "pyslowfast", "mmaction2"])
 def test_formats_are_detected_and_converted(server, tmp_path, scheme):
