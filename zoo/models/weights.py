@@ -256,6 +256,9 @@ def _download_once(url: str, part: str, meta_path: str) -> bool:
     timeout = float(os.environ.get("ZOO_WEIGHTS_TIMEOUT_S", "60"))
     with urllib.request.urlopen(request, timeout=timeout) as response:
         resumed = response.status == 206 and _range_start(response) == have
+        if response.status == 206 and not resumed:  # a range we did not ask for: start again
+            _remove(part)
+            return False
         if not resumed:
             have = 0
         length = response.headers.get("Content-Length")
