@@ -158,6 +158,59 @@ def test_every_table_entry_is_well_formed():
         assert tag in table.WEIGHTS[name]
 
 
+def _publisher_state(name, entry):
+    """The tensor shapes (meta device) of the network the publisher's file holds, built with the
+    publisher's own code where it is installed (PyTorchVideo's hub, torchvision) and from
+    MMAction2's documented key scheme (tests/test_convert.py) otherwise."""
+    import torchvision
+    from test_convert import mmaction2_key, slowfast_entries
+
+    if entry.format == "mmaction2":
+        arch = {"slowfast_4x16_resnet50": dict(alpha=8, k=5),
+                "slowfast_8x8_resnet50": dict(alpha=4, k=7)}[name]
+        return {mmaction2_key(e): torch.empty(shape, device="meta")
+                for e, shape in slowfast_entries(**arch) if mmaction2_key(e) is not None}
+    with torch.device("meta"):
+        if entry.format == "torchvision":
+            file = entry.url.rsplit("/", 1)[1].split("-")[0]
+            module = torchvision.models.video if hasattr(torchvision.models.video, file) else \
+                torchvision.models
+            return getattr(module, file)().state_dict()
+        hub = pytest.importorskip("pytorchvideo.models.hub")
+        ptv_slowfast = pytest.importorskip("pytorchvideo.models.slowfast")
+        file = entry.url.rsplit("/", 1)[1]
+        build = {"SLOWFAST_8x8_R50.pyth": hub.slowfast_r50, "SLOWFAST_8x8_R101.pyth":
+                 hub.slowfast_r101, "SLOWFAST_16x8_R101_50_50.pyth":
+                 hub.slowfast_16x8_r101_50_50, "SLOW_8x8_R50.pyth": hub.slow_r50,
+                 "I3D_8x8_R50.pyth": hub.i3d_r50}.get(file)
+        if build is not None:
+            return build(pretrained=False).state_dict()
+        assert file == "SLOWFAST_4x16_R50.pyth"  # not in the hub: PySlowFast's 4x16 settings
+        return ptv_slowfast.create_slowfast(slowfast_fusion_conv_kernel_size=(5, 1, 1),
+                                            slowfast_fusion_conv_stride=(8, 1, 1)).state_dict()
+
+
+@pytest.mark.parametrize("name,tag", [(n, t) for n, tags in table.WEIGHTS.items() for t in tags])
+def test_each_published_file_fits_its_architecture(name, tag):
+    """The table's claim that a publisher's network is this zoo architecture: its tensors are
+    recognised as the listed format and convert onto every key of the zoo model, shape for
+    shape (shapes only, on the meta device; the class count may differ)."""
+    from zoo.models.pretrained import detect_format, head_keys, to_model_keys
+
+    entry = table.WEIGHTS[name][tag]
+    state = _publisher_state(name, entry)
+    kwargs = {"fuse_norm_act": False} if entry.format == "mmaction2" else {}
+    with torch.device("meta"):
+        model = zoo.create_model(name, num_classes=400, **kwargs)
+    fmt = detect_format(state, model)
+    assert fmt == entry.format or (fmt, entry.format) == ("zoo", "torchvision")
+    converted = to_model_keys(state, model, fmt, f"{name}:{tag}")
+    own, heads = model.state_dict(), set(head_keys(model))
+    assert set(converted) == set(own)
+    for k, v in own.items():
+        assert converted[k].shape[k in heads:] == v.shape[k in heads:], k
+
+
 def test_docs_weights_table_is_current():
     r = run_tool("list_models.py", ["--weights", "--markdown"], timeout=120)
     assert r.returncode == 0, r.stderr

@@ -12,7 +12,8 @@ Not listed, and why:
   MODEL_ZOO.md) are Caffe2 pickles, which ``torch.load(weights_only=True)`` cannot read. The same
   architectures trained by PySlowFast are published by PyTorchVideo as ``.pyth`` files (below).
 * PyTorchVideo's C2D, CSN, R(2+1)D-50 and X3D files, MMAction2's TSN / R(2+1)D files: zoo has no
-  architecture whose keys they fit.
+  architecture whose keys they fit. MMAction2's SlowFast R101 8x8 uses lateral kernel 7 (its
+  config inherits the R50 8x8 one), zoo's ``slowfast_8x8_resnet101`` (PySlowFast's) uses 5.
 
 ``hash`` is the published SHA-256, or the prefix of it that the publisher puts in the file name
 (torchvision and OpenMMLab name files ``NAME-<first 8 hex of sha256>.pth``); empty when the
@@ -67,7 +68,9 @@ _PTV_SRC = "pytorchvideo docs/source/model_zoo.md"
 _TV = "https://download.pytorch.org/models/"
 _TV_SRC = "torchvision {}.{}"
 
-# MMAction2 1.x (configs/recognition/slowfast/README.md, Kinetics-400 table). File names end in
+# MMAction2 1.x (configs/recognition/slowfast/README.md, Kinetics-400 table; their configs: R50
+# 4x16 = _base_/models/slowfast_r50.py, lateral kernel 5 by default; R50 8x8 sets alpha 4 and
+# fusion_kernel 7: the same shapes as zoo's two R50 SlowFasts). File names end in
 # the first 8 hex digits of the file's SHA-256 (tools/misc/publish_model.py: sha256sum, [:8]).
 _MMA = "https://download.openmmlab.com/mmaction/v1.0/recognition/slowfast/"
 _MMA_SRC = "mmaction2 configs/recognition/slowfast/README.md"
@@ -106,8 +109,6 @@ WEIGHTS: Dict[str, Dict[str, WeightsEntry]] = {
     "slowfast_8x8_resnet101": {
         "kinetics400": WeightsEntry(_PTV + "SLOWFAST_8x8_R101.pyth", "pytorchvideo",
                                     "kinetics400", source=_PTV_SRC),
-        "kinetics400-mmaction2": _mma("slowfast_r101_8xb8-8x8x1-256e_kinetics400-rgb",
-                                      "20220818-9c0e09bd"),
     },
     "slowfast_16x8_resnet101": {
         "kinetics400": WeightsEntry(_PTV + "SLOWFAST_16x8_R101_50_50.pyth", "pytorchvideo",
