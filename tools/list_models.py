@@ -1,5 +1,8 @@
 #!/usr/bin/env python
-"""Print the registered models with their facts (params, GFLOPs, frames x stride, crop).
+"""Print the registered models with their facts (params, GFLOPs, frames x stride, crop) and tags.
+
+The plain table's last column lists each model's published-weights tags for MODEL.PRETRAINED
+(the first is what PRETRAINED True loads); --weights shows their URLs, formats and hashes.
 
     python tools/list_models.py                 # plain table
     python tools/list_models.py --markdown      # the table of docs/models.md
