@@ -36,21 +36,6 @@ IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 DEFAULT_FRAME_TEMPLATE = "img_{:05d}.jpg"
 
 
-def check_frame_template(template: str) -> Optional[str]:
-    """Why ``template`` is not a usable frame-file template (None when it is): it must be a
-    ``str.format`` pattern with one integer field that gives different names for different
-    numbers, e.g. ``img_{:05d}.jpg``."""
-    try:
-        first, second = template.format(1), template.format(2)
-    except (IndexError, KeyError, ValueError) as e:
-        return f"it is not a format pattern with one integer field ({e})"
-    if first == second:
-        return "it gives the same file name for every frame (no {} field)"
-    if os.sep in first or (os.altsep and os.altsep in first):
-        return "it names a sub-folder; it must be a file name inside the frame folder"
-    return None
-
-
 def _fill(out: Optional[np.ndarray], n: int, rows: List[int], image: np.ndarray) -> np.ndarray:
     """Put ``image`` into ``rows`` of ``out`` (created on first use), resizing a frame whose size
     differs from the first one (some extraction tools change size mid-video)."""
