@@ -88,8 +88,6 @@ def multi_label_error(where: str, line: str, fmt: str) -> AnnotationError:
 
 
 def _cannot_parse(where: str, line: str, fmt: str, why: str = "") -> AnnotationError:
-    if not why and header_fields(line):
-        why = "a header is only recognised as the first line"
     why = f" ({why})" if why else ""
     return AnnotationError(
         f"{where}: cannot parse {line!r}{why}; expected {EXPECTED[fmt]} ({KEY} {fmt!r})"
@@ -115,7 +113,8 @@ def check_header(where: str, line: str) -> None:
     if _FRAME_LIST_COLUMNS.issubset(fields):
         raise AnnotationError(
             f"{where}: {line!r} is the header of a PySlowFast frame list (one row per frame, as "
-            "for Something-Something and Charades): zoo reads one line per video. Write "
+            "for Something-Something and Charades): frame lists are not supported, zoo reads one "
+            "line per video. Write "
             "'dir total_frames label' lines with CONFIG.DATA.LIST_FORMAT mmaction2_rawframes and "
             "CONFIG.DATA.FRAME_TEMPLATE matching the frame file names"
         )
@@ -306,6 +305,20 @@ def parse_lines(lines: Sequence[Line], list_format: str, name: str,
         logger.debug("%s: %s reads it as %s", name, KEY, fmt)
     if fmt == "mmaction2_rawframes":
         columns = _rawframe_columns(lines)
-        return [parse_rawframes(where, line, columns) for where, line in lines]
-    parse = PARSERS[fmt]
-    return [parse(where, line) for where, line in lines]
+
+        def parse(where: str, line: str) -> VideoRecord:
+            return parse_rawframes(where, line, columns)
+    else:
+        parse = PARSERS[fmt]
+    records = []
+    for where, line in lines:
+        try:
+            records.append(parse(where, line))
+        except AnnotationError:
+            if header_fields(line):
+                raise AnnotationError(
+                    f"{where}: {line!r} looks like a header, but a header is only recognised as "
+                    f"the first line ({KEY} {fmt!r}): remove it"
+                ) from None
+            raise
+    return records
