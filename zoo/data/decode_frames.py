@@ -58,7 +58,9 @@ class FrameFolderReader(VideoReader):
         num_frames_hint: Frame count from the list; <= 0 = count the files (the longest unbroken
             run of template names from ``offset + 1``).
         threads: Unused.
-        template: File name pattern of the RGB frames (``CONFIG.DATA.FRAME_TEMPLATE``).
+        template: File name pattern of the RGB frames (``CONFIG.DATA.FRAME_TEMPLATE``). When
+            frame 1 has the template's name with another image extension (``.png`` for
+            ``.jpg``), and only one such, that extension is used.
         offset: Frames of the folder before this video's first one (MMAction2's offset lists,
             clips cut from one long video's folder).
     """
@@ -82,12 +84,25 @@ class FrameFolderReader(VideoReader):
                 raise DecodeError(f"{path}: is a file, not a frame folder", "open")
             raise DecodeError(f"{path}: frame folder does not exist", "missing")
         if not os.path.isfile(self._file(0)):
+            self.template = self._other_extension() or template
+        if not os.path.isfile(self._file(0)):
             raise DecodeError(self._missing_first(), "empty")
         self._count = num_frames_hint if num_frames_hint > 0 else self._count_files()
         self._counted = num_frames_hint <= 0
 
     def _file(self, index: int) -> str:
         return os.path.join(self.path, self.template.format(self.offset + index + 1))
+
+    def _other_extension(self) -> Optional[str]:
+        """The template with another image extension when exactly one of them names frame 1
+        (``img_00001.png`` for ``img_{:05d}.jpg``): the same names, saved in another format."""
+        stem, ext = os.path.splitext(self.template)
+        if ext.lower() not in IMAGE_EXTS:
+            return None
+        found = [stem + e for e in IMAGE_EXTS + tuple(x.upper() for x in IMAGE_EXTS)
+                 if e != ext and os.path.isfile(os.path.join(self.path, (stem + e).format(
+                     self.offset + 1)))]
+        return found[0] if len(found) == 1 else None
 
     def _missing_first(self) -> str:
         first = os.path.basename(self._file(0))
