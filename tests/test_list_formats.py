@@ -144,6 +144,12 @@ def test_auto_settles_a_folder_with_a_space_by_looking_on_disk(tmp_path):
         ("jump/v1", 12, 0, 0), ("sit/v 2", 12, 1, 0)]
     with pytest.raises(AnnotationError, match="l.txt:2: .*LIST_FORMAT"):
         read_annotations(path)  # no folder to look in: two readings remain
+    # Every path ends in a number: the folders decide, else a count of -1 is no offset line.
+    (tmp_path / "frames" / "v 1").mkdir()
+    path = _write(tmp_path / "l2.txt", "v 1 -1 0\n")
+    assert _rows(read_annotations(path, data_root=str(tmp_path / "frames"))) == [("v 1", -1, 0, 0)]
+    with pytest.raises(AnnotationError, match="l2.txt:1: .*LIST_FORMAT"):
+        read_annotations(path)
 
 
 def test_list_format_values_are_validated():
@@ -227,6 +233,11 @@ def test_a_missing_frame_file_is_a_decode_error_naming_it(tmp_path):
         DECODERS["frames"](other)
     with DECODERS["frames"](other, template="{:06d}.jpg") as video:
         assert video.num_frames == 3
+    # The template's names saved as PNG: read when only that extension matches.
+    png = _frame_folder(tmp_path / "p", LEVELS[:4], flow=False, template="img_{:05d}.png")
+    with DECODERS["frames"](png) as video:
+        assert video.num_frames == 4
+        assert abs(float(video.decode_array([3]).mean()) - LEVELS[3]) < 1
 
 
 # ----------------------------------------------------------------------------- training runs

@@ -217,8 +217,9 @@ def decide_format(lines: Sequence[Line], data_root: Optional[str] = None) -> str
     * every line ``path A B`` -> gluoncv (= mmaction2_rawframes ``dir total label``, the same
       meaning), unless the paths are video files, no ``A`` is -1 and ``A < B`` on every line: that
       is also an MMAction2 multi-label list with two sorted labels per video, so it stops;
-    * every line ``path A B C`` -> mmaction2_rawframes with offsets for folders; for video files
-      it is a multi-label line (stops);
+    * every line ``path A B C`` -> mmaction2_rawframes with offsets for folders (gluoncv when
+      ``data_root`` holds the folders ``path A``; stops when an offset is negative or a count
+      below 1 and no such folder exists); for video files it is a multi-label line (stops);
     * lines with different numbers of integers (``a.mp4 3`` and ``b.mp4 3 5``) -> a multi-label
       list (stops), unless ``data_root`` is given and every longer line names an existing path
       when read as gluoncv (a folder ``v 2``).
@@ -252,7 +253,17 @@ def decide_format(lines: Sequence[Line], data_root: Optional[str] = None) -> str
         for where, line, _ in shaped:
             if _is_video(line.split()[0]):
                 raise multi_label_error(where, line, "auto")
-        return "mmaction2_rawframes"
+        if _gluoncv_paths_exist(lines, data_root):
+            return "gluoncv"  # folders named "v 1", "v 2", ...
+        fields = [(where, line, line.split()) for where, line, _ in shaped]
+        odd = next(((w, t) for w, t, p in fields if int(p[1]) < 0 or int(p[2]) < 1), None)
+        if odd is None:
+            return "mmaction2_rawframes"
+        raise AnnotationError(
+            f"{odd[0]}: {odd[1]!r} is no MMAction2 offset line 'dir offset total_frames label' "
+            f"(offset >= 0, total_frames >= 1) and no path of that name exists for a gluoncv "
+            f"line: set {KEY} to the list's format"
+        )
     if "PL" not in shapes and _gluoncv_paths_exist(lines, data_root):
         return "gluoncv"
     voted = [(where, line, shape) for where, line, shape in shaped if shape != "?"]
