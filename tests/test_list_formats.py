@@ -240,6 +240,33 @@ def test_a_missing_frame_file_is_a_decode_error_naming_it(tmp_path):
         assert abs(float(video.decode_array([3]).mean()) - LEVELS[3]) < 1
 
 
+def _dataset(anno: str, root: str, **extra):
+    from zoo.data import DATASET_REGISTRY
+
+    kwargs = dict(anno_path=anno, data_path=root, split="val", clip_len=4, frame_rate=1,
+                  crop_size=20, short_side_size=24, train_short_side_range=[24, 26],
+                  random_flip=False, mean=[0.5] * 3, std=[0.25] * 3)
+    kwargs.update(extra)
+    return DATASET_REGISTRY.get("VideoListDataset")(**kwargs)
+
+
+def test_dataset_reads_offset_clips_and_stops_early_on_a_template_mismatch(tmp_path):
+    root = tmp_path / "frames"
+    _frame_folder(root / "long", LEVELS)
+    anno = _write(tmp_path / "l.txt", "long 0 4 0\nlong 8 4 1\n")
+    ds = _dataset(anno, str(root), decoder="frames")
+    # The val clip of 4 frames from a 4-frame video is the whole clip: files 9..12 for video 1.
+    clip = ds[1][0] * 0.25 + 0.5  # undo the normalisation: (C, T, H, W) in 0..1
+    assert np.abs(clip.mean(dim=(0, 2, 3)).numpy() * 255 - LEVELS[8:12]).max() < 2
+    with pytest.raises(AnnotationError, match="frame offset.*CONFIG.DATA.DECODER"):
+        _dataset(anno, str(root))  # offsets mean frame folders
+    _frame_folder(root / "ffmpeg", LEVELS[:4], flow=False, template="{:06d}.jpg")
+    anno = _write(tmp_path / "f.txt", "ffmpeg 4 0\n")
+    with pytest.raises(AnnotationError, match="no frame file img_00001.jpg.*000001.jpg"):
+        _dataset(anno, str(root), decoder="frames")
+    assert len(_dataset(anno, str(root), decoder="frames", frame_template="{:06d}.jpg")) == 1
+
+
 # ----------------------------------------------------------------------------- training runs
 
 TRAIN = [
