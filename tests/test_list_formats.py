@@ -50,6 +50,7 @@ RAWFRAMES_OFFSET = ("some/directory-1 1 163 1\nsome/directory-1 164 122 1\n"
                     "some/directory-3 0 258 2\n")
 PYSLOWFAST = "abseiling/a.mp4 0\narchery/b.mp4 1\n"
 PYSLOWFAST_COMMA = "abseiling/a.mp4,0\narchery/b.mp4,1\n"
+PYSLOWFAST_COMMA_SPACES = "air drumming/a 1.mp4,0\narchery/b.mp4,1\n"
 
 EXPECTED = {
     "gluoncv": [("some/path/000.mp4", 300, 1, 0), ("some dir/clip 1.mp4", -1, 2, 0),
@@ -61,6 +62,7 @@ EXPECTED = {
     "rawframes_offset": [("some/directory-1", 163, 1, 1), ("some/directory-1", 122, 1, 164),
                          ("some/directory-3", 258, 2, 0)],
     "pyslowfast": [("abseiling/a.mp4", -1, 0, 0), ("archery/b.mp4", -1, 1, 0)],
+    "pyslowfast_spaces": [("air drumming/a 1.mp4", -1, 0, 0), ("archery/b.mp4", -1, 1, 0)],
 }
 CASES = [  # (fixture text, explicit LIST_FORMAT, expected rows, format auto must choose)
     (GLUONCV, "gluoncv", "gluoncv", "gluoncv"),
@@ -69,6 +71,7 @@ CASES = [  # (fixture text, explicit LIST_FORMAT, expected rows, format auto mus
     (RAWFRAMES_OFFSET, "mmaction2_rawframes", "rawframes_offset", "mmaction2_rawframes"),
     (PYSLOWFAST, "pyslowfast", "pyslowfast", "mmaction2"),  # the same meaning
     (PYSLOWFAST_COMMA, "pyslowfast", "pyslowfast", "pyslowfast"),
+    (PYSLOWFAST_COMMA_SPACES, "pyslowfast", "pyslowfast_spaces", "pyslowfast"),
 ]
 
 

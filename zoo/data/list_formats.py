@@ -182,10 +182,11 @@ def parse_rawframes(where: str, line: str, columns: int) -> VideoRecord:
 def _shape(line: str) -> str:
     """What a line looks like: "PL" (``path label``, space or comma), "P3"/"P4"/"P5" (a first
     field then 2/3/4+ integers), "SP" (a path with spaces, then two integers) or "?"."""
-    parts = line.split()
-    if len(parts) == 1 and line.count(",") == 1:
+    if line.count(",") == 1:
         path, label = line.split(",")
-        return "PL" if path.strip() and _is_int(label.strip()) else "?"
+        if path.strip() and _is_int(label.strip()):
+            return "PL"  # PySlowFast's comma form; the path may then hold spaces
+    parts = line.split()
     tail = 0
     while tail < len(parts) - 1 and _is_int(parts[-1 - tail]):
         tail += 1
@@ -313,7 +314,7 @@ def parse_lines(lines: Sequence[Line], list_format: str, name: str,
         return []
     fmt = decide_format(lines, data_root) if list_format == "auto" else list_format
     if list_format == "auto":
-        logger.debug("%s: %s reads it as %s", name, KEY, fmt)
+        logger.info("%s: %s auto reads it as %s", name, KEY, fmt)
     if fmt == "mmaction2_rawframes":
         columns = _rawframe_columns(lines)
 
