@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import List, Set
 
 import torch.nn as nn
@@ -28,7 +29,8 @@ def resolve_num_classes(cfg):
             "empty: set the training list or NUM_CLASSES"
         )
     data = cfg.CONFIG.DATA
-    records = read_annotations(anno, data.LIST_FORMAT, data.TRAIN_DATA_PATH or None)
+    root = data.TRAIN_DATA_PATH or os.path.dirname(os.path.abspath(anno))  # as build_loader does
+    records = read_annotations(anno, data.LIST_FORMAT, root)
     largest = max(r.label for r in records) + 1
     count = max(largest, len(read_class_names(anno, 0)))
     logger.info("CONFIG.DATA.NUM_CLASSES 0: %d classes found in %s", count, anno)
