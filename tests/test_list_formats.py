@@ -339,3 +339,17 @@ def test_multi_label_and_header_errors_are_one_console_line(tmp_path, toy_model_
     assert len(errors) == 1, console
     assert "Traceback" not in console
     assert re.search(match, errors[0]), errors[0]
+
+
+def test_class_count_from_the_list_uses_list_format_and_data_path(tmp_path):
+    from zoo.engine.finetune import resolve_num_classes
+
+    (tmp_path / "frames" / "sit" / "v 2").mkdir(parents=True)
+    anno = _write(tmp_path / "l.txt", "jump/v1 12 0\nsit/v 2 12 4\n")
+    base = ["CONFIG.DATA.NUM_CLASSES", "0", "CONFIG.DATA.TRAIN_ANNO_PATH", anno]
+    cfg = load_config(None, base + ["CONFIG.DATA.TRAIN_DATA_PATH", str(tmp_path / "frames")])
+    assert resolve_num_classes(cfg).CONFIG.DATA.NUM_CLASSES == 5  # labels 0 and 4
+    cfg = load_config(None, base + ["CONFIG.DATA.LIST_FORMAT", "gluoncv"])
+    assert resolve_num_classes(cfg).CONFIG.DATA.NUM_CLASSES == 5
+    with pytest.raises(AnnotationError, match="l.txt:2: .*LIST_FORMAT"):
+        resolve_num_classes(load_config(None, base))  # no folder "sit/v 2" beside the list
