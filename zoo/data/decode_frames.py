@@ -36,6 +36,14 @@ IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 DEFAULT_FRAME_TEMPLATE = "img_{:05d}.jpg"
 
 
+class FrameTemplateMismatch(DecodeError):
+    """A frame folder holds images but none named as ``CONFIG.DATA.FRAME_TEMPLATE`` says: a
+    setting to fix, not a broken video (the dataset stops on it instead of skipping videos)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="empty")
+
+
 def _fill(out: Optional[np.ndarray], n: int, rows: List[int], image: np.ndarray) -> np.ndarray:
     """Put ``image`` into ``rows`` of ``out`` (created on first use), resizing a frame whose size
     differs from the first one (some extraction tools change size mid-video)."""
@@ -86,7 +94,7 @@ class FrameFolderReader(VideoReader):
         if not os.path.isfile(self._file(0)):
             self.template = self._other_extension() or template
         if not os.path.isfile(self._file(0)):
-            raise DecodeError(self._missing_first(), "empty")
+            self._missing_first()
         self._count = num_frames_hint if num_frames_hint > 0 else self._count_files()
         self._counted = num_frames_hint <= 0
 
@@ -104,12 +112,13 @@ class FrameFolderReader(VideoReader):
                      self.offset + 1)))]
         return found[0] if len(found) == 1 else None
 
-    def _missing_first(self) -> str:
+    def _missing_first(self) -> None:
         first = os.path.basename(self._file(0))
         images = sorted(n for n in os.listdir(self.path) if n.lower().endswith(IMAGE_EXTS))
         if not images:
-            return f"{self.path}: frame folder has no images (looked for {first})"
-        return (
+            raise DecodeError(f"{self.path}: frame folder has no images (looked for {first})",
+                              "empty")
+        raise FrameTemplateMismatch(
             f"{self.path}: no frame file {first} (CONFIG.DATA.FRAME_TEMPLATE "
             f"{self.template!r}); the folder holds e.g. {images[0]}: set FRAME_TEMPLATE to match"
         )

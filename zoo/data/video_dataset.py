@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 from . import sampling, transforms
 from .annotations import AnnotationError, VideoRecord, read_annotations, read_class_names
 from .decode_base import DecodeError, one_line, time_limit
-from .decode_frames import DEFAULT_FRAME_TEMPLATE, FrameFolderReader
+from .decode_frames import DEFAULT_FRAME_TEMPLATE, FrameFolderReader, FrameTemplateMismatch
 from .decoders import VideoReader, get_decoder, open_video
 from .registry import DATASET_REGISTRY
 from .robust import BadVideoTable
@@ -158,10 +158,10 @@ class ClipDataset(Dataset):
             return
         try:
             self._open(0).close()
-        except DecodeError as e:
-            if e.kind == "empty" and "FRAME_TEMPLATE" in str(e):
-                raise AnnotationError(one_line(e)) from None
-            # Any other problem with the first video is handled like any bad video.
+        except FrameTemplateMismatch as e:
+            raise AnnotationError(one_line(e)) from None
+        except DecodeError:
+            pass  # any other problem with the first video is handled like any bad video
 
     def _open(self, index: int) -> VideoReader:
         hint = self._counted.get(index, self.records[index].num_frames)
