@@ -168,11 +168,12 @@ _C.CONFIG.DATA.VAL_DATA_PATH = ""
 _C.CONFIG.DATA.TEST_ANNO_PATH = ""
 # Folder the test list's paths are relative to; "" = VAL_DATA_PATH.
 _C.CONFIG.DATA.TEST_DATA_PATH = ""
-# Format of the text annotation lists: "auto" (recognise it from the shape of every line; an
-# ambiguous list stops with an error naming the candidates), "gluoncv" ("path num_frames label",
-# paths may hold spaces), "mmaction2" ("path label"), "mmaction2_rawframes" ("dir total_frames
-# label" or "dir offset total_frames label") or "pyslowfast" ("path label" or "path,label").
-# Multi-label lines are refused in every format (see docs/datasets.md).
+# Format of the text annotation lists (VideoListDataset, FrameFolderDataset): "auto" (recognise
+# it from the shape of every line; an ambiguous list stops with an error naming the candidates),
+# "gluoncv" ("path num_frames label", paths may hold spaces), "mmaction2" ("path label"),
+# "mmaction2_rawframes" ("dir total_frames label" or "dir offset total_frames label") or
+# "pyslowfast" ("path label" or "path,label"). A first line with "path,label" columns is read as
+# a CSV with a header. Multi-label lines are refused in every format (see docs/datasets.md).
 _C.CONFIG.DATA.LIST_FORMAT = "auto"
 # Number of classes (labels are 0..NUM_CLASSES-1); 0 = count them from the training list
 # (the lines of classes.txt beside it, else the largest label + 1).
