@@ -22,20 +22,24 @@ import pytest
 import video_corpus as vc
 
 from zoo.data.decode_base import END_SLACK
-from zoo.data.decoders import DECODERS
+from zoo.data.decoders import DECODERS, DecodeError
 
 # Readers registered for something other than video files.
 NOT_VIDEO_FILE_READERS = {"frames", "image"}
 VIDEO_READERS = sorted(n for n in DECODERS if n not in NOT_VIDEO_FILE_READERS)
 # Readers decoding with the reference's own FFmpeg and conversion: bit-exact expected.
 EXACT_READERS = {"pyav"}
+# Cases a reader refuses with one DecodeError line instead of decoding (never a wrong frame).
+REFUSALS = {
+    ("decord", "h264_raw"): "decord cannot open a raw elementary stream (no duration)",
+}
 # Mean absolute difference (grey levels) allowed between two FFmpeg builds / RGB conversions.
 TOLERANCE = 3.0
 
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory):
-    """name -> (path, reference frames); built lazily, one case at a time, cached for the session."""
+    """name -> (path, reference frames), built one case at a time, cached for the session."""
     folder = str(tmp_path_factory.mktemp("conformance"))
     cache = {}
 
@@ -59,7 +63,7 @@ def _difference(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _check(reader: str, got: np.ndarray, indices, reference: np.ndarray, what: str) -> None:
-    """Every row of ``got`` must be the reference frame at its index (exact, or within TOLERANCE)."""
+    """Every row of ``got`` must be the reference frame at its index (exact or within TOLERANCE)."""
     assert got.dtype == np.uint8 and got.shape == (len(indices), *reference.shape[1:]), (
         f"{reader} {what}: shape {got.shape}, expected {(len(indices), *reference.shape[1:])}")
     tolerance = 0.0 if reader in EXACT_READERS else TOLERANCE
@@ -77,6 +81,15 @@ def _open(reader: str, path: str):
         return DECODERS[reader](path)
     except ImportError as e:
         pytest.skip(f"reader {reader!r} is not installed: {e}")
+
+
+def _check_refusal(reader: str, path: str) -> None:
+    """A refusal is one DecodeError line naming the file, raised at open or at the first decode."""
+    with pytest.raises(DecodeError) as info:
+        with _open(reader, path) as video:
+            video.decode_array([0, 1])
+    message = str(info.value)
+    assert path in message and "\n" not in message
 
 
 @pytest.mark.parametrize("case", vc.CASE_NAMES)
@@ -114,6 +127,9 @@ def test_neighbours_differ_far_beyond_tolerance(corpus, case):
 @pytest.mark.parametrize("reader", VIDEO_READERS)
 def test_frames_are_exact(corpus, reader, case):
     path, reference = corpus(case)
+    if (reader, case) in REFUSALS:
+        _check_refusal(reader, path)
+        return
     n = len(reference)
     rng = random.Random(f"{reader}-{case}")
     shuffled = list(range(n)) + [rng.randrange(n) for _ in range(n // 3)]
@@ -142,5 +158,8 @@ def test_frames_are_exact(corpus, reader, case):
 def test_frame_count(corpus, reader, case):
     """num_frames is the decoded count, or a few more (the sampler repeats the last frame there)."""
     path, reference = corpus(case)
+    if (reader, case) in REFUSALS:
+        _check_refusal(reader, path)
+        return
     with _open(reader, path) as video:
         assert len(reference) <= video.num_frames <= len(reference) + END_SLACK

@@ -12,8 +12,8 @@ neighbouring frame always differs in at least one block, a mean difference of ~2
 bar moves across the picture. :func:`read_number` reads it back, so the reference itself is checked
 against what was encoded.
 
-The reference (:func:`reference_frames`) is a plain sequential decode with PyAV, every frame from the
-start, no seeking, no timestamps used: frame ``i`` is the ``i``-th picture the decoder outputs,
+The reference (:func:`reference_frames`) is a plain sequential decode with PyAV, every frame from
+the start, no seeking, no timestamps used: frame ``i`` is the ``i``-th picture the decoder outputs,
 turned upright by the stream's display matrix the way players do. It shares no code with zoo.
 """
 
@@ -65,7 +65,8 @@ def read_number(image: np.ndarray) -> int:
         y0, y1 = r * top // 2, (r + 1) * top // 2
         x0, x1 = c * w // cols, (c + 1) * w // cols
         # The centre of the block: codec ringing at the edges stays out.
-        block = image[y0 + (y1 - y0) // 4:y1 - (y1 - y0) // 4, x0 + (x1 - x0) // 4:x1 - (x1 - x0) // 4]
+        dy, dx = (y1 - y0) // 4, (x1 - x0) // 4
+        block = image[y0 + dy:y1 - dy, x0 + dx:x1 - dx]
         if block.mean() > 128:
             n |= 1 << b
     return n
@@ -259,7 +260,7 @@ def missing_tools(case: Case) -> str:
 
 
 def build(folder: str, names: Optional[List[str]] = None) -> Dict[str, str]:
-    """Write the corpus into ``folder``; returns name -> path (cases that cannot be built: absent)."""
+    """Write the corpus into ``folder``: name -> path (cases that cannot be built are left out)."""
     paths = {}
     for case in CASES:
         if names is not None and case.name not in names:
