@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 # With OpenCV, needed frames closer than this are reached with grab(), not with a seek.
 _CV_SEEK_GAP = 32
+# Probe results per (path, size, mtime): a data-loader worker opens the same videos every epoch.
+_SEEKABLE: Dict[tuple, bool] = {}
+_SEEKABLE_MAX = 100_000
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
 
@@ -128,10 +131,17 @@ class OpenCVReader(VideoReader):
         if self._seekable is None:
             from .decode_pyav import probe_seekable
 
-            try:
-                self._seekable = probe_seekable(self.path)[0]
-            except DecodeError:
-                self._seekable = False
+            stat = os.stat(self.path)
+            key = (self.path, stat.st_size, stat.st_mtime_ns)
+            if key not in _SEEKABLE:
+                try:
+                    seekable = probe_seekable(self.path)
+                except DecodeError:
+                    seekable = False
+                if len(_SEEKABLE) >= _SEEKABLE_MAX:
+                    _SEEKABLE.clear()
+                _SEEKABLE[key] = seekable
+            self._seekable = _SEEKABLE[key]
         return self._seekable
 
     @property

@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import os
 from fractions import Fraction
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import av
 import numpy as np
@@ -402,29 +402,15 @@ def _fit(image: np.ndarray, size: Sequence[int]) -> np.ndarray:
     return cv2.resize(image, (int(size[1]), int(size[0])), interpolation=cv2.INTER_AREA)
 
 
-def probe_seekable(path: str) -> Tuple[bool, bool, float]:
-    """What another reader needs to know before it seeks in ``path`` (read with PyAV, demuxing only
-    plus the first frame).
-
-    Returns:
-        ``(constant_rate_timestamps, has_b_frames, rotation)``: whether the container stores
-        presentation timestamps that are trustworthy and sit on a constant-rate grid (then a
-        timestamp seek finds frame ``i`` exactly), whether the stream reorders frames, and the
-        display matrix's rotation in degrees counter-clockwise.
-    """
+def probe_seekable(path: str) -> bool:
+    """Whether a frame-number seek by timestamp (as OpenCV's) finds frame ``i`` exactly in
+    ``path``: the container stores presentation timestamps, they are trustworthy, and they sit on a
+    constant-rate grid. Read with PyAV, demuxing only (no decoding)."""
     with PyAVReader(path) as video:
-        rotation = 0.0
-        for frame in video._container.decode(video._stream):
-            rotation = float(frame.rotation or 0)
-            break
-        video._pristine = False
-        has_b = bool(video._stream.codec_context.has_b_frames)
         if video._sequential or video._rate is None:
-            return False, has_b, rotation
+            return False
         table = video._timestamps()
         if video._sequential:
-            return False, has_b, rotation
+            return False
         scale = video._stream.time_base * video._rate
-        on_grid = all(abs((t - video._start) * scale - i) <= _OFF_GRID
-                      for i, t in enumerate(table))
-        return on_grid, has_b, rotation
+        return all(abs((t - video._start) * scale - i) <= _OFF_GRID for i, t in enumerate(table))
