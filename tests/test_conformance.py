@@ -22,7 +22,7 @@ import pytest
 import video_corpus as vc
 
 from zoo.data.decode_base import END_SLACK
-from zoo.data.decoders import DECODERS, DecodeError
+from zoo.data.decoders import DECODERS, DecodeError, PyAVReader
 
 # Readers registered for something other than video files.
 NOT_VIDEO_FILE_READERS = {"frames", "image"}
@@ -33,6 +33,10 @@ EXACT_READERS = {"pyav"}
 REFUSALS = {
     ("decord", "h264_raw"): "decord cannot open a raw elementary stream (no duration)",
 }
+# Where the pyav reader decodes from the start instead of seeking (docs/datasets.md's table): no
+# presentation timestamps (AVI, raw streams) or timestamps that disagree with the decoder.
+PYAV_FROM_START = {"mpeg4_xvid_avi_audio", "xvid_packed_avi", "h264_avi", "mjpeg_avi", "h264_raw",
+                   "h264_mkv_broken_pts", "h264_mp4_broken_pts"}
 # Mean absolute difference (grey levels) allowed between two FFmpeg builds / RGB conversions.
 TOLERANCE = 3.0
 
@@ -163,3 +167,19 @@ def test_frame_count(corpus, reader, case):
         return
     with _open(reader, path) as video:
         assert len(reference) <= video.num_frames <= len(reference) + END_SLACK
+
+
+@pytest.mark.parametrize("case", vc.CASE_NAMES)
+def test_pyav_seeks_where_it_can(corpus, case):
+    """Exactness costs no speed where timestamps are trustworthy: a frame near the end is reached
+    with a seek (a keyframe every 12 frames), and only the cases in PYAV_FROM_START decode from the
+    start (as docs/datasets.md says)."""
+    path, reference = corpus(case)
+    n = len(reference)
+    with PyAVReader(path) as video:
+        _check("pyav", video.decode_array([n - 4]), [n - 4], reference, "one frame near the end")
+        decoded = video._frames_decoded
+    if case in PYAV_FROM_START:
+        assert decoded >= n - 4
+    else:
+        assert decoded <= 12 + 4  # one keyframe interval and the reorder delay

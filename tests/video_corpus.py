@@ -151,13 +151,11 @@ def _remux(path: str, args: List[str]) -> None:
 
 
 def _broken_pts(path: str) -> None:
-    """An MKV whose timestamps are the decode-order ones (a muxer bug seen in the wild): the B-frame
+    """A file whose timestamps are the decode-order ones (a muxer bug seen in the wild): the B-frame
     stream's pictures carry the wrong times, so no timestamp can say a frame's position."""
-    mp4 = path + ".mp4"
-    _ffmpeg(mp4, _X264_CLI)
-    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-i", mp4, "-c", "copy",
-                    "-bsf:v", "setts=pts=DTS", path], check=True, capture_output=True)
-    os.remove(mp4)
+    # From 0: negative times would make the MP4 muxer write an edit list that hides frames.
+    zeroed = "setts=pts=DTS-STARTDTS:dts=DTS-STARTDTS"
+    _ffmpeg(path, _X264_CLI, post=[lambda q: _remux(q, ["-bsf:v", zeroed])])
 
 
 def _rotated(degrees: int, audio: bool = False) -> Callable[[str], None]:
@@ -231,11 +229,13 @@ CASES: List[Case] = [
          "raw H.264 elementary stream: no container, no timestamps"),
     Case("h264_mkv_broken_pts", "broken_pts.mkv", _broken_pts, "ffmpeg",
          "H.264 with B-frames in MKV whose pts are the decode-order times"),
+    Case("h264_mp4_broken_pts", "broken_pts.mp4", _broken_pts, "ffmpeg",
+         "H.264 with B-frames in MP4 whose pts are the decode-order times (no ctts)"),
     Case("odd_97x61_mp4", "odd.mp4",
          lambda p: _pyav(p, "libx264", pix_fmt="yuv444p", options=_X264, size=(61, 97)), "pyav",
          "odd size 97x61 (H.264 4:4:4)"),
     Case("odd_97x61_webm", "odd.webm",
-         lambda p: _ffmpeg(p, ["-c:v", "libvpx-vp9", "-crf", "20", "-b:v", "0",
+         lambda p: _ffmpeg(p, ["-c:v", "libvpx-vp9", "-crf", "20", "-b:v", "0", "-g", "12",
                                "-deadline", "realtime", "-cpu-used", "8"], size=(61, 97)),
          "ffmpeg", "odd size 97x61, VP9 4:2:0"),
     Case("rotate90_mp4", "rotate90.mp4", _rotated(90), "ffmpeg",

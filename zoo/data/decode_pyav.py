@@ -316,9 +316,8 @@ class PyAVReader(VideoReader):
         gop = 0  # longest keyframe interval seen
         last_frame = None
         while True:
-            if self._pristine and wanted[pos] == 0:
-                pass  # the file is at its start: decode from there
-            else:
+            seeked = not (self._pristine and wanted[pos] == 0)
+            if seeked:  # else the file is at its start: decode from there
                 self._seek(wanted[pos])
             self._pristine = False
             self._stream_iter = None  # a seek ends any sequential decode
@@ -326,6 +325,7 @@ class PyAVReader(VideoReader):
             for frame in self._container.decode(self._stream):
                 check_deadline()
                 self._frames_decoded += 1
+                first = previous < 0
                 index = self._index(frame, grid, previous)
                 if frame.key_frame:
                     if previous >= 0:  # decoded through from the last keyframe: a true interval
@@ -336,6 +336,10 @@ class PyAVReader(VideoReader):
                 last_frame = frame
                 if index < wanted[pos]:
                     continue  # between the keyframe and the needed frame: not converted
+                if first and seeked and not frame.key_frame:
+                    # A seek lands on a keyframe at or before the target; only frames shown before
+                    # it (open GOP) may come first. Anything else: the timestamps mislead.
+                    raise _Untrusted
                 image = self._rgb(frame)
                 while pos < len(wanted) and wanted[pos] <= index:
                     sink.put(wanted[pos], image)
