@@ -35,8 +35,8 @@ REFUSALS = {
 }
 # Where the pyav reader decodes from the start instead of seeking (docs/datasets.md's table): no
 # presentation timestamps (AVI, raw streams) or timestamps that disagree with the decoder.
-PYAV_FROM_START = {"mpeg4_xvid_avi_audio", "xvid_packed_avi", "h264_avi", "mjpeg_avi", "h264_raw",
-                   "h264_mkv_broken_pts", "h264_mp4_broken_pts"}
+PYAV_FROM_START = {"mpeg4_xvid_avi_audio", "xvid_packed_avi", "h264_avi", "h264_avi_remuxed",
+                   "mjpeg_avi", "h264_raw", "h264_mkv_broken_pts", "h264_mp4_broken_pts"}
 # Mean absolute difference (grey levels) allowed between two FFmpeg builds / RGB conversions.
 TOLERANCE = 3.0
 

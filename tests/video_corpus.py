@@ -158,6 +158,16 @@ def _broken_pts(path: str) -> None:
     _ffmpeg(path, _X264_CLI, post=[lambda q: _remux(q, ["-bsf:v", zeroed])])
 
 
+def _avi_from_mp4(path: str) -> None:
+    """H.264 with B-frames written to MP4, then stream-copied to AVI (as people convert files): the
+    AVI header then counts empty chunks, twice the real frames."""
+    mp4 = path + ".mp4"
+    _ffmpeg(mp4, _X264_CLI)
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-i", mp4, "-c", "copy",
+                    path], check=True, capture_output=True)
+    os.remove(mp4)
+
+
 def _rotated(degrees: int, audio: bool = False) -> Callable[[str], None]:
     """H.264 tagged the way phones tag it: a display matrix (written by a stream copy, as the
     ``rotate`` metadata is only turned into one there)."""
@@ -215,6 +225,8 @@ CASES: List[Case] = [
          "Xvid/DivX write it", ["libxvid"]),
     Case("h264_avi", "h264.avi", lambda p: _ffmpeg(p, _X264_CLI), "ffmpeg",
          "H.264 with B-frames in AVI (no pts, only decode order)"),
+    Case("h264_avi_remuxed", "h264_remuxed.avi", _avi_from_mp4, "ffmpeg",
+         "H.264 MP4 stream-copied to AVI (header counts empty chunks)"),
     Case("mjpeg_avi", "mjpeg.avi", lambda p: _opencv(p, "MJPG"), "opencv",
          "MJPEG written by OpenCV's VideoWriter"),
     Case("mp4v_mp4", "mp4v.mp4", lambda p: _opencv(p, "mp4v"), "opencv",

@@ -158,6 +158,10 @@ class PyAVReader(VideoReader):
         """The container's count, else the hint, else the number of video packets."""
         if self._num_frames is None:
             count = int(self._stream.frames or 0)
+            if self._sequential:
+                # AVI's header counts empty "drop" chunks too (a remux from MP4 with B-frames
+                # claimed 500 frames for 250): its index, read at open, has the real ones.
+                count = self._indexed_frames() or count
             if count <= 0 and self._hint > 0:
                 count = self._hint
             if count <= 0:
@@ -165,6 +169,14 @@ class PyAVReader(VideoReader):
                 self._counted = True
             self._num_frames = count
         return self._num_frames
+
+    def _indexed_frames(self) -> int:
+        """Non-empty entries of the demuxer's index (no reading), 0 when it has none."""
+        try:
+            entries = self._stream.index_entries
+            return sum(1 for entry in entries if entry.size > 0) if entries else 0
+        except AttributeError:  # PyAV before 14
+            return 0
 
     def _packets(self):
         """The video packets from the start of the file (demuxing only); read errors wrapped."""
