@@ -14,6 +14,7 @@ neighbour can never pass for the right frame.
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import shutil
 
@@ -27,6 +28,8 @@ from zoo.data.decoders import DECODERS, DecodeError, PyAVReader
 # Readers registered for something other than video files.
 NOT_VIDEO_FILE_READERS = {"frames", "image"}
 VIDEO_READERS = sorted(n for n in DECODERS if n not in NOT_VIDEO_FILE_READERS)
+# The package each reader imports, where it is not the reader's name.
+PACKAGES = {"pyav": "av", "opencv": "cv2"}
 # Readers decoding with the reference's own FFmpeg and conversion: bit-exact expected.
 EXACT_READERS = {"pyav"}
 # Cases a reader refuses with one DecodeError line instead of decoding (never a wrong frame).
@@ -80,9 +83,12 @@ def _check(reader: str, got: np.ndarray, indices, reference: np.ndarray, what: s
                        f"(asked->closest reference frame): {', '.join(wrong[:12])}")
 
 
-def _open(reader: str, path: str):
+def _open(reader: str, path: str, **kwargs):
+    package = PACKAGES.get(reader, reader)
+    if importlib.util.find_spec(package) is None:
+        pytest.skip(f"reader {reader!r} needs the {package!r} package, which is not installed")
     try:
-        return DECODERS[reader](path)
+        return DECODERS[reader](path, **kwargs)
     except ImportError as e:
         pytest.skip(f"reader {reader!r} is not installed: {e}")
 
@@ -148,6 +154,10 @@ def test_frames_are_exact(corpus, reader, case):
     for what, indices in orders.items():
         with _open(reader, path) as video:
             _check(reader, video.decode_array(indices), indices, reference, what)
+    # As the datasets open it: with the annotation list's frame count as a hint.
+    with _open(reader, path, num_frames_hint=n) as video:
+        indices = orders["sparse"]
+        _check(reader, video.decode_array(indices), indices, reference, "sparse, with a count hint")
     # Clips from one open reader, in random order: its seek state carries over between calls.
     starts = [0, n - 8, n // 2, 5, n // 3, n - 4, 1]
     rng.shuffle(starts)
