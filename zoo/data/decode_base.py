@@ -151,6 +151,22 @@ def check_indices(indices: Sequence[int]) -> list:
     return out
 
 
+def upright(image: np.ndarray, ccw_degrees: float) -> np.ndarray:
+    """Turn a decoded picture upright the way players do, from its display matrix.
+
+    Args:
+        image: ``(H, W, C)`` as stored in the stream.
+        ccw_degrees: The display matrix's rotation, degrees counter-clockwise (FFmpeg's
+            ``av_display_rotation_get``, PyAV's ``VideoFrame.rotation``); 0 = as stored. Multiples
+            of 90 only (phones write 90, 180, 270); mirroring is not applied.
+
+    Returns:
+        The picture as a player shows it (``(W, H, C)`` for 90 and 270), contiguous.
+    """
+    k = int(round(ccw_degrees / 90.0)) % 4
+    return np.ascontiguousarray(np.rot90(image, k)) if k else image
+
+
 def one_line(error: BaseException) -> str:
     """The first line of an exception's message (or its class name when it has none)."""
     text = str(error).strip().splitlines()

@@ -23,6 +23,9 @@ from .decode_base import (
 
 # With OpenCV, needed frames closer than this are reached with grab(), not with a seek.
 _CV_SEEK_GAP = 32
+# Probe results per (path, size, mtime): a data-loader worker opens the same videos every epoch.
+_SEEKABLE: Dict[tuple, bool] = {}
+_SEEKABLE_MAX = 100_000
 
 
 def _rows(indices: List[int]) -> Dict[int, List[int]]:
@@ -71,6 +74,13 @@ def _quiet_cv2():
 class OpenCVReader(VideoReader):
     """A video read with OpenCV's FFmpeg backend (``cv2.VideoCapture``).
 
+    OpenCV seeks (``CAP_PROP_POS_FRAMES``) by converting a frame number to a timestamp, which is
+    exact only where the container stores presentation timestamps on a constant-rate grid. Before
+    its first seek the file is probed with PyAV (:func:`~zoo.data.decode_pyav.probe_seekable`,
+    demuxing only); elsewhere (AVI, raw streams, variable frame rate, broken timestamps) frames are
+    grabbed from the start, and the frame count is PyAV's. OpenCV turns rotated videos upright by
+    itself (``CAP_PROP_ORIENTATION_AUTO``, on by default), as the other readers do.
+
     Args:
         path: Video file path.
         num_frames_hint: Frame count to use when OpenCV reports none.
@@ -81,28 +91,52 @@ class OpenCVReader(VideoReader):
         cv2 = _quiet_cv2()
         self._cv2 = cv2
         self.path = path
+        self._threads = threads
         _check_file(path)
-        params = [cv2.CAP_PROP_N_THREADS, threads] if threads > 0 else []
-        try:
-            cap = cv2.VideoCapture(path, cv2.CAP_FFMPEG, params)
-        except Exception as e:  # some builds raise instead of returning an unopened capture
-            raise DecodeError(f"{path}: cannot open ({one_line(e)})", "open") from None
-        if not cap.isOpened():
-            raise DecodeError(f"{path}: cannot open (not a video OpenCV can read)", "open")
+        self._cap = cap = self._open()
         width, height = cap.get(cv2.CAP_PROP_FRAME_WIDTH), cap.get(cv2.CAP_PROP_FRAME_HEIGHT)
         if width <= 0 or height <= 0:
             cap.release()
             raise DecodeError(f"{path}: no video stream", "no_video")
-        self._cap = cap
         fps = cap.get(cv2.CAP_PROP_FPS)
         self.fps = float(fps) if fps and fps > 0 else None
         self._count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
         self._hint = num_frames_hint
         self._next = 0  # index of the frame the next grab() returns
         self._counted = False
+        self._seekable: Optional[bool] = None  # probed before the first seek
+
+    def _open(self):
+        cv2 = self._cv2
+        params = [cv2.CAP_PROP_N_THREADS, self._threads] if self._threads > 0 else []
+        try:
+            cap = cv2.VideoCapture(self.path, cv2.CAP_FFMPEG, params)
+        except Exception as e:  # some builds raise instead of returning an unopened capture
+            raise DecodeError(f"{self.path}: cannot open ({one_line(e)})", "open") from None
+        if not cap.isOpened():
+            raise DecodeError(f"{self.path}: cannot open (not a video OpenCV can read)", "open")
+        return cap
 
     def close(self) -> None:
         self._cap.release()
+
+    def _can_seek(self) -> bool:
+        """Whether OpenCV's frame-number seek is exact in this file (probed once, with PyAV)."""
+        if self._seekable is None:
+            from .decode_pyav import probe_seekable
+
+            stat = os.stat(self.path)
+            key = (self.path, stat.st_size, stat.st_mtime_ns)
+            if key not in _SEEKABLE:
+                try:
+                    seekable = probe_seekable(self.path)
+                except DecodeError:
+                    seekable = False
+                if len(_SEEKABLE) >= _SEEKABLE_MAX:
+                    _SEEKABLE.clear()
+                _SEEKABLE[key] = seekable
+            self._seekable = _SEEKABLE[key]
+        return self._seekable
 
     @property
     def count_was_costly(self) -> bool:
@@ -110,19 +144,42 @@ class OpenCVReader(VideoReader):
 
     @property
     def num_frames(self) -> int:
+        if self._count > 0 and not self._can_seek():
+            # OpenCV estimates the count from duration x fps where it cannot seek exactly.
+            from .decode_pyav import PyAVReader
+
+            with PyAVReader(self.path, num_frames_hint=self._hint) as video:
+                self._count, self._counted = video.num_frames, video.count_was_costly
         if self._count <= 0 and self._hint > 0:
             self._count = self._hint
         if self._count <= 0:
-            self._cap.set(self._cv2.CAP_PROP_POS_FRAMES, 0)
+            self._rewind()
             count = 0
             while self._cap.grab():
                 check_deadline()
                 count += 1
-            self._cap.set(self._cv2.CAP_PROP_POS_FRAMES, 0)
-            self._next, self._count, self._counted = 0, count, True
+            self._rewind()
+            self._count, self._counted = count, True
             if count == 0:
                 raise DecodeError(f"{self.path}: the video stream has no frames", "empty")
         return self._count
+
+    def _rewind(self) -> None:
+        """Back to frame 0 (opening the file again: exact in every container)."""
+        if self._next:
+            self._cap.release()
+            self._cap = self._open()
+            self._next = 0
+
+    def _go_to(self, index: int) -> None:
+        """Place the capture so that the next grab() returns frame ``index`` or one before it."""
+        if index >= self._next and index - self._next <= _CV_SEEK_GAP:
+            return  # grab() through the gap
+        if self._can_seek():
+            self._cap.set(self._cv2.CAP_PROP_POS_FRAMES, index)  # seeks, then decodes forward
+            self._next = index
+        elif index < self._next:
+            self._rewind()
 
     def decode_array(self, indices: Sequence[int]) -> np.ndarray:
         cv2 = self._cv2
@@ -134,9 +191,7 @@ class OpenCVReader(VideoReader):
         last_read = -1  # index of the last frame actually grabbed
         try:
             for index in wanted:
-                if index < self._next or index - self._next > _CV_SEEK_GAP:
-                    self._cap.set(cv2.CAP_PROP_POS_FRAMES, index)  # seeks, then decodes forward
-                    self._next = index
+                self._go_to(index)
                 ok = True
                 while self._next <= index:
                     check_deadline()
@@ -171,6 +226,14 @@ class OpenCVReader(VideoReader):
 class DecordReader(VideoReader):
     """A video read with decord (optional: ``pip install decord``; unmaintained since 2021).
 
+    decord 0.6 seeks to the wrong frame in streams with B-frames (H.264, HEVC, MPEG-4 Part 2: a
+    neighbour 1-9 frames away, seen in MP4, MKV and AVI alike) and after a seek in AVI, so this
+    reader never seeks: it reads frames one by one from the start (``next()``), continues forward
+    between calls, and opens the file again to go back. Exact everywhere it opens, but a frame far
+    into a long video costs the decode of everything before it: use ``pyav`` for speed. decord turns
+    rotated videos upright by itself (display matrix), as the other readers do. It cannot open raw
+    H.264/HEVC streams (no duration): that is a :class:`DecodeError`.
+
     Args:
         path: Video file path.
         num_frames_hint: Unused (decord indexes every frame when it opens a file).
@@ -185,18 +248,25 @@ class DecordReader(VideoReader):
                 "CONFIG.DATA.DECODER 'decord' needs the decord package: pip install decord "
                 "(or use 'pyav', the default)"
             ) from None
+        self._decord = decord
         self.path = path
+        self._threads = max(threads, 1)
         _check_file(path)
-        try:
-            self._vr = decord.VideoReader(path, ctx=decord.cpu(0), num_threads=max(threads, 1))
-        except Exception as e:
-            kind = "no_video" if "video stream" in str(e).lower() else "open"
-            raise DecodeError(f"{path}: cannot open ({one_line(e)})", kind) from None
+        self._open()
         self._len = len(self._vr)
         if self._len <= 0:
             raise DecodeError(f"{path}: the video stream has no frames", "empty")
         fps = self._vr.get_avg_fps()
         self.fps = float(fps) if fps and fps > 0 else None
+
+    def _open(self) -> None:
+        try:
+            self._vr = self._decord.VideoReader(self.path, ctx=self._decord.cpu(0),
+                                                num_threads=self._threads)
+        except Exception as e:
+            kind = "no_video" if "video stream" in str(e).lower() else "open"
+            raise DecodeError(f"{self.path}: cannot open ({one_line(e)})", kind) from None
+        self._next = 0  # index of the frame next() returns
 
     def close(self) -> None:
         self._vr = None
@@ -210,12 +280,22 @@ class DecordReader(VideoReader):
         last = self._len - 1
         if max(indices) > last + END_SLACK:
             raise _short(self.path, max(indices), last, self._len)
-        wanted = sorted(set(min(i, last) for i in indices))
-        check_deadline()
+        rows = _rows([min(i, last) for i in indices])
+        wanted = sorted(rows)
+        if wanted[0] < self._next:
+            self._open()  # back to the start: decord's own seek is not exact
+        out = None
         try:
-            batch = self._vr.get_batch(wanted).asnumpy()
+            for index in wanted:
+                while self._next <= index:
+                    check_deadline()
+                    frame = self._vr.next()
+                    self._next += 1
+                out = _fill(out, len(indices), rows[index], frame.asnumpy())
+        except StopIteration:
+            raise _short(self.path, index, self._next - 1, self._len) from None
+        except DecodeError:
+            raise
         except Exception as e:
             raise DecodeError(f"{self.path}: cannot decode ({one_line(e)})", "decode") from None
-        check_deadline()
-        position = {i: k for k, i in enumerate(wanted)}
-        return batch[[position[min(i, last)] for i in indices]]
+        return out

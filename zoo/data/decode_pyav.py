@@ -8,11 +8,24 @@
 * Threaded decoding for large frames; small frames decode on one thread (thread start-up costs more
   than the decode, and data-loader workers already fill the cores).
 
-Frame numbers: for constant-frame-rate streams (nearly all) frame ``i`` is found from timestamps as
-``round((pts - start) * fps)``, which needs no scan of the file. When the timestamps do not sit on
-that grid (variable frame rate), or the frame count is unknown (Matroska and WebM store none, and
-no hint was given), the packet timestamps are read once (demuxing only, no decoding) and frame
-``i`` is the ``i``-th of them.
+Frame numbers: frame ``i`` is the ``i``-th picture a sequential decode outputs. Timestamps are
+used to find it only where the container stores presentation timestamps (MP4/MOV, Matroska/WebM),
+and only while they agree with the decoder's output; elsewhere the reader counts decoded frames:
+
+* MP4/MOV with a constant frame rate (nearly all): frame ``i`` is ``round((pts - start) * fps)``,
+  which needs no scan of the file.
+* Variable frame rate, Matroska/WebM (no frame count stored, and muxers there are often sloppy):
+  the packet timestamps are read once (demuxing only, no decoding) and frame ``i`` is the frame
+  whose timestamp is the ``i``-th of them.
+* Every decoded frame is checked: it must carry the next timestamp of the table (or the next grid
+  slot) after the frame before it. When not (a B-frame stream whose timestamps are in decode order,
+  a timestamp missing or not among the packets'), and in containers without presentation
+  timestamps (AVI, raw H.264/HEVC elementary streams, MPEG-TS, ...), the reader decodes from the
+  start of the file and counts frames: always exact, slower for frames far into a long file.
+  A later request for frames further on continues that decode instead of starting again.
+
+Rotation: a display matrix (phones) is honoured as players honour it: each frame is turned upright
+(by multiples of 90 degrees), so a portrait video comes out portrait.
 
 Needs PyAV and numpy only: ``decode_array`` returns a numpy array, and torch is imported by
 ``decode`` when it is first called (see :mod:`zoo.data.decode_base`).
@@ -37,6 +50,7 @@ from .decode_base import (
     check_indices,
     one_line,
     remaining_time,
+    upright,
 )
 
 # Frames at least this large (pixels) are decoded with FFmpeg's own threads (when threads is 0).
@@ -47,10 +61,17 @@ _MIN_SEEK_GAP = 32
 _MIN_SKIP = 8
 # A timestamp this far (in frames) off the constant-rate grid means variable frame rate.
 _OFF_GRID = 0.35
+# Containers (FFmpeg demuxer names) that store presentation timestamps; the rest are decoded from
+# the start. AVI stores none (decode order only), raw streams no timestamps at all.
+_PTS_FORMATS = {"mov", "mp4", "matroska", "webm"}
 
 
 class _VariableRate(Exception):
     """Raised inside a constant-rate decode when timestamps leave the grid."""
+
+
+class _Untrusted(Exception):
+    """Raised when a decoded frame's timestamp disagrees with its position: count frames instead."""
 
 
 class PyAVReader(VideoReader):
@@ -73,6 +94,31 @@ class PyAVReader(VideoReader):
             raise DecodeError(f"{path}: file does not exist", "missing")
         if os.path.getsize(path) == 0:
             raise DecodeError(f"{path}: file is empty (0 bytes)", "empty")
+        self._threads = threads
+        self._open()
+        formats = set(self._container.format.name.split(","))
+        # Where timestamps cannot say a frame's position, frames are counted from the start.
+        self._sequential = not formats & _PTS_FORMATS
+        self._matroska = "matroska" in formats
+        self._stream_iter = None  # the running sequential decode, and the index it yields next
+        self._next = 0
+        self._ended = False  # the sequential decode reached the end of the stream
+        self._last_frame = None
+        stream = self._stream
+        rate = stream.average_rate or stream.guessed_rate
+        self._rate: Optional[Fraction] = Fraction(rate) if rate else None
+        self.fps = float(self._rate) if self._rate else None
+        self._start = stream.start_time or 0
+        self._hint = num_frames_hint
+        self._num_frames: Optional[int] = None
+        self._table: Optional[List[int]] = None  # sorted packet timestamps, once read
+        self._counted = False
+        self._pristine = True  # nothing read yet: frame 0 needs no seek
+        self._frames_decoded = 0  # for tests and benchmarks: frames the codec produced
+
+    def _open(self) -> None:
+        """Open (or open again, to restart from the beginning) the container and its decoder."""
+        path, threads = self.path, self._threads
         left = remaining_time()
         try:
             # metadata_errors="ignore": a badly encoded title must not make a video unreadable.
@@ -94,16 +140,6 @@ class PyAVReader(VideoReader):
         # One converter per video: frame.to_ndarray(format="rgb24") sets up a new conversion for
         # every frame, which took ~6 ms of a 32-frame 64x64 clip against ~1 ms when reused.
         self._to_rgb = VideoReformatter()
-        rate = stream.average_rate or stream.guessed_rate
-        self._rate: Optional[Fraction] = Fraction(rate) if rate else None
-        self.fps = float(self._rate) if self._rate else None
-        self._start = stream.start_time or 0
-        self._hint = num_frames_hint
-        self._num_frames: Optional[int] = None
-        self._table: Optional[List[int]] = None  # sorted packet timestamps, once read
-        self._counted = False
-        self._pristine = True  # nothing read yet: frame 0 needs no seek
-        self._frames_decoded = 0  # for tests and benchmarks: frames the codec produced
 
     def close(self) -> None:
         self._container.close()
@@ -122,32 +158,65 @@ class PyAVReader(VideoReader):
         """The container's count, else the hint, else the number of video packets."""
         if self._num_frames is None:
             count = int(self._stream.frames or 0)
+            if self._sequential:
+                # AVI's header counts empty "drop" chunks too (a remux from MP4 with B-frames
+                # claimed 500 frames for 250): its index, read at open, has the real ones.
+                count = self._indexed_frames() or count
             if count <= 0 and self._hint > 0:
                 count = self._hint
             if count <= 0:
-                count = len(self._timestamps())
+                count = self._count_packets() if self._sequential else len(self._timestamps())
                 self._counted = True
             self._num_frames = count
         return self._num_frames
 
+    def _indexed_frames(self) -> int:
+        """Non-empty entries of the demuxer's index (no reading), 0 when it has none."""
+        try:
+            entries = self._stream.index_entries
+            return sum(1 for entry in entries if entry.size > 0) if entries else 0
+        except AttributeError:  # PyAV before 14
+            return 0
+
+    def _packets(self):
+        """The video packets from the start of the file (demuxing only); read errors wrapped."""
+        if not self._pristine:
+            self._restart()
+        self._pristine = False
+        self._stream_iter = None  # the demuxer moves: a running decode cannot continue
+        try:
+            for packet in self._container.demux(self._stream):
+                check_deadline()
+                if packet.size:
+                    yield packet
+        except DecodeError:
+            raise
+        except Exception as e:
+            raise DecodeError(f"{self.path}: cannot read ({one_line(e)})", "decode") from None
+
+    def _count_packets(self) -> int:
+        count = sum(1 for _ in self._packets())
+        if not count:
+            raise DecodeError(f"{self.path}: the video stream has no frames", "empty")
+        return count
+
     def _timestamps(self) -> List[int]:
-        """Presentation timestamps of every video packet, sorted (demuxing only, no decoding)."""
+        """Presentation timestamps of every video packet, sorted (demuxing only, no decoding).
+
+        Also finds timestamps that cannot be trusted (then frames are counted from the start): a
+        packet without one, or a stream that reorders frames (B-frames) whose timestamps
+        nevertheless rise in decode order (decode-order times written as presentation times).
+        """
         if self._table is None:
-            try:
-                if not self._pristine:
-                    self._container.seek(self._start, stream=self._stream, backward=True)
-                self._pristine = False
-                table = []
-                for packet in self._container.demux(self._stream):
-                    check_deadline()
-                    if packet.pts is not None and packet.size:
-                        table.append(packet.pts)
-            except DecodeError:
-                raise
-            except Exception as e:
-                raise DecodeError(f"{self.path}: cannot read ({one_line(e)})", "decode") from None
+            table = [packet.pts for packet in self._packets()]
             if not table:
                 raise DecodeError(f"{self.path}: the video stream has no frames", "empty")
+            if None in table:
+                self._sequential = True
+                table = [t for t in table if t is not None]
+            elif self._stream.codec_context.has_b_frames and len(table) > 2 and all(
+                    a < b for a, b in zip(table, table[1:])):
+                self._sequential = True
             table.sort()
             self._table = table
         return self._table
@@ -160,37 +229,86 @@ class PyAVReader(VideoReader):
             rows.setdefault(i, []).append(row)
         sink = _Sink(len(indices), rows)
         try:
-            # The timestamp grid needs a frame rate and a count (from the container, the list or
-            # an earlier scan); otherwise, or when the timestamps leave the grid, the table.
-            grid = self._table is None and self._rate is not None and (
-                self.stream_has_count or self._hint > 0)
-            if grid:
+            if not self._sequential:
                 try:
-                    self._decode(wanted, sink, grid=True)
-                except _VariableRate:
-                    grid = False
-            if not grid:
-                self._timestamps()
-                self._decode(wanted, sink, grid=False)
+                    self._decode_by_timestamps(wanted, sink)
+                except _Untrusted:
+                    self._sequential = True
+            if self._sequential:
+                self._decode_sequential(wanted, sink)
         except DecodeError:
             raise
         except Exception as e:
             raise DecodeError(f"{self.path}: cannot decode ({one_line(e)})", "decode") from None
         return sink.out
 
+    def _decode_by_timestamps(self, wanted: List[int], sink: "_Sink") -> None:
+        # The timestamp grid needs a frame rate and a count (from the container or the list);
+        # otherwise, in Matroska, or when the timestamps leave the grid, the table.
+        grid = self._table is None and self._rate is not None and not self._matroska and (
+            self.stream_has_count or self._hint > 0)
+        if grid:
+            try:
+                self._decode(wanted, sink, grid=True)
+                return
+            except _VariableRate:
+                pass
+        self._timestamps()
+        if self._sequential:
+            raise _Untrusted
+        self._decode(wanted, sink, grid=False)
+
     def _index(self, frame: av.VideoFrame, grid: bool, previous: int) -> int:
-        """Frame number of a decoded frame (``previous`` + 1 when it has no timestamp)."""
+        """Frame number of a decoded frame from its timestamp, checked against the one before."""
         if frame.pts is None:
             if grid:
                 raise _VariableRate
-            return previous + 1
+            raise _Untrusted
         if not grid:
-            return bisect.bisect_left(self._table, frame.pts)
+            index = bisect.bisect_left(self._table, frame.pts)
+            if index == len(self._table) or self._table[index] != frame.pts or (
+                    previous >= 0 and index != previous + 1):
+                raise _Untrusted  # not a packet's timestamp, or out of order
+            return index
         position = (frame.pts - self._start) * self._stream.time_base * self._rate
         index = round(position)
         if abs(position - index) > _OFF_GRID or (previous >= 0 and index != previous + 1):
             raise _VariableRate  # off the grid, or repeated / skipped grid slots
         return int(index)
+
+    def _restart(self) -> None:
+        """Back to the start of the file: open it again (a seek to 0 is not exact everywhere)."""
+        self._container.close()
+        self._open()
+        self._stream_iter, self._next, self._ended = None, 0, False
+
+    def _decode_sequential(self, wanted: List[int], sink: "_Sink") -> None:
+        """Fill ``sink`` counting frames from the start; a running decode continues when it can."""
+        if self._stream_iter is None or wanted[0] < self._next:
+            if not (self._ended and wanted[0] >= self._next):
+                if not self._pristine:
+                    self._restart()
+                self._pristine = False
+                self._stream_iter = iter(self._container.decode(self._stream))
+                self._next, self._ended, self._last_frame = 0, False, None
+        pos = 0
+        if not self._ended:
+            for frame in self._stream_iter:
+                check_deadline()
+                self._frames_decoded += 1
+                index = self._next
+                self._next += 1
+                self._last_frame = frame
+                if index < wanted[pos]:
+                    continue
+                image = self._rgb(frame)
+                while pos < len(wanted) and wanted[pos] <= index:
+                    sink.put(wanted[pos], image)
+                    pos += 1
+                if pos == len(wanted):
+                    return
+            self._ended = True
+        self._finish(wanted[pos:], sink, self._last_frame, self._next - 1)
 
     def _seek(self, index: int) -> None:
         stream = self._stream
@@ -210,15 +328,16 @@ class PyAVReader(VideoReader):
         gop = 0  # longest keyframe interval seen
         last_frame = None
         while True:
-            if self._pristine and wanted[pos] == 0:
-                pass  # the file is at its start: decode from there
-            else:
+            seeked = not (self._pristine and wanted[pos] == 0)
+            if seeked:  # else the file is at its start: decode from there
                 self._seek(wanted[pos])
             self._pristine = False
+            self._stream_iter = None  # a seek ends any sequential decode
             previous = -1  # frame numbers are checked for continuity within one decode run
             for frame in self._container.decode(self._stream):
                 check_deadline()
                 self._frames_decoded += 1
+                first = previous < 0
                 index = self._index(frame, grid, previous)
                 if frame.key_frame:
                     if previous >= 0:  # decoded through from the last keyframe: a true interval
@@ -229,8 +348,11 @@ class PyAVReader(VideoReader):
                 last_frame = frame
                 if index < wanted[pos]:
                     continue  # between the keyframe and the needed frame: not converted
+                if first and seeked and not frame.key_frame:
+                    # A seek lands on a keyframe at or before the target; only frames shown before
+                    # it (open GOP) may come first. Anything else: the timestamps mislead.
+                    raise _Untrusted
                 image = self._rgb(frame)
-                # A frame also fills needed indices it jumped over (a gap in the timestamps).
                 while pos < len(wanted) and wanted[pos] <= index:
                     sink.put(wanted[pos], image)
                     pos += 1
@@ -267,7 +389,9 @@ class PyAVReader(VideoReader):
             sink.put(i, image)
 
     def _rgb(self, frame: av.VideoFrame) -> np.ndarray:
-        return self._to_rgb.reformat(frame, format="rgb24").to_ndarray()
+        """The frame as upright RGB (turned by its display matrix, as a player shows it)."""
+        image = self._to_rgb.reformat(frame, format="rgb24").to_ndarray()
+        return upright(image, frame.rotation) if frame.rotation else image
 
 
 class _Sink:
@@ -292,3 +416,17 @@ def _fit(image: np.ndarray, size: Sequence[int]) -> np.ndarray:
     import cv2
 
     return cv2.resize(image, (int(size[1]), int(size[0])), interpolation=cv2.INTER_AREA)
+
+
+def probe_seekable(path: str) -> bool:
+    """Whether a frame-number seek by timestamp (as OpenCV's) finds frame ``i`` exactly in
+    ``path``: the container stores presentation timestamps, they are trustworthy, and they sit on a
+    constant-rate grid. Read with PyAV, demuxing only (no decoding)."""
+    with PyAVReader(path) as video:
+        if video._sequential or video._rate is None:
+            return False
+        table = video._timestamps()
+        if video._sequential:
+            return False
+        scale = video._stream.time_base * video._rate
+        return all(abs((t - video._start) * scale - i) <= _OFF_GRID for i, t in enumerate(table))

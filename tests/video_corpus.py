@@ -1,0 +1,317 @@
+"""A conformance corpus of small videos, each made the way real files are made, and their reference.
+
+Every case is one short clip (48 frames at 25 fps, mostly 128x96) in one container/codec shape
+that has tripped decoders up: B-frames and open GOPs, Xvid's packed B-frames in AVI, AVI's missing
+timestamps, a raw H.264 stream with none at all, an MKV whose timestamps are decode-order copies,
+variable frame rate, an audio stream, 10-bit, an odd size, a rotation tag. The files come from three
+tools, as a user's files do: PyAV's encoders, the ``ffmpeg`` command (Debian's, for what PyAV does
+not write: Xvid, AVI, raw streams, rotation tags, audio), and OpenCV's ``VideoWriter``.
+
+Every frame says its own number: eight large black/white blocks hold the number in binary (a
+neighbouring frame always differs in at least one block, a mean difference of ~25 grey levels) and a
+bar moves across the picture. :func:`read_number` reads it back, so the reference itself is checked
+against what was encoded.
+
+The reference (:func:`reference_frames`) is a plain sequential decode with PyAV, every frame from
+the start, no seeking, no timestamps used: frame ``i`` is the ``i``-th picture the decoder outputs,
+turned upright by the stream's display matrix the way players do. It shares no code with zoo.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable, Dict, List, Optional
+
+import av
+import numpy as np
+
+FPS = 25
+NUM = 48  # frames per clip
+SIZE = (96, 128)  # (height, width)
+BITS = 8  # blocks holding the frame number
+_SEED_PTS = [0, 40, 80, 100, 180, 190, 260, 300, 420, 430]  # VFR gaps (ms), repeated
+
+
+def frames(num: int = NUM, size=SIZE) -> np.ndarray:
+    """uint8 RGB ``(num, H, W, 3)``: frame ``t`` shows ``t`` in binary blocks and a moving bar."""
+    h, w = size
+    out = np.zeros((num, h, w, 3), np.uint8)
+    top = h * 2 // 3  # blocks in the top two thirds, the bar below
+    cols = BITS // 2
+    for t in range(num):
+        for b in range(BITS):
+            r, c = divmod(b, cols)
+            y0, y1 = r * top // 2, (r + 1) * top // 2
+            x0, x1 = c * w // cols, (c + 1) * w // cols
+            out[t, y0:y1, x0:x1] = 235 if (t >> b) & 1 else 20
+        out[t, top:, :] = (40, 90, 160)
+        x = (t * 5) % max(w - 8, 1)
+        out[t, top:, x:x + 8] = (250, 200, 40)
+    return out
+
+
+def read_number(image: np.ndarray) -> int:
+    """The frame number :func:`frames` drew into an (upright) RGB image."""
+    h, w = image.shape[:2]
+    top = h * 2 // 3
+    cols = BITS // 2
+    n = 0
+    for b in range(BITS):
+        r, c = divmod(b, cols)
+        y0, y1 = r * top // 2, (r + 1) * top // 2
+        x0, x1 = c * w // cols, (c + 1) * w // cols
+        # The centre of the block: codec ringing at the edges stays out.
+        dy, dx = (y1 - y0) // 4, (x1 - x0) // 4
+        block = image[y0 + dy:y1 - dy, x0 + dx:x1 - dx]
+        if block.mean() > 128:
+            n |= 1 << b
+    return n
+
+
+# ----------------------------------------------------------------------------- writers
+
+
+def _pyav(path: str, codec: str, pix_fmt: str = "yuv420p", options=None, pts_ms=None,
+          size=SIZE, tag: str = "") -> None:
+    """Encode with PyAV (``pts_ms``: per-frame times for variable frame rate)."""
+    data = frames(size=size)
+    with av.open(path, "w") as container:
+        stream = container.add_stream(codec, rate=FPS, options=dict(options or {}))
+        stream.height, stream.width = size
+        stream.pix_fmt = pix_fmt
+        if tag:
+            stream.codec_context.codec_tag = tag
+        if pts_ms is not None:
+            stream.codec_context.time_base = Fraction(1, 1000)
+        for i, image in enumerate(data):
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            if pts_ms is not None:
+                frame.pts = int(pts_ms[i])
+                frame.time_base = Fraction(1, 1000)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def _ffmpeg(path: str, args: List[str], audio: bool = False, size=SIZE, post=()) -> None:
+    """Pipe the frames as raw RGB into the ``ffmpeg`` command with ``args`` (+ a sine track)."""
+    h, w = size
+    cmd = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "rawvideo",
+           "-pix_fmt", "rgb24", "-s", f"{w}x{h}", "-r", str(FPS), "-i", "-"]
+    if audio:
+        cmd += ["-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=22050:duration={NUM / FPS}"]
+    cmd += ["-map", "0:v"] + (["-map", "1:a"] if audio else []) + list(args) + [path]
+    subprocess.run(cmd, input=frames(size=size).tobytes(), check=True, capture_output=True)
+    for step in post:
+        step(path)
+
+
+def _opencv(path: str, fourcc: str) -> None:
+    import cv2
+
+    h, w = SIZE
+    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*fourcc), FPS, (w, h))
+    if not writer.isOpened():
+        raise RuntimeError(f"OpenCV cannot write {fourcc} to {path}")
+    for image in frames():
+        writer.write(np.ascontiguousarray(image[:, :, ::-1]))
+    writer.release()
+
+
+def _vfr_pts() -> List[int]:
+    """Irregular frame times (ms): gaps of 10 to 120 ms."""
+    gaps = np.diff(_SEED_PTS)
+    out, t = [], 0
+    for i in range(NUM):
+        out.append(t)
+        t += int(gaps[i % len(gaps)])
+    return out
+
+
+_X264 = {"preset": "ultrafast", "crf": "16", "g": "12", "bf": "3",
+         "x264-params": "open-gop=1:keyint=12:min-keyint=12:scenecut=0:bframes=3:b-adapt=0"}
+_X264_CLI = ["-c:v", "libx264", "-preset", "ultrafast", "-crf", "16", "-g", "12", "-bf", "3",
+             "-x264-params", "open-gop=1:keyint=12:min-keyint=12:scenecut=0:b-adapt=0",
+             "-pix_fmt", "yuv420p"]
+_X265_PARAMS = "keyint=12:min-keyint=12:scenecut=0:bframes=3:log-level=error:open-gop=1"
+
+
+def _remux(path: str, args: List[str]) -> None:
+    """Stream-copy ``path`` through the ``ffmpeg`` command with ``args`` (in place)."""
+    source = path + ".src" + os.path.splitext(path)[1]
+    os.replace(path, source)
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-i", source,
+                    "-map", "0", "-c", "copy"] + args + [path], check=True, capture_output=True)
+    os.remove(source)
+
+
+def _broken_pts(path: str) -> None:
+    """A file whose timestamps are the decode-order ones (a muxer bug seen in the wild): the B-frame
+    stream's pictures carry the wrong times, so no timestamp can say a frame's position."""
+    # From 0: negative times would make the MP4 muxer write an edit list that hides frames.
+    zeroed = "setts=pts=DTS-STARTDTS:dts=DTS-STARTDTS"
+    _ffmpeg(path, _X264_CLI, post=[lambda q: _remux(q, ["-bsf:v", zeroed])])
+
+
+def _avi_from_mp4(path: str) -> None:
+    """H.264 with B-frames written to MP4, then stream-copied to AVI (as people convert files): the
+    AVI header then counts empty chunks, twice the real frames."""
+    mp4 = path + ".mp4"
+    _ffmpeg(mp4, _X264_CLI)
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-i", mp4, "-c", "copy",
+                    path], check=True, capture_output=True)
+    os.remove(mp4)
+
+
+def _rotated(degrees: int, audio: bool = False) -> Callable[[str], None]:
+    """H.264 tagged the way phones tag it: a display matrix (written by a stream copy, as the
+    ``rotate`` metadata is only turned into one there)."""
+    extra = ["-c:a", "aac"] if audio else []
+    return lambda p: _ffmpeg(p, _X264_CLI + extra, audio=audio,
+                             post=[lambda q: _remux(q, ["-metadata:s:v", f"rotate={degrees}"])])
+
+
+@dataclass
+class Case:
+    """One corpus file: its name (the pytest id), file name, writer and what it exercises."""
+
+    name: str
+    filename: str
+    write: Callable[[str], None]
+    tool: str  # which program wrote it
+    about: str
+    needs: List[str] = field(default_factory=list)  # encoders that must exist (ffmpeg -encoders)
+    # Degrees counter-clockwise a player turns the picture (FFmpeg's display-matrix convention).
+    rotation: int = 0
+
+
+CASES: List[Case] = [
+    Case("h264_mp4", "h264.mp4", lambda p: _pyav(p, "libx264", options=_X264), "pyav",
+         "H.264, 3 B-frames, open GOP, keyframe every 12"),
+    Case("h264_mov_audio", "h264_audio.mov",
+         lambda p: _ffmpeg(p, _X264_CLI + ["-c:a", "aac"], audio=True), "ffmpeg",
+         "H.264 with B-frames and an interleaved AAC track, QuickTime"),
+    Case("h264_mkv", "h264.mkv", lambda p: _pyav(p, "libx264", options=_X264), "pyav",
+         "H.264 with B-frames in Matroska (no frame count stored)"),
+    Case("hevc_mp4", "hevc.mp4",
+         lambda p: _pyav(p, "libx265", options={"preset": "ultrafast", "crf": "18",
+                                                "x265-params": _X265_PARAMS}, tag="hvc1"),
+         "pyav", "HEVC with B-frames, open GOP (CRA)"),
+    Case("hevc_10bit_mkv", "hevc10.mkv",
+         lambda p: _ffmpeg(p, ["-c:v", "libx265", "-preset", "ultrafast", "-crf", "18",
+                               "-pix_fmt", "yuv420p10le", "-x265-params", _X265_PARAMS]),
+         "ffmpeg", "HEVC Main10, yuv420p10le"),
+    Case("vp8_webm", "vp8.webm",
+         lambda p: _pyav(p, "libvpx", options={"crf": "8", "b": "2M", "g": "12"}), "pyav",
+         "VP8 in WebM (alt-ref frames)"),
+    Case("vp9_webm_audio", "vp9_audio.webm",
+         lambda p: _ffmpeg(p, ["-c:v", "libvpx-vp9", "-crf", "20", "-b:v", "0", "-g", "12",
+                               "-deadline", "realtime", "-cpu-used", "8", "-c:a", "libopus"],
+                           audio=True),
+         "ffmpeg", "VP9 (superframes) with an Opus track in WebM", ["libvpx-vp9", "libopus"]),
+    Case("mpeg4_xvid_avi_audio", "mpeg4_audio.avi",
+         lambda p: _ffmpeg(p, ["-c:v", "mpeg4", "-q:v", "2", "-bf", "2", "-g", "12",
+                               "-vtag", "XVID", "-c:a", "libmp3lame"], audio=True),
+         "ffmpeg", "MPEG-4 Part 2 with 2 B-frames tagged XVID, MP3 track, AVI (no pts)",
+         ["libmp3lame"]),
+    Case("xvid_packed_avi", "xvid_packed.avi",
+         lambda p: _ffmpeg(p, ["-c:v", "libxvid", "-q:v", "2", "-bf", "2", "-g", "12"]),
+         "ffmpeg", "libxvid with B-frames: packed bitstream (P+B in one chunk, N-VOPs) as "
+         "Xvid/DivX write it", ["libxvid"]),
+    Case("h264_avi", "h264.avi", lambda p: _ffmpeg(p, _X264_CLI), "ffmpeg",
+         "H.264 with B-frames in AVI (no pts, only decode order)"),
+    Case("h264_avi_remuxed", "h264_remuxed.avi", _avi_from_mp4, "ffmpeg",
+         "H.264 MP4 stream-copied to AVI (header counts empty chunks)"),
+    Case("mjpeg_avi", "mjpeg.avi", lambda p: _opencv(p, "MJPG"), "opencv",
+         "MJPEG written by OpenCV's VideoWriter"),
+    Case("mp4v_mp4", "mp4v.mp4", lambda p: _opencv(p, "mp4v"), "opencv",
+         "MPEG-4 Part 2 written by OpenCV's VideoWriter"),
+    Case("vfr_mp4", "vfr.mp4",
+         lambda p: _pyav(p, "libx264", options=_X264, pts_ms=_vfr_pts()), "pyav",
+         "variable frame rate (10-120 ms gaps), B-frames"),
+    Case("vfr_mkv", "vfr.mkv",
+         lambda p: _pyav(p, "libx264", options=_X264, pts_ms=_vfr_pts()), "pyav",
+         "variable frame rate in Matroska"),
+    Case("h264_raw", "raw.h264", lambda p: _ffmpeg(p, _X264_CLI + ["-f", "h264"]), "ffmpeg",
+         "raw H.264 elementary stream: no container, no timestamps"),
+    Case("h264_mkv_broken_pts", "broken_pts.mkv", _broken_pts, "ffmpeg",
+         "H.264 with B-frames in MKV whose pts are the decode-order times"),
+    Case("h264_mp4_broken_pts", "broken_pts.mp4", _broken_pts, "ffmpeg",
+         "H.264 with B-frames in MP4 whose pts are the decode-order times (no ctts)"),
+    Case("odd_97x61_mp4", "odd.mp4",
+         lambda p: _pyav(p, "libx264", pix_fmt="yuv444p", options=_X264, size=(61, 97)), "pyav",
+         "odd size 97x61 (H.264 4:4:4)"),
+    Case("odd_97x61_webm", "odd.webm",
+         lambda p: _ffmpeg(p, ["-c:v", "libvpx-vp9", "-crf", "20", "-b:v", "0", "-g", "12",
+                               "-deadline", "realtime", "-cpu-used", "8"], size=(61, 97)),
+         "ffmpeg", "odd size 97x61, VP9 4:2:0"),
+    Case("rotate90_mp4", "rotate90.mp4", _rotated(90), "ffmpeg",
+         "display matrix: 90 degrees (rotate=90, as a phone writes it)", rotation=90),
+    Case("rotate270_mov_audio", "rotate270.mov", _rotated(270, audio=True), "ffmpeg",
+         "display matrix: 270 degrees, with an AAC track", rotation=-90),
+]
+CASE_NAMES = [c.name for c in CASES]
+
+
+def missing_tools(case: Case) -> str:
+    """Why ``case`` cannot be built here ('' when it can)."""
+    if case.tool == "ffmpeg" and shutil.which("ffmpeg") is None:
+        return "the ffmpeg command is not installed (apt-get install ffmpeg)"
+    if case.needs:
+        listed = subprocess.run(["ffmpeg", "-hide_banner", "-encoders"], capture_output=True,
+                                text=True).stdout
+        lacking = [n for n in case.needs if f" {n} " not in listed]
+        if lacking:
+            return f"this ffmpeg lacks the encoders {lacking}"
+    return ""
+
+
+def build(folder: str, names: Optional[List[str]] = None) -> Dict[str, str]:
+    """Write the corpus into ``folder``: name -> path (cases that cannot be built are left out)."""
+    paths = {}
+    for case in CASES:
+        if names is not None and case.name not in names:
+            continue
+        if missing_tools(case):
+            continue
+        path = os.path.join(folder, case.filename)
+        if not os.path.exists(path):
+            case.write(path)
+        paths[case.name] = path
+    return paths
+
+
+# ----------------------------------------------------------------------------- reference
+
+
+def upright(image: np.ndarray, ccw_degrees: float) -> np.ndarray:
+    """Turn a decoded picture the way a player does, given the display matrix's rotation (degrees
+    counter-clockwise, as FFmpeg's ``av_display_rotation_get`` reports it)."""
+    k = int(round(ccw_degrees / 90.0)) % 4
+    return np.ascontiguousarray(np.rot90(image, k)) if k else image
+
+
+def reference_frames(path: str) -> np.ndarray:
+    """Every frame of ``path`` from a sequential PyAV decode, RGB, upright."""
+    out = []
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "NONE"
+        for frame in container.decode(stream):
+            out.append(upright(frame.to_ndarray(format="rgb24"), frame.rotation or 0))
+    return np.stack(out)
+
+
+def ffmpeg_frames(path: str, shape) -> np.ndarray:
+    """Every frame from the ``ffmpeg`` command (its own FFmpeg build, auto-rotation, no frame-rate
+    conversion) as RGB ``(N, H, W, 3)``: a second, independent decode."""
+    h, w = shape
+    cmd = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-i", path, "-map", "0:v:0",
+           "-vsync", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"]
+    raw = subprocess.run(cmd, capture_output=True, check=True).stdout
+    return np.frombuffer(raw, np.uint8).reshape(-1, h, w, 3)
