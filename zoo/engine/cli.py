@@ -62,13 +62,19 @@ def process_rank() -> int:
     return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", 0)))
 
 
+def talks_on_console() -> bool:
+    """Whether this process prints the ``error:`` line: the first process of each node. The other
+    ranks torchrun / Slurm started on a node would repeat it on the same console."""
+    return int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", 0))) == 0
+
+
 def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
         splits: Sequence[str] = ("train", "val")) -> int:
     """Parse, configure, check the data and ``launch(worker)``; returns the process exit code.
 
-    Every failure ends here: one ``error:`` line on the console (rank 0 only under torchrun /
-    Slurm, whose other ranks would repeat it), the traceback in the rank's log file (see
-    zoo/engine/errors.py for what is a user error and what is a bug).
+    Every failure ends here: one ``error:`` line on the console (from the first process of each
+    node under torchrun / Slurm, whose other ranks would repeat it), the traceback in the rank's
+    log file (see zoo/engine/errors.py for what is a user error and what is a bug).
 
     Args:
         worker: ``worker(cfg)``, run in every process.
@@ -95,5 +101,5 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
         launch(worker, cfg, node_rank=node_rank)
     except Exception as e:
         return report_failure(e, output_dir(cfg) if cfg is not None else None, rank,
-                              console=rank == 0)
+                              console=talks_on_console())
     return 0

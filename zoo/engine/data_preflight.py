@@ -93,6 +93,8 @@ def check_data(cfg, splits: Sequence[str], node_rank: Optional[int] = None) -> N
     from ..data import build_dataset
     from ..data.build import dataset_kwargs
 
+    # First: a topology that cannot work (WORLD_URLS, ranks) is the more basic error.
+    processes = processes_at_least(cfg, node_rank)
     for split in splits:
         if split == "val" and not cfg.CONFIG.DATA.VAL_ANNO_PATH:
             continue
@@ -105,5 +107,5 @@ def check_data(cfg, splits: Sequence[str], node_rank: Optional[int] = None) -> N
         dataset = build_dataset(split_cfg, split)
         _check_videos_found(cfg, split, dataset, dataset_kwargs(cfg, split)["data_path"])
         if split == "train":
-            check_batch_size(cfg, len(dataset), processes_at_least(cfg, node_rank))
+            check_batch_size(cfg, len(dataset), processes)
         logger.info("data check: %s list has %d videos", split, len(dataset))

@@ -65,8 +65,8 @@ def report_failure(e: BaseException, output_dir: Optional[str] = None, rank: int
             even when the file does not exist yet; a user error's traceback only goes to a log file
             this process already has (a bad config does not create the run's folder).
         rank: This process's rank (names the log file).
-        console: Print the ``error:`` line. False for ranks other than 0 of a torchrun / Slurm job,
-            which would repeat rank 0's line; they write it to their log file only.
+        console: Print the ``error:`` line. False for the other ranks torchrun / Slurm started on
+            a node, which would repeat the first one's line; they write it to their log file.
 
     Returns:
         The process exit code.

@@ -208,7 +208,8 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
             raise _WorkerFailure(e.error_index, "died", text) from None
         text = str(e).strip()
         expected = "LaunchError: " in _last_line(text, keep_type=True)  # its message says it all
-        raise _WorkerFailure(e.error_index, "error", f"failed: {_last_line(text)}",
+        unexpected = "" if expected else "unexpected "
+        raise _WorkerFailure(e.error_index, "error", f"failed: {unexpected}{_last_line(text)}",
                              traceback="" if expected else text) from None
 
 
