@@ -5,11 +5,15 @@ differs between config and checkpoint gave torch's raw size mismatch; a fine-tun
 be tested once its MODEL.PRETRAINED file was gone.
 """
 
+import json
 import logging
+import socket
 
 import pytest
 import torch
 import torch.nn as nn
+import yaml
+from conftest import TOY_MODEL, run_tool
 from videos_for_tests import ramp_frames, write
 
 from zoo.config import cfg_to_yaml, get_cfg, load_config
@@ -23,6 +27,12 @@ from zoo.models import MODEL_REGISTRY
 def ckpt_test_toy(num_classes=10, width=8, **kwargs):
     return nn.Sequential(nn.Conv3d(3, width, 3, padding=1), nn.AdaptiveAvgPool3d(1), nn.Flatten(),
                          nn.Linear(width, num_classes))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------- config key lists
@@ -111,3 +121,77 @@ def test_weights_that_do_not_fit_are_one_checkpoint_error(tmp_path):
     text = str(e.value)
     assert "\n" not in text and "shape mismatch" in text and "ckpt_test_toy" in text
 
+
+
+# ------------------------------------------------ through the tools, as the README's user runs them
+@pytest.fixture(scope="module")
+def finetuned_run(tmp_path_factory):
+    """The README's custom-data run: the YAML says 5 classes, the command line trains 3, starting
+    from a pretrained file that is deleted afterwards. Returns (yaml path, run folder, a video)."""
+    root = tmp_path_factory.mktemp("finetuned")
+    videos = root / "videos"
+    videos.mkdir()
+    for i in range(6):
+        write(str(videos / f"v{i}.mp4"), ramp_frames(8))
+    (root / "train.txt").write_text("".join(f"v{i}.mp4 8 {i % 3}\n" for i in range(6)))
+    (root / "toy.py").write_text(TOY_MODEL)
+    pretrained = root / "pretrained.pth"
+    # The state dict of conftest's toy_conv3d (2 classes), built without registering it here.
+    torch.manual_seed(0)
+    head2 = nn.Sequential(nn.Conv3d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool3d(1),
+                          nn.Flatten(), nn.Linear(8, 2))
+    torch.save({"model": head2.state_dict()}, pretrained)
+    lists = {"TRAIN_ANNO_PATH": str(root / "train.txt"), "TRAIN_DATA_PATH": str(videos),
+             "VAL_ANNO_PATH": str(root / "train.txt"), "VAL_DATA_PATH": str(videos)}
+    config = {"CONFIG": {
+        "EXTRA_MODULES": [str(root / "toy.py")],
+        "MODEL": {"NAME": "toy_conv3d", "PRETRAINED": str(pretrained)},
+        "DATA": {**lists, "NUM_CLASSES": 5, "CLIP_LEN": 4, "FRAME_RATE": 1, "CROP_SIZE": 28,
+                 "SHORT_SIDE_SIZE": 32, "TRAIN_SHORT_SIDE_RANGE": [32, 36], "NUM_WORKERS": 0,
+                 "TEST_NUM_SEGMENT": 2, "TEST_NUM_CROP": 1},
+        "TRAIN": {"BATCH_SIZE": 2, "EPOCH_NUM": 1}, "VAL": {"BATCH_SIZE": 2},
+        "TEST": {"BATCH_SIZE": 2},
+        "LOG": {"BASE_PATH": str(root / "runs"), "EXP_NAME": "ft"},
+    }}
+    yaml_path = root / "my_videos.yaml"
+    yaml_path.write_text(yaml.safe_dump(config))
+    r = run_tool("train_ddp.py", ["--config-file", str(yaml_path), "DATA.NUM_CLASSES", "3",
+                                  "DDP_CONFIG.DISTRIBUTED", "False"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    pretrained.unlink()  # the checkpoint must not need it any more
+    return yaml_path, root / "runs" / "ft", str(videos / "v0.mp4")
+
+
+def _console_checks(r):
+    console = r.stdout + r.stderr
+    assert r.returncode == 0, console
+    assert "Traceback" not in console and "error:" not in console, console
+    warnings = [ln for ln in console.splitlines() if "trained with" in ln]
+    assert len(warnings) == 1, console
+    assert "CONFIG.DATA.NUM_CLASSES 3 (the config says 5)" in warnings[0], console
+    return console
+
+
+@pytest.mark.parametrize("procs", ["one", "two"])
+def test_test_ddp_with_the_yaml_of_a_finetuned_run(finetuned_run, procs):
+    yaml_path, run_dir, _ = finetuned_run
+    mode = (["DDP_CONFIG.DISTRIBUTED", "False"] if procs == "one"
+            else ["DDP_CONFIG.NUM_CPU_PROCS", "2", "DDP_CONFIG.DIST_URL",
+                  f"tcp://127.0.0.1:{_free_port()}"])
+    (run_dir / "test_metrics.json").unlink(missing_ok=True)
+    r = run_tool("test_ddp.py", ["--config-file", str(yaml_path), *mode])
+    _console_checks(r)
+    metrics = json.loads((run_dir / "test_metrics.json").read_text())
+    assert metrics["num_videos"] == 6 and metrics["views"] == 2
+
+
+def test_predict_with_the_yaml_of_a_finetuned_run(finetuned_run):
+    yaml_path, run_dir, video = finetuned_run
+    r = run_tool("predict.py", ["--config-file", str(yaml_path), "--checkpoint",
+                                str(run_dir / "checkpoints" / "epoch_1.pth"), "--json", video])
+    _console_checks(r)
+    result = json.loads(r.stdout)  # warnings go to stderr: stdout is the JSON alone
+    # Three classes in the checkpoint's head: three probabilities that sum to 1.
+    top = result[0]["top"]
+    assert sorted(t["class"] for t in top) == [0, 1, 2]
+    assert abs(sum(t["prob"] for t in top) - 1.0) < 1e-4

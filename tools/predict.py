@@ -32,7 +32,7 @@ def main(argv=None) -> int:
                    help="KEY VALUE config overrides (after the videos)")
     p.add_argument("videos", nargs="+", help="video files")
     args = p.parse_args(argv)
-    setup_logger(None, 0)
+    setup_logger(None, 0, stream=sys.stderr)  # stdout holds the results only
     try:
         cfg = prepare_synthetic(setup_cfg(argparse.Namespace(
             config_file=args.config_file, opts=args.opts, extra_modules=args.extra_modules)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Optional
+from typing import Optional, TextIO
 
 _FMT = "[%(asctime)s %(name)s %(levelname)s] %(message)s"
 _DATEFMT = "%m/%d %H:%M:%S"
@@ -51,12 +51,14 @@ def write_to_log_file(text: str, output_dir: Optional[str] = None, rank: int = 0
     return path
 
 
-def setup_logger(output_dir: Optional[str] = None, rank: int = 0,
-                 name: str = "zoo") -> logging.Logger:
+def setup_logger(output_dir: Optional[str] = None, rank: int = 0, name: str = "zoo",
+                 stream: Optional[TextIO] = None) -> logging.Logger:
     """Configure the ``zoo`` logger for this process.
 
     Rank 0 logs INFO to stdout; every rank writes ``log_rank{rank}.txt`` in ``output_dir``. Other
-    ranks print only errors to the console, so a crash on any rank is still visible.
+    ranks print only errors to the console, so a crash on any rank is still visible. The console
+    is ``stream`` (default stdout; tools whose stdout is data, like ``predict.py --json``, pass
+    stderr).
     """
     logger = logging.getLogger(name)
     logger.setLevel(logging.INFO)
@@ -65,7 +67,7 @@ def setup_logger(output_dir: Optional[str] = None, rank: int = 0,
         logger.removeHandler(h)
         h.close()
     formatter = logging.Formatter(_FMT, datefmt=_DATEFMT)
-    console = logging.StreamHandler(sys.stdout)
+    console = logging.StreamHandler(stream or sys.stdout)
     console.setLevel(logging.INFO if rank == 0 else logging.ERROR)
     console.setFormatter(
         logging.Formatter(f"[%(asctime)s rank{rank}] %(message)s", datefmt="%H:%M:%S")
