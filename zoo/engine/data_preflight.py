@@ -99,7 +99,9 @@ def check_data(cfg, splits: Sequence[str], node_rank: Optional[int] = None) -> N
         if split == "val" and not cfg.CONFIG.DATA.VAL_ANNO_PATH:
             continue
         split_cfg = cfg
-        if split == "test" and cfg.CONFIG.DATA.NUM_CLASSES > 0:
+        data = cfg.CONFIG.DATA
+        # (Synthetic data is generated for NUM_CLASSES classes: nothing to compare.)
+        if split == "test" and data.NUM_CLASSES > 0 and not data.SYNTHETIC.ENABLE:
             split_cfg = cfg.clone()
             split_cfg.defrost()
             split_cfg.CONFIG.DATA.NUM_CLASSES = 0
