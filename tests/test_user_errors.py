@@ -152,11 +152,30 @@ def test_batch_size_larger_than_the_videos_per_process(data, tmp_path, mode, bat
     assert not (tmp_path / "run").exists()
 
 
-def test_batch_size_equal_to_the_videos_per_process_trains(data, tmp_path):
-    # 6 videos over 2 processes: 3 each, one full batch of 3 (the boundary of the check).
-    r = run_tool("train_ddp.py", [*args_for(data, tmp_path), *launch_mode("two"),
-                                  "TRAIN.BATCH_SIZE", "3"])
-    assert r.returncode == 0, r.stdout + r.stderr
+def test_batch_size_check_agrees_with_torchs_sampler_and_drop_last():
+    """The preflight refuses exactly the settings where rank 0's DataLoader (DistributedSampler
+    without drop_last, DataLoader with drop_last, as zoo.data.build_loader uses them) yields no
+    batch; checked against torch's own classes."""
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from zoo.config import ConfigError, load_config
+    from zoo.engine.data_preflight import check_batch_size
+
+    configs = {b: load_config(None, ["TRAIN.BATCH_SIZE", str(b)], validate=False)
+               for b in range(1, 7)}
+    for videos in range(1, 9):
+        for processes in range(1, 4):
+            for batch, cfg in configs.items():
+                sampler = DistributedSampler(range(videos), num_replicas=processes, rank=0,
+                                             shuffle=False, drop_last=False)
+                loader = DataLoader(range(videos), batch_size=batch, sampler=sampler,
+                                    drop_last=True)
+                try:
+                    check_batch_size(cfg, videos, processes)
+                    refused = False
+                except ConfigError:
+                    refused = True
+                assert refused == (len(loader) == 0), (videos, processes, batch)
 
 
 def test_label_above_num_classes(data, tmp_path):
