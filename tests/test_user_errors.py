@@ -266,3 +266,20 @@ def test_slurm_job_step_worker_error(data, tmp_path):
     assert len(errors) == 1 and "no checkpoint in" in errors[0], console
     assert "Traceback" not in console, console
     assert "FileNotFoundError" in rank_log(tmp_path, 1)
+
+
+def test_what_is_a_user_error():
+    from zoo.config import ConfigError
+    from zoo.data.annotations import AnnotationError
+    from zoo.engine.errors import is_user_error, one_line
+    from zoo.models import MODEL_REGISTRY
+
+    with pytest.raises(KeyError) as miss:
+        MODEL_REGISTRY.get("no_such_model_anywhere")
+    assert is_user_error(miss.value)
+    assert one_line(miss.value).startswith("No object named 'no_such_model_anywhere'")
+    assert is_user_error(ConfigError("x")) and is_user_error(AnnotationError("x"))
+    assert is_user_error(FileNotFoundError("x"))
+    # A KeyError that is not a registry's, and other exceptions, are bugs.
+    assert not is_user_error(KeyError("weight"))
+    assert not is_user_error(ValueError("x")) and not is_user_error(RuntimeError("x"))
