@@ -1,6 +1,8 @@
 #!/usr/bin/env python
 """Print the top-5 classes of video files with a trained checkpoint.
 
+The model (name, kwargs, class count) is the checkpoint's; MODEL.PRETRAINED is not read.
+
     python tools/predict.py --config-file x.yaml --checkpoint ckpt.pth a.mp4 b.mp4 [--json] \
         [--opts KEY VALUE ...]
 """
@@ -12,10 +14,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from zoo.config import ConfigError  # noqa: E402
 from zoo.data import prepare_synthetic  # noqa: E402
 from zoo.engine.cli import setup_cfg  # noqa: E402
+from zoo.engine.errors import report_failure  # noqa: E402
 from zoo.engine.predictor import Predictor  # noqa: E402
+from zoo.utils.logger import setup_logger  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -29,13 +32,13 @@ def main(argv=None) -> int:
                    help="KEY VALUE config overrides (after the videos)")
     p.add_argument("videos", nargs="+", help="video files")
     args = p.parse_args(argv)
+    setup_logger(None, 0, stream=sys.stderr)  # stdout holds the results only
     try:
         cfg = prepare_synthetic(setup_cfg(argparse.Namespace(
             config_file=args.config_file, opts=args.opts, extra_modules=args.extra_modules)))
         results = Predictor(cfg, args.checkpoint).predict(args.videos, args.topk)
-    except (ConfigError, FileNotFoundError, RuntimeError, KeyError) as e:
-        print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
-        return 1
+    except Exception as e:  # one `error:` line (zoo/engine/errors.py)
+        return report_failure(e)
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -13,4 +13,5 @@ from zoo.engine import test_worker  # noqa: E402
 from zoo.engine.cli import run  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(run(test_worker, "Evaluate a zoo checkpoint on the test (or validation) list."))
+    sys.exit(run(test_worker, "Evaluate a zoo checkpoint on the test (or validation) list.",
+                 splits=("test",)))

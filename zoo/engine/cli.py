@@ -6,18 +6,17 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
-from ..config import ConfigError, load_config
-from ..data import TooManyBadVideos
-from ..data.annotations import AnnotationError
+from ..config import load_config
 from ..utils.env import import_extra_modules
 from ..utils.logger import setup_logger
-from .checkpoint import CheckpointError
+from .data_preflight import check_data
+from .errors import report_failure
 from .finetune import resolve_num_classes
-from .launch import LaunchError, launch
+from .launch import launch
+from .setup import output_dir
 
 
 def default_argument_parser(description: str) -> argparse.ArgumentParser:
@@ -58,25 +57,49 @@ def command_line_node_rank(opts: List[str], cfg) -> Optional[int]:
     return cfg.DDP_CONFIG.WORLD_RANK if "DDP_CONFIG.WORLD_RANK" in list(opts)[0::2] else None
 
 
-def run(worker: Callable, description: str, argv: Optional[List[str]] = None) -> int:
-    """Parse, configure, prepare data and ``launch(worker)``; returns the process exit code."""
+def process_rank() -> int:
+    """This process's rank when torchrun / Slurm started it as one rank of a job, else 0."""
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", 0)))
+
+
+def talks_on_console() -> bool:
+    """Whether this process prints the ``error:`` line: the first process of each node. The other
+    ranks torchrun / Slurm started on a node would repeat it on the same console."""
+    return int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", 0))) == 0
+
+
+def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
+        splits: Sequence[str] = ("train", "val")) -> int:
+    """Parse, configure, check the data and ``launch(worker)``; returns the process exit code.
+
+    Every failure ends here: one ``error:`` line on the console (from the first process of each
+    node under torchrun / Slurm, whose other ranks would repeat it), the traceback in the rank's
+    log file (see zoo/engine/errors.py for what is a user error and what is a bug).
+
+    Args:
+        worker: ``worker(cfg)``, run in every process.
+        description: The tool's ``--help`` text.
+        argv: The command line (default ``sys.argv[1:]``).
+        splits: The data splits the worker reads, checked before any worker starts
+            (``("test",)`` for testing).
+    """
     args = default_argument_parser(description).parse_args(argv)
+    rank = process_rank()
     # Under torchrun/Slurm each process is already a rank: only rank 0 talks on the console.
-    setup_logger(None, int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", 0))))
-    log = logging.getLogger("zoo")
+    setup_logger(None, rank)
+    cfg = None
     try:
         cfg = setup_cfg(args)
         from ..data import prepare_synthetic
 
-        cfg = resolve_num_classes(prepare_synthetic(cfg))
-        launch(worker, cfg, node_rank=command_line_node_rank(args.opts, cfg))
-    except (ConfigError, LaunchError, CheckpointError, TooManyBadVideos, AnnotationError,
-            FileNotFoundError, ImportError) as e:
-        log.error("error: %s", e)
-        return 2 if isinstance(e, ConfigError) else 1
-    except KeyError as e:  # registry misses carry their message as the first argument
-        log.error("error: %s", e.args[0] if e.args else e)
-        return 1
+        cfg = prepare_synthetic(cfg)
+        if "train" in splits:
+            # For testing, NUM_CLASSES 0 means "the checkpoint's": the tester reads it there.
+            cfg = resolve_num_classes(cfg)
+        node_rank = command_line_node_rank(args.opts, cfg)
+        check_data(cfg, splits, node_rank)
+        launch(worker, cfg, node_rank=node_rank)
+    except Exception as e:
+        return report_failure(e, output_dir(cfg) if cfg is not None else None, rank,
+                              console=talks_on_console())
     return 0
-
-

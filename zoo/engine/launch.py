@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import signal
+import traceback
 from typing import Any, Callable, Optional
 
 import torch
@@ -30,7 +31,10 @@ import torch.multiprocessing as mp
 
 from ..utils import net
 from ..utils.env import available_cpus, set_num_threads
+from ..utils.logger import write_to_log_file
+from .errors import is_user_error, one_line
 from .rendezvous import NodeRendezvous, agree_in_process_group, open_store, worker_store
+from .setup import output_dir
 from .topology import LaunchError, Topology, parse_tcp_url, resolve_topology
 
 __all__ = ["LaunchError", "Topology", "launch", "resolve_topology"]
@@ -120,6 +124,17 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, cfg, topo: Topolo
         if check_agreement:
             agree_in_process_group(cfg, topo)
         return main_func(_fill_ranks(cfg, topo.world_size, rank, gpu), *args)
+    except LaunchError:
+        raise
+    except Exception as e:
+        # The traceback stays in this rank's log file; what travels to the console is one line.
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+        if is_user_error(e):
+            write_to_log_file(text, None, rank)
+            raise LaunchError(one_line(e)) from None
+        write_to_log_file(text, output_dir(cfg), rank)
+        e.zoo_traceback_logged = True  # report_failure need not write it again
+        raise
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -193,7 +208,8 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
             raise _WorkerFailure(e.error_index, "died", text) from None
         text = str(e).strip()
         expected = "LaunchError: " in _last_line(text, keep_type=True)  # its message says it all
-        raise _WorkerFailure(e.error_index, "error", f"failed: {_last_line(text)}",
+        unexpected = "" if expected else "unexpected "
+        raise _WorkerFailure(e.error_index, "error", f"failed: {unexpected}{_last_line(text)}",
                              traceback="" if expected else text) from None
 
 
@@ -206,7 +222,7 @@ def _exit_text(code: int, by_signal: bool) -> str:
     return f"exited with code {code}"
 
 
-def _explain(f: _WorkerFailure, rdzv: NodeRendezvous, topo: Topology) -> str:
+def _explain(f: _WorkerFailure, rdzv: NodeRendezvous, topo: Topology, cfg) -> str:
     """One line: which rank of this node failed and, if known, which rank failed first anywhere."""
     rank = topo.rank_offset + f.local_rank
     text = f"global rank {rank} (node {topo.node_rank}, local process {f.local_rank}) {f.message}"
@@ -222,7 +238,11 @@ def _explain(f: _WorkerFailure, rdzv: NodeRendezvous, topo: Topology) -> str:
         text += (f" (the first failure reported in the job: global rank {root['rank']} on node "
                  f"{root['node']})")
     if f.traceback:
-        logger.info("traceback of global rank %d:\n%s", rank, f.traceback)
+        log_path = os.path.join(output_dir(cfg), f"log_rank{rank}.txt")
+        if os.path.isfile(log_path):  # the worker wrote its traceback there
+            text += f" (an internal error, please report it; full traceback in {log_path})"
+        else:
+            logger.info("traceback of global rank %d:\n%s", rank, f.traceback)
     return text
 
 
@@ -288,5 +308,5 @@ def launch(main_func: Callable, cfg, args: tuple = (), node_rank: Optional[int] 
         try:
             _spawn(main_func, cfg, topo, rdzv, args)
         except _WorkerFailure as f:
-            raise LaunchError(_explain(f, rdzv, topo)) from None
+            raise LaunchError(_explain(f, rdzv, topo, cfg)) from None
     return None

@@ -11,27 +11,26 @@ import torch.nn.functional as F
 
 from ..data import build_dataset, fill_normalization
 from ..data.annotations import read_class_names
-from ..models import build_model, model_facts
-from .checkpoint import load_checkpoint
+from ..models import model_facts
+from .checkpoint_model import model_from_checkpoint
 
 
 class Predictor:
     """Loads a checkpoint once and scores videos with the config's test views.
 
     Args:
-        cfg: The run's config (model, NUM_CLASSES, crop and test view settings, class names from
-            the training list's classes.txt).
+        cfg: The run's config (crop and test view settings, class names from the training
+            list's classes.txt); the model name, kwargs and class count are the checkpoint's.
         checkpoint: Path of a zoo checkpoint (its EMA weights are used when it has them).
         device: Where to run.
     """
 
     def __init__(self, cfg, checkpoint: str, device: str = "cpu") -> None:
-        self.cfg = fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
-        cfg = self.cfg
+        # Model name, kwargs and class count come from the checkpoint (a warning names
+        # differences); MODEL.PRETRAINED is not read.
+        cfg, self.model = model_from_checkpoint(cfg, checkpoint)
+        self.cfg = cfg = fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
         self.device = torch.device(device)
-        state = load_checkpoint(checkpoint)
-        self.model = build_model(cfg)
-        self.model.load_state_dict(state.get("ema") or state["model"])
         self.model.to(self.device).eval()
         num_classes = cfg.CONFIG.DATA.NUM_CLASSES
         anno = cfg.CONFIG.DATA.TRAIN_ANNO_PATH or cfg.CONFIG.DATA.VAL_ANNO_PATH

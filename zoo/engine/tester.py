@@ -7,9 +7,9 @@ import json
 import os
 
 from ..data import build_loader
-from ..models import build_model
 from ..utils import comm
-from .checkpoint import latest_checkpoint, load_checkpoint
+from .checkpoint import latest_checkpoint
+from .checkpoint_model import model_from_checkpoint
 from .evaluator import evaluate
 from .plots import confusion_matrix, write_confusion
 from .setup import worker_setup
@@ -49,14 +49,15 @@ def write_predictions(path: str, dataset, raw: dict) -> None:
 
 
 def test_worker(cfg) -> None:
-    """Evaluate a checkpoint on the test list with TEST_NUM_SEGMENT x TEST_NUM_CROP views."""
+    """Evaluate a checkpoint on the test list with TEST_NUM_SEGMENT x TEST_NUM_CROP views.
+
+    The model is the checkpoint's (see zoo/engine/checkpoint_model.py); MODEL.PRETRAINED is not
+    read.
+    """
     logger, device, out_dir = worker_setup(cfg, write_config=False)
     ckpt_path = find_test_checkpoint(cfg, out_dir)
-    model = build_model(cfg)
-    state = load_checkpoint(ckpt_path)
-    # A run trained with EMA validated the EMA weights; test those too.
-    model.load_state_dict(state.get("ema") or state["model"])
-    del state
+    # Model name, kwargs and class count come from the checkpoint (a warning names differences).
+    cfg, model = model_from_checkpoint(cfg, ckpt_path)
     model.to(device)
     loader = build_loader(cfg, "test")
     data = cfg.CONFIG.DATA

@@ -5,18 +5,60 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Optional
+from typing import Optional, TextIO
 
 _FMT = "[%(asctime)s %(name)s %(levelname)s] %(message)s"
 _DATEFMT = "%m/%d %H:%M:%S"
 
+# ``logger.info(text, extra=FILE_ONLY)`` writes ``text`` to the log file but not to the console:
+# tracebacks go there, so that the console of a failed run ends with one ``error:`` line.
+FILE_ONLY = {"file_only": True}
 
-def setup_logger(output_dir: Optional[str] = None, rank: int = 0,
-                 name: str = "zoo") -> logging.Logger:
+
+class _NotFileOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, "file_only", False)
+
+
+def log_file_of(logger: logging.Logger) -> Optional[str]:
+    """The path of the log file ``logger`` writes to (None when it has none)."""
+    for h in logger.handlers:
+        if isinstance(h, logging.FileHandler):
+            return h.baseFilename
+    return None
+
+
+def write_to_log_file(text: str, output_dir: Optional[str] = None, rank: int = 0,
+                      name: str = "zoo") -> Optional[str]:
+    """Write ``text`` (a traceback) to this process's log file only, never the console.
+
+    When the logger has no file yet and ``output_dir`` is given, ``output_dir/log_rank{rank}.txt``
+    is opened (appended to) first. Returns the file's path, or None when there is no file.
+    """
+    logger = logging.getLogger(name)
+    if log_file_of(logger) is None and output_dir:
+        try:
+            os.makedirs(output_dir, exist_ok=True)
+            fh = logging.FileHandler(os.path.join(output_dir, f"log_rank{rank}.txt"),
+                                     encoding="utf-8")
+        except OSError:
+            return None
+        fh.setFormatter(logging.Formatter(_FMT, datefmt=_DATEFMT))
+        logger.addHandler(fh)
+    path = log_file_of(logger)
+    if path is not None:
+        logger.error(text, extra=FILE_ONLY)
+    return path
+
+
+def setup_logger(output_dir: Optional[str] = None, rank: int = 0, name: str = "zoo",
+                 stream: Optional[TextIO] = None) -> logging.Logger:
     """Configure the ``zoo`` logger for this process.
 
     Rank 0 logs INFO to stdout; every rank writes ``log_rank{rank}.txt`` in ``output_dir``. Other
-    ranks print only errors to the console, so a crash on any rank is still visible.
+    ranks print only errors to the console, so a crash on any rank is still visible. The console
+    is ``stream`` (default stdout; tools whose stdout is data, like ``predict.py --json``, pass
+    stderr).
     """
     logger = logging.getLogger(name)
     logger.setLevel(logging.INFO)
@@ -25,11 +67,12 @@ def setup_logger(output_dir: Optional[str] = None, rank: int = 0,
         logger.removeHandler(h)
         h.close()
     formatter = logging.Formatter(_FMT, datefmt=_DATEFMT)
-    console = logging.StreamHandler(sys.stdout)
+    console = logging.StreamHandler(stream or sys.stdout)
     console.setLevel(logging.INFO if rank == 0 else logging.ERROR)
     console.setFormatter(
         logging.Formatter(f"[%(asctime)s rank{rank}] %(message)s", datefmt="%H:%M:%S")
     )
+    console.addFilter(_NotFileOnly())
     logger.addHandler(console)
     if output_dir:
         os.makedirs(output_dir, exist_ok=True)

@@ -1,0 +1,197 @@
+"""Testing reads the model from the checkpoint; YAML keys zoo uses are never dropped as gluoncv's.
+
+Issue 11: a TSN run's NUM_SEGMENT was thrown away as an "unused gluoncv key"; a class count that
+differs between config and checkpoint gave torch's raw size mismatch; a fine-tuned run could not
+be tested once its MODEL.PRETRAINED file was gone.
+"""
+
+import json
+import logging
+import socket
+
+import pytest
+import torch
+import torch.nn as nn
+import yaml
+from conftest import TOY_MODEL, run_tool
+from videos_for_tests import ramp_frames, write
+
+from zoo.config import cfg_to_yaml, get_cfg, load_config
+from zoo.config.config import _GLUONCV_UNUSED_KEYS, _RENAMED_KEYS, _all_keys
+from zoo.engine.checkpoint import CheckpointError
+from zoo.engine.checkpoint_model import model_from_checkpoint
+from zoo.models import MODEL_REGISTRY
+
+
+@MODEL_REGISTRY.register()
+def ckpt_test_toy(num_classes=10, width=8, **kwargs):
+    return nn.Sequential(nn.Conv3d(3, width, 3, padding=1), nn.AdaptiveAvgPool3d(1), nn.Flatten(),
+                         nn.Linear(width, num_classes))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------------------- config key lists
+def test_ignored_and_renamed_gluoncv_keys_never_hide_a_live_key():
+    live = set(_all_keys(get_cfg()))
+    dropped = set(_GLUONCV_UNUSED_KEYS) | set(_RENAMED_KEYS)
+    assert not dropped & live, f"keys zoo uses but drops or renames: {sorted(dropped & live)}"
+    # Renames point at live keys.
+    assert set(_RENAMED_KEYS.values()) <= live
+
+
+def test_tsn_num_segment_from_a_runs_config_yaml_reaches_the_test_dataset(tmp_path):
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    write(str(videos / "a.mp4"), ramp_frames(24))
+    (tmp_path / "test.txt").write_text("a.mp4 24 0\n")
+    # The run's own config.yaml, as the trainer writes it, with TSN sampling over 3 segments.
+    cfg = load_config(None, [
+        "DATA.SAMPLING", "tsn", "DATA.NUM_SEGMENT", "3", "DATA.CLIP_LEN", "1",
+        "DATA.TEST_NUM_SEGMENT", "1", "DATA.TEST_NUM_CROP", "1", "DATA.CROP_SIZE", "28",
+        "DATA.SHORT_SIDE_SIZE", "32", "DATA.NUM_CLASSES", "2",
+        "DATA.VAL_ANNO_PATH", str(tmp_path / "test.txt"), "DATA.VAL_DATA_PATH", str(videos),
+    ])
+    run_yaml = tmp_path / "config.yaml"
+    run_yaml.write_text(cfg_to_yaml(cfg))
+    loaded = load_config(str(run_yaml))
+    assert loaded.CONFIG.DATA.NUM_SEGMENT == 3
+    from zoo.data import build_dataset
+
+    views = build_dataset(loaded, "test")[0][0]
+    # (views, C, T, H, W): one view of 3 segments x 1 frame; dense sampling would give T = 1.
+    assert tuple(views.shape[:3]) == (1, 3, 3)
+
+
+# ------------------------------------------------------------------ model from the checkpoint
+def _save(path, model, cfg_text):
+    state = {"model": model.state_dict()}
+    if cfg_text is not None:
+        state["cfg"] = cfg_text
+    torch.save(state, path)
+
+
+def _same_weights(model, reference):
+    ref = reference.state_dict()
+    got = model.state_dict()
+    return set(ref) == set(got) and all(torch.equal(ref[k], got[k]) for k in ref)
+
+
+def test_model_name_kwargs_and_class_count_come_from_the_checkpoint(tmp_path, caplog):
+    trained = ckpt_test_toy(num_classes=3, width=4)
+    saved_cfg = load_config(None, ["MODEL.NAME", "ckpt_test_toy", "MODEL.KWARGS", "['width', 4]",
+                                   "DATA.NUM_CLASSES", "3"], validate=False)
+    ckpt = tmp_path / "epoch_1.pth"
+    _save(ckpt, trained, cfg_to_yaml(saved_cfg))
+    # The config to test with says 5 classes, no kwargs, and a pretrained file that is gone.
+    cfg = load_config(None, ["MODEL.NAME", "ckpt_test_toy", "DATA.NUM_CLASSES", "5",
+                             "MODEL.PRETRAINED", str(tmp_path / "gone.pth")], validate=False)
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        new_cfg, model = model_from_checkpoint(cfg, str(ckpt))
+    assert _same_weights(model, trained)
+    assert new_cfg.CONFIG.DATA.NUM_CLASSES == 3
+    assert list(new_cfg.CONFIG.MODEL.KWARGS) == ["width", 4]
+    assert new_cfg.CONFIG.MODEL.PRETRAINED == ""
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "CONFIG.DATA.NUM_CLASSES 3" in warnings[0] and "CONFIG.MODEL.KWARGS" in warnings[0]
+
+
+def test_checkpoint_without_a_config_gives_its_class_count_from_the_classifier(tmp_path):
+    trained = ckpt_test_toy(num_classes=7)
+    ckpt = tmp_path / "bare.pth"
+    _save(ckpt, trained, None)
+    cfg = load_config(None, ["MODEL.NAME", "ckpt_test_toy", "DATA.NUM_CLASSES", "4"],
+                      validate=False)
+    new_cfg, model = model_from_checkpoint(cfg, str(ckpt))
+    assert new_cfg.CONFIG.DATA.NUM_CLASSES == 7 and _same_weights(model, trained)
+
+
+def test_weights_that_do_not_fit_are_one_checkpoint_error(tmp_path):
+    ckpt = tmp_path / "other.pth"
+    _save(ckpt, ckpt_test_toy(num_classes=2, width=8), None)
+    cfg = load_config(None, ["MODEL.NAME", "ckpt_test_toy", "MODEL.KWARGS", "['width', 6]",
+                             "DATA.NUM_CLASSES", "2"], validate=False)
+    with pytest.raises(CheckpointError) as e:
+        model_from_checkpoint(cfg, str(ckpt))
+    text = str(e.value)
+    assert "\n" not in text and "shape mismatch" in text and "ckpt_test_toy" in text
+
+
+
+# ------------------------------------------------ through the tools, as the README's user runs them
+@pytest.fixture(scope="module")
+def finetuned_run(tmp_path_factory):
+    """The README's custom-data run: the YAML says 5 classes, the command line trains 3, starting
+    from a pretrained file that is deleted afterwards. Returns (yaml path, run folder, a video)."""
+    root = tmp_path_factory.mktemp("finetuned")
+    videos = root / "videos"
+    videos.mkdir()
+    for i in range(6):
+        write(str(videos / f"v{i}.mp4"), ramp_frames(8))
+    (root / "train.txt").write_text("".join(f"v{i}.mp4 8 {i % 3}\n" for i in range(6)))
+    (root / "toy.py").write_text(TOY_MODEL)
+    pretrained = root / "pretrained.pth"
+    # The state dict of conftest's toy_conv3d (2 classes), built without registering it here.
+    torch.manual_seed(0)
+    head2 = nn.Sequential(nn.Conv3d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool3d(1),
+                          nn.Flatten(), nn.Linear(8, 2))
+    torch.save({"model": head2.state_dict()}, pretrained)
+    lists = {"TRAIN_ANNO_PATH": str(root / "train.txt"), "TRAIN_DATA_PATH": str(videos),
+             "VAL_ANNO_PATH": str(root / "train.txt"), "VAL_DATA_PATH": str(videos)}
+    config = {"CONFIG": {
+        "EXTRA_MODULES": [str(root / "toy.py")],
+        "MODEL": {"NAME": "toy_conv3d", "PRETRAINED": str(pretrained)},
+        "DATA": {**lists, "NUM_CLASSES": 5, "CLIP_LEN": 4, "FRAME_RATE": 1, "CROP_SIZE": 28,
+                 "SHORT_SIDE_SIZE": 32, "TRAIN_SHORT_SIDE_RANGE": [32, 36], "NUM_WORKERS": 0,
+                 "TEST_NUM_SEGMENT": 2, "TEST_NUM_CROP": 1},
+        "TRAIN": {"BATCH_SIZE": 2, "EPOCH_NUM": 1}, "VAL": {"BATCH_SIZE": 2},
+        "TEST": {"BATCH_SIZE": 2},
+        "LOG": {"BASE_PATH": str(root / "runs"), "EXP_NAME": "ft"},
+    }}
+    yaml_path = root / "my_videos.yaml"
+    yaml_path.write_text(yaml.safe_dump(config))
+    r = run_tool("train_ddp.py", ["--config-file", str(yaml_path), "DATA.NUM_CLASSES", "3",
+                                  "DDP_CONFIG.DISTRIBUTED", "False"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    pretrained.unlink()  # the checkpoint must not need it any more
+    return yaml_path, root / "runs" / "ft", str(videos / "v0.mp4")
+
+
+def _console_checks(r):
+    console = r.stdout + r.stderr
+    assert r.returncode == 0, console
+    assert "Traceback" not in console and "error:" not in console, console
+    warnings = [ln for ln in console.splitlines() if "trained with" in ln]
+    assert len(warnings) == 1, console
+    assert "CONFIG.DATA.NUM_CLASSES 3 (the config says 5)" in warnings[0], console
+    return console
+
+
+@pytest.mark.parametrize("procs", ["one", "two"])
+def test_test_ddp_with_the_yaml_of_a_finetuned_run(finetuned_run, procs):
+    yaml_path, run_dir, _ = finetuned_run
+    mode = (["DDP_CONFIG.DISTRIBUTED", "False"] if procs == "one"
+            else ["DDP_CONFIG.NUM_CPU_PROCS", "2", "DDP_CONFIG.DIST_URL",
+                  f"tcp://127.0.0.1:{_free_port()}"])
+    (run_dir / "test_metrics.json").unlink(missing_ok=True)
+    r = run_tool("test_ddp.py", ["--config-file", str(yaml_path), *mode])
+    _console_checks(r)
+    metrics = json.loads((run_dir / "test_metrics.json").read_text())
+    assert metrics["num_videos"] == 6 and metrics["views"] == 2
+
+
+def test_predict_with_the_yaml_of_a_finetuned_run(finetuned_run):
+    yaml_path, run_dir, video = finetuned_run
+    r = run_tool("predict.py", ["--config-file", str(yaml_path), "--checkpoint",
+                                str(run_dir / "checkpoints" / "epoch_1.pth"), "--json", video])
+    _console_checks(r)
+    result = json.loads(r.stdout)  # warnings go to stderr: stdout is the JSON alone
+    # Three classes in the checkpoint's head: three probabilities that sum to 1.
+    top = result[0]["top"]
+    assert sorted(t["class"] for t in top) == [0, 1, 2]
+    assert abs(sum(t["prob"] for t in top) - 1.0) < 1e-4

@@ -1,0 +1,285 @@
+"""Every user error ends with exactly one ``error:`` line and a non-zero exit, in every launch mode.
+
+The tools run as a user runs them (a subprocess; the console is what it prints). Launch modes: one
+process (DDP_CONFIG.DISTRIBUTED False), two gloo processes spawned by zoo's launcher, torchrun,
+and a Slurm job step (its environment, two tasks). Tracebacks belong in the rank's log file
+(BASE_PATH/EXP_NAME/log_rank{N}.txt), never on the console. Issue 11, "Errors".
+"""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, TOY_MODEL, run_tool
+from videos_for_tests import ramp_frames, write
+
+BUGGY_MODEL = '''
+import torch.nn as nn
+from zoo.models import MODEL_REGISTRY
+
+
+class Buggy(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.fc = nn.Linear(3, num_classes)
+
+    def forward(self, x):
+        # A plain KeyError is a bug (only a registry's KeyError is a user error).
+        return self.fc(x.mean(dim=(2, 3, 4))) + {}["no such key"]
+
+
+@MODEL_REGISTRY.register()
+def toy_buggy(num_classes=10, **kwargs):
+    return Buggy(num_classes)
+'''
+
+NUM_VIDEOS = 6
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Six 8-frame videos of three classes, their list, and the user model files."""
+    root = tmp_path_factory.mktemp("user_errors")
+    videos = root / "videos"
+    videos.mkdir()
+    frames = ramp_frames(8)
+    lines = []
+    for i in range(NUM_VIDEOS):
+        write(str(videos / f"v{i}.mp4"), frames)
+        lines.append(f"v{i}.mp4 8 {i % 3}")
+    (root / "train.txt").write_text("\n".join(lines) + "\n")
+    (root / "toy.py").write_text(TOY_MODEL)
+    (root / "buggy.py").write_text(BUGGY_MODEL)
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_mode(mode: str):
+    if mode == "one":
+        return ["DDP_CONFIG.DISTRIBUTED", "False"]
+    return ["DDP_CONFIG.NUM_CPU_PROCS", "2",
+            "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{free_port()}"]
+
+
+def args_for(data, out, train_list=None, data_path=None, model="toy_conv3d", module="toy.py"):
+    train_list = str(train_list or data / "train.txt")
+    data_path = str(data_path or data / "videos")
+    return [
+        "--extra-modules", str(data / module), "MODEL.NAME", model,
+        "DATA.TRAIN_ANNO_PATH", train_list, "DATA.TRAIN_DATA_PATH", data_path,
+        "DATA.VAL_ANNO_PATH", train_list, "DATA.VAL_DATA_PATH", data_path,
+        "DATA.NUM_CLASSES", "3", "DATA.CLIP_LEN", "4", "DATA.FRAME_RATE", "1",
+        "DATA.CROP_SIZE", "28", "DATA.SHORT_SIDE_SIZE", "32",
+        "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]", "DATA.NUM_WORKERS", "0",
+        "DATA.TEST_NUM_SEGMENT", "1", "DATA.TEST_NUM_CROP", "1",
+        "TRAIN.BATCH_SIZE", "2", "VAL.BATCH_SIZE", "2", "TEST.BATCH_SIZE", "2",
+        "TRAIN.EPOCH_NUM", "1", "LOG.BASE_PATH", str(out), "LOG.EXP_NAME", "run",
+    ]
+
+
+def assert_one_error_line(r, *needles) -> str:
+    """Exactly one console line starts with ``error:``, it contains ``needles``, no traceback is
+    printed and the exit code is non-zero; returns the line."""
+    console = r.stdout + r.stderr
+    errors = [ln for ln in console.splitlines() if ln.startswith("error:")]
+    assert r.returncode != 0, console
+    assert len(errors) == 1, console
+    assert "Traceback" not in console, console
+    for needle in needles:
+        assert needle in errors[0], console
+    return errors[0]
+
+
+def rank_log(out, rank=0) -> str:
+    return (out / "run" / f"log_rank{rank}.txt").read_text()
+
+
+# --------------------------------------------------------------- data errors caught by preflight
+@pytest.mark.parametrize("mode", ["one", "two"])
+def test_missing_data_path(data, tmp_path, mode):
+    r = run_tool("train_ddp.py", [*args_for(data, tmp_path, data_path=tmp_path / "nowhere"),
+                                  *launch_mode(mode)])
+    assert_one_error_line(r, "CONFIG.DATA.TRAIN_DATA_PATH", "nowhere", "does not exist")
+    # Found before any worker started: no worker wrote a log.
+    assert not (tmp_path / "run").exists()
+
+
+def test_list_whose_videos_are_not_in_the_data_folder(data, tmp_path):
+    other = tmp_path / "empty_folder"
+    other.mkdir()
+    r = run_tool("train_ddp.py", [*args_for(data, tmp_path, data_path=other),
+                                  *launch_mode("one")])
+    assert_one_error_line(r, "CONFIG.DATA.TRAIN_DATA_PATH", "v0.mp4")
+
+
+@pytest.mark.parametrize("mode", ["one", "two"])
+def test_empty_list(data, tmp_path, mode):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# no videos yet\n")
+    r = run_tool("train_ddp.py", [*args_for(data, tmp_path, train_list=empty), *launch_mode(mode)])
+    assert_one_error_line(r, "empty.txt", "no videos")
+
+
+def test_missing_list(data, tmp_path):
+    r = run_tool("train_ddp.py", [*args_for(data, tmp_path, train_list=tmp_path / "gone.txt"),
+                                  *launch_mode("one")])
+    assert_one_error_line(r, "gone.txt", "does not exist")
+
+
+def test_header_line(data, tmp_path):
+    lst = tmp_path / "with_header.txt"
+    lst.write_text("path num_frames label\n" + (data / "train.txt").read_text())
+    r = run_tool("train_ddp.py", [*args_for(data, tmp_path, train_list=lst), *launch_mode("one")])
+    # A list reader may recognise the header (LIST_FORMAT auto) or name it; never a traceback.
+    if r.returncode != 0:
+        assert_one_error_line(r, "with_header.txt")
+    else:
+        assert "Traceback" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("mode,batch,per_process", [("one", 7, 6), ("two", 4, 3)])
+def test_batch_size_larger_than_the_videos_per_process(data, tmp_path, mode, batch, per_process):
+    r = run_tool("train_ddp.py", [*args_for(data, tmp_path), *launch_mode(mode),
+                                  "TRAIN.BATCH_SIZE", str(batch)])
+    assert_one_error_line(r, f"CONFIG.TRAIN.BATCH_SIZE = {batch}", f"the {per_process} training")
+    assert not (tmp_path / "run").exists()
+
+
+def test_batch_size_check_agrees_with_torchs_sampler_and_drop_last():
+    """The preflight refuses exactly the settings where rank 0's DataLoader (DistributedSampler
+    without drop_last, DataLoader with drop_last, as zoo.data.build_loader uses them) yields no
+    batch; checked against torch's own classes."""
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from zoo.config import ConfigError, load_config
+    from zoo.engine.data_preflight import check_batch_size
+
+    configs = {b: load_config(None, ["TRAIN.BATCH_SIZE", str(b)], validate=False)
+               for b in range(1, 7)}
+    for videos in range(1, 9):
+        for processes in range(1, 4):
+            for batch, cfg in configs.items():
+                sampler = DistributedSampler(range(videos), num_replicas=processes, rank=0,
+                                             shuffle=False, drop_last=False)
+                loader = DataLoader(range(videos), batch_size=batch, sampler=sampler,
+                                    drop_last=True)
+                try:
+                    check_batch_size(cfg, videos, processes)
+                    refused = False
+                except ConfigError:
+                    refused = True
+                assert refused == (len(loader) == 0), (videos, processes, batch)
+
+
+def test_label_above_num_classes(data, tmp_path):
+    r = run_tool("train_ddp.py", [*args_for(data, tmp_path), *launch_mode("one"),
+                                  "DATA.NUM_CLASSES", "2"])
+    assert_one_error_line(r, "labels up to 2", "CONFIG.DATA.NUM_CLASSES = 2")
+
+
+# ------------------------------------------------------ errors inside the workers: log has them
+@pytest.mark.parametrize("mode", ["one", "two"])
+def test_error_in_a_worker_is_one_line_with_the_traceback_in_the_rank_log(data, tmp_path, mode):
+    # Nothing trained: test_ddp.py finds no checkpoint inside the worker.
+    r = run_tool("test_ddp.py", [*args_for(data, tmp_path), *launch_mode(mode)])
+    assert_one_error_line(r, "no checkpoint in")
+    log = rank_log(tmp_path)
+    assert "Traceback" in log and "FileNotFoundError" in log
+
+
+@pytest.mark.parametrize("mode", ["one", "two"])
+def test_a_bug_says_where_its_traceback_is(data, tmp_path, mode):
+    r = run_tool("train_ddp.py", [*args_for(data, tmp_path, model="toy_buggy", module="buggy.py"),
+                                  *launch_mode(mode)])
+    line = assert_one_error_line(r, "unexpected KeyError", "no such key",
+                                 "full traceback in")
+    log_path = line.split("full traceback in ")[1].rstrip(")")
+    assert os.path.dirname(log_path) == str(tmp_path / "run")
+    with open(log_path) as f:
+        log = f.read()
+    assert "Traceback" in log and "in forward" in log
+
+
+# --------------------------------------------------------------- torchrun and Slurm job steps
+def _torchrun(args, timeout=180):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--master_port", str(free_port()), os.path.join(ROOT, "tools", args[0]), *args[1:]],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _zoo_frames(console: str):
+    """Traceback lines of zoo's own code (torchrun prints a traceback of its agent, not ours)."""
+    return [ln for ln in console.splitlines()
+            if ln.strip().startswith("File ") and os.path.join(ROOT, "zoo") in ln]
+
+
+def _assert_one_error_under_a_launcher(r, *needles):
+    console = r.stdout + r.stderr
+    errors = [ln for ln in console.splitlines() if ln.startswith("error:")]
+    assert r.returncode != 0, console
+    assert len(errors) == 1, console
+    assert not _zoo_frames(console), console
+    for needle in needles:
+        assert needle in errors[0], console
+
+
+def test_torchrun_preflight_error(data, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    r = _torchrun(["train_ddp.py", *args_for(data, tmp_path, train_list=empty)])
+    _assert_one_error_under_a_launcher(r, "empty.txt", "no videos")
+
+
+def test_torchrun_worker_error(data, tmp_path):
+    r = _torchrun(["test_ddp.py", *args_for(data, tmp_path)])
+    _assert_one_error_under_a_launcher(r, "rank 0 of 2", "no checkpoint in")
+    for rank in (0, 1):
+        assert "FileNotFoundError" in rank_log(tmp_path, rank)
+
+
+def test_slurm_job_step_worker_error(data, tmp_path):
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, PYTHONUNBUFFERED="1", SLURM_PROCID=str(rank),
+                   SLURM_LOCALID=str(rank), SLURM_NTASKS="2", SLURM_NNODES="1",
+                   SLURM_NODEID="0", SLURM_STEP_ID="0",
+                   SLURM_JOB_NODELIST="localhost", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            env.pop(key, None)
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, "tools", "test_ddp.py"), *args_for(data, tmp_path)],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=180)[0] for p in procs]
+    console = "".join(outputs)
+    errors = [ln for ln in console.splitlines() if ln.startswith("error:")]
+    assert all(p.returncode != 0 for p in procs), console
+    assert len(errors) == 1 and "no checkpoint in" in errors[0], console
+    assert "Traceback" not in console, console
+    assert "FileNotFoundError" in rank_log(tmp_path, 1)
+
+
+def test_what_is_a_user_error():
+    from zoo.config import ConfigError
+    from zoo.data.annotations import AnnotationError
+    from zoo.engine.errors import is_user_error, one_line
+    from zoo.models import MODEL_REGISTRY
+
+    with pytest.raises(KeyError) as miss:
+        MODEL_REGISTRY.get("no_such_model_anywhere")
+    assert is_user_error(miss.value)
+    assert one_line(miss.value).startswith("No object named 'no_such_model_anywhere'")
+    assert is_user_error(ConfigError("x")) and is_user_error(AnnotationError("x"))
+    assert is_user_error(FileNotFoundError("x"))
+    # A KeyError that is not a registry's, and other exceptions, are bugs.
+    assert not is_user_error(KeyError("weight"))
+    assert not is_user_error(ValueError("x")) and not is_user_error(RuntimeError("x"))
