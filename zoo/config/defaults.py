@@ -147,6 +147,15 @@ _C.CONFIG.TEST.CHECKPOINT = ""
 # Videos per process during testing (each video yields TEST_NUM_SEGMENT x TEST_NUM_CROP views).
 _C.CONFIG.TEST.BATCH_SIZE = 4
 
+# --------------------------------------- INFERENCE
+# ---------------------------------------------------
+# gluoncv.torch's feature-extraction block (its *_feat.yaml configs).
+_C.CONFIG.INFERENCE = CN()
+# True marks a feature-extraction config: tools/extract_features.py writes the pooled features
+# before the classifier, one .npy per video of the validation list, to BASE_PATH/EXP_NAME/
+# LOG.SAVE_DIR as gluoncv did (see docs/features.md). The tool extracts features whatever it says.
+_C.CONFIG.INFERENCE.FEAT = False
+
 # ------------------------------------------ DATA
 # ---------------------------------------------------
 _C.CONFIG.DATA = CN()
