@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 logger = logging.getLogger("zoo")
 
@@ -156,6 +156,19 @@ def print_report(result: DryRunResult) -> None:
         logger.warning("warning: %s", line)
     logger.info("dry run passed (%d warning%s); nothing was trained, loaded or downloaded",
                 len(result.warnings), "" if len(result.warnings) == 1 else "s")
+
+
+def dry_run_file(config_file: str, opts: Sequence[str] = (), mode: str = "train",
+                 extra_modules: Sequence[str] = ()) -> DryRunResult:
+    """Load ``config_file`` as the tools do (``cli.setup_cfg``) and :func:`dry_run` it in this
+    process; what ``--dry-run`` checks, for many configs without a process each."""
+    import argparse
+
+    from .cli import setup_cfg  # late: cli imports this module
+
+    args = argparse.Namespace(config_file=config_file, opts=list(opts),
+                              extra_modules=list(extra_modules))
+    return dry_run(setup_cfg(args), mode)
 
 
 def run_dry_run(cfg, mode: str, node_rank: Optional[int] = None) -> int:

@@ -1,0 +1,147 @@
+"""gluon-cv's 48 action-recognition YAMLs (rendered from their values by tests/gluoncv_configs.py)
+load unedited, read gluoncv keys with gluoncv's meaning, and pass ``--dry-run``.
+
+Needs the `models` branch (gluoncv model names registered) and the `weights` branch
+(``MODEL.PRETRAINED: True/False``) merged.
+"""
+
+import logging
+import re
+
+import pytest
+import torch
+import torchvision
+
+from gluoncv_configs import CONFIGS, FEAT_CONFIGS, expected_classes, write_all
+from conftest import run_tool
+from zoo.config import load_config
+from zoo.engine.dry_run import dry_run_file
+
+# Independent parameter references at 400 classes: SlowFast R50 from PySlowFast
+# (/work/shared/REFERENCE.md); its head is Linear(2048 + 256 -> classes).
+_SLOWFAST_R50 = {"slowfast_4x16_resnet50": 34_480_216, "slowfast_8x8_resnet50": 34_566_488}
+_SLOWFAST_HEAD_IN = 2048 + 256
+
+
+def _torchvision_params(depth: int, classes: int) -> int:
+    """gluoncv's ResNet-v1b TSN = torchvision's ResNet (same layers) with a `classes` head."""
+    with torch.device("meta"):
+        net = getattr(torchvision.models, f"resnet{depth}")(num_classes=classes)
+    return sum(p.numel() for p in net.parameters())
+
+
+def _reference_params(model: str, classes: int):
+    for arch, at400 in _SLOWFAST_R50.items():
+        if model.startswith(arch + "_"):
+            return at400 - (_SLOWFAST_HEAD_IN + 1) * (400 - classes)
+    m = re.match(r"resnet(\d+)_v1b_", model)
+    if m:
+        return _torchvision_params(int(m.group(1)), classes)
+    return None  # checked against gluoncv's code by the models branch's tests
+
+
+@pytest.fixture(scope="module")
+def gluoncv_dir(tmp_path_factory):
+    return write_all(str(tmp_path_factory.mktemp("gluoncv")))
+
+
+def test_there_are_48_configs_six_of_them_feat():
+    assert len(CONFIGS) == 48
+    assert len(FEAT_CONFIGS) == 6
+
+
+def test_every_config_passes_the_dry_run(gluoncv_dir):
+    checked = 0
+    for stem, path in gluoncv_dir.items():
+        mode = "features" if stem in FEAT_CONFIGS else "train"
+        result = dry_run_file(path, mode=mode)
+        assert result.model == CONFIGS[stem]["model"], stem
+        assert result.num_classes == expected_classes(stem), stem
+        assert result.params > 1_000_000, stem
+        ref = _reference_params(result.model, result.num_classes)
+        if ref is not None:
+            assert result.params == ref, (stem, result.params, ref)
+            checked += 1
+        want = ("the architecture's published weights" if CONFIGS[stem]["pretrained"]
+                else "random init")
+        assert result.pretrained.startswith(want), (stem, result.pretrained)
+        # The data lives on gluon-cv's machines: every list is reported missing, one line each.
+        missing = [w for w in result.warnings if w.startswith("missing data:")]
+        assert any("VAL_ANNO_PATH" in w for w in missing), stem
+        assert (mode == "features") != any("TRAIN_ANNO_PATH" in w for w in missing), stem
+        if not torch.cuda.is_available():
+            assert any("nccl" in w for w in result.warnings), stem
+    assert checked == 12  # 8 ResNet-v1b TSN + 4 SlowFast R50 configs have a reference count
+
+
+def test_gluoncv_keys_take_gluoncv_meaning(gluoncv_dir):
+    tsn = load_config(gluoncv_dir["resnet50_v1b_kinetics400"], validate=True)
+    assert tsn.CONFIG.DATA.SAMPLING == "tsn" and tsn.CONFIG.DATA.NUM_SEGMENT == 7
+    assert tsn.CONFIG.TRAIN.LR_POLICY == "Step" and tsn.CONFIG.TRAIN.LR_MILESTONE == [40, 80]
+    # No LR_POLICY in the file: gluoncv's trainer stepped the LR at LR_MILESTONE.
+    i3d = load_config(gluoncv_dir["i3d_resnet50_v1_kinetics400"])
+    assert i3d.CONFIG.TRAIN.LR_POLICY == "Step" and i3d.CONFIG.DATA.SAMPLING == "dense"
+    assert i3d.CONFIG.TRAIN.W_DECAY == pytest.approx(1e-4)  # YAML's string '1e-4'
+    assert list(i3d.DDP_CONFIG.WORLD_URLS) == ["172.31.72.195"]  # from WOLRD_URLS
+    # gluoncv: short side SHORT_SIDE_SIZE, then a random scale in [1, 1.25] for training.
+    r21d = load_config(gluoncv_dir["r2plus1d_v1_resnet18_kinetics400"])
+    assert r21d.CONFIG.DATA.CROP_SIZE == 112 and r21d.CONFIG.DATA.SHORT_SIDE_SIZE == 128
+    assert list(r21d.CONFIG.DATA.TRAIN_SHORT_SIDE_RANGE) == [128, 160]
+    # gluoncv's warmup goes from 0 to LR (it never reads WARMUP_START_LR / WARMUP_END_LR).
+    sf = load_config(gluoncv_dir["slowfast_4x16_resnet50_custom"])
+    t = sf.CONFIG.TRAIN
+    assert t.USE_WARMUP and t.WARMUP_START_LR == 0.0 and t.WARMUP_END_LR == pytest.approx(0.01)
+    assert t.LR_POLICY == "Cosine" and t.WARMUP_EPOCHS == 34
+    feat = load_config(gluoncv_dir["tpn_resnet50_f32s2_feat"])
+    assert feat.CONFIG.INFERENCE.FEAT is True and feat.CONFIG.LOG.SAVE_DIR == "features"
+
+
+def test_differences_are_one_warning_each(gluoncv_dir, caplog):
+    with caplog.at_level(logging.WARNING):
+        load_config(gluoncv_dir["slowfast_4x16_resnet50_sthsthv2"])
+    text = [r.getMessage() for r in caplog.records]
+    assert sum("KEEP_ASPECT_RATIO False" in m for m in text) == 1
+    assert sum("MULTIGRID True" in m for m in text) == 1
+    assert sum("EVAL_DIR" in m for m in text) == 1
+    assert not any("NUM_CROP" in m for m in text)  # NUM_CROP 1 is what zoo does
+    assert sum("NEW_HEIGHT" in m for m in text) == 1  # inside the KEEP_ASPECT_RATIO line
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_config(gluoncv_dir["ircsn_v2_resnet152_f32s2_kinetics400"])  # KEEP_ASPECT_RATIO True
+    assert not any("KEEP_ASPECT_RATIO" in r.getMessage() for r in caplog.records)
+
+
+def _params(stdout: str) -> int:
+    m = re.search(r"model: (\S+), ([\d,]+) parameters, (\d+) classes", stdout)
+    assert m, stdout
+    return int(m.group(2).replace(",", ""))
+
+
+def test_train_tool_dry_run(gluoncv_dir):
+    proc = run_tool("train_ddp.py", ["--config-file",
+                                     gluoncv_dir["slowfast_4x16_resnet50_kinetics400"],
+                                     "--dry-run"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "model: slowfast_4x16_resnet50_kinetics400," in out
+    assert _params(out) == 34_480_216
+    assert "pretrained: random init" in out
+    assert "warning: missing data: CONFIG.DATA.TRAIN_ANNO_PATH" in out
+
+
+def test_test_tool_dry_run(gluoncv_dir):
+    proc = run_tool("test_ddp.py", ["--config-file", gluoncv_dir["resnet50_v1b_custom"],
+                                    "--dry-run"])
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert _params(out) == _torchvision_params(50, 174)
+    assert "TRAIN_ANNO_PATH" not in out and "missing data: CONFIG.DATA.VAL_ANNO_PATH" in out
+
+
+def test_invalid_config_fails_the_dry_run(gluoncv_dir, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    text = open(gluoncv_dir["i3d_resnet50_v1_kinetics400"]).read()
+    bad.write_text(text.replace("STEP: 0.1", "STEP: 0.1\n    EPOCHS: 3"))
+    proc = run_tool("train_ddp.py", ["--config-file", str(bad), "--dry-run"])
+    assert proc.returncode != 0
+    assert "unknown config key CONFIG.TRAIN.EPOCHS" in proc.stdout + proc.stderr
