@@ -145,3 +145,15 @@ def test_invalid_config_fails_the_dry_run(gluoncv_dir, tmp_path):
     proc = run_tool("train_ddp.py", ["--config-file", str(bad), "--dry-run"])
     assert proc.returncode != 0
     assert "unknown config key CONFIG.TRAIN.EPOCHS" in proc.stdout + proc.stderr
+
+
+def test_feature_config_dry_run(gluoncv_dir):
+    proc = run_tool("extract_features.py", ["--config-file", gluoncv_dir["resnet50_v1b_feat"],
+                                            "--dry-run"])
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "model: resnet50_v1b_kinetics400," in out
+    assert _params(out) == _torchvision_params(50, 400)
+    assert "pretrained: the architecture's published weights" in out
+    # gluoncv's folder for features: BASE_PATH/EXP_NAME/SAVE_DIR.
+    assert "resnet50_v1b_kinetics400/default/features" in out

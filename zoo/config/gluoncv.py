@@ -37,7 +37,6 @@ _MARKERS = (
     ("CONFIG", "DATA", "MULTIGRID"),
     ("CONFIG", "DATA", "NEW_HEIGHT"),
     ("CONFIG", "LOG", "EVAL_DIR"),
-    ("CONFIG", "INFERENCE", "FEAT"),
 )
 
 # gluoncv's RandomResize(ratio=(1, 1.25)) after the short-side resize in training.
