@@ -5,8 +5,8 @@ import bisect
 
 import pytest
 import yaml
-
 from conftest import run_tool
+
 from zoo.config import ConfigError, load_config
 from zoo.config.convert_pyslowfast import convert_pyslowfast, write_converted
 from zoo.engine.dry_run import dry_run_file

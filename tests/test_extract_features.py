@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-
 from conftest import TOY_MODEL, run_tool
 from videos_for_tests import noise_frames, write
+
 from zoo.config import load_config
 from zoo.data import build_dataset
 from zoo.engine.features import feature_path, pooled_features

@@ -11,9 +11,9 @@ import re
 import pytest
 import torch
 import torchvision
-
-from gluoncv_configs import CONFIGS, FEAT_CONFIGS, expected_classes, write_all
 from conftest import run_tool
+from gluoncv_configs import CONFIGS, FEAT_CONFIGS, expected_classes, write_all
+
 from zoo.config import load_config
 from zoo.engine.dry_run import dry_run_file
 

@@ -129,7 +129,8 @@ def _solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
     if policy == "cosine":
         train["LR_POLICY"] = "Cosine"
         if float(v["SOLVER.COSINE_END_LR"]) != 0.0:
-            notes.append(f"SOLVER.COSINE_END_LR {v['SOLVER.COSINE_END_LR']}: zoo's cosine ends at 0")
+            notes.append(f"SOLVER.COSINE_END_LR {v['SOLVER.COSINE_END_LR']}: zoo's cosine ends "
+                         "at 0")
         if warmup > 0 and not v["SOLVER.COSINE_AFTER_WARMUP"]:
             notes.append("SOLVER.COSINE_AFTER_WARMUP False: PySlowFast's cosine spans all "
                          "MAX_EPOCH epochs and the warmup ends on it; zoo's cosine starts at LR "
@@ -138,8 +139,9 @@ def _solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
         steps, lrs = list(v["SOLVER.STEPS"]), [float(x) for x in v["SOLVER.LRS"]]
         ratios = {round(b / a, 9) for a, b in zip(lrs, lrs[1:])} if len(lrs) > 1 else {0.1}
         if len(ratios) != 1 or len(steps) < len(lrs) or lrs[0] <= 0:
-            raise ConfigError(f"{source}: SOLVER.LRS {lrs} is not a constant ratio per step; zoo's "
-                              "Step policy multiplies the LR by CONFIG.TRAIN.STEP at each milestone")
+            raise ConfigError(f"{source}: SOLVER.LRS {lrs} is not a constant ratio per step; "
+                              "zoo's Step policy multiplies the LR by CONFIG.TRAIN.STEP at each "
+                              "milestone")
         train.update(LR_POLICY="Step", LR=base_lr * lrs[0], WARMUP_END_LR=base_lr * lrs[0],
                      LR_MILESTONE=[int(s) for s in steps[1:len(lrs)]], STEP=ratios.pop())
     else:
@@ -198,7 +200,8 @@ def convert_pyslowfast(data: Dict[str, Any], source: str = "config"
     }
     if int(v["DATA.TEST_CROP_SIZE"]) != int(v["DATA.TRAIN_CROP_SIZE"]):
         notes.append(f"DATA.TEST_CROP_SIZE {v['DATA.TEST_CROP_SIZE']}: zoo tests on CROP_SIZE "
-                     f"{data_out['CROP_SIZE']} crops taken at short side {data_out['SHORT_SIDE_SIZE']}")
+                     f"{data_out['CROP_SIZE']} crops taken at short side "
+                     f"{data_out['SHORT_SIDE_SIZE']}")
     root = v.get("DATA.PATH_TO_DATA_DIR")
     if root:
         for split, key in (("train", "TRAIN"), ("val", "VAL"), ("test", "TEST")):
