@@ -8,13 +8,16 @@ Needs the `models` branch (gluoncv model names registered) and the `weights` bra
 import logging
 import re
 
+import numpy as np
 import pytest
 import torch
 import torchvision
 from conftest import run_tool
 from gluoncv_configs import CONFIGS, FEAT_CONFIGS, expected_classes, write_all
+from videos_for_tests import write
 
 from zoo.config import load_config
+from zoo.data import build_dataset
 from zoo.engine.dry_run import dry_run_file
 
 # Independent parameter references at 400 classes: SlowFast R50 from PySlowFast
@@ -92,6 +95,11 @@ def test_gluoncv_keys_take_gluoncv_meaning(gluoncv_dir):
     t = sf.CONFIG.TRAIN
     assert t.USE_WARMUP and t.WARMUP_START_LR == 0.0 and t.WARMUP_END_LR == pytest.approx(0.01)
     assert t.LR_POLICY == "Cosine" and t.WARMUP_EPOCHS == 34
+    assert not i3d.CONFIG.DATA.KEEP_ASPECT_RATIO  # frames squashed to 340x256 as in gluoncv
+    assert (i3d.CONFIG.DATA.NEW_WIDTH, i3d.CONFIG.DATA.NEW_HEIGHT) == (340, 256)
+    assert (r21d.CONFIG.DATA.NEW_WIDTH, r21d.CONFIG.DATA.NEW_HEIGHT) == (171, 128)
+    csn = load_config(gluoncv_dir["ircsn_v2_resnet152_f32s2_kinetics400"])
+    assert csn.CONFIG.DATA.KEEP_ASPECT_RATIO  # the file says True
     feat = load_config(gluoncv_dir["tpn_resnet50_f32s2_feat"])
     assert feat.CONFIG.INFERENCE.FEAT is True and feat.CONFIG.LOG.SAVE_DIR == "features"
 
@@ -100,15 +108,52 @@ def test_differences_are_one_warning_each(gluoncv_dir, caplog):
     with caplog.at_level(logging.WARNING):
         load_config(gluoncv_dir["slowfast_4x16_resnet50_sthsthv2"])
     text = [r.getMessage() for r in caplog.records]
-    assert sum("KEEP_ASPECT_RATIO False" in m for m in text) == 1
     assert sum("MULTIGRID True" in m for m in text) == 1
     assert sum("EVAL_DIR" in m for m in text) == 1
-    assert not any("NUM_CROP" in m for m in text)  # NUM_CROP 1 is what zoo does
-    assert sum("NEW_HEIGHT" in m for m in text) == 1  # inside the KEEP_ASPECT_RATIO line
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        load_config(gluoncv_dir["ircsn_v2_resnet152_f32s2_kinetics400"])  # KEEP_ASPECT_RATIO True
-    assert not any("KEEP_ASPECT_RATIO" in r.getMessage() for r in caplog.records)
+    # NUM_CROP 1 and KEEP_ASPECT_RATIO / NEW_HEIGHT / NEW_WIDTH mean in zoo what they meant.
+    assert not any(k in m for m in text for k in ("NUM_CROP", "KEEP_ASPECT", "NEW_HEIGHT"))
+
+
+def _stripes(path: str) -> None:
+    """A 64x32 video of four 16-pixel vertical stripes: red, green, blue, white."""
+    frame = np.zeros((32, 64, 3), np.uint8)
+    for i, colour in enumerate([(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 255)]):
+        frame[:, 16 * i: 16 * (i + 1)] = colour
+    write(path, np.stack([frame] * 8))
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_keep_aspect_ratio_false_squashes_frames_like_gluoncv(tmp_path, keep):
+    _stripes(str(tmp_path / "v.mp4"))
+    (tmp_path / "list.txt").write_text("v.mp4 8 0\n")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"""
+CONFIG:
+  DATA:
+    VAL_ANNO_PATH: '{tmp_path / "list.txt"}'
+    VAL_DATA_PATH: '{tmp_path}/'
+    NUM_CLASSES: 2
+    CLIP_LEN: 2
+    FRAME_RATE: 1
+    NUM_SEGMENT: 1
+    NUM_CROP: 1
+    MULTIGRID: False
+    KEEP_ASPECT_RATIO: {keep}
+    NEW_HEIGHT: 32
+    NEW_WIDTH: 32
+    CROP_SIZE: 32
+    SHORT_SIDE_SIZE: 32
+    TRAIN_SHORT_SIDE_RANGE: [32, 40]
+    MEAN: [0.0, 0.0, 0.0]
+    STD: [1.0, 1.0, 1.0]
+""")
+    clip = build_dataset(load_config(str(cfg)), "val")[0][0]  # (C, T, 32, 32) in [0, 1]
+    row = clip[:, 0, 16]  # (C, 32): the middle row
+    rgb = lambda x: [round(float(v)) for v in row[:, x]]  # noqa: E731
+    if keep:  # the centre 32x32 of the 64x32 frame: green then blue
+        assert rgb(4) == [0, 1, 0] and rgb(27) == [0, 0, 1]
+    else:  # gluoncv: the whole frame squashed to 32x32, four 8-pixel stripes
+        assert [rgb(x) for x in (3, 11, 19, 27)] == [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]]
 
 
 def _params(stdout: str) -> int:

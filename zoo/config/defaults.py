@@ -194,6 +194,13 @@ _C.CONFIG.DATA.CROP_SIZE = 224
 _C.CONFIG.DATA.SHORT_SIDE_SIZE = 256
 # Training short side is drawn uniformly from [min, max] per clip (scale jitter).
 _C.CONFIG.DATA.TRAIN_SHORT_SIDE_RANGE = [256, 320]
+# False = resize every decoded frame to NEW_WIDTH x NEW_HEIGHT first, ignoring its aspect ratio,
+# as gluoncv.torch's loader did (its default); the short-side resize and crops follow as usual.
+_C.CONFIG.DATA.KEEP_ASPECT_RATIO = True
+# Frame height after that resize (used only when KEEP_ASPECT_RATIO is False).
+_C.CONFIG.DATA.NEW_HEIGHT = 256
+# Frame width after that resize (used only when KEEP_ASPECT_RATIO is False).
+_C.CONFIG.DATA.NEW_WIDTH = 340
 # Randomly flip training clips left-right (turn off when left/right carries the label).
 _C.CONFIG.DATA.RANDOM_FLIP = True
 # Per-channel mean (RGB, 0..1 scale) subtracted after scaling pixels to [0, 1]; [] = the model's

@@ -14,9 +14,11 @@ rewrites the raw YAML mapping of a gluoncv file so that it means in zoo what it 
   ``WARMUP_START_LR`` / ``WARMUP_END_LR``); zoo's warmup keys are set to 0 and ``LR``.
 * ``MODEL.LOAD`` True with ``MODEL.PRETRAINED_PATH``: load that checkpoint = zoo's
   ``MODEL.PRETRAINED``.
-* ``DATA.NUM_CROP`` 1, ``DATA.MULTIGRID`` False, ``DATA.KEEP_ASPECT_RATIO`` True: what zoo does
-  anyway (gluoncv's loader never read NUM_CROP); other values get one warning each saying what
-  zoo does instead. ``NEW_HEIGHT`` / ``NEW_WIDTH`` only mattered with KEEP_ASPECT_RATIO False.
+* ``DATA.KEEP_ASPECT_RATIO`` absent: gluoncv's default False (frames resized to NEW_WIDTH x
+  NEW_HEIGHT, aspect ratio ignored, before the short-side resize), which zoo's data loader does
+  too when the key is False; zoo's own default is True.
+* ``DATA.NUM_CROP`` 1 and ``DATA.MULTIGRID`` False: what zoo does anyway (gluoncv's loader never
+  read NUM_CROP); other values get one warning each saying what zoo does instead.
 
 Keys zoo deliberately does not use are in ``zoo.config.config._GLUONCV_UNUSED_KEYS`` (warned and
 dropped while merging).
@@ -35,7 +37,6 @@ _MARKERS = (
     ("CONFIG", "DATA", "KEEP_ASPECT_RATIO"),
     ("CONFIG", "DATA", "NUM_CROP"),
     ("CONFIG", "DATA", "MULTIGRID"),
-    ("CONFIG", "DATA", "NEW_HEIGHT"),
     ("CONFIG", "LOG", "EVAL_DIR"),
 )
 
@@ -73,14 +74,8 @@ def _adapt_data(d: Dict[str, Any], source: str, notes: List[str]) -> None:
     if d.pop("MULTIGRID", False):
         logger.warning("%s: CONFIG.DATA.MULTIGRID True is not supported; zoo trains with one clip "
                        "shape (CLIP_LEN x CROP_SIZE), which is gluoncv's MULTIGRID False", source)
-    keep = d.pop("KEEP_ASPECT_RATIO", False)
-    height, width = d.pop("NEW_HEIGHT", 256), d.pop("NEW_WIDTH", 340)
-    if not keep:
-        logger.warning(
-            "%s: CONFIG.DATA.KEEP_ASPECT_RATIO False: gluoncv squashed every frame to %sx%s "
-            "(NEW_WIDTH x NEW_HEIGHT) before resizing; zoo keeps the aspect ratio (short side to "
-            "SHORT_SIDE_SIZE, then a square crop), so the crop sees a slightly different field of "
-            "view on videos that are not %sx%s", source, width, height, width, height)
+    if "KEEP_ASPECT_RATIO" not in d:
+        d["KEEP_ASPECT_RATIO"] = False  # gluoncv's default: frames squashed to NEW_WIDTH x HEIGHT
     if int(d.get("NUM_SEGMENT", 1) or 1) > 1 and "SAMPLING" not in d:
         d["SAMPLING"] = "tsn"
         notes.append(f"NUM_SEGMENT {d['NUM_SEGMENT']} -> CONFIG.DATA.SAMPLING tsn")

@@ -58,6 +58,9 @@ class ClipDataset(Dataset):
         sampling: "dense", "tsn" or "uniform" (see :mod:`zoo.data.sampling`).
         num_segment: Segments of the "tsn" scheme.
         color_jitter: ``[brightness, contrast, saturation, hue]`` for training clips.
+        frame_size: ``(height, width)`` every decoded frame is resized to before cropping,
+            ignoring its aspect ratio (gluoncv's ``KEEP_ASPECT_RATIO: False``); empty = as
+            decoded.
 
     Attributes:
         paths: Full video paths, in list order.
@@ -90,6 +93,7 @@ class ClipDataset(Dataset):
         sampling: str = "dense",
         num_segment: int = 1,
         color_jitter: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
+        frame_size: Sequence[int] = (),
         **unused: object,
     ) -> None:
         if split not in ("train", "val", "test"):
@@ -121,6 +125,7 @@ class ClipDataset(Dataset):
         self.sampling = sampling
         self.num_segment = num_segment
         self.color_jitter = [float(v) for v in color_jitter]
+        self.frame_size = tuple(int(v) for v in frame_size)
         self.bad_videos = BadVideoTable(len(records))
         # Frame counts that had to be counted (no count in the container): found once per worker.
         self._counted: Dict[int, int] = {}
@@ -235,6 +240,8 @@ class ClipDataset(Dataset):
                         self.num_segment, train=self.split == "train", generator=generator,
                     ) + first
                     frames = video.decode(indices.tolist())
+        if self.frame_size:
+            frames = transforms.resize_frames(frames, *self.frame_size)
         if self.split == "train":
             return transforms.train_transform(
                 frames, self.crop_size, self.train_short_side_range, self.random_flip,
