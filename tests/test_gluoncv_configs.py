@@ -202,3 +202,17 @@ def test_feature_config_dry_run(gluoncv_dir):
     assert "pretrained: the architecture's published weights" in out
     # gluoncv's folder for features: BASE_PATH/EXP_NAME/SAVE_DIR.
     assert "resnet50_v1b_kinetics400/default/features" in out
+
+
+def test_model_that_cannot_be_built_fails_the_dry_run(caplog):
+    from zoo.engine.dry_run import run_dry_run
+
+    good = load_config(None, ["MODEL.NAME", "slowfast_tiny_resnet18", "DATA.SYNTHETIC.ENABLE",
+                              "True", "DATA.NUM_CLASSES", "4"])
+    assert run_dry_run(good, "train") == 0
+    bad = load_config(None, ["MODEL.NAME", "slowfast_tiny_resnet18", "MODEL.KWARGS",
+                             "['no_such_argument', 1]"])
+    with caplog.at_level(logging.ERROR):
+        assert run_dry_run(bad, "train") == 1
+    assert any("error: model slowfast_tiny_resnet18 cannot be built" in r.getMessage()
+               for r in caplog.records)

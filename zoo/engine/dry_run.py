@@ -173,5 +173,11 @@ def dry_run_file(config_file: str, opts: Sequence[str] = (), mode: str = "train"
 
 def run_dry_run(cfg, mode: str, node_rank: Optional[int] = None) -> int:
     """``--dry-run`` of the tools: check, print, and return the exit code (0 = valid)."""
-    print_report(dry_run(cfg, mode, node_rank))
+    try:
+        result = dry_run(cfg, mode, node_rank)
+    except (TypeError, ValueError) as e:  # the builder refused its arguments
+        logger.error("error: model %s cannot be built with CONFIG.MODEL.KWARGS %s: %s",
+                     cfg.CONFIG.MODEL.NAME, list(cfg.CONFIG.MODEL.KWARGS), e)
+        return 1
+    print_report(result)
     return 0

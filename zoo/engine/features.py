@@ -145,7 +145,11 @@ def extract_main(argv: Optional[List[str]] = None) -> int:
     try:
         cfg = setup_cfg(args)
         if args.dry_run:
-            result = dry_run(cfg, "features")
+            try:
+                result = dry_run(cfg, "features")
+            except (TypeError, ValueError) as e:
+                logger.error("error: model %s cannot be built: %s", cfg.CONFIG.MODEL.NAME, e)
+                return 1
             result.notes.append(f"features would go to {feature_dir(cfg, args.output)}")
             print_report(result)
             return 0
