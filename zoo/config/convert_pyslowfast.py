@@ -164,6 +164,32 @@ def _batches(v: Dict[str, Any], views: int, notes: List[str]) -> Tuple[int, int,
     return train, test, procs
 
 
+def _data(v: Dict[str, Any], notes: List[str]) -> Dict[str, Any]:
+    """CONFIG.DATA: clip, crops, scale jitter, normalisation, test views, lists."""
+    scales = [int(s) for s in v["DATA.TRAIN_JITTER_SCALES"]]
+    data_out: Dict[str, Any] = {
+        "NUM_CLASSES": int(v["MODEL.NUM_CLASSES"]), "CLIP_LEN": int(v["DATA.NUM_FRAMES"]),
+        "FRAME_RATE": int(v["DATA.SAMPLING_RATE"]), "CROP_SIZE": int(v["DATA.TRAIN_CROP_SIZE"]),
+        "TRAIN_SHORT_SIDE_RANGE": scales, "SHORT_SIDE_SIZE": int(v["DATA.TEST_CROP_SIZE"]),
+        "MEAN": [float(x) for x in v["DATA.MEAN"]], "STD": [float(x) for x in v["DATA.STD"]],
+        "TEST_NUM_SEGMENT": int(v["TEST.NUM_ENSEMBLE_VIEWS"]),
+        "TEST_NUM_CROP": int(v["TEST.NUM_SPATIAL_CROPS"]),
+        "NUM_WORKERS": int(v["DATA_LOADER.NUM_WORKERS"]),
+    }
+    if int(v["DATA.TEST_CROP_SIZE"]) != int(v["DATA.TRAIN_CROP_SIZE"]):
+        notes.append(f"DATA.TEST_CROP_SIZE {v['DATA.TEST_CROP_SIZE']}: zoo tests on CROP_SIZE "
+                     f"{data_out['CROP_SIZE']} crops taken at short side "
+                     f"{data_out['SHORT_SIDE_SIZE']}")
+    root = v.get("DATA.PATH_TO_DATA_DIR")
+    if root:
+        for split, key in (("train", "TRAIN"), ("val", "VAL"), ("test", "TEST")):
+            data_out[f"{key}_ANNO_PATH"] = f"{str(root).rstrip('/')}/{split}.csv"
+            data_out[f"{key}_DATA_PATH"] = str(v.get("DATA.PATH_PREFIX", ""))
+    else:
+        notes.append("no DATA.PATH_TO_DATA_DIR: set CONFIG.DATA.TRAIN_ANNO_PATH / VAL_ANNO_PATH")
+    return data_out
+
+
 def convert_pyslowfast(data: Dict[str, Any], source: str = "config"
                        ) -> Tuple[Dict[str, Any], List[str], List[str]]:
     """Convert a PySlowFast YAML mapping.
@@ -188,27 +214,7 @@ def convert_pyslowfast(data: Dict[str, Any], source: str = "config"
                  AUTO_RESUME=bool(v["TRAIN.AUTO_RESUME"]),
                  PRECISE_BN_ITERS=int(v["BN.NUM_BATCHES_PRECISE"]) if v["BN.USE_PRECISE_STATS"]
                  else 0)
-    scales = [int(s) for s in v["DATA.TRAIN_JITTER_SCALES"]]
-    data_out: Dict[str, Any] = {
-        "NUM_CLASSES": int(v["MODEL.NUM_CLASSES"]), "CLIP_LEN": int(v["DATA.NUM_FRAMES"]),
-        "FRAME_RATE": int(v["DATA.SAMPLING_RATE"]), "CROP_SIZE": int(v["DATA.TRAIN_CROP_SIZE"]),
-        "TRAIN_SHORT_SIDE_RANGE": scales, "SHORT_SIDE_SIZE": int(v["DATA.TEST_CROP_SIZE"]),
-        "MEAN": [float(x) for x in v["DATA.MEAN"]], "STD": [float(x) for x in v["DATA.STD"]],
-        "TEST_NUM_SEGMENT": int(v["TEST.NUM_ENSEMBLE_VIEWS"]),
-        "TEST_NUM_CROP": int(v["TEST.NUM_SPATIAL_CROPS"]),
-        "NUM_WORKERS": int(v["DATA_LOADER.NUM_WORKERS"]),
-    }
-    if int(v["DATA.TEST_CROP_SIZE"]) != int(v["DATA.TRAIN_CROP_SIZE"]):
-        notes.append(f"DATA.TEST_CROP_SIZE {v['DATA.TEST_CROP_SIZE']}: zoo tests on CROP_SIZE "
-                     f"{data_out['CROP_SIZE']} crops taken at short side "
-                     f"{data_out['SHORT_SIDE_SIZE']}")
-    root = v.get("DATA.PATH_TO_DATA_DIR")
-    if root:
-        for split, key in (("train", "TRAIN"), ("val", "VAL"), ("test", "TEST")):
-            data_out[f"{key}_ANNO_PATH"] = f"{str(root).rstrip('/')}/{split}.csv"
-            data_out[f"{key}_DATA_PATH"] = str(v.get("DATA.PATH_PREFIX", ""))
-    else:
-        notes.append("no DATA.PATH_TO_DATA_DIR: set CONFIG.DATA.TRAIN_ANNO_PATH / VAL_ANNO_PATH")
+    data_out = _data(v, notes)
     if float(v["BN.WEIGHT_DECAY"]) != 0.0:
         notes.append(f"BN.WEIGHT_DECAY {v['BN.WEIGHT_DECAY']}: zoo never decays norm parameters")
     if float(v["BN.MOMENTUM"]) != 0.1:
