@@ -216,3 +216,15 @@ def test_model_that_cannot_be_built_fails_the_dry_run(caplog):
         assert run_dry_run(bad, "train") == 1
     assert any("error: model slowfast_tiny_resnet18 cannot be built" in r.getMessage()
                for r in caplog.records)
+
+
+def test_world_urls_of_other_hosts_are_a_warning_in_a_dry_run():
+    from zoo.engine.dry_run import dry_run
+
+    cfg = load_config(None, ["MODEL.NAME", "slowfast_tiny_resnet18", "DATA.NUM_CLASSES", "4",
+                             "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.DIST_BACKEND", "gloo",
+                             "DDP_CONFIG.WORLD_URLS", "['192.0.2.10', '192.0.2.11']",
+                             "DDP_CONFIG.DIST_URL", "tcp://192.0.2.10:23456"])
+    result = dry_run(cfg, "train")
+    machine = [w for w in result.warnings if w.startswith("on this machine:")]
+    assert len(machine) == 1 and "WORLD_URLS" in machine[0], result.warnings
