@@ -128,3 +128,10 @@ def test_unknown_keys_are_listed_and_unsupported_ones_stop(tmp_path):
     data["NONLOCAL"]["LOCATION"] = [[[], []], [[1, 3], []], [[], []], [[], []]]
     with pytest.raises(ConfigError, match="NONLOCAL.LOCATION"):
         convert_pyslowfast(data)
+
+
+def test_a_zoo_yaml_without_its_config_level_is_not_called_pyslowfast(tmp_path):
+    path = tmp_path / "flat.yaml"
+    path.write_text("TRAIN:\n  EPOCH_NUM: 5\n")
+    with pytest.raises(ConfigError, match="unknown config key TRAIN"):
+        load_config(str(path))

@@ -16,9 +16,13 @@ from typing import Any, Dict, List, Tuple
 
 from .validation import ConfigError
 
-# Sections only PySlowFast writes at the top level; a zoo/gluoncv YAML has CONFIG / DDP_CONFIG.
-_SECTIONS = ("TRAIN", "TEST", "DATA", "SOLVER", "MODEL", "SLOWFAST", "RESNET", "BN", "DATA_LOADER",
-             "NONLOCAL", "NUM_GPUS", "NUM_SHARDS", "X3D", "MVIT", "DETECTION", "AVA")
+# Top-level keys only PySlowFast writes (zoo and gluoncv YAMLs have CONFIG / DDP_CONFIG), and keys
+# inside the sections both use that only PySlowFast has.
+_SECTIONS = ("SOLVER", "SLOWFAST", "RESNET", "BN", "DATA_LOADER", "NONLOCAL", "NUM_GPUS",
+             "NUM_SHARDS", "RNG_SEED", "OUTPUT_DIR", "X3D", "MVIT", "DETECTION", "AVA",
+             "TENSORBOARD", "MULTIGRID", "DEMO")
+_INNER = (("MODEL", "ARCH"), ("MODEL", "MODEL_NAME"), ("DATA", "NUM_FRAMES"),
+          ("DATA", "SAMPLING_RATE"), ("TRAIN", "ENABLE"), ("TEST", "ENABLE"))
 
 # PySlowFast defaults (slowfast/config/defaults.py) for the keys the conversion reads.
 _DEFAULTS: Dict[str, Any] = {
@@ -66,7 +70,8 @@ def is_pyslowfast_yaml(data: Any) -> bool:
     """True for a YAML mapping laid out like PySlowFast's (top-level TRAIN / SOLVER / MODEL ...)."""
     if not isinstance(data, dict) or "CONFIG" in data or "DDP_CONFIG" in data:
         return False
-    return any(k in data for k in _SECTIONS)
+    return any(k in data for k in _SECTIONS) or any(
+        isinstance(data.get(section), dict) and key in data[section] for section, key in _INNER)
 
 
 def _flatten(data: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:

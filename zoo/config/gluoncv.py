@@ -34,10 +34,11 @@ logger = logging.getLogger(__name__)
 # Keys only gluoncv writes; one of them marks a YAML as a gluoncv file.
 _MARKERS = (
     ("DDP_CONFIG", "WOLRD_URLS"),
-    ("CONFIG", "DATA", "KEEP_ASPECT_RATIO"),
     ("CONFIG", "DATA", "NUM_CROP"),
     ("CONFIG", "DATA", "MULTIGRID"),
     ("CONFIG", "LOG", "EVAL_DIR"),
+    ("CONFIG", "MODEL", "LOAD"),
+    ("CONFIG", "MODEL", "PRETRAINED_PATH"),
 )
 
 # gluoncv's RandomResize(ratio=(1, 1.25)) after the short-side resize in training.
