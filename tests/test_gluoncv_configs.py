@@ -228,3 +228,22 @@ def test_world_urls_of_other_hosts_are_a_warning_in_a_dry_run():
     result = dry_run(cfg, "train")
     machine = [w for w in result.warnings if w.startswith("on this machine:")]
     assert len(machine) == 1 and "WORLD_URLS" in machine[0], result.warnings
+
+
+def test_older_gluoncv_spellings_take_effect(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("""
+CONFIG:
+  DATA:
+    NUM_CROP: 1
+    NEW_LENGTH: 8
+    NEW_STEP: 4
+  MODEL:
+    NAME: 'slowfast_tiny_resnet18'
+    LOAD: True
+    PRETRAINED_PATH: '/models/k400.pth'
+    BN_FROZEN: True
+""")
+    cfg = load_config(str(path))
+    assert (cfg.CONFIG.DATA.CLIP_LEN, cfg.CONFIG.DATA.FRAME_RATE) == (8, 4)
+    assert cfg.CONFIG.MODEL.PRETRAINED == "/models/k400.pth" and cfg.CONFIG.MODEL.FREEZE_BN
