@@ -31,7 +31,14 @@ def _sorted_labels(csv_path: str) -> list:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Lists are written in the gluoncv format, one video per line: "
+        "'relative/path -1 label' (-1 = frame count unknown; paths may contain spaces); "
+        "CONFIG.DATA.LIST_FORMAT "
+        "'auto' (the default) or 'gluoncv' reads them. "
+        "Untrimmed videos get a CSV list with a header (path,label,start,end) instead.",
+    )
     p.add_argument("--csv", nargs="+", required=True, help="Kinetics CSV file(s); first = train")
     p.add_argument("--videos", required=True, help="folder holding the videos (any layout)")
     p.add_argument("--out", required=True, help="folder for the lists and classes.txt")

@@ -23,7 +23,13 @@ from zoo.data.sources import VIDEO_EXTS, write_classes  # noqa: E402
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Lists are written in the gluoncv format, one video per line: "
+        "'relative/path -1 label' (-1 = frame count unknown; paths may contain spaces); "
+        "CONFIG.DATA.LIST_FORMAT "
+        "'auto' (the default) or 'gluoncv' reads them.",
+    )
     p.add_argument("--root", required=True, help="folder with one sub-folder per class")
     p.add_argument("--out", required=True, help="folder to write train.txt, val.txt, classes.txt")
     p.add_argument("--val-fraction", type=float, default=0.2, help="share of each class for val")

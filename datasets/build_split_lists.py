@@ -26,7 +26,13 @@ READERS = {"ucf101": ucf101_records, "hmdb51": hmdb51_records}
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Lists are written in the gluoncv format, one video per line: "
+        "'relative/path -1 label' (-1 = frame count unknown; paths may contain spaces); "
+        "CONFIG.DATA.LIST_FORMAT "
+        "'auto' (the default) or 'gluoncv' reads them.",
+    )
     p.add_argument("dataset", choices=sorted(READERS))
     p.add_argument("--splits", required=True,
                    help="ucfTrainTestlist (UCF101) or testTrainMulti_7030_splits (HMDB51) folder")

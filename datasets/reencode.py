@@ -112,7 +112,8 @@ def _sources(src_root: str, list_path: str) -> List[str]:
 
 
 def _rewrite_list(list_path: str, dst_root: str) -> str:
-    """A copy of a gluoncv/CSV list whose paths end in .mp4, written into ``dst_root``."""
+    """A copy of a list whose paths end in .mp4, written into ``dst_root``: a text list (any
+    LIST_FORMAT auto recognises) is written in the gluoncv format, a CSV list as a CSV."""
     from zoo.data.annotations import read_annotations
 
     out = os.path.join(dst_root, os.path.basename(list_path))
@@ -132,7 +133,12 @@ def _rewrite_list(list_path: str, dst_root: str) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="With --list, a copy of the list with .mp4 paths is written beside the videos: "
+        "a text list in the gluoncv format ('relative/path -1 label', whatever format the "
+        "input list had), a CSV list as a CSV with a header (path,label,start,end).",
+    )
     p.add_argument("--src", required=True, help="folder with the original videos")
     p.add_argument("--dst", required=True, help="folder for the re-encoded videos")
     p.add_argument("--list", default="", help="only the videos of this annotation list")

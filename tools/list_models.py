@@ -1,9 +1,14 @@
 #!/usr/bin/env python
-"""Print the registered models with their facts (params, GFLOPs, frames x stride, crop).
+"""Print the registered models with their facts (params, GFLOPs, frames x stride, crop) and tags.
+
+The plain table's last column lists each model's published-weights tags for MODEL.PRETRAINED
+(the first is what PRETRAINED True loads); --weights shows their URLs, formats and hashes.
 
     python tools/list_models.py                 # plain table
     python tools/list_models.py --markdown      # the table of docs/models.md
     python tools/list_models.py --recount       # measure params / GFLOPs now (marks drift with !)
+    python tools/list_models.py --weights       # published weights: tags, format, hash, URL
+                                                # (MODEL.PRETRAINED TAG, or True = marked tag)
 """
 
 import argparse
@@ -12,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from zoo.models.table import format_table, model_rows  # noqa: E402
+from zoo.models.table import format_table, format_weights_table, model_rows  # noqa: E402
 from zoo.utils.env import import_extra_modules  # noqa: E402
 
 
@@ -22,11 +27,16 @@ def main() -> int:
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--recount", action="store_true",
                         help="count params and GFLOPs now on the meta device")
+    parser.add_argument("--weights", action="store_true",
+                        help="list the published weights (tags for MODEL.PRETRAINED) instead")
     parser.add_argument("--extra-modules", nargs="+", default=[], metavar="PY",
                         help="user model files to import first (their models are listed too)")
     args = parser.parse_args()
     import_extra_modules(args.extra_modules)
-    print(format_table(model_rows(args.names, recount=args.recount), markdown=args.markdown))
+    if args.weights:
+        print(format_weights_table(args.names, markdown=args.markdown))
+    else:
+        print(format_table(model_rows(args.names, recount=args.recount), markdown=args.markdown))
     return 0
 
 

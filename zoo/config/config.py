@@ -57,8 +57,15 @@ def get_cfg() -> CfgNode:
     return _C.clone()
 
 
+# String keys that also take a YAML boolean (gluoncv's ``PRETRAINED: True``), stored as text:
+# True -> "True" (the architecture's default published weights), False -> "" (random init).
+_BOOL_AS_STRING_KEYS = {"CONFIG.MODEL.PRETRAINED": {True: "True", False: ""}}
+
+
 def _coerce(value: Any, default: Any, key: str) -> Any:
     """Return ``value`` converted to the type of ``default`` or raise ConfigError."""
+    if isinstance(value, bool) and key in _BOOL_AS_STRING_KEYS:
+        return _BOOL_AS_STRING_KEYS[key][value]
     if isinstance(value, str) and not isinstance(default, str):
         # YAML reads 1e-4 as a string (YAML 1.1 wants 1.0e-4); decode it like yacs does.
         value = _parse_value(value)

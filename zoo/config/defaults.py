@@ -164,7 +164,8 @@ _C.CONFIG.DATA = CN()
 # HMDB51Dataset, VideoFolderDataset, FrameFolderDataset, ImageFolderDataset, ImageListDataset
 # (see docs/datasets.md).
 _C.CONFIG.DATA.DATASET = "VideoListDataset"
-# Training annotation list: one "relative/path num_frames label" per line.
+# Training annotation list: one "relative/path num_frames label" per line (or another
+# LIST_FORMAT).
 _C.CONFIG.DATA.TRAIN_ANNO_PATH = ""
 # Folder the training list's paths are relative to.
 _C.CONFIG.DATA.TRAIN_DATA_PATH = ""
@@ -176,6 +177,13 @@ _C.CONFIG.DATA.VAL_DATA_PATH = ""
 _C.CONFIG.DATA.TEST_ANNO_PATH = ""
 # Folder the test list's paths are relative to; "" = VAL_DATA_PATH.
 _C.CONFIG.DATA.TEST_DATA_PATH = ""
+# Format of the text annotation lists (VideoListDataset, FrameFolderDataset): "auto" (recognise
+# it from the shape of every line; an ambiguous list stops with an error naming the candidates),
+# "gluoncv" ("path num_frames label", paths may hold spaces), "mmaction2" ("path label"),
+# "mmaction2_rawframes" ("dir total_frames label" or "dir offset total_frames label") or
+# "pyslowfast" ("path label" or "path,label"). A first line with "path,label" columns is read as
+# a CSV with a header. Multi-label lines are refused in every format (see docs/datasets.md).
+_C.CONFIG.DATA.LIST_FORMAT = "auto"
 # Number of classes (labels are 0..NUM_CLASSES-1); 0 = count them from the training list
 # (the lines of classes.txt beside it, else the largest label + 1).
 _C.CONFIG.DATA.NUM_CLASSES = 400
@@ -219,6 +227,10 @@ _C.CONFIG.DATA.NUM_SEGMENT = 1
 # Video reader: "pyav" (seeks, decodes only the needed frames), "opencv", "decord" (if installed)
 # or "frames" (the list's paths are folders of extracted frames).
 _C.CONFIG.DATA.DECODER = "pyav"
+# File name of frame i (numbered from 1, as MMAction2's denseflow and the TSN/gluoncv extraction
+# scripts write them) inside a frame folder, for DECODER "frames": a str.format pattern. Only
+# these files are read: optical-flow images beside them (flow_x_00001.jpg, x_00001.jpg) are not.
+_C.CONFIG.DATA.FRAME_TEMPLATE = "img_{:05d}.jpg"
 # Decoder threads per video; 0 = automatic (FFmpeg's threads for frames of 256x256 and more, else
 # 1).
 _C.CONFIG.DATA.DECODE_THREADS = 0
@@ -262,7 +274,11 @@ _C.CONFIG.DATA.SYNTHETIC.SEED = 0
 _C.CONFIG.MODEL = CN()
 # Registered model name (see zoo.list_models()).
 _C.CONFIG.MODEL.NAME = "slowfast_4x16_resnet50"
-# Local checkpoint to start from ("" = random init).
+# Weights to start from: "" or False = random init; True = the architecture's default published
+# weights (Kinetics-400 for video models); a weights tag such as "kinetics400" (see
+# `python tools/list_models.py --weights`); a local checkpoint path; or an http(s) URL. Tags and
+# URLs are downloaded once into $ZOO_HOME/weights (default ~/.cache/zoo/weights); any format
+# (zoo, PySlowFast, PyTorchVideo, MMAction2, torchvision) is recognised from its keys.
 _C.CONFIG.MODEL.PRETRAINED = ""
 # Train only the classifier head (fine-tuning a pretrained backbone).
 _C.CONFIG.MODEL.FREEZE_BACKBONE = False

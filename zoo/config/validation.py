@@ -26,6 +26,16 @@ def _non_negative(v: Any) -> bool:
     return v >= 0
 
 
+def _frame_template_ok(template: str) -> bool:
+    """A str.format pattern with one integer field that names files (not folders) and gives
+    different names for different frame numbers (CONFIG.DATA.FRAME_TEMPLATE)."""
+    try:
+        first, second = template.format(1), template.format(2)
+    except (IndexError, KeyError, ValueError):
+        return False
+    return first != second and "/" not in first and "\\" not in first
+
+
 # (key, predicate, what is allowed)
 _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     (
@@ -103,6 +113,16 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ),
     ("CONFIG.DATA.NUM_SEGMENT", _positive, "an integer >= 1"),
     ("CONFIG.DATA.DECODER", lambda v: bool(v), "pyav, opencv, decord, frames or a registered name"),
+    (
+        "CONFIG.DATA.LIST_FORMAT",
+        lambda v: v in ("auto", "gluoncv", "mmaction2", "mmaction2_rawframes", "pyslowfast"),
+        "one of auto, gluoncv, mmaction2, mmaction2_rawframes, pyslowfast",
+    ),
+    (
+        "CONFIG.DATA.FRAME_TEMPLATE",
+        _frame_template_ok,
+        "a file name pattern with one integer field, e.g. img_{:05d}.jpg (frames numbered from 1)",
+    ),
     ("CONFIG.DATA.DECODE_THREADS", _non_negative, "an integer >= 0 (0 = automatic)"),
     ("CONFIG.DATA.DECODE_TIMEOUT", _non_negative, "seconds >= 0 (0 = no limit)"),
     ("CONFIG.DATA.MAX_TRIES", _positive, "an integer >= 1"),

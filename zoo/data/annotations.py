@@ -1,27 +1,32 @@
-"""Reading annotation lists: the gluoncv text format and CSV files with a header.
+"""Reading annotation lists: one-video-per-line text lists and CSV files with a header.
 
-Text lists (any extension but ``.csv``) hold one video per line::
+Text lists hold one video per line, in the format ``CONFIG.DATA.LIST_FORMAT`` names (``auto``
+recognises it; see :mod:`zoo.data.list_formats`). zoo's own format is gluoncv's::
 
     relative/path/to/video.mp4 300 12
     # comments and blank lines are skipped
     a folder with spaces/clip 1.mp4 -1 3
 
 The last two whitespace-separated fields are the frame count (``-1`` = unknown) and the integer
-class id; everything before them is the path, so paths may contain spaces. CSV lists need a header
-with at least ``path`` and ``label`` columns; ``start`` and ``end`` (seconds: use only that part of
-the video) and ``num_frames`` are optional. A ``classes.txt`` beside the list names the classes,
-one per line, line ``i`` naming class ``i``. The other sources (Kinetics CSVs, UCF101 and HMDB51
-split files, class folders) are read by :mod:`zoo.data.sources`.
+class id; everything before them is the path, so paths may contain spaces. MMAction2
+(``path label``, ``dir [offset] total_frames label``) and PySlowFast (``path label``,
+``path,label``) lists are read too. CSV lists need a header with at least ``path`` and ``label``
+columns; ``start`` and ``end`` (seconds: use only that part of the video) and ``num_frames`` are
+optional. A ``classes.txt`` beside the list names the classes, one per line, line ``i`` naming
+class ``i``. The other sources (Kinetics CSVs, UCF101 and HMDB51 split files, class folders) are
+read by :mod:`zoo.data.sources`.
 """
 
 from __future__ import annotations
 
 import csv
+import logging
 import os
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
-LIST_FORMAT = "'relative/path num_frames label' (num_frames may be -1; label an integer >= 0)"
+logger = logging.getLogger(__name__)
+
 CSV_FORMAT = (
     "a header with 'path' and 'label' columns (optional 'start', 'end' in seconds and "
     "'num_frames'), one row per video"
@@ -42,6 +47,8 @@ class VideoRecord:
         label: Integer class id, >= 0.
         start: Use the video from this time (seconds); < 0 = from the start.
         end: Use the video up to this time (seconds); < 0 = to the end.
+        offset: Frames of a frame folder before this video's first one (MMAction2 rawframe lists
+            with offsets); frame ``i`` is the file numbered ``offset + i + 1``.
     """
 
     path: str
@@ -49,6 +56,7 @@ class VideoRecord:
     label: int
     start: float = -1.0
     end: float = -1.0
+    offset: int = 0
 
 
 def _parse_int(text: str, what: str, where: str, expected: str, minimum: int) -> int:
@@ -84,23 +92,6 @@ def list_lines(anno_path: str) -> Iterator[Tuple[str, str]]:
             line = raw.strip()
             if line and not line.startswith("#"):
                 yield f"{anno_path}:{line_no}", line
-
-
-def _read_text_list(anno_path: str) -> List[VideoRecord]:
-    records = []
-    for where, line in list_lines(anno_path):
-        parts = line.rsplit(None, 2)
-        if len(parts) != 3:
-            raise AnnotationError(f"{where}: cannot parse {line!r}; expected {LIST_FORMAT}")
-        path, frames, label = parts
-        records.append(
-            VideoRecord(
-                path=path,
-                num_frames=_parse_int(frames, "num_frames", where, LIST_FORMAT, -1),
-                label=_parse_int(label, "label", where, LIST_FORMAT, 0),
-            )
-        )
-    return records
 
 
 def _read_csv_list(anno_path: str) -> List[VideoRecord]:
@@ -146,14 +137,23 @@ def _read_csv_list(anno_path: str) -> List[VideoRecord]:
     return records
 
 
-def read_annotations(anno_path: str) -> List[VideoRecord]:
-    """Parse an annotation list; the format is chosen by the extension (``.csv`` or text).
+def read_annotations(
+    anno_path: str, list_format: str = "auto", data_root: Optional[str] = None
+) -> List[VideoRecord]:
+    """Parse an annotation list.
 
-    A folder instead of a file is read as a folder of class sub-folders (see
-    :func:`zoo.data.sources.class_folder_records`).
+    A first line of plain words (``path,label``, ``video label``) is a header: with ``path`` and
+    ``label`` columns (comma-separated) or in a ``.csv`` file the list is read as a CSV with a
+    header, otherwise the line is skipped with a warning. Other lines are read in
+    ``list_format`` (see :mod:`zoo.data.list_formats`). A folder instead of a file is read as a
+    folder of class sub-folders (see :func:`zoo.data.sources.class_folder_records`).
 
     Args:
         anno_path: Path of the list file.
+        list_format: ``CONFIG.DATA.LIST_FORMAT``: "auto", "gluoncv", "mmaction2",
+            "mmaction2_rawframes" or "pyslowfast".
+        data_root: Folder the list's paths are relative to; lets "auto" settle a list whose
+            lines allow two readings by looking for the paths.
 
     Returns:
         One record per video, in file order.
@@ -161,16 +161,26 @@ def read_annotations(anno_path: str) -> List[VideoRecord]:
     Raises:
         AnnotationError: The file is missing, empty, or a line does not parse (names file:line).
     """
+    from .list_formats import check_header, header_fields, parse_lines
+
     if os.path.isdir(anno_path):
         from .sources import class_folder_records
 
         return class_folder_records(anno_path)[0]
     if not os.path.isfile(anno_path):
         raise AnnotationError(f"annotation list {anno_path!r} does not exist")
-    if anno_path.lower().endswith(".csv"):
-        records = _read_csv_list(anno_path)
+    lines = list(list_lines(anno_path))
+    fields = header_fields(lines[0][1]) if lines else None
+    if fields:
+        check_header(*lines[0])
+        csv_columns = ("path" in fields and "label" in fields and "," in lines[0][1])
+        if csv_columns or "youtube_id" in fields or anno_path.lower().endswith(".csv"):
+            records = _read_csv_list(anno_path)
+        else:
+            logger.warning("%s: skipping the header line %r", lines[0][0], lines[0][1])
+            records = parse_lines(lines[1:], list_format, anno_path, data_root)
     else:
-        records = _read_text_list(anno_path)
+        records = parse_lines(lines, list_format, anno_path, data_root)
     if not records:
         raise AnnotationError(f"annotation list {anno_path!r} has no videos in it")
     return records

@@ -11,7 +11,9 @@
   each, 0..1 scale), ``test_num_segment``, ``test_num_crop``, ``seed`` (int);
 * ``sampling`` ("dense", "tsn", "uniform"), ``num_segment``, ``decoder`` (a name in
   ``zoo.data.decoders.DECODERS``), ``decode_threads``, ``decode_timeout`` (seconds, 0 = none),
-  ``max_tries``, ``color_jitter`` (4 floats), ``official_split`` (1-3).
+  ``max_tries``, ``color_jitter`` (4 floats), ``official_split`` (1-3), ``list_format`` (a name
+  in ``zoo.data.list_formats.LIST_FORMATS``), ``frame_template`` (frame file names of the
+  "frames" decoder, e.g. ``img_{:05d}.jpg``).
 
 Items must be ``(clip, label, index, n_bad)``: ``clip`` is float ``(C, T, H, W)`` for train/val and
 ``(V, C, T, H, W)`` with ``V = test_num_segment * test_num_crop`` for test; ``label`` and ``index``
@@ -101,6 +103,8 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
         "sampling": str(data.SAMPLING),
         "num_segment": int(data.NUM_SEGMENT),
         "decoder": str(data.DECODER),
+        "list_format": str(data.LIST_FORMAT),
+        "frame_template": str(data.FRAME_TEMPLATE),
         "decode_threads": int(data.DECODE_THREADS),
         "decode_timeout": float(data.DECODE_TIMEOUT),
         "max_tries": int(data.MAX_TRIES),

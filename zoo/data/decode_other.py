@@ -1,4 +1,4 @@
-"""The other readers: OpenCV, decord (when installed) and folders of extracted frames.
+"""The other video readers: OpenCV and decord (when installed).
 
 All follow :class:`~zoo.data.decode_base.VideoReader`: frame ``i`` is the ``i``-th frame in
 presentation order, uint8 RGB out, the same errors. Like the PyAV reader they need no torch
@@ -8,8 +8,7 @@ presentation order, uint8 RGB out, the same errors. Like the PyAV reader they ne
 from __future__ import annotations
 
 import os
-import re
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -17,18 +16,13 @@ from .decode_base import (
     END_SLACK,
     DecodeError,
     VideoReader,
-    as_tensor,
     check_deadline,
     check_indices,
     one_line,
 )
 
-if TYPE_CHECKING:
-    import torch
-
 # With OpenCV, needed frames closer than this are reached with grab(), not with a seek.
 _CV_SEEK_GAP = 32
-IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
 
 def _rows(indices: List[int]) -> Dict[int, List[int]]:
@@ -225,98 +219,3 @@ class DecordReader(VideoReader):
         check_deadline()
         position = {i: k for k, i in enumerate(wanted)}
         return batch[[position[min(i, last)] for i in indices]]
-
-
-def _natural_key(name: str) -> list:
-    """Sort key that puts img_2.jpg before img_10.jpg."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
-
-
-def list_frame_files(folder: str) -> List[str]:
-    """Image files of a frame folder in frame order (natural sort of the names)."""
-    names = [n for n in os.listdir(folder) if n.lower().endswith(IMAGE_EXTS)]
-    return sorted(names, key=_natural_key)
-
-
-class FrameFolderReader(VideoReader):
-    """A folder of extracted frames (``img_00001.jpg`` ...), frame ``i`` = the ``i``-th file.
-
-    Args:
-        path: The folder.
-        num_frames_hint: Unused (the files are counted).
-        threads: Unused.
-    """
-
-    def __init__(self, path: str, num_frames_hint: int = -1, threads: int = 0) -> None:
-        import cv2
-
-        self._cv2 = cv2
-        self.path = path
-        if not os.path.isdir(path):
-            what = "is a file, not a frame folder" if os.path.exists(path) else "does not exist"
-            raise DecodeError(f"{path}: {what}", "missing" if not os.path.exists(path) else "open")
-        self._files = list_frame_files(path)
-        if not self._files:
-            raise DecodeError(f"{path}: frame folder has no images", "empty")
-
-    @property
-    def num_frames(self) -> int:
-        return len(self._files)
-
-    def decode_array(self, indices: Sequence[int]) -> np.ndarray:
-        cv2 = self._cv2
-        indices = check_indices(indices)
-        last = len(self._files) - 1
-        if max(indices) > last + END_SLACK:
-            raise _short(self.path, max(indices), last, len(self._files))
-        rows = _rows([min(i, last) for i in indices])
-        out = None
-        for index in sorted(rows):
-            check_deadline()
-            name = os.path.join(self.path, self._files[index])
-            bgr = cv2.imread(name, cv2.IMREAD_COLOR)
-            if bgr is None:
-                raise DecodeError(f"{self.path}: frame file {self._files[index]} is unreadable",
-                                  "decode")
-            out = _fill(out, len(indices), rows[index], cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
-        return out
-
-
-class ImageReader(VideoReader):
-    """A single image read as a one-frame video (the image datasets use it).
-
-    Args:
-        path: Image file path.
-        num_frames_hint: Unused.
-        threads: Unused.
-    """
-
-    def __init__(self, path: str, num_frames_hint: int = -1, threads: int = 0) -> None:
-        self.path = path
-        _check_file(path)
-
-    @property
-    def num_frames(self) -> int:
-        return 1
-
-    def decode_array(self, indices: Sequence[int]) -> np.ndarray:
-        rgb, count = self._read(indices)
-        # A read-only view: every row is the same image, stored once.
-        return np.broadcast_to(rgb, (count, *rgb.shape))
-
-    def decode(self, indices: Sequence[int]) -> torch.Tensor:
-        rgb, count = self._read(indices)
-        rgb = as_tensor(rgb)
-        return rgb.unsqueeze(0).expand(count, *rgb.shape)
-
-    def _read(self, indices: Sequence[int]) -> tuple[np.ndarray, int]:
-        """The image as RGB, and how many frames were asked for."""
-        import cv2
-
-        indices = check_indices(indices)
-        if max(indices) > END_SLACK:
-            raise _short(self.path, max(indices), 0, 1)
-        bgr = cv2.imread(self.path, cv2.IMREAD_COLOR)
-        if bgr is None:
-            raise DecodeError(f"{self.path}: not an image OpenCV can read", "open")
-        return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), len(indices)

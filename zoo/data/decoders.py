@@ -7,7 +7,8 @@ contract):
   frames (:mod:`zoo.data.decode_pyav`).
 * ``"opencv"``: OpenCV's FFmpeg backend.
 * ``"decord"``: decord, when it is installed.
-* ``"frames"``: a folder of extracted frames (``img_00001.jpg`` ...) instead of a video file.
+* ``"frames"``: a folder of extracted frames (``img_00001.jpg`` ..., ``CONFIG.DATA.FRAME_TEMPLATE``)
+  instead of a video file (:mod:`zoo.data.decode_frames`).
 * ``"image"``: one image file as a one-frame video (used by the image datasets).
 
 All give the same frames for the same indices (frame ``i`` = the ``i``-th in presentation order),
@@ -30,7 +31,8 @@ from .decode_base import (  # noqa: F401  (re-exported: the public names of the 
     check_deadline,
     time_limit,
 )
-from .decode_other import DecordReader, FrameFolderReader, ImageReader, OpenCVReader
+from .decode_frames import FrameFolderReader, ImageReader
+from .decode_other import DecordReader, OpenCVReader
 from .decode_pyav import PyAVReader
 
 if TYPE_CHECKING:

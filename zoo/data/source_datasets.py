@@ -12,8 +12,9 @@ UCF101Dataset        trainlist0N.txt / testlist0N.txt, or the      the UCF-101 v
 HMDB51Dataset        testTrainMulti_7030_splits folder             the HMDB51 video folder
                      (+ OFFICIAL_SPLIT)
 VideoFolderDataset   folder with one sub-folder per class          (unused)
-FrameFolderDataset   gluoncv list of frame folders, or a class     folder the list is relative to
-                     folder whose videos are frame folders
+FrameFolderDataset   list of frame folders (gluoncv or MMAction2   folder the list is relative to
+                     rawframes), or a class folder whose videos
+                     are frame folders
 ImageFolderDataset   folder with one sub-folder of images per class (unused)
 ImageListDataset     ``path label`` per line (or CSV path,label)   folder the list is relative to
 ==================== ============================================= ==============================
@@ -112,9 +113,10 @@ class VideoFolderDataset(ClipDataset):
 
 @DATASET_REGISTRY.register()
 class FrameFolderDataset(ClipDataset):
-    """Videos stored as folders of extracted frames (``img_00001.jpg`` ...): a gluoncv list whose
-    paths are frame folders, or a class folder whose videos are frame folders. Always reads with
-    the "frames" decoder."""
+    """Videos stored as folders of extracted frames (``img_00001.jpg`` ..., named by
+    ``frame_template``): a list whose paths are frame folders (gluoncv, or MMAction2 rawframes with
+    or without offsets), or a class folder whose videos are frame folders. Always reads with the
+    "frames" decoder."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs["decoder"] = "frames"
@@ -124,7 +126,7 @@ class FrameFolderDataset(ClipDataset):
         if os.path.isdir(anno_path):
             records, classes = class_folder_records(anno_path, "frames")
             return records, classes, anno_path
-        records = read_annotations(anno_path)
+        records = read_annotations(anno_path, self.list_format, data_path)
         return records, read_class_names(anno_path, max(r.label for r in records) + 1), data_path
 
 

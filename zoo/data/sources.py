@@ -15,7 +15,7 @@ import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .annotations import AnnotationError, VideoRecord, list_lines
-from .decode_other import IMAGE_EXTS
+from .decode_frames import IMAGE_EXTS
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,9 @@ import torch
 from torch.utils.data import Dataset
 
 from . import sampling, transforms
-from .annotations import VideoRecord, read_annotations, read_class_names
+from .annotations import AnnotationError, VideoRecord, read_annotations, read_class_names
 from .decode_base import DecodeError, one_line, time_limit
+from .decode_frames import DEFAULT_FRAME_TEMPLATE, FrameFolderReader, FrameTemplateMismatch
 from .decoders import VideoReader, get_decoder, open_video
 from .registry import DATASET_REGISTRY
 from .robust import BadVideoTable
@@ -58,6 +59,10 @@ class ClipDataset(Dataset):
         sampling: "dense", "tsn" or "uniform" (see :mod:`zoo.data.sampling`).
         num_segment: Segments of the "tsn" scheme.
         color_jitter: ``[brightness, contrast, saturation, hue]`` for training clips.
+        list_format: Format of text lists (``CONFIG.DATA.LIST_FORMAT``, see
+            :mod:`zoo.data.list_formats`).
+        frame_template: File name of frame ``i`` (from 1) in a frame folder, for the "frames"
+            decoder (``CONFIG.DATA.FRAME_TEMPLATE``).
         frame_size: ``(height, width)`` every decoded frame is resized to before cropping,
             ignoring its aspect ratio (gluoncv's ``KEEP_ASPECT_RATIO: False``); empty = as
             decoded.
@@ -93,6 +98,8 @@ class ClipDataset(Dataset):
         sampling: str = "dense",
         num_segment: int = 1,
         color_jitter: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
+        list_format: str = "auto",
+        frame_template: str = DEFAULT_FRAME_TEMPLATE,
         frame_size: Sequence[int] = (),
         **unused: object,
     ) -> None:
@@ -102,6 +109,8 @@ class ClipDataset(Dataset):
         self.anno_path = anno_path
         self.split = split
         self.decoder = decoder  # before read_records: a source may depend on it
+        self.list_format = list_format
+        self.frame_template = frame_template
         records, classes, root = self.read_records(anno_path, data_path, split)
         self.records: List[VideoRecord] = records
         self.paths: List[str] = [os.path.join(root, r.path) for r in records]
@@ -129,12 +138,44 @@ class ClipDataset(Dataset):
         self.bad_videos = BadVideoTable(len(records))
         # Frame counts that had to be counted (no count in the container): found once per worker.
         self._counted: Dict[int, int] = {}
+        self._check_frames()
 
     def read_records(
         self, anno_path: str, data_path: str, split: str
     ) -> Tuple[List[VideoRecord], List[str], str]:
         """``(records, class names, folder the paths are relative to)``; override per source."""
         raise NotImplementedError
+
+    def _reads_frames(self) -> bool:
+        return issubclass(get_decoder(self.decoder), FrameFolderReader)
+
+    def _check_frames(self) -> None:
+        """Stop now, with one line, on what would otherwise make every video unreadable: offsets
+        without the frames decoder, or frame files that FRAME_TEMPLATE does not name."""
+        if not self._reads_frames():
+            offset = next((r for r in self.records if r.offset), None)
+            if offset is not None:
+                raise AnnotationError(
+                    f"{self.anno_path}: {offset.path!r} has a frame offset (an MMAction2 rawframe "
+                    f"list) but CONFIG.DATA.DECODER is {self.decoder!r}: set it to 'frames' (or "
+                    "CONFIG.DATA.DATASET FrameFolderDataset)"
+                )
+            return
+        try:
+            self._open(0).close()
+        except FrameTemplateMismatch as e:
+            raise AnnotationError(one_line(e)) from None
+        except DecodeError:
+            pass  # any other problem with the first video is handled like any bad video
+
+    def _open(self, index: int) -> VideoReader:
+        hint = self._counted.get(index, self.records[index].num_frames)
+        if self._reads_frames():
+            return get_decoder(self.decoder)(
+                self.paths[index], num_frames_hint=hint, threads=self.decode_threads,
+                template=self.frame_template, offset=self.records[index].offset,
+            )
+        return open_video(self.paths[index], self.decoder, hint, self.decode_threads)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -223,10 +264,8 @@ class ClipDataset(Dataset):
         return self.decode_timeout * factor
 
     def _load(self, index: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        path = self.paths[index]
-        hint = self._counted.get(index, self.records[index].num_frames)
-        with time_limit(self._time_limit(), path):
-            with open_video(path, self.decoder, hint, self.decode_threads) as video:
+        with time_limit(self._time_limit(), self.paths[index]):
+            with self._open(index) as video:
                 num_frames = self._num_frames(index, video)
                 first, end = self._frame_range(index, video, num_frames)
                 if self.split == "test":
@@ -272,11 +311,13 @@ class ClipDataset(Dataset):
 
 @DATASET_REGISTRY.register()
 class VideoListDataset(ClipDataset):
-    """A gluoncv list (``path num_frames label``), a CSV with a header (``path,label[,start,end]``)
-    or a folder of class sub-folders; class names from ``classes.txt`` beside the list.
+    """A text list in ``list_format`` (gluoncv ``path num_frames label``, MMAction2, PySlowFast), a
+    CSV with a header (``path,label[,start,end]``) or a folder of class sub-folders; class names
+    from ``classes.txt`` beside the list.
 
-    With ``decoder="frames"`` the list's paths are folders of extracted frames (the gluoncv
-    "rawframes" layout). See :class:`ClipDataset` for the arguments and the items.
+    With ``decoder="frames"`` the list's paths are folders of extracted frames (the gluoncv /
+    MMAction2 "rawframes" layout, files named by ``frame_template``). See :class:`ClipDataset`
+    for the arguments and the items.
     """
 
     def read_records(
@@ -288,6 +329,6 @@ class VideoListDataset(ClipDataset):
             kind = "frames" if self.decoder == "frames" else "videos"
             records, classes = class_folder_records(anno_path, kind)
             return records, classes, anno_path
-        records = read_annotations(anno_path)
+        records = read_annotations(anno_path, self.list_format, data_path)
         classes = read_class_names(anno_path, max(r.label for r in records) + 1)
         return records, classes, data_path

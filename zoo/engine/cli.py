@@ -12,6 +12,7 @@ from typing import Callable, List, Optional
 
 from ..config import ConfigError, load_config
 from ..data import TooManyBadVideos
+from ..data.annotations import AnnotationError
 from ..utils.env import import_extra_modules
 from ..utils.logger import setup_logger
 from .checkpoint import CheckpointError
@@ -79,8 +80,8 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None) ->
 
         cfg = resolve_num_classes(prepare_synthetic(cfg))
         launch(worker, cfg, node_rank=command_line_node_rank(args.opts, cfg))
-    except (ConfigError, LaunchError, CheckpointError, TooManyBadVideos, FileNotFoundError,
-            ImportError) as e:
+    except (ConfigError, LaunchError, CheckpointError, TooManyBadVideos, AnnotationError,
+            FileNotFoundError, ImportError) as e:
         log.error("error: %s", e)
         return 2 if isinstance(e, ConfigError) else 1
     except KeyError as e:  # registry misses carry their message as the first argument

@@ -2,8 +2,9 @@
 
 A dry run loads and validates the config (the caller has done that), builds the named model on
 the meta device (no memory, no weights) and counts its parameters, says where the pretrained
-weights would come from without downloading them, and lists every missing data path and every
-machine-dependent problem (an nccl backend on a node without a GPU, WORLD_URLS that do not name
+weights would come from without downloading them (``zoo.models.weights.resolve_pretrained``), and
+lists every missing data path, a weights source it cannot resolve, and every machine-dependent
+problem (an nccl backend on a node without a GPU, WORLD_URLS that do not name
 this host) as one warning line each. It passes when the config and the model are valid.
 
     result = dry_run(cfg, mode="train")   # DryRunResult; nothing printed
@@ -32,8 +33,10 @@ class DryRunResult:
         model: Registered model name.
         num_classes: Classes of the head the model was built with.
         params: Parameter count of the built model.
-        pretrained: Where the weights would come from ("random init", a path, a URL, a tag).
-        warnings: One line per missing data path or machine-dependent problem.
+        pretrained: Where the weights would come from ("random init", a local file, a tag's URL
+            and its cache path).
+        warnings: One line per missing data path, unresolvable weights source or
+            machine-dependent problem.
         notes: Other facts worth a line (e.g. a feature-extraction config).
     """
 
@@ -45,22 +48,15 @@ class DryRunResult:
     notes: List[str] = dataclasses.field(default_factory=list)
 
 
-def describe_pretrained(value: Any) -> str:
-    """Where ``CONFIG.MODEL.PRETRAINED`` would load weights from, without loading or downloading.
+def describe_pretrained(value: Any, model_name: str) -> str:
+    """Where ``CONFIG.MODEL.PRETRAINED`` would load weights from; nothing is loaded or downloaded.
 
-    This is the one place a dry run reads the key; point it at the weights resolver when the
-    key's meanings grow (True = the architecture's published weights, a tag, a URL).
+    Raises:
+        zoo.models.weights.WeightsError: the value names no file, tag or URL for this model.
     """
-    if value is False or value is None or value == "" or value == "False":
-        return "random init"
-    if value is True or value == "True":
-        return "the architecture's published weights (MODEL.PRETRAINED True)"
-    text = str(value)
-    if "://" in text:
-        return f"URL {text} (not downloaded in a dry run)"
-    if os.path.sep in text or text.endswith((".pth", ".pt", ".pyth", ".pkl", ".ckpt")):
-        return f"local file {text}"
-    return f"weights tag {text!r}"
+    from ..models.weights import resolve_pretrained
+
+    return resolve_pretrained(value, model_name).describe()
 
 
 def _data_warnings(cfg, mode: str) -> List[str]:
@@ -135,11 +131,18 @@ def dry_run(cfg, mode: str = "train", node_rank: Optional[int] = None) -> DryRun
     if cfg.CONFIG.INFERENCE.FEAT and mode != "features":
         notes.append("CONFIG.INFERENCE.FEAT True: a feature-extraction config; run "
                      "tools/extract_features.py --config-file FILE")
+    from ..models.weights import WeightsError
+
+    try:
+        pretrained = describe_pretrained(cfg.CONFIG.MODEL.PRETRAINED, cfg.CONFIG.MODEL.NAME)
+    except WeightsError as e:
+        # A file on another machine, or weights zoo cannot fetch: a real run stops here.
+        pretrained = f"unresolved: {cfg.CONFIG.MODEL.PRETRAINED!r}"
+        warnings.append(f"pretrained: {e}")
     warnings += _machine_warnings(cfg, node_rank)
     return DryRunResult(
         model=cfg.CONFIG.MODEL.NAME, num_classes=num_classes,
-        params=count_parameters(cfg, num_classes),
-        pretrained=describe_pretrained(cfg.CONFIG.MODEL.PRETRAINED),
+        params=count_parameters(cfg, num_classes), pretrained=pretrained,
         warnings=warnings, notes=notes,
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import List, Set
 
 import torch.nn as nn
@@ -27,7 +28,10 @@ def resolve_num_classes(cfg):
             "CONFIG.DATA.NUM_CLASSES is 0 (count from the data) but CONFIG.DATA.TRAIN_ANNO_PATH is "
             "empty: set the training list or NUM_CLASSES"
         )
-    largest = max(r.label for r in read_annotations(anno)) + 1
+    data = cfg.CONFIG.DATA
+    root = data.TRAIN_DATA_PATH or os.path.dirname(os.path.abspath(anno))  # as build_loader does
+    records = read_annotations(anno, data.LIST_FORMAT, root)
+    largest = max(r.label for r in records) + 1
     count = max(largest, len(read_class_names(anno, 0)))
     logger.info("CONFIG.DATA.NUM_CLASSES 0: %d classes found in %s", count, anno)
     new = cfg.clone()

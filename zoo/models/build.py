@@ -28,7 +28,9 @@ def create_model(
     Args:
         name: Registered name, e.g. ``"resnet50"`` or ``"slowfast_4x16_resnet50"``.
         num_classes: Size of the classification head.
-        pretrained: Path of a local zoo checkpoint to load (``None`` = random init).
+        pretrained: Weights to load (``None`` = random init): a local checkpoint in any
+            supported format, a weights tag (``"kinetics400"``), ``"True"`` (the default tag) or
+            an http(s) URL; see zoo/models/weights.py.
         **kwargs: Passed to the builder (depth/width arguments, dropout, ...).
     """
     builder = MODEL_REGISTRY.get(name)
@@ -36,7 +38,7 @@ def create_model(
     if pretrained:
         from .pretrained import load_pretrained
 
-        load_pretrained(model, pretrained)
+        load_pretrained(model, pretrained, model_name=name)
     return model
 
 

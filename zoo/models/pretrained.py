@@ -1,11 +1,19 @@
-"""Loading a local zoo checkpoint into a model, re-initialising a head whose class count differs."""
+"""Loading pretrained weights into a model, re-initialising a head whose class count differs.
+
+The source is what ``MODEL.PRETRAINED`` names (a local file, a weights tag, ``True`` or a URL;
+:mod:`zoo.models.weights` resolves and downloads it). The file is read with
+``torch.load(weights_only=True)``; its format is told from its keys (:func:`detect_format`):
+zoo's own keys (which torchvision files share for the models that mirror torchvision) load as
+they are, PySlowFast / PyTorchVideo / MMAction2 / torchvision-ResNet keys are converted in memory
+by :mod:`zoo.models.convert`.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 from collections import defaultdict
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -13,8 +21,16 @@ import torch.nn as nn
 logger = logging.getLogger(__name__)
 
 
+# Dict keys that hold the model state in each project's checkpoint file, tried in order.
+_STATE_KEYS = ("model", "model_state", "state_dict")
+
+
 def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
-    """The model weights in a zoo checkpoint (or a bare state dict), ``module.`` stripped."""
+    """The model weights in a checkpoint file, ``module.`` stripped.
+
+    A zoo checkpoint (``model``), a PySlowFast / PyTorchVideo ``.pyth`` (``model_state``), an
+    MMAction2 file (``state_dict``) or a bare state dict.
+    """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"pretrained checkpoint {path!r} does not exist")
     try:
@@ -22,12 +38,60 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
     except Exception as e:  # an unpickling error names the forbidden global
         raise RuntimeError(
             f"{path}: refused to load ({str(e).splitlines()[0]}); only plain tensor checkpoints "
-            "are accepted (torch.load(weights_only=True))"
+            "are accepted (torch.load(weights_only=True)); if you trust the file, convert it "
+            "with tools/convert_checkpoint.py --unsafe-load"
         ) from None
-    state = obj.get("model", obj) if isinstance(obj, dict) else obj
+    state = obj
+    if isinstance(obj, dict):
+        state = next((obj[k] for k in _STATE_KEYS if isinstance(obj.get(k), dict)), obj)
     if not isinstance(state, dict):
         raise RuntimeError(f"{path}: holds no state dict (found {type(state).__name__})")
-    return {k[len("module."):] if k.startswith("module.") else k: v for k, v in state.items()}
+    state = {k[len("module."):] if k.startswith("module.") else k: v for k, v in state.items()
+             if isinstance(v, torch.Tensor)}
+    if not state:
+        raise RuntimeError(f"{path}: holds no tensors (looked under {list(_STATE_KEYS)})")
+    return state
+
+
+def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
+    """The format of ``state``, from its keys: ``"zoo"`` (the model's own keys), ``"pyslowfast"``,
+    ``"pytorchvideo"``, ``"mmaction2"`` or ``"torchvision"`` (a 2D ResNet, to inflate).
+
+    Raises:
+        RuntimeError: when the keys fit none of them (naming the first keys).
+    """
+    own = model.state_dict()
+    if sum(k in own for k in state) >= len(own) // 2:
+        return "zoo"
+    keys = list(state)
+    if any(k.startswith("blocks.") for k in keys):
+        return "pytorchvideo"
+    if any(k.startswith(("s1.pathway0_stem.", "s2.pathway0_res")) for k in keys):
+        return "pyslowfast"
+    if any(k.startswith(("backbone.", "cls_head.")) for k in keys):
+        return "mmaction2"
+    if "conv1.weight" in state and any(k.startswith("layer1.") for k in keys):
+        return "torchvision"
+    raise RuntimeError(
+        f"cannot tell which project wrote these weights (keys {', '.join(keys[:4])}, ...) and "
+        f"they are not {type(model).__name__}'s; convert them with tools/convert_checkpoint.py")
+
+
+def to_model_keys(state: Dict[str, torch.Tensor], model: nn.Module, fmt: str,
+                  source: str) -> Dict[str, torch.Tensor]:
+    """``state`` (in format ``fmt``) renamed and reshaped to ``model``'s keys, in memory."""
+    if fmt == "zoo":
+        return state
+    from .convert import SCHEMES
+    from .convert.common import Layout, map_state
+
+    layout = Layout.from_shapes({k: v.shape for k, v in model.state_dict().items()},
+                                head_keys(model))
+    converted, report = map_state(SCHEMES[fmt], state, layout)
+    for line in report.lines()[1:]:
+        logger.warning("%s: %s", source, line)
+    logger.info("%s: converted %d %s tensors", source, report.num_source, fmt)
+    return converted
 
 
 def head_keys(model: nn.Module) -> Tuple[str, ...]:
@@ -40,10 +104,33 @@ def head_keys(model: nn.Module) -> Tuple[str, ...]:
     return tuple(prefix + n for n, _ in model.get_submodule(last).named_parameters(recurse=False))
 
 
-def load_pretrained(model: nn.Module, path: str) -> None:
-    """Load the zoo checkpoint (or bare state dict) at ``path`` into ``model``; see
-    :func:`load_state` for what may differ."""
-    load_state(model, read_state_dict(path), source=path)
+def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = None) -> None:
+    """Load the weights ``path`` names into ``model``; see :func:`load_state` for what may differ.
+
+    Args:
+        model: The model, changed in place.
+        path: What ``MODEL.PRETRAINED`` says: a local file, or (with ``model_name``) a weights
+            tag, ``True`` / ``False``, or a URL (downloaded into the cache once).
+        model_name: The registered name of ``model``, for tags and ``True``.
+    """
+    from .weights import fetch, resolve_pretrained
+
+    expected = None
+    if model_name is not None:
+        source = resolve_pretrained(path, model_name)
+        if source.kind == "none":
+            return
+        expected = source.entry.format if source.entry else None
+        path = fetch(source)
+    state = read_state_dict(path)
+    if all(k.startswith("model.") for k in state) and not any(
+            k.startswith("model.") for k in model.state_dict()):
+        state = {k[len("model."):]: v for k, v in state.items()}  # a wrapper module's file
+    fmt = detect_format(state, model)
+    if expected and fmt != expected and not (fmt == "zoo" and expected == "torchvision"):
+        raise RuntimeError(f"{path}: the weights table says {expected} but its keys are {fmt}'s; "
+                           "the published file changed: report it, or name the file directly")
+    load_state(model, to_model_keys(state, model, fmt, path), source=path)
 
 
 def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "state") -> None:

@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .build import list_models, model_facts
 
-__all__ = ["model_rows", "format_table"]
+__all__ = ["model_rows", "format_table", "format_weights_table"]
 
 COLUMNS = ("name", "task", "params", "gflops", "input", "crop", "top1")
 
@@ -49,14 +49,25 @@ def model_rows(names: Optional[Sequence[str]] = None,
             "input": _input(facts) if facts else "?",
             "crop": str(facts.get("crop_size", "?")),
             "top1": f"{facts['published_top1']}" if "published_top1" in facts else "",
+            "weights": _weight_tags(name),
         })
     return rows
 
 
+def _weight_tags(name: str) -> str:
+    """The weights tags of a model, the one ``PRETRAINED True`` means first ("" when none)."""
+    from .weights_table import default_tag, entries
+
+    tags, first = list(entries(name)), default_tag(name)
+    return ",".join(sorted(tags, key=lambda t: t != first))
+
+
 def format_table(rows: List[Dict[str, str]], markdown: bool = False) -> str:
-    """Rows as an aligned plain-text table, or a Markdown table."""
+    """Rows as an aligned plain-text table, or a Markdown table (without the weights column:
+    docs/models.md lists the weights in a table of their own)."""
     header = {"name": "model", "task": "task", "params": "params", "gflops": "GFLOPs",
-              "input": "frames x stride", "crop": "crop", "top1": "K400 top-1"}
+              "input": "frames x stride", "crop": "crop", "top1": "K400 top-1",
+              "weights": "weights (MODEL.PRETRAINED)"}
     if markdown:
         lines = ["| " + " | ".join(header[c] for c in COLUMNS) + " |",
                  "|" + "|".join("---" if c in ("name", "task", "input") else "---:"
@@ -64,7 +75,36 @@ def format_table(rows: List[Dict[str, str]], markdown: bool = False) -> str:
         lines += ["| " + " | ".join(f"`{r[c]}`" if c == "name" else r[c] for c in COLUMNS)
                   + " |" for r in rows]
         return "\n".join(lines)
-    widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in COLUMNS}
-    lines = ["  ".join(header[c].ljust(widths[c]) for c in COLUMNS).rstrip()]
-    lines += ["  ".join(r[c].ljust(widths[c]) for c in COLUMNS).rstrip() for r in rows]
+    cols = COLUMNS + ("weights",)
+    widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in cols}
+    lines = ["  ".join(header[c].ljust(widths[c]) for c in cols).rstrip()]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def format_weights_table(names: Optional[Sequence[str]] = None, markdown: bool = False) -> str:
+    """The published weights per architecture and tag (zoo/models/weights_table.py).
+
+    Args:
+        names: Models to list (default: every architecture with weights); an alias shows its
+            base architecture's weights.
+        markdown: A Markdown table (docs/models.md) instead of aligned text.
+    """
+    from .weights_table import table_rows
+
+    rows = table_rows(list(names) if names else None)
+    cols = ("name", "tag", "format", "dataset", "hash", "url")
+    header = {"name": "model", "tag": "tag", "format": "format", "dataset": "trained on",
+              "hash": "sha256 prefix", "url": "URL"}
+    if not rows:
+        return "no published weights for " + ", ".join(names or [])
+    if markdown:
+        lines = ["| " + " | ".join(header[c] for c in cols) + " |",
+                 "|" + "|".join("---" for _ in cols) + "|"]
+        lines += ["| " + " | ".join(f"`{r[c]}`" if c in ("name", "hash") else r[c]
+                                    for c in cols) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in cols}
+    lines = ["  ".join(header[c].ljust(widths[c]) for c in cols).rstrip()]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
     return "\n".join(lines)

@@ -1,0 +1,462 @@
+"""Pretrained weights by name: MODEL.PRETRAINED True/False/tag/URL, the download cache, formats.
+
+Every download comes from a loopback HTTP server started here (127.0.0.1, port 0) that serves
+checkpoints the tests write in each publisher's format, counts requests, honours Range/If-Range,
+and can cut a response halfway. No test needs the internet. The reference logits come from the
+real PyTorchVideo package (a test-only dependency), not from zoo.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+from conftest import ROOT, run_tool
+
+import zoo
+from zoo.config import load_config
+from zoo.models import build_model
+from zoo.models import weights_table as table
+from zoo.models.weights import WeightsError, cache_path, fetch, resolve_pretrained
+
+TINY = "slowfast_tiny_resnet18"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+    def do_GET(self):
+        srv = self.server
+        srv.requests.append((self.path, self.headers.get("Range")))
+        body = srv.files.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+        start, rng = 0, self.headers.get("Range")
+        if rng and self.headers.get("If-Range") in (None, etag):
+            start = int(rng.split("=")[1].split("-")[0])
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.send_header("ETag", etag)
+        self.end_headers()
+        if srv.gate is not None:
+            srv.gate()
+        payload = body[start:]
+        if srv.cut.get(self.path, 0) > 0:  # close the connection halfway through the body
+            srv.cut[self.path] -= 1
+            payload = payload[: len(payload) // 2]
+        self.wfile.write(payload)
+
+
+@pytest.fixture()
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    srv.files, srv.requests, srv.cut, srv.gate = {}, [], {}, None
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture(autouse=True)
+def zoo_home(tmp_path, monkeypatch):
+    home = tmp_path / "zoo_home"
+    monkeypatch.setenv("ZOO_HOME", str(home))
+    monkeypatch.delenv("ZOO_WEIGHTS_MIRROR", raising=False)
+    return home
+
+
+def _file_bytes(obj, tmp_path, name="w.pth") -> bytes:
+    path = tmp_path / name
+    torch.save(obj, path)
+    return path.read_bytes()
+
+
+def _tiny_state(num_classes=5):
+    torch.manual_seed(1)
+    return zoo.create_model(TINY, num_classes=num_classes).state_dict()
+
+
+def _gets(srv, path):
+    return [r for r in srv.requests if r[0] == path]
+
+
+# ----------------------------------------------------------------------------- config and tags
+def test_config_accepts_booleans_and_strings(tmp_path):
+    for text, want in (("True", "True"), ("False", ""), ("kinetics400", "kinetics400"),
+                       ("'False'", "False")):
+        yaml = tmp_path / "c.yaml"
+        yaml.write_text(f"CONFIG:\n  MODEL:\n    PRETRAINED: {text}\n")
+        assert load_config(str(yaml)).CONFIG.MODEL.PRETRAINED == want
+    assert load_config(None, ["MODEL.PRETRAINED", "True"]).CONFIG.MODEL.PRETRAINED == "True"
+    assert load_config(None, ["MODEL.PRETRAINED", "False"]).CONFIG.MODEL.PRETRAINED == ""
+    # Other string keys still refuse a boolean.
+    yaml.write_text("CONFIG:\n  MODEL:\n    NAME: True\n")
+    with pytest.raises(ValueError, match="CONFIG.MODEL.NAME .* wrong type"):
+        load_config(str(yaml))
+
+
+def test_resolve_tags_true_false_and_errors(tmp_path, zoo_home, monkeypatch):
+    pv = "https://dl.fbaipublicfiles.com/pytorchvideo/model_zoo/kinetics/SLOWFAST_8x8_R50.pyth"
+    for value in ("True", "kinetics400"):
+        src = resolve_pretrained(value, "slowfast_8x8_resnet50")
+        assert (src.kind, src.url, src.entry.format) == ("url", pv, "pytorchvideo")
+        assert src.path == str(zoo_home / "weights" / "dl.fbaipublicfiles.com" / "pytorchvideo"
+                               / "model_zoo" / "kinetics" / "SLOWFAST_8x8_R50.pyth")
+    assert resolve_pretrained("True", "resnet50").url.endswith("resnet50-0676ba61.pth")
+    assert resolve_pretrained("True", "r3d_18").entry.hash == "b3b3357e"
+    for value in ("", "False", "false"):
+        assert resolve_pretrained(value, "slowfast_8x8_resnet50").kind == "none"
+    with pytest.raises(WeightsError, match="'kinetics700' is not a weights tag.*kinetics400"):
+        resolve_pretrained("kinetics700", "slowfast_8x8_resnet50")
+    with pytest.raises(WeightsError, match="no published Kinetics-400 weights for tsn_resnet50"):
+        resolve_pretrained("True", "tsn_resnet50")
+    with pytest.raises(WeightsError, match="does not exist"):
+        resolve_pretrained(str(tmp_path / "missing.pth"), "slowfast_8x8_resnet50")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kinetics400").write_bytes(b"x")
+    with pytest.raises(WeightsError, match="both a weights tag .* and a local file"):
+        resolve_pretrained("kinetics400", "slowfast_8x8_resnet50")
+    assert resolve_pretrained("./kinetics400", "slowfast_8x8_resnet50").kind == "path"
+
+
+def test_aliases_share_the_base_architecture_weights(monkeypatch):
+    monkeypatch.setattr(table, "_ALIASES", {"slowfast_8x8_resnet50_kinetics400":
+                                            "slowfast_8x8_resnet50"})
+    src = resolve_pretrained("True", "slowfast_8x8_resnet50_kinetics400")
+    assert src.entry is table.WEIGHTS["slowfast_8x8_resnet50"]["kinetics400"]
+
+
+def test_every_table_entry_is_well_formed():
+    import urllib.parse
+
+    for name, tags in table.WEIGHTS.items():
+        assert name in zoo.list_models(), name
+        for tag, e in tags.items():
+            assert e.format in table.FORMATS and e.source and e.dataset, (name, tag)
+            assert urllib.parse.urlsplit(e.url).scheme == "https", e.url
+            if e.hash:  # torchvision / OpenMMLab put the hash prefix in the file name
+                assert e.url.rsplit(".", 1)[0].endswith("-" + e.hash), e.url
+    for name, tag in table.DEFAULT_TAGS.items():
+        assert tag in table.WEIGHTS[name]
+
+
+def _publisher_state(name, entry):
+    """The tensor shapes (meta device) of the network the publisher's file holds, built with the
+    publisher's own code where it is installed (PyTorchVideo's hub, torchvision) and from
+    MMAction2's documented key scheme (tests/test_convert.py) otherwise."""
+    import torchvision
+    from test_convert import mmaction2_key, slowfast_entries
+
+    if entry.format == "mmaction2":
+        arch = {"slowfast_4x16_resnet50": dict(alpha=8, k=5),
+                "slowfast_8x8_resnet50": dict(alpha=4, k=7)}[name]
+        return {mmaction2_key(e): torch.empty(shape, device="meta")
+                for e, shape in slowfast_entries(**arch) if mmaction2_key(e) is not None}
+    with torch.device("meta"):
+        if entry.format == "torchvision":
+            file = entry.url.rsplit("/", 1)[1].split("-")[0]
+            module = torchvision.models.video if hasattr(torchvision.models.video, file) else \
+                torchvision.models
+            return getattr(module, file)().state_dict()
+        hub = pytest.importorskip("pytorchvideo.models.hub")
+        ptv_slowfast = pytest.importorskip("pytorchvideo.models.slowfast")
+        file = entry.url.rsplit("/", 1)[1]
+        build = {"SLOWFAST_8x8_R50.pyth": hub.slowfast_r50, "SLOWFAST_8x8_R101.pyth":
+                 hub.slowfast_r101, "SLOWFAST_16x8_R101_50_50.pyth":
+                 hub.slowfast_16x8_r101_50_50, "SLOW_8x8_R50.pyth": hub.slow_r50,
+                 "I3D_8x8_R50.pyth": hub.i3d_r50}.get(file)
+        if build is not None:
+            return build(pretrained=False).state_dict()
+        assert file == "SLOWFAST_4x16_R50.pyth"  # not in the hub: PySlowFast's 4x16 settings
+        return ptv_slowfast.create_slowfast(slowfast_fusion_conv_kernel_size=(5, 1, 1),
+                                            slowfast_fusion_conv_stride=(8, 1, 1)).state_dict()
+
+
+@pytest.mark.parametrize("name,tag", [(n, t) for n, tags in table.WEIGHTS.items() for t in tags])
+def test_each_published_file_fits_its_architecture(name, tag):
+    """The table's claim that a publisher's network is this zoo architecture: its tensors are
+    recognised as the listed format and convert onto every key of the zoo model, shape for
+    shape (shapes only, on the meta device; the class count may differ)."""
+    from zoo.models.pretrained import detect_format, head_keys, to_model_keys
+
+    entry = table.WEIGHTS[name][tag]
+    state = _publisher_state(name, entry)
+    kwargs = {"fuse_norm_act": False} if entry.format == "mmaction2" else {}
+    with torch.device("meta"):
+        model = zoo.create_model(name, num_classes=400, **kwargs)
+    fmt = detect_format(state, model)
+    assert fmt == entry.format or (fmt, entry.format) == ("zoo", "torchvision")
+    converted = to_model_keys(state, model, fmt, f"{name}:{tag}")
+    own, heads = model.state_dict(), set(head_keys(model))
+    assert set(converted) == set(own)
+    for k, v in own.items():
+        assert converted[k].shape[k in heads:] == v.shape[k in heads:], k
+
+
+def test_docs_weights_table_is_current():
+    r = run_tool("list_models.py", ["--weights", "--markdown"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    docs = open(os.path.join(ROOT, "docs", "models.md"), encoding="utf-8").read()
+    assert r.stdout.strip() in docs, (
+        "docs/models.md is stale: paste `python tools/list_models.py --weights --markdown`")
+
+
+# ----------------------------------------------------------------------------- downloads
+def _serve_tiny(server, tmp_path, monkeypatch, hash_="", path="/models/tiny-0.pth"):
+    state = _tiny_state()
+    body = _file_bytes({"model": state}, tmp_path)
+    server.files[path] = body
+    url = "https://weights.example" + path
+    monkeypatch.setitem(table.WEIGHTS, TINY, {"kinetics400": table.WeightsEntry(
+        url, "zoo", "kinetics400", hash_, "test")})
+    return state, body, url
+
+
+def test_hash_checked_and_mismatch_removes_the_file(server, tmp_path, monkeypatch):
+    state, body, url = _serve_tiny(server, tmp_path, monkeypatch, hash_="deadbeef")
+    monkeypatch.setenv("ZOO_WEIGHTS_MIRROR", server.url)
+    dest = cache_path(url)
+    with pytest.raises(WeightsError, match=r"SHA-256 .* does not match the published deadbeef"):
+        zoo.create_model(TINY, num_classes=5, pretrained="kinetics400")
+    assert not os.path.exists(dest) and not os.path.exists(dest + ".part")
+    good = hashlib.sha256(body).hexdigest()[:8]
+    monkeypatch.setitem(table.WEIGHTS[TINY], "kinetics400",
+                        table.WeightsEntry(url, "zoo", "kinetics400", good, "test"))
+    monkeypatch.setitem(table.DEFAULT_TAGS, TINY, "kinetics400")
+    model = zoo.create_model(TINY, num_classes=5, pretrained="True")
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
+    assert open(dest, "rb").read() == body
+
+
+def test_mirror_replaces_scheme_and_host(server, tmp_path, monkeypatch):
+    state, body, url = _serve_tiny(server, tmp_path, monkeypatch)
+    server.files["/mirror/prefix/models/tiny-0.pth"] = body
+    monkeypatch.setenv("ZOO_WEIGHTS_MIRROR", server.url + "/mirror/prefix/")
+    src = resolve_pretrained("kinetics400", TINY)
+    assert src.url == server.url + "/mirror/prefix/models/tiny-0.pth"
+    assert src.path == cache_path(url)  # the cache is keyed by the publisher's URL
+    model = zoo.create_model(TINY, num_classes=5, pretrained="kinetics400")
+    assert torch.equal(model.head.proj.weight, state["head.proj.weight"])
+    assert [p for p, _ in server.requests] == ["/mirror/prefix/models/tiny-0.pth"]
+
+
+def test_no_network_is_one_line_naming_url_and_place(tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/models/x.pth"
+    with pytest.raises(WeightsError) as err:
+        zoo.create_model(TINY, num_classes=5, pretrained=url)
+    msg = str(err.value)
+    assert "\n" not in msg and url in msg and cache_path(url) in msg
+    assert not os.path.exists(cache_path(url))
+
+
+def test_interrupted_download_resumes_and_never_leaves_a_corrupt_file(server, tmp_path):
+    state = _tiny_state()
+    body = _file_bytes({"model": state}, tmp_path)
+    server.files["/w/tiny.pth"] = body
+    url = server.url + "/w/tiny.pth"
+    dest = cache_path(url)
+    src = resolve_pretrained(url, TINY)
+    server.cut["/w/tiny.pth"] = 100  # every response stops halfway
+    with pytest.raises(WeightsError, match="failed 3 times .last: the connection closed early"):
+        fetch(src)
+    assert not os.path.exists(dest)  # only a .part, never a partial file under the real name
+    part = os.path.getsize(dest + ".part")
+    assert 0 < part < len(body)
+    server.cut["/w/tiny.pth"] = 0
+    server.requests.clear()
+    model = zoo.create_model(TINY, num_classes=5, pretrained=url)
+    assert server.requests == [("/w/tiny.pth", f"bytes={part}-")]  # resumed, not restarted
+    assert open(dest, "rb").read() == body and not os.path.exists(dest + ".part")
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
+
+
+def test_cut_once_resumes_within_one_call_and_changed_file_restarts(server, tmp_path):
+    old = _file_bytes({"model": _tiny_state()}, tmp_path)
+    server.files["/w/a.pth"] = old
+    server.cut["/w/a.pth"] = 1
+    path = fetch(resolve_pretrained(server.url + "/w/a.pth", TINY))
+    assert open(path, "rb").read() == old
+    assert [r for _, r in server.requests] == [None, f"bytes={len(old) // 2}-"]
+    # A .part of an older version of the file: If-Range fails, the server sends the new one whole.
+    server.files["/w/b.pth"] = old
+    server.cut["/w/b.pth"] = 100
+    with pytest.raises(WeightsError):
+        fetch(resolve_pretrained(server.url + "/w/b.pth", TINY))
+    new = _file_bytes({"model": _tiny_state(num_classes=7)}, tmp_path, "new.pth")
+    server.files["/w/b.pth"], server.cut["/w/b.pth"] = new, 0
+    server.requests.clear()
+    path = fetch(resolve_pretrained(server.url + "/w/b.pth", TINY))
+    assert open(path, "rb").read() == new
+    assert len(server.requests) == 1 and server.requests[0][1] is not None  # asked to resume
+
+
+_HOLDER = textwrap.dedent("""
+    import fcntl, sys, time
+    lock, part = sys.argv[1:]
+    f = open(lock, "a+b")
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    if part != "-":
+        open(part, "wb").write(b"x" * 1000)  # a downloader that got 1000 bytes, then hangs
+    print("locked", flush=True)
+    time.sleep(120)
+""")
+
+
+def _hold_lock(dest, part=True):
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, dest + ".lock",
+                             dest + ".part" if part else "-"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fcntl locks")
+def test_waiters_take_over_when_the_downloader_dies(server, tmp_path):
+    body = _file_bytes({"model": _tiny_state()}, tmp_path)
+    server.files["/w/d.pth"] = body
+    src = resolve_pretrained(server.url + "/w/d.pth", TINY)
+    holder = _hold_lock(src.path)  # leaves 1000 bytes it cannot vouch for (no ETag recorded)
+    result = {}
+    waiter = threading.Thread(target=lambda: result.setdefault("path", fetch(src)))
+    waiter.start()
+    time.sleep(1.0)
+    assert waiter.is_alive() and not server.requests  # waiting on the lock, not downloading
+    holder.kill()
+    holder.wait()
+    waiter.join(timeout=60)
+    assert result["path"] == src.path and open(src.path, "rb").read() == body
+    assert server.requests == [("/w/d.pth", None)]  # restarted, not appended to
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fcntl locks")
+def test_waiter_stops_when_the_downloader_makes_no_progress(server, monkeypatch):
+    src = resolve_pretrained(server.url + "/w/never.pth", TINY)
+    monkeypatch.setenv("ZOO_WEIGHTS_STALL_S", "1")
+    holder = _hold_lock(src.path)
+    try:
+        with pytest.raises(WeightsError, match="no progress; remove .*lock"):
+            fetch(src)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not server.requests and not os.path.exists(src.path)
+
+
+# ----------------------------------------------------------------------------- formats
+@pytest.mark.parametrize("scheme", ["zoo", "wrapped", "pyslowfast", "mmaction2"])
+def test_formats_are_detected_and_converted(server, tmp_path, scheme):
+    from test_convert import _single_pathway_key
+
+    torch.manual_seed(0)
+    want = zoo.create_model("i3d_resnet50", num_classes=9, width=8, depth=18).state_dict()
+    if scheme == "zoo":
+        obj = {"model": want}
+    elif scheme == "wrapped":  # PySlowFast's wrapper module around a network: "model." keys
+        obj = {"model_state": {f"model.{k}": v for k, v in want.items()}}
+    else:
+        state = {_single_pathway_key(scheme, k): v for k, v in want.items()}
+        obj = ({"model_state": state, "cfg": "x: 1\n"} if scheme == "pyslowfast"
+               else {"meta": {"epoch": 1}, "state_dict": state})
+    server.files["/f/w.pth"] = _file_bytes(obj, tmp_path)
+    cfg = load_config(None, ["MODEL.NAME", "i3d_resnet50", "MODEL.KWARGS",
+                             "['width', 8, 'depth', 18]", "DATA.NUM_CLASSES", "9",
+                             "MODEL.PRETRAINED", server.url + "/f/w.pth"])
+    got = build_model(cfg).state_dict()
+    assert all(torch.equal(got[k], v) for k, v in want.items())
+
+
+def test_unknown_format_is_one_line(server, tmp_path):
+    server.files["/f/x.pth"] = _file_bytes({"encoder.w": torch.zeros(3)}, tmp_path)
+    with pytest.raises(RuntimeError, match="cannot tell which project wrote"):
+        zoo.create_model(TINY, num_classes=5, pretrained=server.url + "/f/x.pth")
+
+
+# ----------------------------------------------------------------------------- the issue's case
+_LOADER = textwrap.dedent("""
+    import logging, sys, torch
+    from zoo.config import load_config
+    from zoo.models import create_model
+    from zoo.models.pretrained import load_pretrained
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    url, ready, x_path, out = sys.argv[1:]
+    cfg = load_config(None, ["MODEL.NAME", "slowfast_8x8_resnet50", "DATA.NUM_CLASSES", "400",
+                             "MODEL.PRETRAINED", url])
+    model = create_model(cfg.CONFIG.MODEL.NAME, num_classes=400)
+    open(ready, "w").close()  # both processes reach the download together
+    load_pretrained(model, cfg.CONFIG.MODEL.PRETRAINED, model_name=cfg.CONFIG.MODEL.NAME)
+    with torch.no_grad():
+        torch.save(model.eval()(torch.load(x_path)), out)
+""")
+
+
+@pytest.mark.slow
+def test_pytorchvideo_slowfast_by_url_one_download_for_two_processes(server, tmp_path,
+                                                                     zoo_home):
+    from test_convert import _calibrated
+
+    ptv_slowfast = pytest.importorskip("pytorchvideo.models.slowfast")
+    torch.manual_seed(0)
+    fast = torch.randn(1, 3, 32, 64, 64)
+    slow = fast[:, :, torch.linspace(0, 31, 8).long()]
+    ptv = ptv_slowfast.create_slowfast(head_pool_kernel_sizes=((8, 2, 2), (32, 2, 2)))
+    ptv = _calibrated(ptv, [slow, fast])
+    with torch.no_grad():
+        want = ptv([slow, fast])
+    assert 0.1 < want.abs().max() < 100
+    path = "/pytorchvideo/model_zoo/kinetics/SLOWFAST_8x8_R50.pyth"
+    server.files[path] = _file_bytes({"model_state": ptv.state_dict(), "epoch": 196,
+                                      "cfg": "MODEL:\n  ARCH: slowfast\n"}, tmp_path)
+    url = server.url + path
+    x_path = tmp_path / "x.pt"
+    torch.save(fast, x_path)
+    ready = [tmp_path / f"ready{i}" for i in range(2)]
+
+    def both_waiting():  # hold the body until both processes are at the download
+        deadline = time.monotonic() + 120
+        while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+
+    server.gate = both_waiting
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-c", _LOADER, url, str(ready[i]), str(x_path),
+                               str(tmp_path / f"out{i}.pt")], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    logs = [p.communicate(timeout=300)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), logs
+    assert len(_gets(server, path)) == 1  # exactly one download
+    assert sum("waiting for another process" in log for log in logs) == 1, logs
+    for i in range(2):
+        assert (torch.load(tmp_path / f"out{i}.pt") - want).abs().max() < 1e-4
+
+    # Again from the cache, with the server gone.
+    server.shutdown()
+    server.server_close()
+    cfg = load_config(None, ["MODEL.NAME", "slowfast_8x8_resnet50", "DATA.NUM_CLASSES", "400",
+                             "MODEL.PRETRAINED", url])
+    model = build_model(cfg).eval()
+    with torch.no_grad():
+        assert (model(fast) - want).abs().max() < 1e-4
+        assert (model([slow, fast]) - want).abs().max() < 1e-4

@@ -1,0 +1,234 @@
+"""Published weights by architecture and tag: the publisher's URL, file format and hash.
+
+``CONFIG.MODEL.PRETRAINED kinetics400`` (or ``True``, the architecture's default tag) looks the
+model up here; :mod:`zoo.models.weights` downloads the file and :mod:`zoo.models.pretrained`
+converts it from its format in memory. Only files a zoo converter reads are listed, and only URLs
+found in the publisher's own code or documentation; the comment above each group says where.
+
+Not listed, and why:
+
+* PySlowFast's Kinetics model zoo (``dl.fbaipublicfiles.com/pyslowfast/model_zoo/kinetics400/
+  SLOWFAST_4x16_R50.pkl``, ``SLOWFAST_8x8_R50.pkl``, ``I3D_8x8_R50.pkl``, ``SLOWONLY_8x8_R50.pkl``,
+  MODEL_ZOO.md) are Caffe2 pickles, which ``torch.load(weights_only=True)`` cannot read. The same
+  architectures trained by PySlowFast are published by PyTorchVideo as ``.pyth`` files (below).
+* PyTorchVideo's C2D, CSN, R(2+1)D-50 and X3D files, MMAction2's TSN / R(2+1)D files: zoo has no
+  architecture whose keys they fit. MMAction2's SlowFast R101 8x8 uses lateral kernel 7 (its
+  config inherits the R50 8x8 one), zoo's ``slowfast_8x8_resnet101`` (PySlowFast's) uses 5.
+
+``hash`` is the published SHA-256, or the prefix of it that the publisher puts in the file name
+(torchvision and OpenMMLab name files ``NAME-<first 8 hex of sha256>.pth``); empty when the
+publisher gives none. Aliases (other projects' model names) share their base architecture's
+entries: :func:`register_alias`, or a ``weights_of`` / ``alias_of`` fact on the registered builder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+__all__ = ["WeightsEntry", "WEIGHTS", "DEFAULT_TAGS", "FORMATS", "base_architecture",
+           "default_tag", "entries", "register_alias", "table_rows"]
+
+# File formats pretrained.py recognises (and converts with zoo.models.convert).
+FORMATS = ("zoo", "pyslowfast", "pytorchvideo", "mmaction2", "torchvision")
+
+
+@dataclass(frozen=True)
+class WeightsEntry:
+    """One published weights file.
+
+    Attributes:
+        url: The publisher's URL.
+        format: One of :data:`FORMATS`: how the file's keys are named.
+        dataset: What the weights were trained on (``kinetics400``, ``imagenet1k``).
+        hash: Published SHA-256 or a prefix of it ("" = none published).
+        source: Where the URL was found.
+        note: What a user should know (e.g. an inexact conversion).
+    """
+
+    url: str
+    format: str
+    dataset: str
+    hash: str = ""
+    source: str = ""
+    note: str = ""
+
+
+# PyTorchVideo model zoo (docs/source/model_zoo.md, Kinetics-400 table; the hub's slowfast.py and
+# resnet.py load the same URLs and read checkpoint["model_state"]). Trained with PySlowFast; the
+# keys are PyTorchVideo's. No hash published. The hub (pytorchvideo 0.1.5 models/hub) loads all
+# but SLOWFAST_4x16_R50 itself; a file whose keys all start with "model." (PySlowFast's wrapper
+# of a PyTorchVideo net) is read too.
+_PTV = "https://dl.fbaipublicfiles.com/pytorchvideo/model_zoo/kinetics/"
+_PTV_SRC = "pytorchvideo docs/source/model_zoo.md"
+
+# torchvision (torchvision/models/video/*.py and resnet.py, the Weights(url=...) of each enum;
+# torchvision 0.29.2). File names end in the first 8 hex digits of the file's SHA-256 (what
+# torch.hub's check_hash verifies).
+_TV = "https://download.pytorch.org/models/"
+_TV_SRC = "torchvision {}.{}"
+
+# MMAction2 1.x (configs/recognition/slowfast/README.md, Kinetics-400 table; their configs: R50
+# 4x16 = _base_/models/slowfast_r50.py, lateral kernel 5 by default; R50 8x8 sets alpha 4 and
+# fusion_kernel 7: the same shapes as zoo's two R50 SlowFasts). File names end in
+# the first 8 hex digits of the file's SHA-256 (tools/misc/publish_model.py: sha256sum, [:8]).
+_MMA = "https://download.openmmlab.com/mmaction/v1.0/recognition/slowfast/"
+_MMA_SRC = "mmaction2 configs/recognition/slowfast/README.md"
+_MMA_NOTE = ("MMAction2 laterals have no BN/ReLU: build with MODEL.KWARGS ['fuse_norm_act', "
+             "'False'] for MMAction2's exact network")
+
+
+def _tv(file: str, hash8: str, enum: str, dataset: str = "kinetics400",
+        where: str = "models.video.") -> WeightsEntry:
+    return WeightsEntry(_TV + file, "torchvision", dataset, hash8,
+                        _TV_SRC.format(where.rstrip("."), enum))
+
+
+def _mma(stem: str, date_hash: str) -> WeightsEntry:
+    return WeightsEntry(f"{_MMA}{stem}/{stem}_{date_hash}.pth", "mmaction2", "kinetics400",
+                        date_hash.split("-")[1], _MMA_SRC, _MMA_NOTE)
+
+
+_RESNET50_V1 = _tv("resnet50-0676ba61.pth", "0676ba61", "ResNet50_Weights.IMAGENET1K_V1",
+                   "imagenet1k", "models.")
+_RESNET50_NOTE = "ImageNet ResNet-50 inflated to 3D (each 2D kernel spread over time)"
+
+WEIGHTS: Dict[str, Dict[str, WeightsEntry]] = {
+    "slowfast_4x16_resnet50": {
+        "kinetics400": WeightsEntry(_PTV + "SLOWFAST_4x16_R50.pyth", "pytorchvideo",
+                                    "kinetics400", source=_PTV_SRC),
+        "kinetics400-mmaction2": _mma("slowfast_r50_8xb8-4x16x1-256e_kinetics400-rgb",
+                                      "20220901-701b0f6f"),
+    },
+    "slowfast_8x8_resnet50": {
+        "kinetics400": WeightsEntry(_PTV + "SLOWFAST_8x8_R50.pyth", "pytorchvideo",
+                                    "kinetics400", source=_PTV_SRC),
+        "kinetics400-mmaction2": _mma("slowfast_r50_8xb8-8x8x1-256e_kinetics400-rgb",
+                                      "20220818-1cb6dfc8"),
+    },
+    "slowfast_8x8_resnet101": {
+        "kinetics400": WeightsEntry(_PTV + "SLOWFAST_8x8_R101.pyth", "pytorchvideo",
+                                    "kinetics400", source=_PTV_SRC),
+    },
+    "slowfast_16x8_resnet101": {
+        "kinetics400": WeightsEntry(_PTV + "SLOWFAST_16x8_R101_50_50.pyth", "pytorchvideo",
+                                    "kinetics400", source=_PTV_SRC),
+    },
+    "slow_8x8_resnet50": {
+        "kinetics400": WeightsEntry(_PTV + "SLOW_8x8_R50.pyth", "pytorchvideo", "kinetics400",
+                                    source=_PTV_SRC),
+        "imagenet1k": WeightsEntry(_RESNET50_V1.url, "torchvision", "imagenet1k",
+                                   _RESNET50_V1.hash, _RESNET50_V1.source, _RESNET50_NOTE),
+    },
+    "i3d_resnet50": {
+        "kinetics400": WeightsEntry(_PTV + "I3D_8x8_R50.pyth", "pytorchvideo", "kinetics400",
+                                    source=_PTV_SRC),
+        "imagenet1k": WeightsEntry(_RESNET50_V1.url, "torchvision", "imagenet1k",
+                                   _RESNET50_V1.hash, _RESNET50_V1.source, _RESNET50_NOTE),
+    },
+    "r3d_18": {"kinetics400": _tv("r3d_18-b3b3357e.pth", "b3b3357e",
+                                  "R3D_18_Weights.KINETICS400_V1")},
+    "mc3_18": {"kinetics400": _tv("mc3_18-a90a0ba3.pth", "a90a0ba3",
+                                  "MC3_18_Weights.KINETICS400_V1")},
+    "r2plus1d_18": {"kinetics400": _tv("r2plus1d_18-91a641e6.pth", "91a641e6",
+                                       "R2Plus1D_18_Weights.KINETICS400_V1")},
+    # zoo's own R(2+1)D-18 has torchvision's keys, so torchvision's file fits it unchanged.
+    "r2plus1d_resnet18": {"kinetics400": _tv("r2plus1d_18-91a641e6.pth", "91a641e6",
+                                             "R2Plus1D_18_Weights.KINETICS400_V1")},
+    "s3d": {"kinetics400": _tv("s3d-d76dad2f.pth", "d76dad2f", "S3D_Weights.KINETICS400_V1")},
+    "mvit_v2_s": {"kinetics400": _tv("mvit_v2_s-ae3be167.pth", "ae3be167",
+                                     "MViT_V2_S_Weights.KINETICS400_V1")},
+    "swin3d_t": {"kinetics400": _tv("swin3d_t-7615ae03.pth", "7615ae03",
+                                    "Swin3D_T_Weights.KINETICS400_V1")},
+    "resnet18": {"imagenet1k": _tv("resnet18-f37072fd.pth", "f37072fd",
+                                   "ResNet18_Weights.IMAGENET1K_V1", "imagenet1k", "models.")},
+    "resnet34": {"imagenet1k": _tv("resnet34-b627a593.pth", "b627a593",
+                                   "ResNet34_Weights.IMAGENET1K_V1", "imagenet1k", "models.")},
+    "resnet50": {
+        "imagenet1k": _RESNET50_V1,
+        "imagenet1k-v2": _tv("resnet50-11ad3fa6.pth", "11ad3fa6",
+                             "ResNet50_Weights.IMAGENET1K_V2", "imagenet1k", "models."),
+    },
+    "resnet101": {
+        "imagenet1k": _tv("resnet101-63fe2227.pth", "63fe2227",
+                          "ResNet101_Weights.IMAGENET1K_V1", "imagenet1k", "models."),
+        "imagenet1k-v2": _tv("resnet101-cd907fc2.pth", "cd907fc2",
+                             "ResNet101_Weights.IMAGENET1K_V2", "imagenet1k", "models."),
+    },
+    "resnet152": {
+        "imagenet1k": _tv("resnet152-394f9c45.pth", "394f9c45",
+                          "ResNet152_Weights.IMAGENET1K_V1", "imagenet1k", "models."),
+        "imagenet1k-v2": _tv("resnet152-f82ba261.pth", "f82ba261",
+                             "ResNet152_Weights.IMAGENET1K_V2", "imagenet1k", "models."),
+    },
+    # TSN's backbone is a torchvision ResNet-50 (same keys); no Kinetics TSN in a readable format.
+    "tsn_resnet50": {"imagenet1k": _RESNET50_V1},
+}
+
+# What PRETRAINED True loads: Kinetics-400 weights for video models, ImageNet for image models.
+# An architecture without a default (TSN, whose only weights are an ImageNet backbone) makes True
+# an error that lists its tags, rather than silently loading something other than Kinetics.
+DEFAULT_TAGS: Dict[str, str] = {
+    name: ("imagenet1k" if name.startswith("resnet") else "kinetics400")
+    for name, tags in WEIGHTS.items()
+    if ("imagenet1k" if name.startswith("resnet") else "kinetics400") in tags
+}
+
+# Other names of an architecture (e.g. gluoncv's): alias -> base name. See register_alias.
+_ALIASES: Dict[str, str] = {}
+
+
+def register_alias(alias: str, base: str) -> None:
+    """Let the model name ``alias`` use the weights published for ``base``."""
+    _ALIASES[alias] = base
+
+
+def base_architecture(name: str) -> str:
+    """The architecture whose weights ``name`` uses: itself, or the base of an alias.
+
+    Follows :func:`register_alias` first, then a ``weights_of`` or ``alias_of`` fact registered
+    beside the model's builder.
+    """
+    seen = set()
+    while name not in seen:
+        seen.add(name)
+        if name in _ALIASES:
+            name = _ALIASES[name]
+            continue
+        base = _fact_base(name)
+        if not base:
+            break
+        name = base
+    return name
+
+
+def _fact_base(name: str) -> Optional[str]:
+    from .build import MODEL_REGISTRY, model_facts
+
+    if name not in MODEL_REGISTRY.names():
+        return None
+    facts = model_facts(name)
+    return facts.get("weights_of") or facts.get("alias_of")
+
+
+def entries(name: str) -> Dict[str, WeightsEntry]:
+    """Tag -> entry for the model ``name`` (an alias gets its base's); empty when none."""
+    return dict(WEIGHTS.get(base_architecture(name), {}))
+
+
+def default_tag(name: str) -> Optional[str]:
+    """The tag ``PRETRAINED True`` means for ``name`` (None: no default published)."""
+    return DEFAULT_TAGS.get(base_architecture(name))
+
+
+def table_rows(names: Optional[List[str]] = None) -> List[Dict[str, str]]:
+    """One row of strings per (architecture, tag), for tools/list_models.py --weights."""
+    rows = []
+    for name in names or sorted(WEIGHTS):
+        base = base_architecture(name)
+        for tag, e in WEIGHTS.get(base, {}).items():
+            default = " (True)" if DEFAULT_TAGS.get(base) == tag else ""
+            rows.append({"name": name, "tag": tag + default, "format": e.format,
+                         "dataset": e.dataset, "hash": e.hash or "-", "url": e.url,
+                         "note": e.note})
+    return rows
