@@ -249,3 +249,21 @@ CONFIG:
     cfg = load_config(str(path))
     assert (cfg.CONFIG.DATA.CLIP_LEN, cfg.CONFIG.DATA.FRAME_RATE) == (8, 4)
     assert cfg.CONFIG.MODEL.PRETRAINED == "/models/k400.pth" and cfg.CONFIG.MODEL.FREEZE_BN
+
+
+def test_dry_run_says_where_weights_come_from_without_downloading(tmp_path, monkeypatch):
+    from zoo.engine.dry_run import dry_run
+
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path))
+    base = ["MODEL.NAME", "slowfast_8x8_resnet50", "DATA.NUM_CLASSES", "400",
+            "DDP_CONFIG.DIST_BACKEND", "gloo"]
+    tag = dry_run(load_config(None, base + ["MODEL.PRETRAINED", "True"]))
+    assert tag.pretrained.startswith("tag 'kinetics400'") and "not downloaded yet" in tag.pretrained
+    assert not any(tmp_path.rglob("*.pyth")) and not any(tmp_path.rglob("*.pth"))
+    url = dry_run(load_config(None, base + ["MODEL.PRETRAINED", "http://127.0.0.1:9/x.pth"]))
+    assert url.pretrained.startswith("http://127.0.0.1:9/x.pth -> ")
+    missing = dry_run(load_config(None, base + ["MODEL.PRETRAINED", "/no/such/k400.pth"]))
+    assert missing.pretrained.startswith("unresolved")
+    lines = [w for w in missing.warnings if w.startswith("pretrained:")]
+    assert len(lines) == 1
+    assert lines[0].startswith("pretrained: MODEL.PRETRAINED '/no/such/k400.pth' does not exist")
