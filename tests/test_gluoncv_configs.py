@@ -183,6 +183,9 @@ def test_test_tool_dry_run(gluoncv_dir):
     assert proc.returncode == 0, out
     assert _params(out) == _torchvision_params(50, 174)
     assert "TRAIN_ANNO_PATH" not in out and "missing data: CONFIG.DATA.VAL_ANNO_PATH" in out
+    # The test tool evaluates the run's newest checkpoint: it does not exist yet.
+    assert "warning: missing data: the checkpoint './logs/resnet50_v1b_custom/default/" \
+        "checkpoints' does not exist" in out
 
 
 def test_invalid_config_fails_the_dry_run(gluoncv_dir, tmp_path):

@@ -128,6 +128,14 @@ def dry_run(cfg, mode: str = "train", node_rank: Optional[int] = None) -> DryRun
                      "the model was checked with a 2-class head")
     if cfg.CONFIG.DATA.SYNTHETIC.ENABLE:
         notes.append("CONFIG.DATA.SYNTHETIC.ENABLE: the motion dataset is generated on first use")
+    if mode == "test":
+        ckpt = cfg.CONFIG.TEST.CHECKPOINT
+        log = cfg.CONFIG.LOG
+        where = ckpt or os.path.join(log.BASE_PATH, log.EXP_NAME, log.SAVE_DIR)
+        what = f"CONFIG.TEST.CHECKPOINT {ckpt}" if ckpt else f"the newest checkpoint in {where}"
+        notes.append(f"tested weights: {what}")
+        if not os.path.exists(where):
+            warnings.append(f"missing data: the checkpoint {where!r} does not exist")
     if cfg.CONFIG.INFERENCE.FEAT and mode != "features":
         notes.append("CONFIG.INFERENCE.FEAT True: a feature-extraction config; run "
                      "tools/extract_features.py --config-file FILE")
