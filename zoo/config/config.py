@@ -18,30 +18,39 @@ import yaml
 from yacs.config import CfgNode
 
 from .defaults import _C
+from .gluoncv import adapt_gluoncv
 from .validation import ConfigError, validate_config
 
 logger = logging.getLogger(__name__)
 
 # Old spellings that still work, with a deprecation warning: old full key -> new full key.
+# NEW_LENGTH / NEW_STEP are gluoncv's (MXNet) names of the clip length and the frame stride.
 _RENAMED_KEYS = {
     "DDP_CONFIG.WOLRD_URLS": "DDP_CONFIG.WORLD_URLS",
+    "CONFIG.DATA.NEW_LENGTH": "CONFIG.DATA.CLIP_LEN",
+    "CONFIG.DATA.NEW_STEP": "CONFIG.DATA.FRAME_RATE",
+    "CONFIG.MODEL.BN_FROZEN": "CONFIG.MODEL.FREEZE_BN",
 }
 
-# gluoncv.torch keys that have no meaning in zoo; they are dropped with a warning so that an
-# existing gluoncv YAML loads. Each value says what to use instead. A key zoo itself uses (one in
-# get_cfg()) must never be listed here or in _RENAMED_KEYS: its value would be thrown away
-# (tests/test_config.py checks that the lists and the live keys never overlap).
+# gluoncv.torch keys zoo deliberately does not use; they are dropped with a warning so that a
+# gluoncv YAML loads. Each value says what zoo does instead. The gluoncv keys zoo does use with
+# gluoncv's meaning (NUM_SEGMENT, NUM_CROP, KEEP_ASPECT_RATIO, NEW_HEIGHT/WIDTH, MULTIGRID, LOAD,
+# PRETRAINED_PATH, ...) are read by zoo.config.gluoncv before the merge. A key zoo itself uses (one
+# in get_cfg()) must never be listed here or in _RENAMED_KEYS: its value would be thrown away
+# (tests/test_checkpoint_model.py checks that the lists and the live keys never overlap).
 _GLUONCV_UNUSED_KEYS = {
-    "CONFIG.DATA.MULTIGRID": "not supported; remove it",
-    "CONFIG.DATA.KEEP_ASPECT_RATIO": "zoo always keeps the aspect ratio (short-side resize)",
-    "CONFIG.DATA.NEW_HEIGHT": "use CONFIG.DATA.SHORT_SIDE_SIZE",
-    "CONFIG.DATA.NEW_WIDTH": "use CONFIG.DATA.SHORT_SIDE_SIZE",
-    "CONFIG.DATA.NEW_LENGTH": "use CONFIG.DATA.CLIP_LEN",
-    "CONFIG.DATA.NEW_STEP": "use CONFIG.DATA.FRAME_RATE",
-    "CONFIG.DATA.NUM_CROP": "training always uses one random crop; remove it",
     "CONFIG.LOG.EVAL_DIR": "test results go to BASE_PATH/EXP_NAME",
-    "CONFIG.TRAIN.USE_AMP": "not supported yet; remove it",
-    "CONFIG.MODEL.PRETRAINED_BASE": "use CONFIG.MODEL.PRETRAINED with a local checkpoint path",
+    "CONFIG.LOG.LEVEL": "the console shows INFO and up; each rank's log file has everything",
+    "CONFIG.LOG.LOG_FILENAME": "each rank logs to BASE_PATH/EXP_NAME/log_rank<r>.txt",
+    "CONFIG.TRAIN.USE_AMP": "set CONFIG.TRAIN.PRECISION (auto, bf16, fp16, fp32) instead",
+    "CONFIG.TRAIN.MULTIGRID": "multigrid training is not supported; zoo trains one clip shape",
+    "CONFIG.TRAIN.ADAM_BETA2": "CONFIG.TRAIN.OPTIMIZER AdamW uses betas (0.9, 0.999)",
+    "CONFIG.TRAIN.ADAM_EPS": "CONFIG.TRAIN.OPTIMIZER AdamW uses eps 1e-8",
+    "CONFIG.MODEL.PRETRAINED_BASE": "2D-inflated starts are the model's inflate_from kwarg "
+    "(CONFIG.MODEL.KWARGS); CONFIG.MODEL.PRETRAINED names whole-model weights",
+    "CONFIG.MODEL.BN_EVAL": "use CONFIG.MODEL.FREEZE_BN",
+    "CONFIG.MODEL.PARTIAL_BN": "use CONFIG.MODEL.FREEZE_BN",
+    "CONFIG.MODEL.USE_AFFINE": "BatchNorm layers always have affine parameters",
 }
 
 
@@ -168,6 +177,17 @@ def merge_overrides(cfg: CfgNode, opts: Sequence[str]) -> None:
         _set_key(cfg, full_key, _parse_value(raw) if isinstance(raw, str) else raw)
 
 
+def _refuse_foreign(data: Any, source: str) -> None:
+    """Stop with one line when the YAML is another framework's config that needs converting."""
+    from .convert_pyslowfast import is_pyslowfast_yaml
+
+    if is_pyslowfast_yaml(data):
+        raise ConfigError(
+            f"{source} is a PySlowFast config; convert it with python tools/convert_config.py "
+            f"--from pyslowfast {source} OUT.yaml"
+        )
+
+
 def load_config(
     config_file: Optional[str] = None, opts: Optional[Sequence[str]] = None, validate: bool = True
 ) -> CfgNode:
@@ -192,7 +212,8 @@ def load_config(
                 mark = getattr(e, "problem_mark", None)
                 where = f" line {mark.line + 1}" if mark else ""
                 raise ConfigError(f"{config_file}{where}: not valid YAML ({e.__class__.__name__})")
-        _merge_dict(cfg, data, "", config_file)
+        _refuse_foreign(data, config_file)
+        _merge_dict(cfg, adapt_gluoncv(data, config_file), "", config_file)
     if opts:
         merge_overrides(cfg, list(opts))
     if validate:

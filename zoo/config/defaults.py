@@ -147,6 +147,15 @@ _C.CONFIG.TEST.CHECKPOINT = ""
 # Videos per process during testing (each video yields TEST_NUM_SEGMENT x TEST_NUM_CROP views).
 _C.CONFIG.TEST.BATCH_SIZE = 4
 
+# --------------------------------------- INFERENCE
+# ---------------------------------------------------
+# gluoncv.torch's feature-extraction block (its *_feat.yaml configs).
+_C.CONFIG.INFERENCE = CN()
+# True marks a feature-extraction config: tools/extract_features.py writes the pooled features
+# before the classifier, one .npy per video of the validation list, to BASE_PATH/EXP_NAME/
+# LOG.SAVE_DIR as gluoncv did (see docs/features.md). The tool extracts features whatever it says.
+_C.CONFIG.INFERENCE.FEAT = False
+
 # ------------------------------------------ DATA
 # ---------------------------------------------------
 _C.CONFIG.DATA = CN()
@@ -193,6 +202,13 @@ _C.CONFIG.DATA.CROP_SIZE = 224
 _C.CONFIG.DATA.SHORT_SIDE_SIZE = 256
 # Training short side is drawn uniformly from [min, max] per clip (scale jitter).
 _C.CONFIG.DATA.TRAIN_SHORT_SIDE_RANGE = [256, 320]
+# False = resize every decoded frame to NEW_WIDTH x NEW_HEIGHT first, ignoring its aspect ratio,
+# as gluoncv.torch's loader did (its default); the short-side resize and crops follow as usual.
+_C.CONFIG.DATA.KEEP_ASPECT_RATIO = True
+# Frame height after that resize (used only when KEEP_ASPECT_RATIO is False).
+_C.CONFIG.DATA.NEW_HEIGHT = 256
+# Frame width after that resize (used only when KEEP_ASPECT_RATIO is False).
+_C.CONFIG.DATA.NEW_WIDTH = 340
 # Randomly flip training clips left-right (turn off when left/right carries the label).
 _C.CONFIG.DATA.RANDOM_FLIP = True
 # Per-channel mean (RGB, 0..1 scale) subtracted after scaling pixels to [0, 1]; [] = the model's

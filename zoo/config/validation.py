@@ -97,6 +97,8 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
         lambda v: len(v) == 2 and 0 < v[0] <= v[1],
         "[min, max] with 0 < min <= max",
     ),
+    ("CONFIG.DATA.NEW_HEIGHT", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.NEW_WIDTH", _positive, "an integer >= 1"),
     ("CONFIG.DATA.MEAN", lambda v: len(v) in (0, 3), "3 numbers (R, G, B), or [] = the model's"),
     (
         "CONFIG.DATA.STD",

@@ -85,7 +85,7 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     data = cfg.CONFIG.DATA
     paths = _list_paths(cfg, split)
-    return {
+    kwargs = {
         "anno_path": paths["anno_path"],
         "data_path": paths["data_path"],
         "split": split,
@@ -111,6 +111,10 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
         "color_jitter": [float(v) for v in data.COLOR_JITTER],
         "official_split": int(data.OFFICIAL_SPLIT),
     }
+    if not data.KEEP_ASPECT_RATIO:
+        # Only when set, so datasets written before the key existed keep working.
+        kwargs["frame_size"] = [int(data.NEW_HEIGHT), int(data.NEW_WIDTH)]
+    return kwargs
 
 
 def fill_normalization(cfg: CfgNode, facts: Dict[str, Any]) -> CfgNode:

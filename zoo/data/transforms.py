@@ -48,6 +48,19 @@ def crop_resize(clip: torch.Tensor, box: Box, size: int) -> torch.Tensor:
     )
 
 
+def resize_frames(frames: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """uint8 ``(T, H, W, C)`` resized to ``height`` x ``width`` whatever its aspect ratio.
+
+    gluoncv.torch's loader (``KEEP_ASPECT_RATIO: False``) had the decoder hand over every frame
+    at NEW_WIDTH x NEW_HEIGHT; the crops are then cut from those frames as from any others.
+    """
+    if tuple(frames.shape[1:3]) == (height, width):
+        return frames
+    clip = F.interpolate(as_clip(frames), size=(height, width), mode="bilinear",
+                         align_corners=False, antialias=True)
+    return clip.permute(0, 2, 3, 1)
+
+
 def normalize(clip: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
     """Map uint8 (or 0..255 float) ``(T, C, H, W)`` to ``(x / 255 - mean) / std`` as float
     ``(C, T, H, W)``."""

@@ -63,6 +63,9 @@ class ClipDataset(Dataset):
             :mod:`zoo.data.list_formats`).
         frame_template: File name of frame ``i`` (from 1) in a frame folder, for the "frames"
             decoder (``CONFIG.DATA.FRAME_TEMPLATE``).
+        frame_size: ``(height, width)`` every decoded frame is resized to before cropping,
+            ignoring its aspect ratio (gluoncv's ``KEEP_ASPECT_RATIO: False``); empty = as
+            decoded.
 
     Attributes:
         paths: Full video paths, in list order.
@@ -97,6 +100,7 @@ class ClipDataset(Dataset):
         color_jitter: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
         list_format: str = "auto",
         frame_template: str = DEFAULT_FRAME_TEMPLATE,
+        frame_size: Sequence[int] = (),
         **unused: object,
     ) -> None:
         if split not in ("train", "val", "test"):
@@ -130,6 +134,7 @@ class ClipDataset(Dataset):
         self.sampling = sampling
         self.num_segment = num_segment
         self.color_jitter = [float(v) for v in color_jitter]
+        self.frame_size = tuple(int(v) for v in frame_size)
         self.bad_videos = BadVideoTable(len(records))
         # Frame counts that had to be counted (no count in the container): found once per worker.
         self._counted: Dict[int, int] = {}
@@ -274,6 +279,8 @@ class ClipDataset(Dataset):
                         self.num_segment, train=self.split == "train", generator=generator,
                     ) + first
                     frames = video.decode(indices.tolist())
+        if self.frame_size:
+            frames = transforms.resize_frames(frames, *self.frame_size)
         if self.split == "train":
             return transforms.train_transform(
                 frames, self.crop_size, self.train_short_side_range, self.random_flip,

@@ -31,6 +31,11 @@ def default_argument_parser(description: str) -> argparse.ArgumentParser:
         help="a Python file or module name to import first so its @register calls run "
         "(repeat the flag for several); added to CONFIG.EXTRA_MODULES",
     )
+    parser.add_argument(
+        "--dry-run", action="store_true",
+        help="check the config, build the model on the meta device and list missing data; "
+        "trains/tests nothing (see zoo/engine/dry_run.py)",
+    )
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE overrides")
     return parser
 
@@ -90,6 +95,11 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
     cfg = None
     try:
         cfg = setup_cfg(args)
+        if args.dry_run:
+            from .dry_run import run_dry_run
+
+            mode = "test" if getattr(worker, "__name__", "").startswith("test") else "train"
+            return run_dry_run(cfg, mode, command_line_node_rank(args.opts, cfg))
         from ..data import prepare_synthetic
 
         cfg = prepare_synthetic(cfg)

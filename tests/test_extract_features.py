@@ -1,0 +1,111 @@
+"""tools/extract_features.py: one .npy per video holding the features the classifier reads."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from conftest import TOY_MODEL, run_tool
+from videos_for_tests import noise_frames, write
+
+from zoo.config import load_config
+from zoo.data import build_dataset
+from zoo.engine.features import feature_path, pooled_features
+
+WIDTH = 6
+
+
+def _toy(classes: int = 3) -> nn.Module:
+    """The conftest toy model (Conv3d -> ReLU -> pool -> flatten -> Linear), built here."""
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv3d(3, WIDTH, kernel_size=3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(WIDTH, classes),
+    )
+
+
+@pytest.fixture()
+def feat_setup(tmp_path):
+    videos = ["a/one.mp4", "a/two.mp4", "b/three.mp4"]
+    for i, rel in enumerate(videos):
+        os.makedirs(tmp_path / "data" / os.path.dirname(rel), exist_ok=True)
+        write(str(tmp_path / "data" / rel), noise_frames(12, size=32, seed=i))
+    lst = tmp_path / "val.txt"
+    lst.write_text("".join(f"{rel} 12 {i}\n" for i, rel in enumerate(videos)))
+    model_file = tmp_path / "toy_models.py"
+    model_file.write_text(TOY_MODEL)
+    ckpt = tmp_path / "toy.pth"
+    torch.save({"model": _toy().state_dict()}, ckpt)
+    # A gluoncv-style feature config: INFERENCE.FEAT, LOG.SAVE_DIR 'features'.
+    cfg = tmp_path / "toy_feat.yaml"
+    cfg.write_text(f"""
+CONFIG:
+  EXTRA_MODULES: ['{model_file}']
+  INFERENCE:
+    FEAT: True
+  DATA:
+    VAL_ANNO_PATH: '{lst}'
+    VAL_DATA_PATH: '{tmp_path / "data"}/'
+    NUM_CLASSES: 3
+    CLIP_LEN: 4
+    FRAME_RATE: 2
+    CROP_SIZE: 28
+    SHORT_SIDE_SIZE: 32
+    TRAIN_SHORT_SIDE_RANGE: [32, 36]
+    NUM_WORKERS: 0
+  MODEL:
+    NAME: 'toy_conv3d'
+    PRETRAINED: '{ckpt}'
+    KWARGS: ['width', {WIDTH}]
+  LOG:
+    BASE_PATH: '{tmp_path / "logs"}'
+    EXP_NAME: 'toy'
+    SAVE_DIR: 'features'
+""")
+    return tmp_path, videos, str(cfg)
+
+
+def test_pooled_features_are_the_classifier_input():
+    model = _toy().eval()
+    clips = torch.randn(2, 3, 4, 16, 16)
+    want = model[:-1](clips)  # everything before the Linear
+    assert torch.allclose(pooled_features(model, clips), want)
+
+
+def test_frame_folding_models_average_their_frames():
+    from zoo.models import create_model
+
+    model = create_model("resnet18", num_classes=5).eval()
+    clips = torch.randn(2, 3, 3, 32, 32)  # 3 frames, classified one by one
+    frames = clips.transpose(1, 2).reshape(6, 3, 32, 32)
+    want = model.forward_features(frames).view(2, 3, -1).mean(1)
+    assert torch.allclose(pooled_features(model, clips), want, atol=1e-5)
+
+
+def test_tool_writes_one_npy_per_video(feat_setup):
+    tmp_path, videos, cfg_path = feat_setup
+    proc = run_tool("extract_features.py", ["--config-file", cfg_path])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out_dir = tmp_path / "logs" / "toy" / "features"
+    files = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*.npy"))
+    assert files == ["a/one.npy", "a/two.npy", "b/three.npy"]
+    # Reference: the same weights without their Linear, on the same validation clips.
+    model = _toy().eval()
+    dataset = build_dataset(load_config(cfg_path), "val")
+    for i, rel in enumerate(videos):
+        got = np.load(feature_path(str(out_dir), rel))
+        assert got.shape == (WIDTH,) and got.dtype == np.float32
+        want = model[:-1](dataset[i][0][None])[0].detach().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_tool_dry_run_names_the_output(feat_setup):
+    tmp_path, _, cfg_path = feat_setup
+    proc = run_tool("extract_features.py", ["--config-file", cfg_path, "--dry-run"])
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    params = 3 * WIDTH * 27 + WIDTH + WIDTH * 3 + 3  # Conv3d(3, W, 3) + Linear(W, 3)
+    assert f"model: toy_conv3d, {params} parameters, 3 classes" in out
+    assert os.path.join("toy", "features") in out
+    assert not (tmp_path / "logs").exists()

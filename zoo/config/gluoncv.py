@@ -1,0 +1,123 @@
+"""gluoncv.torch YAML keys read with gluoncv's meaning, before the YAML is merged into zoo's config.
+
+gluoncv.torch (``scripts/action-recognition/configuration/*.yaml``) writes the same sections as
+zoo, plus a few keys zoo has no key for and a few defaults that differ. :func:`adapt_gluoncv`
+rewrites the raw YAML mapping of a gluoncv file so that it means in zoo what it meant in gluoncv:
+
+* ``DATA.NUM_SEGMENT`` > 1 (TSN): gluoncv cuts the video into that many segments and takes a
+  ``CLIP_LEN`` snippet from each; zoo's ``DATA.SAMPLING "tsn"`` does the same, so it is set.
+* ``DATA.SHORT_SIDE_SIZE`` S: gluoncv trains on frames resized to short side S and then scaled
+  at random by 1 to 1.25; zoo's ``DATA.TRAIN_SHORT_SIDE_RANGE`` becomes ``[S, 1.25 S]``.
+* ``TRAIN.LR_POLICY`` absent: gluoncv's default is a misspelt key (``LR_POLICY: 'Cosine'`` in its
+  defaults file never existed) and its trainer stepped the LR at ``LR_MILESTONE``; zoo uses "Step".
+* ``TRAIN.USE_WARMUP`` True: gluoncv warms up linearly from 0 to ``LR`` (its warmup ignores
+  ``WARMUP_START_LR`` / ``WARMUP_END_LR``); zoo's warmup keys are set to 0 and ``LR``.
+* ``MODEL.LOAD`` True with ``MODEL.PRETRAINED_PATH``: load that checkpoint = zoo's
+  ``MODEL.PRETRAINED``.
+* ``DATA.KEEP_ASPECT_RATIO`` absent: gluoncv's default False (frames resized to NEW_WIDTH x
+  NEW_HEIGHT, aspect ratio ignored, before the short-side resize), which zoo's data loader does
+  too when the key is False; zoo's own default is True.
+* ``DATA.NUM_CROP`` 1 and ``DATA.MULTIGRID`` False: what zoo does anyway (gluoncv's loader never
+  read NUM_CROP); other values get one warning each saying what zoo does instead.
+
+Keys zoo deliberately does not use are in ``zoo.config.config._GLUONCV_UNUSED_KEYS`` (warned and
+dropped while merging).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List
+
+logger = logging.getLogger(__name__)
+
+# Keys only gluoncv writes; one of them marks a YAML as a gluoncv file.
+_MARKERS = (
+    ("DDP_CONFIG", "WOLRD_URLS"),
+    ("CONFIG", "DATA", "NUM_CROP"),
+    ("CONFIG", "DATA", "MULTIGRID"),
+    ("CONFIG", "LOG", "EVAL_DIR"),
+    ("CONFIG", "MODEL", "LOAD"),
+    ("CONFIG", "MODEL", "PRETRAINED_PATH"),
+)
+
+# gluoncv's RandomResize(ratio=(1, 1.25)) after the short-side resize in training.
+_TRAIN_SCALE_MAX = 1.25
+
+
+def _lookup(data: Dict[str, Any], path) -> Any:
+    node: Any = data
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def is_gluoncv_yaml(data: Any) -> bool:
+    """True when the YAML mapping carries a key that only gluoncv.torch configs write."""
+    return isinstance(data, dict) and any(_lookup(data, p) is not None for p in _MARKERS)
+
+
+def _section(data: Dict[str, Any], name: str) -> Dict[str, Any]:
+    config = data.get("CONFIG")
+    if not isinstance(config, dict):
+        return {}
+    section = config.get(name)
+    return section if isinstance(section, dict) else {}
+
+
+def _adapt_data(d: Dict[str, Any], source: str, notes: List[str]) -> None:
+    num_crop = d.pop("NUM_CROP", 1)
+    if num_crop != 1:
+        logger.warning("%s: CONFIG.DATA.NUM_CROP = %r has no effect (gluoncv's loader never read "
+                       "it either); training takes one random crop per clip", source, num_crop)
+    if d.pop("MULTIGRID", False):
+        logger.warning("%s: CONFIG.DATA.MULTIGRID True is not supported; zoo trains with one clip "
+                       "shape (CLIP_LEN x CROP_SIZE), which is gluoncv's MULTIGRID False", source)
+    if "KEEP_ASPECT_RATIO" not in d:
+        d["KEEP_ASPECT_RATIO"] = False  # gluoncv's default: frames squashed to NEW_WIDTH x HEIGHT
+    if int(d.get("NUM_SEGMENT", 1) or 1) > 1 and "SAMPLING" not in d:
+        d["SAMPLING"] = "tsn"
+        notes.append(f"NUM_SEGMENT {d['NUM_SEGMENT']} -> CONFIG.DATA.SAMPLING tsn")
+    if "SHORT_SIDE_SIZE" in d and "TRAIN_SHORT_SIDE_RANGE" not in d:
+        side = int(d["SHORT_SIDE_SIZE"])
+        d["TRAIN_SHORT_SIDE_RANGE"] = [side, int(round(side * _TRAIN_SCALE_MAX))]
+        notes.append(f"SHORT_SIDE_SIZE {side} -> CONFIG.DATA.TRAIN_SHORT_SIDE_RANGE "
+                     f"{d['TRAIN_SHORT_SIDE_RANGE']}")
+
+
+def _adapt_train(t: Dict[str, Any], notes: List[str]) -> None:
+    if "LR_POLICY" not in t and "LR_MILESTONE" in t:
+        t["LR_POLICY"] = "Step"
+        notes.append("no LR_POLICY -> Step at LR_MILESTONE (gluoncv's trainer)")
+    if t.get("USE_WARMUP") is True and "LR" in t:
+        t["WARMUP_START_LR"], t["WARMUP_END_LR"] = 0.0, t["LR"]
+        notes.append(f"USE_WARMUP -> linear warmup from 0 to LR {t['LR']} (gluoncv's warmup)")
+
+
+def _adapt_model(m: Dict[str, Any], notes: List[str]) -> None:
+    load, path = m.pop("LOAD", False), m.pop("PRETRAINED_PATH", "")
+    if load and path:
+        m["PRETRAINED"] = path
+        notes.append(f"MODEL.LOAD + PRETRAINED_PATH -> CONFIG.MODEL.PRETRAINED {path}")
+
+
+def adapt_gluoncv(data: Any, source: str) -> Any:
+    """Rewrite a gluoncv.torch YAML mapping in place so zoo reads it with gluoncv's meaning.
+
+    A mapping without gluoncv-only keys is returned unchanged.
+
+    Args:
+        data: The mapping ``yaml.safe_load`` returned.
+        source: The file name, for messages.
+    """
+    if not is_gluoncv_yaml(data):
+        return data
+    notes: List[str] = []
+    _adapt_data(_section(data, "DATA"), source, notes)
+    _adapt_train(_section(data, "TRAIN"), notes)
+    _adapt_model(_section(data, "MODEL"), notes)
+    if notes:
+        logger.info("%s: gluoncv keys read with gluoncv's meaning: %s", source, "; ".join(notes))
+    return data
