@@ -276,6 +276,13 @@ _register(
     _facts(34_566_488, alpha=4, gflops=50.3, published_top1=77.0),
 )
 _register(
+    "slowfast_16x8_resnet50",
+    dict(depth=50, alpha=4, beta_inv=8, fusion_kernel=7, width=64, dropout=0.5),
+    "SlowFast R50 16x8 (gluoncv's slowfast_16x8_resnet50): the 8x8 R50 net fed 64 fast frames at "
+    "stride 2, so the slow pathway sees 16.",
+    _facts(34_566_488, alpha=4, gflops=100.6, frames=64),
+)
+_register(
     "slowfast_8x8_resnet101",
     dict(depth=101, alpha=4, beta_inv=8, fusion_kernel=5, width=64, dropout=0.5),
     "SlowFast R101 8x8 (PySlowFast SLOWFAST_8x8_R101_101_101): every res4 block temporal, k 5.",
