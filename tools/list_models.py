@@ -4,6 +4,7 @@
     python tools/list_models.py                 # plain table
     python tools/list_models.py --markdown      # the table of docs/models.md
     python tools/list_models.py --recount       # measure params / GFLOPs now (marks drift with !)
+    python tools/list_models.py --aliases       # gluoncv's names and the architecture each builds
 """
 
 import argparse
@@ -12,7 +13,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from zoo.models.table import format_table, model_rows  # noqa: E402
+from zoo.models.table import (  # noqa: E402
+    alias_rows,
+    format_alias_table,
+    format_table,
+    model_rows,
+)
 from zoo.utils.env import import_extra_modules  # noqa: E402
 
 
@@ -24,8 +30,13 @@ def main() -> int:
                         help="count params and GFLOPs now on the meta device")
     parser.add_argument("--extra-modules", nargs="+", default=[], metavar="PY",
                         help="user model files to import first (their models are listed too)")
+    parser.add_argument("--aliases", action="store_true",
+                        help="list the aliases (gluoncv's model names) instead of architectures")
     args = parser.parse_args()
     import_extra_modules(args.extra_modules)
+    if args.aliases:
+        print(format_alias_table(alias_rows(), markdown=args.markdown))
+        return 0
     print(format_table(model_rows(args.names, recount=args.recount), markdown=args.markdown))
     return 0
 

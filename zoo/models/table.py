@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .build import list_models, model_facts
 
-__all__ = ["model_rows", "format_table"]
+__all__ = ["alias_rows", "format_alias_table", "format_table", "model_rows"]
 
 COLUMNS = ("name", "task", "params", "gflops", "input", "crop", "top1")
 
@@ -25,12 +25,12 @@ def model_rows(names: Optional[Sequence[str]] = None,
     """One row of strings per model.
 
     Args:
-        names: Models to list (default: all registered).
+        names: Models to list (default: every registered architecture, aliases left out).
         recount: Measure params and GFLOPs now (meta device) instead of reading the facts; a
             value that differs from the recorded fact is marked with ``!``.
     """
     rows = []
-    for name in names or list_models():
+    for name in names or list_models(aliases=False):
         facts = model_facts(name)
         params, gflops = facts.get("params"), facts.get("gflops")
         mark_p = mark_g = ""
@@ -67,4 +67,40 @@ def format_table(rows: List[Dict[str, str]], markdown: bool = False) -> str:
     widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in COLUMNS}
     lines = ["  ".join(header[c].ljust(widths[c]) for c in COLUMNS).rstrip()]
     lines += ["  ".join(r[c].ljust(widths[c]) for c in COLUMNS).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+ALIAS_COLUMNS = ("name", "arch", "classes", "input", "crop")
+
+
+def alias_rows() -> List[Dict[str, str]]:
+    """One row of strings per alias (a name whose facts carry ``alias_of``), sorted by name."""
+    rows = []
+    for name in list_models():
+        facts = model_facts(name)
+        if "alias_of" not in facts:
+            continue
+        rows.append({
+            "name": name,
+            "arch": facts["alias_of"],
+            "classes": str(facts.get("num_classes") or "any"),
+            "input": _input(facts),
+            "crop": str(facts.get("crop_size", "?")),
+        })
+    return rows
+
+
+def format_alias_table(rows: List[Dict[str, str]], markdown: bool = False) -> str:
+    """Alias rows as an aligned plain-text table, or a Markdown table."""
+    header = {"name": "alias", "arch": "architecture", "classes": "classes",
+              "input": "frames x stride", "crop": "crop"}
+    if markdown:
+        lines = ["| " + " | ".join(header[c] for c in ALIAS_COLUMNS) + " |",
+                 "|---|---|---:|---|---:|"]
+        lines += ["| " + " | ".join(f"`{r[c]}`" if c in ("name", "arch") else r[c]
+                                    for c in ALIAS_COLUMNS) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in ALIAS_COLUMNS}
+    lines = ["  ".join(header[c].ljust(widths[c]) for c in ALIAS_COLUMNS).rstrip()]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in ALIAS_COLUMNS).rstrip() for r in rows]
     return "\n".join(lines)

@@ -58,7 +58,7 @@ def _register(name: str, block: type, layers: Sequence[int], params: int, gflops
                    **kwargs)
 
     builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = f"""TSN with a ResNet-{depth} backbone (torchvision keys), 8 segments by default.
+    builder.__doc__ = f"""TSN on a ResNet-{depth} (torchvision keys), 8 segments by default.
 
     gluoncv's ``resnet{depth}_v1b_*`` nets are this architecture: a torchvision ResNet (stride on
     the 3x3 conv, "v1b") whose pooled features are averaged over the segments before ``fc``, which
