@@ -290,3 +290,25 @@ def test_alias_table_in_docs_is_fresh():
     docs = open(os.path.join(ROOT, "docs", "models.md"), encoding="utf-8").read()
     assert table in docs, ("docs/models.md is stale: paste "
                            "`python tools/list_models.py --aliases --markdown`")
+
+
+def test_tpn_classifier_is_the_head():
+    from zoo.models.pretrained import head_keys
+
+    assert head_keys(_meta("tpn_resnet50_f8s8")) == ("head.proj.weight", "head.proj.bias")
+
+
+def test_nonlocal_net_inflates_like_the_plain_net(tmp_path):
+    # gluoncv inflates its I3D-NL nets from ImageNet ResNets; the non-local blocks start as
+    # identity, so the inflated NL net scores a clip exactly as the inflated plain net does.
+    import torchvision
+
+    torch.manual_seed(0)
+    path = tmp_path / "r50.pth"
+    torch.save(torchvision.models.resnet50(num_classes=5).state_dict(), path)
+    plain = zoo.create_model("i3d_resnet50_v1", num_classes=5, inflate_from=str(path)).eval()
+    nl = zoo.create_model("i3d_nl5_resnet50_v1", num_classes=5, inflate_from=str(path)).eval()
+    nl.head.load_state_dict(plain.head.state_dict())
+    x = torch.randn(1, 3, 8, 32, 32)
+    with torch.no_grad():
+        assert torch.allclose(nl(x), plain(x), atol=1e-5)

@@ -148,15 +148,28 @@ def _facts(params: int, gflops: float, frames: int, stride: int, **extra: Any) -
     return facts
 
 
+def _inflate(model: ResNet3d, path: str, num_classes: int, args: Dict[str, Any]) -> None:
+    """Fill ``model`` from the 2D ResNet in ``path``; non-local blocks (no 2D counterpart) keep
+    their fresh identity init, as in gluoncv's inflated I3D-NL nets."""
+    from .convert.torchvision import inflate_from_file
+
+    if not any(args.get("nonlocal_blocks", ())):
+        inflate_from_file(model, path)
+        return
+    plain = ResNet3d(num_classes=num_classes, **dict(args, nonlocal_blocks=((),) * 4))
+    inflate_from_file(plain, path)
+    result = model.load_state_dict(plain.state_dict(), strict=False)
+    assert not result.unexpected_keys and all(".nonlocal_block." in k
+                                              for k in result.missing_keys), result
+
+
 def _register(name: str, defaults: Dict[str, Any], summary: str, facts: dict) -> None:
     def builder(num_classes: int = 400, inflate_from: str = "", **kwargs: Any) -> nn.Module:
         args = dict(defaults)
         args.update(kwargs)
         model = ResNet3d(num_classes=num_classes, **args)
         if inflate_from:
-            from .convert.torchvision import inflate_from_file
-
-            inflate_from_file(model, inflate_from)
+            _inflate(model, inflate_from, num_classes, args)
         return model
 
     builder.__name__ = builder.__qualname__ = name

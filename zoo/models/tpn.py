@@ -135,6 +135,11 @@ class TPN(ResNet3d):
                 nn.init.normal_(m.weight, std=0.01)
                 nn.init.zeros_(m.bias)
         self.aux_head.requires_grad_(False)
+        # Register the head last again: zoo.models.pretrained.head_keys takes the classifier to
+        # be the last module with parameters, and that must be head.proj, not the aux head.
+        head = self.head
+        del self.head
+        self.head = head
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The neck's feature map ``(B, 2048, T', H', W')``."""
