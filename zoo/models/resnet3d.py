@@ -1,22 +1,30 @@
-"""Single-pathway 3D ResNets: Slow (slow_8x8_resnet50) and I3D (i3d_resnet50), as in PySlowFast.
+"""Single-pathway 3D ResNets: Slow and I3D, as PySlowFast and gluoncv.torch build them.
 
-Both are ResNet-50 bottleneck nets whose 2D layers gained a temporal kernel on conv a (and the
-stem); they differ only in where:
+All are ResNet bottleneck nets whose 2D layers gained a temporal kernel on conv a (and the stem);
+they differ only in where, and in the stem's temporal stride:
 
-=========  ========  =========  ==============  ==============  ==============  ===============
-net        stem kt   res2 kt    res3 kt         res4 kt         res5 kt         pool after res2
-=========  ========  =========  ==============  ==============  ==============  ===============
-Slow       1         1          1               3               3               none
-I3D        5         3          3, 1, 3, 1      3, 1, 3, 1, ..  1, 3, 1         max (2, 1, 1)
-=========  ========  =========  ==============  ==============  ==============  ===============
+==============  =======  ========  =======  ==========  ==========  ========  ================
+net             stem kt  stem t/s  res2 kt  res3 kt     res4 kt     res5 kt   pool after res2
+==============  =======  ========  =======  ==========  ==========  ========  ================
+Slow            1        1         1        1           3           3         none
+I3D             5        1         3        3, 1, ..    3, 1, ..    1, 3, 1   max (2, 1, 1)
+I3D v1          5        2         3        3, 1, ..    3, 1, ..    1, 3, 1   max (2, 1, 1)
+==============  =======  ========  =======  ==========  ==========  ========  ================
+
+"stem t/s" is the temporal stride of the stem conv and of its max-pool: gluoncv's I3D
+(``i3d_resnet*_v1``) takes 32 frames and halves time twice in the stem, PySlowFast's I3D takes 8.
+gluoncv's I3D-NL nets (``i3d_nl5_*``, ``i3d_nl10_*``) add a non-local block
+(:mod:`zoo.models.nonlocal_block`) after 5 or 10 of the res3 / res4 blocks; gluoncv's
+``i3d_slow_*`` nets are the Slow nets.
 
 State-dict keys: the SlowFast scheme without the pathway prefix (``stem.conv``, ``stem.bn``,
 ``res{n}.{j}.conv_a`` / ``bn_a`` / ``conv_b`` / ``bn_b`` / ``conv_c`` / ``bn_c``,
-``res{n}.0.shortcut.{conv,bn}``, ``head.proj``); 320 entries for the R50 nets, like a PySlowFast or
-PyTorchVideo checkpoint. :func:`zoo.models.convert.torchvision.inflate_from_file` (the builders'
-``inflate_from`` argument) fills them from a 2D ResNet-50 with torchvision keys: each 2D kernel is
-repeated over the temporal kernel and divided by its size, so a static clip gives the 2D logits
-(exactly with ``temporal_pad="replicate"``).
+``res{n}.0.shortcut.{conv,bn}``, ``res{n}.{j}.nonlocal_block.{theta,phi,g,W,bn}``, ``head.proj``);
+320 entries for the R50 nets, like a PySlowFast or PyTorchVideo checkpoint.
+:func:`zoo.models.convert.torchvision.inflate_from_file` (the builders' ``inflate_from`` argument)
+fills them from a 2D ResNet with torchvision keys: each 2D kernel is repeated over the temporal
+kernel and divided by its size, so a static clip gives the 2D logits (exactly with
+``temporal_pad="replicate"``); non-local blocks keep their identity init.
 """
 
 from __future__ import annotations

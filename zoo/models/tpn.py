@@ -148,6 +148,18 @@ class TPN(ResNet3d):
         return self.neck(res4, self.res5(res4))
 
 
+def _inflate_backbone(model: TPN, path: str, num_classes: int, args: dict) -> None:
+    """Inflate the 2D ResNet in ``path`` into the Slow backbone and head of ``model``."""
+    from .convert.torchvision import inflate_from_file
+
+    plain = ResNet3d(num_classes=num_classes, **{k: v for k, v in args.items()
+                                                 if k not in ("temporal_scales", "level_pools")})
+    inflate_from_file(plain, path)
+    result = model.load_state_dict(plain.state_dict(), strict=False)
+    assert not result.unexpected_keys and all(k.startswith(("neck.", "aux_head."))
+                                              for k in result.missing_keys), result
+
+
 def _register(name: str, depth: int, frames: int, stride: int, params: int, gflops: float
               ) -> None:
     # gluoncv: R50 pools both levels by the frame count; R101 pools res4 by half of it and pools
@@ -155,10 +167,13 @@ def _register(name: str, depth: int, frames: int, stride: int, params: int, gflo
     scales = (frames, frames) if depth == 50 else (frames // 2, frames)
     pools = (1, 1) if depth == 50 else (2, 1)
 
-    def builder(num_classes: int = 400, **kwargs: Any) -> nn.Module:
+    def builder(num_classes: int = 400, inflate_from: str = "", **kwargs: Any) -> nn.Module:
         args = dict(depth=depth, temporal_scales=scales, level_pools=pools)
         args.update(kwargs)
-        return TPN(num_classes=num_classes, **args)
+        model = TPN(num_classes=num_classes, **args)
+        if inflate_from:
+            _inflate_backbone(model, inflate_from, num_classes, args)
+        return model
 
     builder.__name__ = builder.__qualname__ = name
     builder.__doc__ = f"""TPN on a Slow R{depth}, {frames} frames at stride {stride} (gluoncv's
@@ -166,6 +181,8 @@ def _register(name: str, depth: int, frames: int, stride: int, params: int, gflo
 
     Args:
         num_classes: Output classes.
+        inflate_from: Path of a 2D ResNet state dict (torchvision keys) to inflate into the
+            backbone and head, as gluoncv does before training; the neck keeps its fresh init.
         **kwargs: Override any :class:`TPN` argument (``width``, ``temporal_scales``, ...).
     """
     builder.facts = {
