@@ -185,6 +185,16 @@ def test_alias_is_its_architecture(name):
         assert _meta(name).alpha == 8
 
 
+def test_gluoncv_slowfast_takes_every_alpha_th_frame():
+    # gluoncv's SlowFast feeds x[:, :, ::alpha] to the slow pathway; PySlowFast's (zoo's
+    # default) spreads T // alpha frames from the first to the last.
+    clip = torch.arange(32.0).view(1, 1, 32, 1, 1)
+    slow, _ = _meta("slowfast_4x16_resnet50_kinetics400").pack_pathways(clip)
+    assert slow.flatten().tolist() == [0.0, 8.0, 16.0, 24.0]
+    slow, _ = _meta("slowfast_4x16_resnet50").pack_pathways(clip)
+    assert slow.flatten().tolist() == [0.0, 10.0, 20.0, 31.0]
+
+
 def test_custom_takes_num_classes_and_fixed_names_refuse_others():
     assert _out_features(_meta("tpn_resnet50_f32s2_custom", num_classes=7)) == 7
     assert _out_features(_meta("i3d_slow_resnet101_f16s4_kinetics700")) == 700

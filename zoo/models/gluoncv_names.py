@@ -33,6 +33,7 @@ SUFFIX_CLASSES: Dict[str, Optional[int]] = {
 
 _K400 = ("kinetics400",)
 _R2P1D = dict(dropout=0.5)  # gluoncv's R2Plus1D drops out 0.5 before fc; zoo's default is 0
+_SF = dict(slow_index="stride")  # gluoncv's SlowFast feeds x[:, :, ::alpha] to the slow pathway
 
 # base -> (zoo architecture, builder kwargs, frames, stride, crop, fixed-class suffixes). Inputs
 # from gluoncv's scripts/action-recognition/configuration/*.yaml; the suffixes are the names its
@@ -63,14 +64,14 @@ GLUONCV_BASES: Dict[str, Tuple[str, Dict[str, Any], int, Optional[int], int, Tup
     "r2plus1d_v1_resnet101": ("r2plus1d_resnet101", _R2P1D, 16, 2, 112, _K400),
     "r2plus1d_v1_resnet152": ("r2plus1d_resnet152", _R2P1D, 16, 2, 112, _K400),
     "r2plus1d_v2_resnet152": ("r2plus1d_v2_resnet152", {}, 32, 2, 112, _K400),
-    "slowfast_4x16_resnet50": ("slowfast_4x16_resnet50", {}, 32, 2, 224, _K400),
-    "slowfast_8x8_resnet50": ("slowfast_8x8_resnet50", {}, 32, 2, 224, _K400),
-    "slowfast_16x8_resnet50": ("slowfast_16x8_resnet50", {}, 64, 2, 224, ("sthsthv2",)),
+    "slowfast_4x16_resnet50": ("slowfast_4x16_resnet50", _SF, 32, 2, 224, _K400),
+    "slowfast_8x8_resnet50": ("slowfast_8x8_resnet50", _SF, 32, 2, 224, _K400),
+    "slowfast_16x8_resnet50": ("slowfast_16x8_resnet50", _SF, 64, 2, 224, ("sthsthv2",)),
     # gluoncv's 4x16 R101 is its 8x8 R101 (fusion kernel 5) with alpha 8.
-    "slowfast_4x16_resnet101": ("slowfast_8x8_resnet101", dict(alpha=8), 32, 2, 224, _K400),
-    "slowfast_8x8_resnet101": ("slowfast_8x8_resnet101", {}, 32, 2, 224, _K400),
-    "slowfast_16x8_resnet101": ("slowfast_8x8_resnet101", {}, 64, 2, 224, _K400),
-    "slowfast_16x8_resnet101_50_50": ("slowfast_16x8_resnet101", {}, 64, 2, 224, _K400),
+    "slowfast_4x16_resnet101": ("slowfast_8x8_resnet101", dict(_SF, alpha=8), 32, 2, 224, _K400),
+    "slowfast_8x8_resnet101": ("slowfast_8x8_resnet101", _SF, 32, 2, 224, _K400),
+    "slowfast_16x8_resnet101": ("slowfast_8x8_resnet101", _SF, 64, 2, 224, _K400),
+    "slowfast_16x8_resnet101_50_50": ("slowfast_16x8_resnet101", _SF, 64, 2, 224, _K400),
     "tpn_resnet50_f8s8": ("tpn_resnet50_f8s8", {}, 8, 8, 224, _K400),
     "tpn_resnet50_f16s4": ("tpn_resnet50_f16s4", {}, 16, 4, 224, _K400),
     "tpn_resnet50_f32s2": ("tpn_resnet50_f32s2", {}, 32, 2, 224, _K400),
