@@ -11,7 +11,17 @@ and load the file with CONFIG.EXTRA_MODULES (or --extra-modules).
 """
 
 # Importing the family modules registers their models.
-from . import r2plus1d, resnet, resnet3d, slowfast, torchvision_video, tsn  # noqa: F401
+from . import (  # noqa: F401
+    gluoncv_names,
+    r2plus1d,
+    resnet,
+    resnet3d,
+    slowfast,
+    torchvision_video,
+    tpn,
+    tsn,
+    vmz,
+)
 from .build import (
     MODEL_REGISTRY,
     build_model,

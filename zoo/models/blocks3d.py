@@ -77,15 +77,18 @@ class Stem(ConvBN):
         out_ch: Output channels.
         kt: Temporal kernel size.
         temporal_pad: ``"zeros"`` or ``"replicate"`` (see the module docstring).
+        stride_t: Temporal stride of the conv (2 in gluoncv's I3D, 1 elsewhere).
+        pool_stride_t: Temporal stride of the max-pool (2 in gluoncv's I3D, 1 elsewhere).
     """
 
-    def __init__(self, in_ch: int, out_ch: int, kt: int, temporal_pad: str = "zeros") -> None:
+    def __init__(self, in_ch: int, out_ch: int, kt: int, temporal_pad: str = "zeros",
+                 stride_t: int = 1, pool_stride_t: int = 1) -> None:
         _check_pad(temporal_pad)
         # With replicate padding the time axis is padded in forward, the spatial axes by the conv.
         self.time_pad = kt // 2 if temporal_pad == "replicate" else 0
         pad_t = 0 if self.time_pad else kt // 2
-        super().__init__(in_ch, out_ch, (kt, 7, 7), (1, 2, 2), (pad_t, 3, 3), relu=True)
-        self.pool = nn.MaxPool3d((1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
+        super().__init__(in_ch, out_ch, (kt, 7, 7), (stride_t, 2, 2), (pad_t, 3, 3), relu=True)
+        self.pool = nn.MaxPool3d((1, 3, 3), stride=(pool_stride_t, 2, 2), padding=(0, 1, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.time_pad:
@@ -123,13 +126,16 @@ class Bottleneck(nn.Module):
         self.shortcut: Optional[ConvBN] = None
         if in_ch != out_ch or stride != 1:
             self.shortcut = ConvBN(in_ch, out_ch, (1, 1, 1), stride=(1, stride, stride))
+        # Applied after the residual sum when set (the non-local block of gluoncv's I3D-NL nets).
+        self.nonlocal_block: Optional[nn.Module] = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.shortcut is None else self.shortcut(x)
         out = self.relu(self.bn_a(self.conv_a(x)))
         out = self.relu(self.bn_b(self.conv_b(out)))
         out = self.bn_c(self.conv_c(out))
-        return self.relu(out + identity)
+        out = self.relu(out + identity)
+        return out if self.nonlocal_block is None else self.nonlocal_block(out)
 
 
 def block_kernels(pattern: Sequence[int], blocks: int, temporal_blocks: Optional[int] = None

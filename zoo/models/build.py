@@ -21,19 +21,24 @@ dict attribute (input frames, sampling stride, crop, mean/std, params, GFLOPs) s
 
 
 def create_model(
-    name: str, num_classes: int = 400, pretrained: Optional[str] = None, **kwargs: Any
+    name: str, num_classes: Optional[int] = None, pretrained: Optional[str] = None,
+    **kwargs: Any
 ) -> nn.Module:
     """Build a registered model by name.
 
     Args:
-        name: Registered name, e.g. ``"resnet50"`` or ``"slowfast_4x16_resnet50"``.
-        num_classes: Size of the classification head.
+        name: Registered name, e.g. ``"resnet50"``, ``"slowfast_4x16_resnet50"`` or a gluoncv
+            alias such as ``"slowfast_4x16_resnet50_kinetics400"``.
+        num_classes: Size of the classification head (default: the class count in the model's
+            facts, e.g. 174 for a ``*_sthsthv2`` alias, else 400).
         pretrained: Weights to load (``None`` = random init): a local checkpoint in any
             supported format, a weights tag (``"kinetics400"``), ``"True"`` (the default tag) or
             an http(s) URL; see zoo/models/weights.py.
         **kwargs: Passed to the builder (depth/width arguments, dropout, ...).
     """
     builder = MODEL_REGISTRY.get(name)
+    if num_classes is None:
+        num_classes = model_facts(name).get("num_classes") or 400
     model = builder(num_classes=num_classes, **kwargs)
     if pretrained:
         from .pretrained import load_pretrained
@@ -42,9 +47,17 @@ def create_model(
     return model
 
 
-def list_models() -> List[str]:
-    """Names of all registered models, sorted."""
-    return MODEL_REGISTRY.names()
+def list_models(aliases: bool = True) -> List[str]:
+    """Names of all registered models, sorted.
+
+    Args:
+        aliases: Include aliases (gluoncv's names, whose facts carry ``alias_of``); ``False``
+            lists each architecture once.
+    """
+    names = MODEL_REGISTRY.names()
+    if aliases:
+        return names
+    return [n for n in names if "alias_of" not in model_facts(n)]
 
 
 def model_facts(name: str) -> Dict[str, Any]:

@@ -54,10 +54,12 @@ def measure(name: str, **kwargs: Any) -> Dict[str, Any]:
     """Params and GFLOPs of a registered model at the input its facts describe.
 
     The class count is 1000 for image models and 400 for video models (the convention of the
-    published numbers), unless ``num_classes`` is given.
+    published numbers), unless ``num_classes`` is given or the facts fix one (an alias such as
+    ``*_sthsthv2``).
     """
     facts = model_facts(name)
-    kwargs.setdefault("num_classes", 1000 if facts.get("task") == "image" else 400)
+    default = 1000 if facts.get("task") == "image" else 400
+    kwargs.setdefault("num_classes", facts.get("num_classes") or default)
     with torch.device("meta"):
         model = create_model(name, **kwargs)
     return {"params": count_params(model),

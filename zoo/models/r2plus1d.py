@@ -72,20 +72,58 @@ class BasicBlock2Plus1D(nn.Module):
         return self.relu(self.conv2(self.conv1(x)) + shortcut)
 
 
-class R2Plus1D(nn.Module):
-    """R(2+1)D ResNet with basic blocks and torchvision's key names.
+class Bottleneck2Plus1D(nn.Module):
+    """1x1x1 reduce, a (2+1)D conv (strided in time and space), 1x1x1 expand (4x), as gluoncv's
+    ``r2plus1d_v1_resnet50`` builds it; keys laid out like torchvision's video ``Bottleneck``.
+
+    The (2+1)D conv's middle width is computed from the block's *input* width and the inner
+    width (gluoncv's formula), not from the inner width twice.
 
     Args:
-        layers: Blocks in each of the four stages ((2, 2, 2, 2) = 18, (3, 4, 6, 3) = 34).
+        in_ch: Input channels.
+        width: Inner width (output is ``4 * width``).
+        stride: Stride in time and space of the (2+1)D conv (and of the shortcut).
+    """
+
+    expansion = 4
+
+    def __init__(self, in_ch: int, width: int, stride: int = 1) -> None:
+        super().__init__()
+        out_ch = width * 4
+        mid = (in_ch * width * 27) // (in_ch * 9 + 3 * width)
+        self.conv1 = nn.Sequential(nn.Conv3d(in_ch, width, 1, bias=False), nn.BatchNorm3d(width),
+                                   nn.ReLU(inplace=True))
+        self.conv2 = nn.Sequential(_conv2plus1d(width, width, mid, stride), nn.BatchNorm3d(width),
+                                   nn.ReLU(inplace=True))
+        self.conv3 = nn.Sequential(nn.Conv3d(width, out_ch, 1, bias=False),
+                                   nn.BatchNorm3d(out_ch))
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = None
+        if stride != 1 or in_ch != out_ch:
+            self.downsample = nn.Sequential(
+                nn.Conv3d(in_ch, out_ch, 1, stride=stride, bias=False), nn.BatchNorm3d(out_ch))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        return self.relu(self.conv3(self.conv2(self.conv1(x))) + shortcut)
+
+
+class R2Plus1D(nn.Module):
+    """R(2+1)D ResNet with torchvision's key names.
+
+    Args:
+        layers: Blocks in each of the four stages ((2, 2, 2, 2) = 18, (3, 4, 6, 3) = 34 or 50).
         num_classes: Output classes.
         width: Width of stage 1 (64 = the published nets; stages 2-4 use 2x, 4x, 8x). The stem's
             middle width scales with it (45 at 64).
         dropout: Dropout before ``fc`` (0 = none; no state-dict keys either way).
         in_channels: Input channels (3 for RGB).
+        bottleneck: Use :class:`Bottleneck2Plus1D` blocks (output 4x wider) instead of basic
+            blocks (gluoncv's R(2+1)D-50).
     """
 
     def __init__(self, layers: Sequence[int], num_classes: int = 400, width: int = 64,
-                 dropout: float = 0.0, in_channels: int = 3) -> None:
+                 dropout: float = 0.0, in_channels: int = 3, bottleneck: bool = False) -> None:
         super().__init__()
         if len(layers) != 4 or width < 1:
             raise ValueError(f"need 4 stage depths and width >= 1, got {list(layers)}, {width}")
@@ -100,12 +138,14 @@ class R2Plus1D(nn.Module):
             nn.ReLU(inplace=True),
         )
         in_ch = width
+        block = Bottleneck2Plus1D if bottleneck else BasicBlock2Plus1D
+        expansion = 4 if bottleneck else 1
         for i, n in enumerate(layers):
-            out_ch, stride = width * 2**i, 1 if i == 0 else 2
-            blocks = [BasicBlock2Plus1D(in_ch, out_ch, stride)]
-            blocks += [BasicBlock2Plus1D(out_ch, out_ch) for _ in range(1, n)]
+            inner, stride = width * 2**i, 1 if i == 0 else 2
+            blocks = [block(in_ch, inner, stride)]
+            blocks += [block(inner * expansion, inner) for _ in range(1, n)]
             self.add_module(f"layer{i + 1}", nn.Sequential(*blocks))
-            in_ch = out_ch
+            in_ch = inner * expansion
         self.avgpool = nn.AdaptiveAvgPool3d(1)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.fc = nn.Linear(in_ch, num_classes)
@@ -121,12 +161,15 @@ class R2Plus1D(nn.Module):
         return self.fc(self.dropout(self.avgpool(x).flatten(1)))
 
 
-def _register(name: str, layers: Sequence[int], params: int, gflops: float) -> None:
+def _register(name: str, layers: Sequence[int], params: int, gflops: float,
+              bottleneck: bool = False) -> None:
     def builder(num_classes: int = 400, **kwargs: Any) -> nn.Module:
+        kwargs.setdefault("bottleneck", bottleneck)
         return R2Plus1D(layers, num_classes=num_classes, **kwargs)
 
+    kind = "bottleneck" if bottleneck else "basic-block"
     builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = f"""R(2+1)D with basic-block stages {tuple(layers)} and torchvision's keys.
+    builder.__doc__ = f"""R(2+1)D with {kind} stages {tuple(layers)} and torchvision's keys.
 
     Args:
         num_classes: Output classes.
@@ -146,3 +189,7 @@ def _register(name: str, layers: Sequence[int], params: int, gflops: float) -> N
 # multiply-adds of one 16x112x112 view counted by torch.utils.flop_counter (recounted in tests).
 _register("r2plus1d_resnet18", (2, 2, 2, 2), 31_505_325, 40.5)
 _register("r2plus1d_resnet34", (3, 4, 6, 3), 61_831_661, 75.2)
+# Params equal gluoncv's r2plus1d_v1_resnet{50,101,152} (counted from its code).
+_register("r2plus1d_resnet50", (3, 4, 6, 3), 53_949_691, 65.2, bottleneck=True)
+_register("r2plus1d_resnet101", (3, 4, 23, 3), 99_913_475, 101.2, bottleneck=True)
+_register("r2plus1d_resnet152", (3, 8, 36, 3), 137_770_491, 145.6, bottleneck=True)

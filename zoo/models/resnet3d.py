@@ -1,22 +1,30 @@
-"""Single-pathway 3D ResNets: Slow (slow_8x8_resnet50) and I3D (i3d_resnet50), as in PySlowFast.
+"""Single-pathway 3D ResNets: Slow and I3D, as PySlowFast and gluoncv.torch build them.
 
-Both are ResNet-50 bottleneck nets whose 2D layers gained a temporal kernel on conv a (and the
-stem); they differ only in where:
+All are ResNet bottleneck nets whose 2D layers gained a temporal kernel on conv a (and the stem);
+they differ only in where, and in the stem's temporal stride:
 
-=========  ========  =========  ==============  ==============  ==============  ===============
-net        stem kt   res2 kt    res3 kt         res4 kt         res5 kt         pool after res2
-=========  ========  =========  ==============  ==============  ==============  ===============
-Slow       1         1          1               3               3               none
-I3D        5         3          3, 1, 3, 1      3, 1, 3, 1, ..  1, 3, 1         max (2, 1, 1)
-=========  ========  =========  ==============  ==============  ==============  ===============
+==============  =======  ========  =======  ==========  ==========  ========  ================
+net             stem kt  stem t/s  res2 kt  res3 kt     res4 kt     res5 kt   pool after res2
+==============  =======  ========  =======  ==========  ==========  ========  ================
+Slow            1        1         1        1           3           3         none
+I3D             5        1         3        3, 1, ..    3, 1, ..    1, 3, 1   max (2, 1, 1)
+I3D v1          5        2         3        3, 1, ..    3, 1, ..    1, 3, 1   max (2, 1, 1)
+==============  =======  ========  =======  ==========  ==========  ========  ================
+
+"stem t/s" is the temporal stride of the stem conv and of its max-pool: gluoncv's I3D
+(``i3d_resnet*_v1``) takes 32 frames and halves time twice in the stem, PySlowFast's I3D takes 8.
+gluoncv's I3D-NL nets (``i3d_nl5_*``, ``i3d_nl10_*``) add a non-local block
+(:mod:`zoo.models.nonlocal_block`) after 5 or 10 of the res3 / res4 blocks; gluoncv's
+``i3d_slow_*`` nets are the Slow nets.
 
 State-dict keys: the SlowFast scheme without the pathway prefix (``stem.conv``, ``stem.bn``,
 ``res{n}.{j}.conv_a`` / ``bn_a`` / ``conv_b`` / ``bn_b`` / ``conv_c`` / ``bn_c``,
-``res{n}.0.shortcut.{conv,bn}``, ``head.proj``); 320 entries for the R50 nets, like a PySlowFast or
-PyTorchVideo checkpoint. :func:`zoo.models.convert.torchvision.inflate_from_file` (the builders'
-``inflate_from`` argument) fills them from a 2D ResNet-50 with torchvision keys: each 2D kernel is
-repeated over the temporal kernel and divided by its size, so a static clip gives the 2D logits
-(exactly with ``temporal_pad="replicate"``).
+``res{n}.0.shortcut.{conv,bn}``, ``res{n}.{j}.nonlocal_block.{theta,phi,g,W,bn}``, ``head.proj``);
+320 entries for the R50 nets, like a PySlowFast or PyTorchVideo checkpoint.
+:func:`zoo.models.convert.torchvision.inflate_from_file` (the builders' ``inflate_from`` argument)
+fills them from a 2D ResNet with torchvision keys: each 2D kernel is repeated over the temporal
+kernel and divided by its size, so a static clip gives the 2D logits (exactly with
+``temporal_pad="replicate"``); non-local blocks keep their identity init.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import torch.nn as nn
 
 from .blocks3d import STAGE_BLOCKS, Stem, block_kernels, init_3d_weights, make_stage
 from .build import MODEL_REGISTRY
+from .nonlocal_block import NonLocal3d
 
 __all__ = ["ResNet3d"]
 
@@ -71,6 +80,10 @@ class ResNet3d(nn.Module):
             then maps a static clip to exactly the 2D logits; see ``blocks3d``).
         zero_init_final_bn: Start each bottleneck's ``bn_c`` gamma at 0.
         head_init_std: Std of the normal init of the head projection.
+        stem_stride_t: Temporal stride of the stem conv and of its max-pool (2 in gluoncv's I3D,
+            which so sees 32 frames where PySlowFast's I3D sees 8).
+        nonlocal_blocks: Per stage (res2..res5), the indices of the blocks followed by a
+            :class:`~zoo.models.nonlocal_block.NonLocal3d` block (gluoncv's I3D-NL nets).
     """
 
     def __init__(
@@ -86,27 +99,35 @@ class ResNet3d(nn.Module):
         temporal_pad: str = "zeros",
         zero_init_final_bn: bool = True,
         head_init_std: float = 0.01,
+        stem_stride_t: int = 1,
+        nonlocal_blocks: Sequence[Sequence[int]] = ((), (), (), ()),
     ) -> None:
         super().__init__()
         if depth not in STAGE_BLOCKS:
             raise ValueError(f"depth must be one of {sorted(STAGE_BLOCKS)}, got {depth}")
-        if len(stage_kts) != 4 or pool1_t < 1 or width < 1:
-            raise ValueError(f"need 4 stage_kts, pool1_t >= 1 and width >= 1, got "
-                             f"{list(stage_kts)}, {pool1_t}, {width}")
-        self.stem = Stem(in_channels, width, stem_kt, temporal_pad)
+        if len(stage_kts) != 4 or len(nonlocal_blocks) != 4 or pool1_t < 1 or width < 1:
+            raise ValueError(f"need 4 stage_kts, 4 nonlocal_blocks, pool1_t >= 1 and width >= 1, "
+                             f"got {list(stage_kts)}, {list(nonlocal_blocks)}, {pool1_t}, {width}")
+        self.stem = Stem(in_channels, width, stem_kt, temporal_pad, stem_stride_t, stem_stride_t)
         in_ch = width
         for i, (n, pattern) in enumerate(zip(STAGE_BLOCKS[depth], stage_kts)):
             inner = width * 2**i
             kts = block_kernels(list(pattern), n)
-            self.add_module(f"res{i + 2}",
-                            make_stage(in_ch, inner, inner * 4, kts, 1 if i == 0 else 2,
-                                       temporal_pad))
+            stage = make_stage(in_ch, inner, inner * 4, kts, 1 if i == 0 else 2, temporal_pad)
+            for j in nonlocal_blocks[i]:
+                if not 0 <= j < n:
+                    raise ValueError(f"nonlocal_blocks[{i}] names block {j}; res{i + 2} has {n}")
+                stage[j].nonlocal_block = NonLocal3d(inner * 4)
+            self.add_module(f"res{i + 2}", stage)
             in_ch = inner * 4
         # Parameter-free, so it is not in the state dict; Identity keeps the forward uniform.
         self.pool1 = (nn.MaxPool3d((pool1_t, 1, 1), stride=(pool1_t, 1, 1)) if pool1_t > 1
                       else nn.Identity())
         self.head = Head3d(in_ch, num_classes, dropout)
         init_3d_weights(self, zero_init_final_bn, head_init_std)
+        for m in self.modules():
+            if isinstance(m, NonLocal3d):
+                m.reset_parameters()
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Feature map ``(B, C, T', H', W')`` after res5."""
@@ -135,15 +156,28 @@ def _facts(params: int, gflops: float, frames: int, stride: int, **extra: Any) -
     return facts
 
 
+def _inflate(model: ResNet3d, path: str, num_classes: int, args: Dict[str, Any]) -> None:
+    """Fill ``model`` from the 2D ResNet in ``path``; non-local blocks (no 2D counterpart) keep
+    their fresh identity init, as in gluoncv's inflated I3D-NL nets."""
+    from .convert.torchvision import inflate_from_file
+
+    if not any(args.get("nonlocal_blocks", ())):
+        inflate_from_file(model, path)
+        return
+    plain = ResNet3d(num_classes=num_classes, **dict(args, nonlocal_blocks=((),) * 4))
+    inflate_from_file(plain, path)
+    result = model.load_state_dict(plain.state_dict(), strict=False)
+    assert not result.unexpected_keys and all(".nonlocal_block." in k
+                                              for k in result.missing_keys), result
+
+
 def _register(name: str, defaults: Dict[str, Any], summary: str, facts: dict) -> None:
     def builder(num_classes: int = 400, inflate_from: str = "", **kwargs: Any) -> nn.Module:
         args = dict(defaults)
         args.update(kwargs)
         model = ResNet3d(num_classes=num_classes, **args)
         if inflate_from:
-            from .convert.torchvision import inflate_from_file
-
-            inflate_from_file(model, inflate_from)
+            _inflate(model, inflate_from, num_classes, args)
         return model
 
     builder.__name__ = builder.__qualname__ = name
@@ -178,3 +212,37 @@ _register(
     "convs, a temporal max-pool after res2.",
     _facts(28_043_472, gflops=28.4, frames=8, stride=8, published_top1=73.27),
 )
+_register(
+    "slow_8x8_resnet101",
+    dict(depth=101, stem_kt=1, stage_kts=((1,), (1,), (3,), (3,)), pool1_t=1),
+    "Slow R101 8x8 (PySlowFast SLOW_8x8_R101; gluoncv's i3d_slow_resnet101_*): the Slow R50 "
+    "layout with (3, 4, 23, 3) blocks.",
+    _facts(60_359_120, gflops=85.4, frames=8, stride=8),
+)
+
+# gluoncv's I3D (i3d_resnet*_v1): PySlowFast's I3D layout, but the stem conv and its max-pool also
+# stride 2 in time, so 32 frames reach res2 as 8. Params equal gluoncv's I3D_ResNetV1 (counted
+# from gluoncv's code; see tests/test_gluoncv_models.py). Non-local blocks follow the listed blocks
+# of res3 / res4 (gluoncv's nonlocal_freq patterns).
+_I3D_V1 = dict(stem_kt=5, stage_kts=((3,), (3, 1), (3, 1), (1, 3)), pool1_t=2, stem_stride_t=2)
+_NL5_R50 = ((), (1, 3), (1, 3, 5), ())
+_NL10_R50 = ((), (0, 1, 2, 3), (0, 1, 2, 3, 4, 5), ())
+_NL5_R101 = ((), (1, 3), (6, 13, 20), ())
+_NL10_R101 = ((), (0, 1, 2, 3), (2, 6, 10, 14, 18, 22), ())
+for _name, _depth, _nl, _params, _gflops in (
+    ("i3d_resnet50_v1", 50, None, 28_043_472, 33.1),
+    ("i3d_resnet101_v1", 101, None, 51_754_192, 51.7),
+    ("i3d_nl5_resnet50_v1", 50, _NL5_R50, 35_401_936, 53.3),
+    ("i3d_nl10_resnet50_v1", 50, _NL10_R50, 42_760_400, 73.5),
+    ("i3d_nl5_resnet101_v1", 101, _NL5_R101, 59_112_656, 71.9),
+    ("i3d_nl10_resnet101_v1", 101, _NL10_R101, 66_471_120, 92.0),
+):
+    _nl_text = (f" with non-local blocks after res3 blocks {_nl[1]} and res4 blocks {_nl[2]}"
+                if _nl else "")
+    _register(
+        _name,
+        dict(_I3D_V1, depth=_depth, **({"nonlocal_blocks": _nl} if _nl else {})),
+        f"gluoncv's I3D R{_depth}{_nl_text}: 32 frames at stride 2, 5x7x7 stem striding 2 in "
+        "time (conv and pool), alternating 3x1x1 convs, a temporal max-pool after res2.",
+        _facts(_params, gflops=_gflops, frames=32, stride=2),
+    )

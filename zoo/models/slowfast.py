@@ -130,6 +130,9 @@ class SlowFast(nn.Module):
             ``(3, 4, 6, 3)`` for the R101 "50_50" nets). ``None`` = every block.
         fuse_norm_act: Laterals are conv + BN + ReLU (PySlowFast); ``False`` makes them a bare
             conv as in MMAction2, so an MMAction2 checkpoint converts exactly.
+        slow_index: How a single clip's slow frames are picked: ``"linspace"`` (``T // alpha``
+            frames spread from the first to the last, PySlowFast's PackPathway) or ``"stride"``
+            (every ``alpha``-th frame from the first, gluoncv's ``x[:, :, ::alpha]``).
     """
 
     def __init__(
@@ -147,8 +150,11 @@ class SlowFast(nn.Module):
         head_init_std: float = 0.01,
         num_block_temp_kernel: Optional[Sequence[int]] = None,
         fuse_norm_act: bool = True,
+        slow_index: str = "linspace",
     ) -> None:
         super().__init__()
+        if slow_index not in ("linspace", "stride"):
+            raise ValueError(f"slow_index must be 'linspace' or 'stride', got {slow_index!r}")
         if depth not in STAGE_BLOCKS:
             raise ValueError(f"depth must be one of {sorted(STAGE_BLOCKS)}, got {depth}")
         if alpha < 1 or beta_inv < 1 or fusion_conv_channel_ratio < 1 or fusion_kernel < 1:
@@ -162,6 +168,7 @@ class SlowFast(nn.Module):
         if len(temp_blocks) != 4:
             raise ValueError(f"num_block_temp_kernel must list 4 stages, got {temp_blocks}")
         self.alpha = alpha
+        self.slow_index = slow_index
         ratio = fusion_conv_channel_ratio
         slow_w, fast_w = width, width // beta_inv
 
@@ -192,14 +199,18 @@ class SlowFast(nn.Module):
 
     def pack_pathways(self, clip: torch.Tensor) -> List[torch.Tensor]:
         """Split a fast clip ``(B, C, T, H, W)`` into ``[slow, fast]``; slow has ``T // alpha``
-        frames spread evenly over the clip (the same indices as PySlowFast's PackPathway)."""
+        frames spread evenly over the clip (the same indices as PySlowFast's PackPathway), or
+        every ``alpha``-th frame with ``slow_index="stride"``."""
         t = clip.shape[2]
         if t < self.alpha:
             raise ValueError(f"clip has {t} frames; SlowFast with alpha={self.alpha} needs at "
                              f"least {self.alpha} (T // alpha slow frames)")
         # Indices are computed on the CPU from the (static) frame count, so an exported graph
         # holds them as a constant (ONNX's linspace with one step would divide by zero).
-        index = torch.linspace(0, t - 1, t // self.alpha).long().tolist()
+        if self.slow_index == "stride":
+            index = list(range(0, t, self.alpha))
+        else:
+            index = torch.linspace(0, t - 1, t // self.alpha).long().tolist()
         return [clip.index_select(2, torch.tensor(index, device=clip.device)), clip]
 
     def forward(self, x: Clip) -> torch.Tensor:
@@ -274,6 +285,13 @@ _register(
     dict(depth=50, alpha=4, beta_inv=8, fusion_kernel=7, width=64, dropout=0.5),
     "SlowFast R50 8x8: 32 fast frames at stride 2, slow sees 8 (alpha 4, beta_inv 8, k 7).",
     _facts(34_566_488, alpha=4, gflops=50.3, published_top1=77.0),
+)
+_register(
+    "slowfast_16x8_resnet50",
+    dict(depth=50, alpha=4, beta_inv=8, fusion_kernel=7, width=64, dropout=0.5),
+    "SlowFast R50 16x8 (gluoncv's slowfast_16x8_resnet50): the 8x8 R50 net fed 64 fast frames at "
+    "stride 2, so the slow pathway sees 16.",
+    _facts(34_566_488, alpha=4, gflops=100.6, frames=64),
 )
 _register(
     "slowfast_8x8_resnet101",

@@ -6,7 +6,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .build import list_models, model_facts
 
-__all__ = ["model_rows", "format_table", "format_weights_table"]
+__all__ = ["alias_rows", "format_alias_table", "format_table", "format_weights_table",
+           "model_rows"]
 
 COLUMNS = ("name", "task", "params", "gflops", "input", "crop", "top1")
 
@@ -25,12 +26,12 @@ def model_rows(names: Optional[Sequence[str]] = None,
     """One row of strings per model.
 
     Args:
-        names: Models to list (default: all registered).
+        names: Models to list (default: every registered architecture, aliases left out).
         recount: Measure params and GFLOPs now (meta device) instead of reading the facts; a
             value that differs from the recorded fact is marked with ``!``.
     """
     rows = []
-    for name in names or list_models():
+    for name in names or list_models(aliases=False):
         facts = model_facts(name)
         params, gflops = facts.get("params"), facts.get("gflops")
         mark_p = mark_g = ""
@@ -62,6 +63,23 @@ def _weight_tags(name: str) -> str:
     return ",".join(sorted(tags, key=lambda t: t != first))
 
 
+def _render(rows: List[Dict[str, str]], cols: Sequence[str], header: Dict[str, str],
+            markdown: bool, code: Sequence[str] = ("name",),
+            right: Sequence[str] = ()) -> str:
+    """Rows as an aligned plain-text table, or a Markdown table (``code`` columns in backticks,
+    ``right`` columns right-aligned)."""
+    if markdown:
+        lines = ["| " + " | ".join(header[c] for c in cols) + " |",
+                 "|" + "|".join("---:" if c in right else "---" for c in cols) + "|"]
+        lines += ["| " + " | ".join(f"`{r[c]}`" if c in code else r[c] for c in cols) + " |"
+                  for r in rows]
+        return "\n".join(lines)
+    widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in cols}
+    lines = ["  ".join(header[c].ljust(widths[c]) for c in cols).rstrip()]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
 def format_table(rows: List[Dict[str, str]], markdown: bool = False) -> str:
     """Rows as an aligned plain-text table, or a Markdown table (without the weights column:
     docs/models.md lists the weights in a table of their own)."""
@@ -69,17 +87,9 @@ def format_table(rows: List[Dict[str, str]], markdown: bool = False) -> str:
               "input": "frames x stride", "crop": "crop", "top1": "K400 top-1",
               "weights": "weights (MODEL.PRETRAINED)"}
     if markdown:
-        lines = ["| " + " | ".join(header[c] for c in COLUMNS) + " |",
-                 "|" + "|".join("---" if c in ("name", "task", "input") else "---:"
-                                for c in COLUMNS) + "|"]
-        lines += ["| " + " | ".join(f"`{r[c]}`" if c == "name" else r[c] for c in COLUMNS)
-                  + " |" for r in rows]
-        return "\n".join(lines)
-    cols = COLUMNS + ("weights",)
-    widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in cols}
-    lines = ["  ".join(header[c].ljust(widths[c]) for c in cols).rstrip()]
-    lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
-    return "\n".join(lines)
+        return _render(rows, COLUMNS, header, True,
+                       right=("params", "gflops", "crop", "top1"))
+    return _render(rows, COLUMNS + ("weights",), header, False)
 
 
 def format_weights_table(names: Optional[Sequence[str]] = None, markdown: bool = False) -> str:
@@ -93,18 +103,37 @@ def format_weights_table(names: Optional[Sequence[str]] = None, markdown: bool =
     from .weights_table import table_rows
 
     rows = table_rows(list(names) if names else None)
-    cols = ("name", "tag", "format", "dataset", "hash", "url")
-    header = {"name": "model", "tag": "tag", "format": "format", "dataset": "trained on",
-              "hash": "sha256 prefix", "url": "URL"}
     if not rows:
         return "no published weights for " + ", ".join(names or [])
-    if markdown:
-        lines = ["| " + " | ".join(header[c] for c in cols) + " |",
-                 "|" + "|".join("---" for _ in cols) + "|"]
-        lines += ["| " + " | ".join(f"`{r[c]}`" if c in ("name", "hash") else r[c]
-                                    for c in cols) + " |" for r in rows]
-        return "\n".join(lines)
-    widths = {c: max(len(header[c]), *(len(r[c]) for r in rows)) for c in cols}
-    lines = ["  ".join(header[c].ljust(widths[c]) for c in cols).rstrip()]
-    lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
-    return "\n".join(lines)
+    header = {"name": "model", "tag": "tag", "format": "format", "dataset": "trained on",
+              "hash": "sha256 prefix", "url": "URL"}
+    return _render(rows, ("name", "tag", "format", "dataset", "hash", "url"), header, markdown,
+                   code=("name", "hash"))
+
+
+ALIAS_COLUMNS = ("name", "arch", "classes", "input", "crop")
+
+
+def alias_rows() -> List[Dict[str, str]]:
+    """One row of strings per alias (a name whose facts carry ``alias_of``), sorted by name."""
+    rows = []
+    for name in list_models():
+        facts = model_facts(name)
+        if "alias_of" not in facts:
+            continue
+        rows.append({
+            "name": name,
+            "arch": facts["alias_of"],
+            "classes": str(facts.get("num_classes") or "any"),
+            "input": _input(facts),
+            "crop": str(facts.get("crop_size", "?")),
+        })
+    return rows
+
+
+def format_alias_table(rows: List[Dict[str, str]], markdown: bool = False) -> str:
+    """Alias rows as an aligned plain-text table, or a Markdown table."""
+    header = {"name": "alias", "arch": "architecture", "classes": "classes",
+              "input": "frames x stride", "crop": "crop"}
+    return _render(rows, ALIAS_COLUMNS, header, markdown, code=("name", "arch"),
+                   right=("classes", "crop"))

@@ -1,4 +1,4 @@
-"""Temporal Segment Networks (Wang et al., ECCV 2016) on a 2D ResNet-50.
+"""Temporal Segment Networks (Wang et al., ECCV 2016) on a 2D ResNet-18/34/50/101/152.
 
 The video is cut into ``T`` equal segments and one frame is sampled from each (the data side's
 ``NUM_SEGMENT``); the 2D network scores every frame and a *segment consensus* (mean, or max) of the
@@ -12,13 +12,13 @@ resnet50: ImageNet weights load with ``pretrained=PATH`` (the head re-initialise
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.nn as nn
 
 from .build import MODEL_REGISTRY
-from .resnet import Bottleneck, ResNet
+from .resnet import BasicBlock, Bottleneck, ResNet
 
 __all__ = ["TSN"]
 
@@ -49,10 +49,20 @@ class TSN(ResNet):
         return logits.mean(dim=1) if self.consensus == "avg" else logits.amax(dim=1)
 
 
-@MODEL_REGISTRY.register()
-def tsn_resnet50(num_classes: int = 400, dropout: float = 0.5, consensus: str = "avg",
-                 **kwargs: Any) -> nn.Module:
-    """TSN with a ResNet-50 backbone (torchvision keys), 8 segments by default.
+def _register(name: str, block: type, layers: Sequence[int], params: int, gflops: float) -> None:
+    depth = name.rsplit("resnet", 1)[1]
+
+    def builder(num_classes: int = 400, dropout: float = 0.5, consensus: str = "avg",
+                **kwargs: Any) -> nn.Module:
+        return TSN(block, layers, num_classes=num_classes, dropout=dropout, consensus=consensus,
+                   **kwargs)
+
+    builder.__name__ = builder.__qualname__ = name
+    builder.__doc__ = f"""TSN on a ResNet-{depth} (torchvision keys), 8 segments by default.
+
+    gluoncv's ``resnet{depth}_v1b_*`` nets are this architecture: a torchvision ResNet (stride on
+    the 3x3 conv, "v1b") whose pooled features are averaged over the segments before ``fc``, which
+    equals averaging the logits (``fc`` is linear, and dropout acts per frame either way).
 
     Args:
         num_classes: Output classes.
@@ -60,14 +70,20 @@ def tsn_resnet50(num_classes: int = 400, dropout: float = 0.5, consensus: str = 
         consensus: ``"avg"`` or ``"max"`` over the segments' logits.
         **kwargs: :class:`~zoo.models.resnet.ResNet` arguments (``base_width``, ...).
     """
-    return TSN(Bottleneck, (3, 4, 6, 3), num_classes=num_classes, dropout=dropout,
-               consensus=consensus, **kwargs)
+    # sampling_stride None: one frame from each of input_frames equal segments of the whole video.
+    builder.facts = {
+        "task": "video", "input_frames": 8, "sampling_stride": None, "sampling": "segments",
+        "crop_size": 224, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
+        "params": params, "gflops": gflops,
+    }
+    MODEL_REGISTRY.register(builder, name=name)
+    globals()[name] = builder
 
 
-# sampling_stride None: one frame from each of input_frames equal segments of the whole video.
-# gflops: multiply-adds of the 8 frames at 224x224 (torch.utils.flop_counter; recounted in tests).
-tsn_resnet50.facts = {
-    "task": "video", "input_frames": 8, "sampling_stride": None, "sampling": "segments",
-    "crop_size": 224, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
-    "params": 24_327_632, "gflops": 32.7,
-}
+# Params at 400 classes (equal gluoncv's resnet*_v1b_kinetics400, counted from its code); gflops:
+# multiply-adds of the 8 frames at 224x224 (torch.utils.flop_counter; recounted in tests).
+_register("tsn_resnet18", BasicBlock, (2, 2, 2, 2), 11_381_712, 14.5)
+_register("tsn_resnet34", BasicBlock, (3, 4, 6, 3), 21_489_872, 29.3)
+_register("tsn_resnet50", Bottleneck, (3, 4, 6, 3), 24_327_632, 32.7)
+_register("tsn_resnet101", Bottleneck, (3, 4, 23, 3), 43_319_760, 62.4)
+_register("tsn_resnet152", Bottleneck, (3, 8, 36, 3), 58_963_408, 92.1)
