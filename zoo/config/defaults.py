@@ -200,9 +200,10 @@ _C.CONFIG.DATA.NUM_WORKERS = 2
 _C.CONFIG.DATA.SAMPLING = "dense"
 # Segments of the "tsn" sampling (clips have NUM_SEGMENT x CLIP_LEN frames).
 _C.CONFIG.DATA.NUM_SEGMENT = 1
-# Video reader: "pyav" (seeks, decodes only the needed frames), "opencv", "decord" (if installed)
-# or "frames" (the list's paths are folders of extracted frames).
-_C.CONFIG.DATA.DECODER = "pyav"
+# Video reader: "auto" (per file, the fastest reader that is exact for its container; see
+# docs/datasets.md), "pyav" (seeks, decodes only the needed frames), "opencv", "torchcodec" or
+# "decord" (if installed), or "frames" (the list's paths are folders of extracted frames).
+_C.CONFIG.DATA.DECODER = "auto"
 # Decoder threads per video; 0 = automatic (FFmpeg's threads for frames of 256x256 and more, else
 # 1).
 _C.CONFIG.DATA.DECODE_THREADS = 0

@@ -100,7 +100,11 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
         "one of dense, tsn, uniform",
     ),
     ("CONFIG.DATA.NUM_SEGMENT", _positive, "an integer >= 1"),
-    ("CONFIG.DATA.DECODER", lambda v: bool(v), "pyav, opencv, decord, frames or a registered name"),
+    (
+        "CONFIG.DATA.DECODER",
+        lambda v: bool(v),
+        "auto, pyav, opencv, torchcodec, decord, frames or a registered name",
+    ),
     ("CONFIG.DATA.DECODE_THREADS", _non_negative, "an integer >= 0 (0 = automatic)"),
     ("CONFIG.DATA.DECODE_TIMEOUT", _non_negative, "seconds >= 0 (0 = no limit)"),
     ("CONFIG.DATA.MAX_TRIES", _positive, "an integer >= 1"),
