@@ -20,6 +20,7 @@ never when ``zoo.data.decoders`` is imported.
 from __future__ import annotations
 
 import os
+import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -44,6 +45,8 @@ _THREADED_MIN_PIXELS = 256 * 256
 _CHUNK = 16
 # Top-level boxes that can open an ISO base media file (MP4, MOV, 3GP, M4V).
 _ISO_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot")
+# torchcodec's C++ errors start with "Class, /build/path/File.cpp:NN, ": not for the user.
+_CPP_PREFIX = re.compile(r"^\S+, \S+\.cpp:\d+, ")
 _EXTENSIONS = {
     ".mp4": "mp4", ".m4v": "mp4", ".mov": "mp4", ".3gp": "mp4", ".mkv": "matroska",
     ".webm": "matroska", ".gif": "gif", ".avi": "avi", ".ts": "mpegts", ".mts": "mpegts",
@@ -86,6 +89,11 @@ class NotExact(DecodeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, kind="open")
+
+
+def _reason(error: BaseException) -> str:
+    """torchcodec's error as one line, without its C++ source location."""
+    return _CPP_PREFIX.sub("", one_line(error))
 
 
 def _import_torchcodec():
@@ -151,7 +159,7 @@ class TorchCodecReader(VideoReader):
             return decoder_class(self.path, seek_mode="exact", dimension_order="NHWC",
                                  num_ffmpeg_threads=threads)
         except Exception as e:  # FFmpeg's errors come back as RuntimeError / ValueError
-            message = one_line(e)
+            message = _reason(e)
             kind = "no_video" if "video stream" in message.lower() else "open"
             raise DecodeError(f"{self.path}: cannot open ({message})", kind) from None
 
@@ -220,5 +228,5 @@ class TorchCodecReader(VideoReader):
             raise
         except Exception as e:
             raise DecodeError(f"{self.path}: cannot decode frames {wanted[0]}-{wanted[-1]} "
-                              f"({one_line(e)})", "decode") from None
+                              f"({_reason(e)})", "decode") from None
         return out, pts
