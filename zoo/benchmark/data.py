@@ -116,11 +116,13 @@ def generate(folder: str, count: int, gop: int) -> str:
     return path
 
 
-def convert(src: str, dst: str, container: str) -> str:
-    """``src`` (an .mp4 from :func:`write_video`) in another container, see :data:`CONTAINERS`."""
+def convert(src: str, dst: str, container: str, gop: int) -> str:
+    """``src`` (an .mp4 from :func:`write_video`) in another container, see :data:`CONTAINERS`;
+    a re-encode puts a keyframe every ``gop`` frames, as the source has."""
     import av
 
     codec, options, b_frames = CONTAINERS[container]
+    options = {**options, "g": str(gop)}
     with av.open(src) as source, av.open(dst, "w") as out:
         video = source.streams.video[0]
         if codec == "copy":
@@ -166,7 +168,7 @@ def generate_containers(folder: str, count: int, gop: int,
             name = f"clip_{i:03d}.{container}"
             if not os.path.isfile(os.path.join(folder, name)):
                 convert(os.path.join(folder, f"clip_{i:03d}.mp4"), os.path.join(folder, name),
-                        container)
+                        container, gop)
             lines.append(f"{name} 250 0\n")
         lists[container] = os.path.join(folder, f"list_{container}.txt")
         with open(lists[container], "w", encoding="utf-8") as f:
