@@ -56,15 +56,18 @@ DECODERS: Dict[str, Type[VideoReader]] = {
 }
 
 
-# ``auto``: the readers to try for a container (the first installed one that is exact for the file
-# wins), by the container sniff_container() recognises from the file's first bytes. Each row is the
-# exact readers of that container, fastest first, from tools/benchmark_data.py --containers
-# (10-s 340x256 clips, 32 frames at stride 2, one worker, one thread; figures and machine in
-# docs/benchmarks.md). torchcodec is left out where it returns wrong frames (AVI, MPEG-TS/PS) and
-# decord everywhere (it shifts pixels on some frame widths).
+# ``auto``: the readers to try for a container, by the container sniff_container() recognises from
+# the file's first bytes; the first installed one that is exact for the file wins. Each row is that
+# container's exact readers, fastest first, measured with tools/benchmark_data.py --generate 8
+# --containers mkv webm avi, at --gop 16 and --gop 250 (10-s 340x256 clips, 32 frames at stride 2,
+# one worker, one thread; 2-core AMD EPYC Zen 5 VM, figures in docs/benchmarks.md). PyAV and
+# OpenCV were within the run-to-run noise of each other; torchcodec was the slowest of the three
+# on every container (0.5-0.8x PyAV), so it is tried last, and never for AVI, MPEG-TS/PS where it
+# returns wrong frames. AVI goes to OpenCV first, the reader that was exact on AVI before PyAV's
+# AVI fix. decord is left out (it shifts pixels on some frame widths).
 AUTO_ORDER: Dict[str, Tuple[str, ...]] = {
-    "mp4": ("pyav", "torchcodec", "opencv"),
-    "matroska": ("pyav", "torchcodec", "opencv"),
+    "mp4": ("pyav", "opencv", "torchcodec"),
+    "matroska": ("pyav", "opencv", "torchcodec"),
     "avi": ("opencv", "pyav"),
 }
 # Any other container (MPEG-TS, FLV, GIF, ...): PyAV, the most thoroughly checked reader.
