@@ -62,9 +62,9 @@ DECODERS: Dict[str, Type[VideoReader]] = {
 # --containers mkv webm avi, at --gop 16 and --gop 250 (10-s 340x256 clips, 32 frames at stride 2,
 # one worker, one thread; 2-core AMD EPYC Zen 5 VM, figures in docs/benchmarks.md). PyAV and
 # OpenCV were within the run-to-run noise of each other; torchcodec was the slowest of the three
-# on every container (0.5-0.8x PyAV), so it is tried last, and never for AVI, MPEG-TS/PS where it
-# returns wrong frames. AVI goes to OpenCV first, the reader that was exact on AVI before PyAV's
-# AVI fix. decord is left out (it shifts pixels on some frame widths).
+# in every row (0.46-0.96x PyAV; tied only on VP9 at GOP 250), so it is tried last, and never for
+# AVI or MPEG-TS/PS, where it returns wrong frames. AVI goes to OpenCV first, as fast as PyAV there
+# and exact on AVI before PyAV's AVI fix. decord is left out (it shifts pixels on some widths).
 AUTO_ORDER: Dict[str, Tuple[str, ...]] = {
     "mp4": ("pyav", "opencv", "torchcodec"),
     "matroska": ("pyav", "opencv", "torchcodec"),
