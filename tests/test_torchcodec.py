@@ -241,3 +241,30 @@ def test_auto_is_the_default_and_explicit_names_stay():
     assert decoders.get_decoder("pyav") is decoders.PyAVReader
     assert decoders.get_decoder("opencv") is decoders.OpenCVReader
     assert decoders.get_decoder("torchcodec") is decoders.TorchCodecReader
+
+
+@needs_ffmpeg
+def test_benchmark_containers_hold_the_same_frames(tmp_path):
+    from zoo.benchmark import data as bench
+
+    # testsrc2 rather than the benchmark's texture: its frames all differ, so order is checkable.
+    src = str(tmp_path / "clip.mp4")
+    _ffmpeg(src, X264, source=["-f", "lavfi", "-i", "testsrc2=size=160x120:rate=25", "-t", "1"])
+    reference = _reference(src)
+    codecs = {"mkv": "h264", "webm": "vp9", "avi": "mpeg4"}
+    for container, codec in codecs.items():
+        path = bench.convert(src, str(tmp_path / f"clip.{container}"), container, gop=8)
+        with av.open(path) as c:
+            stream = c.streams.video[0]
+            assert stream.codec_context.name == codec
+            keys = [p.is_keyframe for p in c.demux(stream) if p.size]
+        assert len(keys) == len(reference) and keys[0]
+        frames = _reference(path)
+        if codec == "h264":  # the same packets: the same pictures
+            assert np.array_equal(frames, reference)
+        else:  # re-encoded, lossy: still frame i is closest to source frame i
+            ref = reference.astype(np.int16)
+            for i, image in enumerate(frames):
+                distance = np.abs(ref - image.astype(np.int16)).mean(axis=(1, 2, 3))
+                assert int(distance.argmin()) == i, (container, i, int(distance.argmin()))
+    assert bench.container_codec("avi") == "MPEG-4 Part 2, 2 B-frames"
