@@ -13,7 +13,9 @@ the decoders taking turns): pick the next video, draw a random window of ``--cli
 ``--long-720p`` adds one 32-frame clip from a 5-minute 1280x720 video per decoder, each in a fresh
 process that imports only the reader (numpy out, no torch) and in one that imports torch.
 ``--generate N`` writes N 10-second 340x256 H.264 videos (a keyframe every ``--gop`` frames, the
-re-encode default of datasets/reencode.py) and uses them.
+re-encode default of datasets/reencode.py) and uses them. ``--containers mkv webm avi`` measures the
+same clips again in other containers (H.264 in Matroska, VP9 in WebM, MPEG-4 Part 2 with B-frames
+in AVI): the figures behind ``DATA.DECODER auto``'s choice per container.
 
 The measuring itself lives in :mod:`zoo.benchmark.data`.
 """
@@ -40,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="", help="folder for generated videos (default: a temp dir)")
     p.add_argument("--gop", type=int, default=16, help="keyframe interval of generated videos")
     p.add_argument("--decoders", nargs="+", default=bench.DECODERS, choices=bench.DECODERS)
+    p.add_argument("--containers", nargs="+", default=[], choices=list(bench.CONTAINERS),
+                   help="with --generate: also the same clips in these containers")
     p.add_argument("--clip-len", type=int, default=32)
     p.add_argument("--frame-rate", type=int, default=2, help="stride between sampled frames")
     p.add_argument("--seconds", type=float, default=10.0, help="time per decoder")
@@ -71,6 +75,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.list}")
         print("\n".join(bench.clips_table(results)))
         report["clips"] = results
+    if args.containers and args.generate:
+        lists = bench.generate_containers(out, args.generate, args.gop, args.containers)
+        report["containers"] = {}
+        for container, list_path in lists.items():
+            rows = bench.decoder_throughput(list_path, out, decoders, args.clip_len,
+                                            args.frame_rate, args.seconds, args.min_clips,
+                                            args.rounds)
+            print(f"{container} ({bench.container_codec(container)}):")
+            print("\n".join(bench.clips_table(rows)))
+            report["containers"][container] = rows
     if args.long_720p or args.long_only:
         long_path = os.path.join(out, "long_720p.mp4")
         if not os.path.isfile(long_path):

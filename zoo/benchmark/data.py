@@ -27,11 +27,21 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-DECODERS = ["naive", "pyav", "opencv", "decord"]
+DECODERS = ["naive", "pyav", "opencv", "torchcodec", "decord", "auto"]
+# The optional readers: measured only where their package is installed.
+_OPTIONAL = {"torchcodec": "torchcodec", "decord": "decord"}
+# --containers: the same clips in other containers/codecs (PyAV codec, its options, B-frames).
+CONTAINERS = {
+    "mp4": None,  # the H.264 .mp4 files generate() writes
+    "mkv": ("copy", {}, 0),  # the same H.264 packets in Matroska
+    "webm": ("libvpx-vp9", {"deadline": "realtime", "cpu-used": "8", "b": "400k"}, 0),
+    "avi": ("mpeg4", {"qscale": "4"}, 2),  # MPEG-4 Part 2 with B-frames, as DivX/Xvid write it
+}
 # The issue's bar: one 32-frame clip from a 5-minute 720p video, process peak below this (MB).
 LONG_CLIP_RSS_LIMIT_MB = 400
 # The library a reader imports when it opens a file, by decoder name (PyAV comes with the module).
-_LIBRARY = {"opencv": "cv2", "frames": "cv2", "image": "cv2", "decord": "decord"}
+_LIBRARY = {"opencv": "cv2", "frames": "cv2", "image": "cv2", "decord": "decord",
+            "torchcodec": "torchcodec.decoders"}
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A fresh interpreter per measurement; it imports this module (stdlib only) and what it measures.
 _ENTRY = "import sys; from zoo.benchmark.data import _child; _child(sys.argv[1])"
@@ -104,6 +114,66 @@ def generate(folder: str, count: int, gop: int) -> str:
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(lines)
     return path
+
+
+def convert(src: str, dst: str, container: str, gop: int) -> str:
+    """``src`` (an .mp4 from :func:`write_video`) in another container, see :data:`CONTAINERS`;
+    a re-encode puts a keyframe every ``gop`` frames, as the source has."""
+    import av
+
+    codec, options, b_frames = CONTAINERS[container]
+    options = {**options, "g": str(gop)}
+    with av.open(src) as source, av.open(dst, "w") as out:
+        video = source.streams.video[0]
+        if codec == "copy":
+            stream = out.add_stream_from_template(video)
+            for packet in source.demux(video):
+                if packet.size:
+                    packet.stream = stream
+                    out.mux(packet)
+            return dst
+        stream = out.add_stream(codec, rate=video.average_rate, options=dict(options))
+        stream.width, stream.height, stream.pix_fmt = video.width, video.height, "yuv420p"
+        if b_frames:
+            stream.codec_context.max_b_frames = b_frames
+        if container == "avi":
+            stream.codec_context.codec_tag = "XVID"
+        for i, frame in enumerate(source.decode(video)):
+            frame.pts, frame.time_base = i, 1 / video.average_rate  # numbered afresh, 1/fps
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+    return dst
+
+
+def container_codec(container: str) -> str:
+    """What --containers writes in ``container``, in words."""
+    spec = CONTAINERS[container]
+    if spec is None or spec[0] == "copy":
+        return "H.264"
+    return {"libvpx-vp9": "VP9", "mpeg4": "MPEG-4 Part 2"}.get(spec[0], spec[0]) + (
+        f", {spec[2]} B-frames" if spec[2] else "")
+
+
+def generate_containers(folder: str, count: int, gop: int,
+                        containers: Sequence[str]) -> dict[str, str]:
+    """:func:`generate`'s videos in each of ``containers``; a list path per container."""
+    mp4_list = generate(folder, count, gop)
+    lists = {}
+    for container in containers:
+        if container == "mp4":
+            lists[container] = mp4_list
+            continue
+        lines = []
+        for i in range(count):
+            name = f"clip_{i:03d}.{container}"
+            if not os.path.isfile(os.path.join(folder, name)):
+                convert(os.path.join(folder, f"clip_{i:03d}.mp4"), os.path.join(folder, name),
+                        container, gop)
+            lines.append(f"{name} 250 0\n")
+        lists[container] = os.path.join(folder, f"list_{container}.txt")
+        with open(lists[container], "w", encoding="utf-8") as f:
+            f.writelines(lines)
+    return lists
 
 
 # ----------------------------------------------------------------------------- memory
@@ -247,11 +317,11 @@ def _spawn(worker: str, timeout: float | None = None, **params: Any) -> dict[str
 
 
 def available(decoder: str) -> bool:
-    """Whether ``decoder`` can run here (decord is optional)."""
-    if decoder == "decord":
+    """Whether ``decoder`` can run here (torchcodec and decord are optional)."""
+    if decoder in _OPTIONAL:
         import importlib.util
 
-        return importlib.util.find_spec("decord") is not None
+        return importlib.util.find_spec(_OPTIONAL[decoder]) is not None
     return True
 
 
@@ -338,27 +408,28 @@ def clips_table(results: list[dict[str, Any]]) -> list[str]:
     """The lines of the clips/s table, each decoder against "naive" when it was measured."""
     naive = next((r["clips_per_s"] for r in results
                   if r["decoder"] == "naive" and "clips_per_s" in r), None)
-    lines = [f"{'decoder':<8} {'clips/s':>8} {'vs naive':>9} {'peak RSS MB':>12} {'decode MB':>10}"]
+    lines = [f"{'decoder':<10} {'clips/s':>8} {'vs naive':>9} {'peak RSS MB':>12} "
+             f"{'decode MB':>10}"]
     for r in results:
         if "error" in r:
-            lines.append(f"{r['decoder']:<8} error: {r['error']}")
+            lines.append(f"{r['decoder']:<10} error: {r['error']}")
             continue
         ratio = f"{r['clips_per_s'] / naive:.2f}x" if naive else "-"
-        lines.append(f"{r['decoder']:<8} {r['clips_per_s']:>8.1f} {ratio:>9} "
+        lines.append(f"{r['decoder']:<10} {r['clips_per_s']:>8.1f} {ratio:>9} "
                      f"{r['peak_rss_mb']:>12.0f} {r['decode_rss_mb']:>10.0f}")
     return lines
 
 
 def long_clip_table(rows: list[dict[str, Any]], what: str = "5-min 720p") -> list[str]:
     """The lines reporting :func:`long_clip_rows`, ending with the verdict on the RSS limit."""
-    header = (f"{'decoder':<8} {'process':<14} {'time':>7} {'decode MB':>10} "
+    header = (f"{'decoder':<10} {'process':<14} {'time':>7} {'decode MB':>10} "
               f"{'after imports':>14} {'peak MB':>8}")
     lines = [header]
     for r in rows:
         if "error" in r:
-            lines.append(f"{r['decoder']:<8} error: {r['error']}")
+            lines.append(f"{r['decoder']:<10} error: {r['error']}")
             continue
-        lines.append(f"{r['decoder']:<8} {r['process']:<14} {r['seconds']:>6.2f}s "
+        lines.append(f"{r['decoder']:<10} {r['process']:<14} {r['seconds']:>6.2f}s "
                      f"{r['decode_rss_mb']:>10.0f} {r['baseline_rss_mb']:>14.0f} "
                      f"{r['peak_rss_mb']:>8.0f}")
     verdict = next((r for r in rows if r.get("decoder") == "pyav" and

@@ -224,9 +224,10 @@ _C.CONFIG.DATA.NUM_WORKERS = 2
 _C.CONFIG.DATA.SAMPLING = "dense"
 # Segments of the "tsn" sampling (clips have NUM_SEGMENT x CLIP_LEN frames).
 _C.CONFIG.DATA.NUM_SEGMENT = 1
-# Video reader: "pyav" (seeks, decodes only the needed frames), "opencv", "decord" (if installed)
-# or "frames" (the list's paths are folders of extracted frames).
-_C.CONFIG.DATA.DECODER = "pyav"
+# Video reader: "auto" (per file, the fastest reader that is exact for its container; see
+# docs/datasets.md), "pyav" (seeks, decodes only the needed frames), "opencv", "torchcodec" or
+# "decord" (if installed), or "frames" (the list's paths are folders of extracted frames).
+_C.CONFIG.DATA.DECODER = "auto"
 # File name of frame i (numbered from 1, as MMAction2's denseflow and the TSN/gluoncv extraction
 # scripts write them) inside a frame folder, for DECODER "frames": a str.format pattern. Only
 # these files are read: optical-flow images beside them (flow_x_00001.jpg, x_00001.jpg) are not.

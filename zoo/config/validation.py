@@ -112,7 +112,11 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
         "one of dense, tsn, uniform",
     ),
     ("CONFIG.DATA.NUM_SEGMENT", _positive, "an integer >= 1"),
-    ("CONFIG.DATA.DECODER", lambda v: bool(v), "pyav, opencv, decord, frames or a registered name"),
+    (
+        "CONFIG.DATA.DECODER",
+        lambda v: bool(v),
+        "auto, pyav, opencv, torchcodec, decord, frames or a registered name",
+    ),
     (
         "CONFIG.DATA.LIST_FORMAT",
         lambda v: v in ("auto", "gluoncv", "mmaction2", "mmaction2_rawframes", "pyslowfast"),

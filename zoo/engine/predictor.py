@@ -47,8 +47,9 @@ class Predictor:
             cfg.CONFIG.DATA.SYNTHETIC.ENABLE = False
             # The temporary list is in the gluoncv format, whatever source the run trained on.
             cfg.CONFIG.DATA.DATASET = "VideoListDataset"
-            if cfg.CONFIG.DATA.DECODER not in ("pyav", "opencv", "decord"):
-                cfg.CONFIG.DATA.DECODER = "pyav"
+            cfg.CONFIG.DATA.LIST_FORMAT = "gluoncv"
+            if cfg.CONFIG.DATA.DECODER in ("frames", "image"):
+                cfg.CONFIG.DATA.DECODER = "auto"  # trained on extracted frames; this is a file
             cfg.CONFIG.DATA.TEST_ANNO_PATH = lst
             cfg.CONFIG.DATA.TEST_DATA_PATH = "/"
             cfg.freeze()
