@@ -91,5 +91,6 @@ def test_resume_refuses_a_checkpoint_from_another_config(tmp_path, synth_root, t
     again = run_tool("train_ddp.py", [*common, "TRAIN.EPOCH_NUM", "2", "TRAIN.AUTO_RESUME",
                                       "True", "TRAIN.LR", "0.5"])
     assert again.returncode != 0
-    err = [ln for ln in again.stdout.splitlines() if "different config" in ln]
+    # The error line goes to stderr (zoo/engine/errors.py), the log lines before it to stdout.
+    err = [ln for ln in again.stderr.splitlines() if "different config" in ln]
     assert err and "CONFIG.TRAIN.LR: 0.1 -> 0.5" in err[0]
