@@ -4,8 +4,8 @@ The source is what ``MODEL.PRETRAINED`` names (a local file, a weights tag, ``Tr
 :mod:`zoo.models.weights` resolves and downloads it). The file is read with
 ``torch.load(weights_only=True)``; its format is told from its keys (:func:`detect_format`):
 zoo's own keys (which torchvision files share for the models that mirror torchvision) load as
-they are, PySlowFast / PyTorchVideo / MMAction2 / torchvision-ResNet keys are converted in memory
-by :mod:`zoo.models.convert`.
+they are, PySlowFast / PyTorchVideo / MMAction2 / torchvision-ResNet / gluoncv.torch keys are
+converted in memory by :mod:`zoo.models.convert`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
 
 def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
     """The format of ``state``, from its keys: ``"zoo"`` (the model's own keys), ``"pyslowfast"``,
-    ``"pytorchvideo"``, ``"mmaction2"`` or ``"torchvision"`` (a 2D ResNet, to inflate).
+    ``"pytorchvideo"``, ``"mmaction2"``, ``"gluoncv"`` or ``"torchvision"`` (a 2D ResNet, to
+    inflate).
 
     Raises:
         RuntimeError: when the keys fit none of them (naming the first keys).
@@ -70,6 +71,10 @@ def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
         return "pyslowfast"
     if any(k.startswith(("backbone.", "cls_head.")) for k in keys):
         return "mmaction2"
+    from .convert.gluoncv import looks_like_gluoncv
+
+    if looks_like_gluoncv(keys, state):  # before torchvision: gluoncv's Slow has its layer names
+        return "gluoncv"
     if "conv1.weight" in state and any(k.startswith("layer1.") for k in keys):
         return "torchvision"
     raise RuntimeError(

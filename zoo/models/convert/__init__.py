@@ -1,4 +1,5 @@
-"""Checkpoint converters: PySlowFast, PyTorchVideo, MMAction2 and torchvision files -> zoo.
+"""Checkpoint converters: PySlowFast, PyTorchVideo, MMAction2, torchvision and gluoncv.torch files
+-> zoo.
 
 Python::
 
@@ -24,6 +25,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from .common import ConversionError, Layout, Report, Scheme, map_state, read_source
+from .gluoncv import GluonCVScheme
 from .mmaction2 import MMAction2Scheme
 from .pyslowfast import PySlowFastScheme
 from .pytorchvideo import PyTorchVideoScheme
@@ -35,7 +37,7 @@ __all__ = ["SCHEMES", "ConversionError", "Report", "convert_checkpoint", "conver
 
 SCHEMES: Dict[str, Scheme] = {
     s.name: s for s in (PySlowFastScheme(), PyTorchVideoScheme(), MMAction2Scheme(),
-                        TorchvisionScheme())
+                        TorchvisionScheme(), GluonCVScheme())
 }
 
 
@@ -59,7 +61,8 @@ def convert_state_dict(
 
     Args:
         source: The foreign tensors (``module.`` already stripped).
-        scheme: ``"pyslowfast"``, ``"pytorchvideo"``, ``"mmaction2"`` or ``"torchvision"``.
+        scheme: ``"pyslowfast"``, ``"pytorchvideo"``, ``"mmaction2"``, ``"torchvision"`` or
+            ``"gluoncv"``.
         model_name: A registered zoo model.
         **model_kwargs: Builder arguments the source architecture needs (e.g. ``depth``,
             ``width``, ``fuse_norm_act=False``).
