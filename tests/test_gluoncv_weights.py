@@ -210,6 +210,22 @@ def test_table_has_gluoncv_files_under_their_names():
     assert table.default_tag("slowfast_16x8_resnet50_custom") is None  # sthsthv2 only
 
 
+def test_every_gluoncv_config_model_has_gluoncv_weights_for_true():
+    from test_gluoncv_models import CONFIG_NAMES
+
+    from zoo.models.weights import resolve_pretrained
+
+    for name in CONFIG_NAMES:
+        source = resolve_pretrained("True", name)
+        assert source.entry.format == "gluoncv", name
+        base = name.rsplit("_", 1)[0]
+        if name.endswith("_custom"):
+            assert source.url.rsplit("/", 1)[1].startswith(base + "_kinetics400-"), name
+            assert source.entry.new_head
+        else:
+            assert source.url.rsplit("/", 1)[1].startswith(name + "-"), name
+
+
 # ----------------------------------------------------------------------------- download and load
 _NAME = "tpn_resnet50_f8s8_kinetics400"
 _NARROW = {"width": 16}  # a narrower TPN than gluoncv's, for speed: the file is the test's own
