@@ -365,3 +365,19 @@ def test_gluoncv_code_gives_the_same_logits(gluoncv_ar, name, shape, tmp_path, m
         want, got = gluoncv_net(x), model(x)
     assert 0.01 < want.abs().max() < 1e4
     assert (got - want).abs().max() <= 1e-4 * want.abs().max()
+
+
+def test_convert_checkpoint_from_gluoncv_for_a_fixed_class_name(tmp_path):
+    """tools/convert_checkpoint.py --from gluoncv on a 174-class name (Something-Something)."""
+    from zoo.models.convert import convert_checkpoint
+
+    name = "i3d_resnet50_v1_sthsthv2"
+    torch.manual_seed(0)
+    reference = zoo.create_model(name, width=16)
+    src, out = tmp_path / "gluoncv.pth", tmp_path / "zoo.pth"
+    torch.save(gluoncv_layout(name, reference.state_dict()), src)
+    report = convert_checkpoint(str(src), str(out), "gluoncv", name, {"width": 16})
+    assert report.num_source == len(torch.load(src))  # the second copies were read too
+    state = torch.load(out, weights_only=True)["model"]
+    assert state["head.proj.weight"].shape[0] == 174
+    assert all(torch.equal(state[k], v) for k, v in reference.state_dict().items())

@@ -74,10 +74,13 @@ def convert_state_dict(
     Raises:
         ConversionError: when any tensor is left over, missing or of the wrong shape.
     """
+    from ..build import model_facts
     from ..pretrained import head_keys
 
     sch = _scheme(scheme)
-    probe = _meta_model(model_name, 400, model_kwargs)
+    # A name with a fixed class count (gluoncv's "_sthsthv2", "_kinetics700") is built with it.
+    probe = _meta_model(model_name, model_facts(model_name).get("num_classes") or 400,
+                        model_kwargs)
     heads = head_keys(probe)
     layout = Layout.from_shapes({k: v.shape for k, v in probe.state_dict().items()}, heads)
     state, report = map_state(sch, source, layout)
