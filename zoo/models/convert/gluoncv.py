@@ -30,10 +30,13 @@ Key scheme by family (``n`` = stage 1..4, ``j`` = block; X -> Y below: ``conv1/2
                           layer{n}.{j}.conv{k}.{conv1,bn1,conv2} -> layer{n}.{j}.conv{k}.0.{0,1,3}
                           layer{n}.{j}.conv{k}         -> layer{n}.{j}.conv{k}.0  (1x1x1 convs)
                           layer{n}.{j}.bn{k}           -> layer{n}.{j}.conv{k}.1
-    all                   fc                           -> head.proj  (TSN, R(2+1)D: fc)
+    I3D, Slow, TPN, SF    fc (I3D: also head.1)        -> head.proj
 
-ir-CSN v2, R(2+1)D v2 and TSN on a ResNet-v1b already have gluoncv's key names in zoo: their
-tensors pass unchanged (the key-based format detection then calls the file ``zoo``'s).
+ir-CSN v2, R(2+1)D v2 and TSN on a ResNet-v1b already have gluoncv's key names in zoo (R(2+1)D v1
+keeps ``downsample`` and ``fc``): their tensors pass unchanged (the key-based format detection
+then calls the file ``zoo``'s). With random weights, zoo loading gluoncv's state dict gives the
+logits of gluoncv 0.10.5's own code exactly (TSN: within 1e-5, gluoncv averages before ``fc``);
+tests/test_gluoncv_weights.py.
 
 gluoncv's I3D registers its classifier twice (``fc`` and ``head.1``, one module) and its
 non-local blocks their output conv and BN twice (``W`` / ``bn`` and ``W_bn.0`` / ``W_bn.1``), so
