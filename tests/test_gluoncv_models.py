@@ -305,7 +305,9 @@ def test_alias_table_in_docs_is_fresh():
 def test_tpn_classifier_is_the_head():
     from zoo.models.pretrained import head_keys
 
-    assert head_keys(_meta("tpn_resnet50_f8s8")) == ("head.proj.weight", "head.proj.bias")
+    # The classifier first; TPN's auxiliary classifier (one output per class too) after it.
+    assert head_keys(_meta("tpn_resnet50_f8s8")) == ("head.proj.weight", "head.proj.bias",
+                                                     "aux_head.1.weight", "aux_head.1.bias")
 
 
 def test_nonlocal_net_inflates_like_the_plain_net(tmp_path):

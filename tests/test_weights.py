@@ -24,7 +24,7 @@ from conftest import ROOT, run_tool
 
 import zoo
 from zoo.config import load_config
-from zoo.models import build_model
+from zoo.models import build_model, model_facts
 from zoo.models import weights_table as table
 from zoo.models.weights import WeightsError, cache_path, fetch, resolve_pretrained
 
@@ -138,9 +138,9 @@ def test_resolve_tags_true_false_and_errors(tmp_path, zoo_home, monkeypatch):
 
 
 def test_aliases_share_the_base_architecture_weights(monkeypatch):
-    monkeypatch.setattr(table, "_ALIASES", {"slowfast_8x8_resnet50_kinetics400":
-                                            "slowfast_8x8_resnet50"})
-    src = resolve_pretrained("True", "slowfast_8x8_resnet50_kinetics400")
+    # (gluoncv's slowfast_8x8_resnet50_kinetics400 has a file of its own: test_gluoncv_weights.py)
+    monkeypatch.setattr(table, "_ALIASES", {"my_slowfast": "slowfast_8x8_resnet50"})
+    src = resolve_pretrained("True", "my_slowfast")
     assert src.entry is table.WEIGHTS["slowfast_8x8_resnet50"]["kinetics400"]
 
 
@@ -152,8 +152,9 @@ def test_every_table_entry_is_well_formed():
         for tag, e in tags.items():
             assert e.format in table.FORMATS and e.source and e.dataset, (name, tag)
             assert urllib.parse.urlsplit(e.url).scheme == "https", e.url
-            if e.hash:  # torchvision / OpenMMLab put the hash prefix in the file name
-                assert e.url.rsplit(".", 1)[0].endswith("-" + e.hash), e.url
+            if e.hash:  # torchvision / OpenMMLab / gluoncv put the hash prefix in the file name
+                assert e.url.rsplit(".", 1)[0].endswith("-" + e.hash[:8]), e.url
+                assert e.hash_algo in table.HASH_ALGOS, (name, tag)
     for name, tag in table.DEFAULT_TAGS.items():
         assert tag in table.WEIGHTS[name]
 
@@ -165,6 +166,11 @@ def _publisher_state(name, entry):
     import torchvision
     from test_convert import mmaction2_key, slowfast_entries
 
+    if entry.format == "gluoncv":  # gluoncv's key layout, written in test_gluoncv_weights.py
+        from test_gluoncv_weights import gluoncv_layout
+
+        with torch.device("meta"):
+            return gluoncv_layout(name, zoo.create_model(name).state_dict())
     if entry.format == "mmaction2":
         arch = {"slowfast_4x16_resnet50": dict(alpha=8, k=5),
                 "slowfast_8x8_resnet50": dict(alpha=4, k=7)}[name]
@@ -200,10 +206,11 @@ def test_each_published_file_fits_its_architecture(name, tag):
     entry = table.WEIGHTS[name][tag]
     state = _publisher_state(name, entry)
     kwargs = {"fuse_norm_act": False} if entry.format == "mmaction2" else {}
+    classes = model_facts(name).get("num_classes") or 400  # gluoncv's names fix theirs
     with torch.device("meta"):
-        model = zoo.create_model(name, num_classes=400, **kwargs)
+        model = zoo.create_model(name, num_classes=classes, **kwargs)
     fmt = detect_format(state, model)
-    assert fmt == entry.format or (fmt, entry.format) == ("zoo", "torchvision")
+    assert fmt == entry.format or (fmt == "zoo" and entry.format in ("torchvision", "gluoncv"))
     converted = to_model_keys(state, model, fmt, f"{name}:{tag}")
     own, heads = model.state_dict(), set(head_keys(model))
     assert set(converted) == set(own)

@@ -4,8 +4,8 @@ The source is what ``MODEL.PRETRAINED`` names (a local file, a weights tag, ``Tr
 :mod:`zoo.models.weights` resolves and downloads it). The file is read with
 ``torch.load(weights_only=True)``; its format is told from its keys (:func:`detect_format`):
 zoo's own keys (which torchvision files share for the models that mirror torchvision) load as
-they are, PySlowFast / PyTorchVideo / MMAction2 / torchvision-ResNet keys are converted in memory
-by :mod:`zoo.models.convert`.
+they are, PySlowFast / PyTorchVideo / MMAction2 / torchvision-ResNet / gluoncv.torch keys are
+converted in memory by :mod:`zoo.models.convert`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
 
 def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
     """The format of ``state``, from its keys: ``"zoo"`` (the model's own keys), ``"pyslowfast"``,
-    ``"pytorchvideo"``, ``"mmaction2"`` or ``"torchvision"`` (a 2D ResNet, to inflate).
+    ``"pytorchvideo"``, ``"mmaction2"``, ``"gluoncv"`` or ``"torchvision"`` (a 2D ResNet, to
+    inflate).
 
     Raises:
         RuntimeError: when the keys fit none of them (naming the first keys).
@@ -70,6 +71,10 @@ def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
         return "pyslowfast"
     if any(k.startswith(("backbone.", "cls_head.")) for k in keys):
         return "mmaction2"
+    from .convert.gluoncv import looks_like_gluoncv
+
+    if looks_like_gluoncv(keys, state):  # before torchvision: gluoncv's Slow has its layer names
+        return "gluoncv"
     if "conv1.weight" in state and any(k.startswith("layer1.") for k in keys):
         return "torchvision"
     raise RuntimeError(
@@ -95,13 +100,21 @@ def to_model_keys(state: Dict[str, torch.Tensor], model: nn.Module, fmt: str,
 
 
 def head_keys(model: nn.Module) -> Tuple[str, ...]:
-    """State-dict keys of the classifier: those of the last module that holds parameters."""
+    """State-dict keys of the classifier: those of the last module that holds parameters (first),
+    then those of each ``nn.Linear`` under a module named ``aux_head`` (TPN's auxiliary
+    classifier, which also has one output per class)."""
     last = ""
+    aux = []
     for name, module in model.named_modules():
         if any(True for _ in module.parameters(recurse=False)):
             last = name
-    prefix = f"{last}." if last else ""
-    return tuple(prefix + n for n, _ in model.get_submodule(last).named_parameters(recurse=False))
+        if isinstance(module, nn.Linear) and "aux_head" in name.split("."):
+            aux.append(name)
+    keys = []
+    for name in [last] + [a for a in aux if a != last]:
+        prefix = f"{name}." if name else ""
+        keys += [prefix + n for n, _ in model.get_submodule(name).named_parameters(recurse=False)]
+    return tuple(keys)
 
 
 def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = None) -> None:
@@ -115,25 +128,30 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
     """
     from .weights import fetch, resolve_pretrained
 
-    expected = None
+    expected, new_head = None, False
     if model_name is not None:
         source = resolve_pretrained(path, model_name)
         if source.kind == "none":
             return
         expected = source.entry.format if source.entry else None
+        new_head = bool(source.entry and source.entry.new_head)
         path = fetch(source)
     state = read_state_dict(path)
     if all(k.startswith("model.") for k in state) and not any(
             k.startswith("model.") for k in model.state_dict()):
         state = {k[len("model."):]: v for k, v in state.items()}  # a wrapper module's file
     fmt = detect_format(state, model)
-    if expected and fmt != expected and not (fmt == "zoo" and expected == "torchvision"):
+    # Some publishers' files have zoo's own key names for some nets (torchvision's ResNets,
+    # gluoncv's ir-CSN, R(2+1)D v2 and TSN): those read as "zoo" and load unchanged.
+    if expected and fmt != expected and not (fmt == "zoo" and expected in ("torchvision",
+                                                                            "gluoncv")):
         raise RuntimeError(f"{path}: the weights table says {expected} but its keys are {fmt}'s; "
                            "the published file changed: report it, or name the file directly")
-    load_state(model, to_model_keys(state, model, fmt, path), source=path)
+    load_state(model, to_model_keys(state, model, fmt, path), source=path, new_head=new_head)
 
 
-def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "state") -> None:
+def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "state",
+               new_head: bool = False) -> None:
     """Load ``state`` into ``model``; classifier tensors (:func:`head_keys`) whose shapes differ
     only in the class count are skipped (the model keeps its fresh head) and reported, one line
     per module.
@@ -144,6 +162,8 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
         model: The model, changed in place.
         state: Tensors by key (the model's own key names).
         source: Where ``state`` came from, for messages.
+        new_head: Keep the model's fresh classifier whatever the class count (gluoncv's
+            ``_custom`` nets start from a Kinetics backbone only).
     """
     own = model.state_dict()
     head = set(head_keys(model))
@@ -153,7 +173,7 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
     for k, v in state.items():
         if k not in own:
             continue
-        if own[k].shape == v.shape:
+        if own[k].shape == v.shape and not (new_head and k in head):
             load[k] = v
         elif k in head and own[k].dim() == v.dim() and own[k].shape[1:] == v.shape[1:]:
             # A classifier weight/bias whose first dim (classes) differs: keep the fresh init.

@@ -106,7 +106,7 @@ def format_weights_table(names: Optional[Sequence[str]] = None, markdown: bool =
     if not rows:
         return "no published weights for " + ", ".join(names or [])
     header = {"name": "model", "tag": "tag", "format": "format", "dataset": "trained on",
-              "hash": "sha256 prefix", "url": "URL"}
+              "hash": "hash (sha256 prefix unless marked)", "url": "URL"}
     return _render(rows, ("name", "tag", "format", "dataset", "hash", "url"), header, markdown,
                    code=("name", "hash"))
 

@@ -8,8 +8,9 @@ found too.
 
 The download (standard library only):
 
-* goes to ``FILE.part`` and is renamed onto ``FILE`` only when complete and its hash checks out,
-  so the cache never holds a partial or corrupt file under the final name;
+* goes to ``FILE.part`` and is renamed onto ``FILE`` only when complete and its hash checks out
+  (SHA-256, or SHA-1 for the table entries that publish that: gluoncv's), so the cache never
+  holds a partial or corrupt file under the final name;
 * resumes an interrupted ``.part`` with an HTTP Range request (``If-Range`` on the server's ETag /
   Last-Modified, so a changed file restarts instead of mixing two versions), retrying a few times;
 * shows a tqdm bar when stderr is a terminal;
@@ -163,10 +164,11 @@ def fetch(source: WeightsSource) -> str:
     if os.path.isfile(source.path):
         return source.path
     expected = source.entry.hash if source.entry else ""
+    algo = source.entry.hash_algo if source.entry else "sha256"
     os.makedirs(os.path.dirname(source.path), exist_ok=True)
     with _download_lock(source.path + ".lock", source.path + ".part") as first:
         if not os.path.isfile(source.path):  # another process may have finished it meanwhile
-            _download(source.url, source.path, expected)
+            _download(source.url, source.path, expected, algo)
         elif not first:
             logger.info("using %s, downloaded by another process", source.path)
     return source.path
@@ -209,8 +211,9 @@ def _download_lock(lock_path: str, part_path: str) -> Iterator[bool]:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def _download(url: str, dest: str, expected: str) -> None:
-    """Download ``url`` to ``dest`` through ``dest.part`` (resuming it), check, rename."""
+def _download(url: str, dest: str, expected: str, algo: str = "sha256") -> None:
+    """Download ``url`` to ``dest`` through ``dest.part`` (resuming it), check the ``algo``
+    (``sha256`` / ``sha1``) digest against ``expected`` (a prefix, or all of it), rename."""
     part, meta_path = dest + ".part", dest + ".part.json"
     for attempt in range(1, _RETRIES + 1):
         try:
@@ -234,11 +237,12 @@ def _download(url: str, dest: str, expected: str) -> None:
     else:
         raise WeightsError(f"download of {url} failed {_RETRIES} times (last: {why}); run "
                            f"again to resume it, or fetch it elsewhere and copy it to {dest}")
-    got = _sha256(part)
+    got = _digest(part, algo) if expected else ""
     if expected and not got.startswith(expected.lower()):
         os.remove(part)
         _remove(meta_path)
-        raise WeightsError(f"{url}: SHA-256 {got[:16]}... does not match the published "
+        label = {"sha256": "SHA-256", "sha1": "SHA-1"}.get(algo, algo)
+        raise WeightsError(f"{url}: {label} {got[:16]}... does not match the published "
                            f"{expected}; the file was removed (a broken mirror or proxy?)")
     os.replace(part, dest)
     _remove(meta_path)
@@ -310,8 +314,9 @@ def _reason(e: BaseException) -> str:
     return str(reason).splitlines()[0] if str(reason) else type(reason).__name__
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
+def _digest(path: str, algo: str = "sha256") -> str:
+    """Hex digest of the file ``path`` with hashlib's ``algo``."""
+    h = hashlib.new(algo)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(_CHUNK), b""):
             h.update(chunk)

@@ -15,10 +15,15 @@ Not listed, and why:
   architecture whose keys they fit. MMAction2's SlowFast R101 8x8 uses lateral kernel 7 (its
   config inherits the R50 8x8 one), zoo's ``slowfast_8x8_resnet101`` (PySlowFast's) uses 5.
 
-``hash`` is the published SHA-256, or the prefix of it that the publisher puts in the file name
+``hash`` is the published hash, or the prefix of it that the publisher puts in the file name
 (torchvision and OpenMMLab name files ``NAME-<first 8 hex of sha256>.pth``); empty when the
-publisher gives none. Aliases (other projects' model names) share their base architecture's
-entries: :func:`register_alias`, or a ``weights_of`` / ``alias_of`` fact on the registered builder.
+publisher gives none. ``hash_algo`` says which: ``sha256``, or ``sha1`` for gluoncv.torch, whose
+``model_store.py`` lists each file's full SHA-1 and names it ``NAME-<first 8 hex of sha1>.pth``.
+
+Aliases (other projects' model names) share their base architecture's entries:
+:func:`register_alias`, or a ``weights_of`` / ``alias_of`` fact on the registered builder. An
+alias may also have entries of its own (gluoncv's names: the file gluoncv publishes for that
+name); a tag of its own replaces the base's tag of the same name.
 """
 
 from __future__ import annotations
@@ -26,11 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-__all__ = ["WeightsEntry", "WEIGHTS", "DEFAULT_TAGS", "FORMATS", "base_architecture",
-           "default_tag", "entries", "register_alias", "table_rows"]
+__all__ = ["WeightsEntry", "WEIGHTS", "DEFAULT_TAGS", "FORMATS", "GLUONCV_SHA1", "HASH_ALGOS",
+           "base_architecture", "default_tag", "entries", "register_alias", "table_rows"]
 
 # File formats pretrained.py recognises (and converts with zoo.models.convert).
-FORMATS = ("zoo", "pyslowfast", "pytorchvideo", "mmaction2", "torchvision")
+FORMATS = ("zoo", "pyslowfast", "pytorchvideo", "mmaction2", "torchvision", "gluoncv")
+
+# Hash algorithms the download check knows (hashlib names).
+HASH_ALGOS = ("sha256", "sha1")
 
 
 @dataclass(frozen=True)
@@ -41,9 +49,12 @@ class WeightsEntry:
         url: The publisher's URL.
         format: One of :data:`FORMATS`: how the file's keys are named.
         dataset: What the weights were trained on (``kinetics400``, ``imagenet1k``).
-        hash: Published SHA-256 or a prefix of it ("" = none published).
+        hash: Published hash or a prefix of it ("" = none published).
         source: Where the URL was found.
         note: What a user should know (e.g. an inexact conversion).
+        hash_algo: The algorithm of ``hash``: one of :data:`HASH_ALGOS`.
+        new_head: Re-initialise the classifier whatever the class count (gluoncv's ``_custom``
+            nets start from a Kinetics net's backbone only).
     """
 
     url: str
@@ -52,6 +63,8 @@ class WeightsEntry:
     hash: str = ""
     source: str = ""
     note: str = ""
+    hash_algo: str = "sha256"
+    new_head: bool = False
 
 
 # PyTorchVideo model zoo (docs/source/model_zoo.md, Kinetics-400 table; the hub's slowfast.py and
@@ -174,6 +187,77 @@ DEFAULT_TAGS: Dict[str, str] = {
     if ("imagenet1k" if name.startswith("resnet") else "kinetics400") in tags
 }
 
+# gluoncv.torch's own PyTorch weights (gluoncv/torch/model_zoo/model_store.py, gluoncv
+# 0.10.5.post0: _model_sha1, apache_repo_url + "torch/models/{name}-{sha1[:8]}.pth"; its
+# action-recognition builders load get_model_file(NAME)). Keys are gluoncv's
+# (zoo.models.convert.gluoncv). Each is listed under gluoncv's model name, tagged by the name's
+# suffix (kinetics400, kinetics700, sthsthv2), which PRETRAINED True then means.
+_GCV = "https://apache-mxnet.s3-accelerate.dualstack.amazonaws.com/torch/models/"
+_GCV_SRC = "gluoncv 0.10.5.post0 gluoncv/torch/model_zoo/model_store.py"
+GLUONCV_SHA1: Dict[str, str] = {
+    "resnet18_v1b_kinetics400": "854b23e460ab1fbc5a5cd458b439a90be1f98119",
+    "resnet34_v1b_kinetics400": "124a2fa45fce7102243515bdebfb262728c10ad0",
+    "resnet50_v1b_kinetics400": "9939dbdfdbf11cb42c06456f341596e75becf074",
+    "resnet101_v1b_kinetics400": "172afa3bcc5e922962c335b6ea9b7cedc8132c61",
+    "resnet152_v1b_kinetics400": "3dedb835f333e234a9279bbef4a9e2e840acc032",
+    "resnet50_v1b_sthsthv2": "cbb9167bd293a82475f5f179a29de1f5c2665b8a",
+    "i3d_resnet50_v1_kinetics400": "185454973645ff66b6310e715863384db135d87f",
+    "i3d_resnet101_v1_kinetics400": "a9bb4f89551c30d553a487fcc560ff7f41a3de8c",
+    "i3d_nl5_resnet50_v1_kinetics400": "9df1e103d54bc1227da58d19347e1371cf98a9fb",
+    "i3d_nl10_resnet50_v1_kinetics400": "281e1e8a8ef78ada7e095b43caf0cd3f75e7a6a4",
+    "i3d_nl5_resnet101_v1_kinetics400": "2cea8edd07e5565b9c1eb66ca862ade3127ce523",
+    "i3d_nl10_resnet101_v1_kinetics400": "526a2ed07cffeab6d827ab28c979b537100cd2b3",
+    "i3d_resnet50_v1_sthsthv2": "e975d989c1eb1e66e5be36c1c4d6ff626708cfae",
+    "slowfast_4x16_resnet50_kinetics400": "1d1eadb258ccfc0c117db0ff0eaf1638d18405b3",
+    "slowfast_8x8_resnet50_kinetics400": "e94e9a57eaa2f4dde12673bc6632f9aa090d8c21",
+    "slowfast_8x8_resnet101_kinetics400": "db5e9fef55b28eb55b6dc7b2cba98d0c14fc3568",
+    "slowfast_16x8_resnet50_sthsthv2": "0520323165727d59002c6c62071bc1dc28248469",
+    "i3d_slow_resnet50_f32s2_kinetics400": "078c817bf18d702891de553de61c9115e27c4afd",
+    "i3d_slow_resnet50_f16s4_kinetics400": "a3e419f1b9cde3b57b9b19a9bd93281bb819a871",
+    "i3d_slow_resnet50_f8s8_kinetics400": "1c3d98a1831ee477def36d6085635c2860db0b77",
+    "i3d_slow_resnet101_f32s2_kinetics400": "db37cd518eab5f1cc394d0f44117c392d0174602",
+    "i3d_slow_resnet101_f16s4_kinetics400": "cb6b78d9e58f7724efb63f705be7c8a12fe8f5ce",
+    "i3d_slow_resnet101_f16s4_kinetics700": "b5be1a2e32158748a7efc675081affd32006fe9a",
+    "i3d_slow_resnet101_f8s8_kinetics400": "82e399c1114016126645c5e3e67bad164ba3ae84",
+    "r2plus1d_v1_resnet18_kinetics400": "340a59522b4ffe7e3621ad4a269e4cd4a99f74b2",
+    "r2plus1d_v1_resnet34_kinetics400": "5102fd1736a2a205f5fd7bded5d2e0d2e5ca6307",
+    "r2plus1d_v1_resnet50_kinetics400": "9a3b665c182f81f22d4a105c75fac030ad20a628",
+    "r2plus1d_v2_resnet152_kinetics400": "42707ffcab518cdda93523004360de167863c5d8",
+    "ircsn_v2_resnet152_f32s2_kinetics400": "82855d2c85a888e96477130253b90a4892bdc649",
+    "tpn_resnet50_f8s8_kinetics400": "368108eb6bca9143318937319c3efec09e0419af",
+    "tpn_resnet50_f16s4_kinetics400": "6bf899df92224d3c0c117c940ef0c95d51fedb26",
+    "tpn_resnet50_f32s2_kinetics400": "27710ce8091a317f50fc55e171b29c096b3d253e",
+    "tpn_resnet101_f8s8_kinetics400": "092c2f7fc98ec9ea204487fa074bc0ca832aba9a",
+    "tpn_resnet101_f16s4_kinetics400": "647080df950480e6544e6cd471f0024125656593",
+    "tpn_resnet101_f32s2_kinetics400": "a94422a94acda20f34eb07604cd3315307d1a9a2",
+}
+_GCV_TAGS = ("kinetics400", "kinetics700", "sthsthv2")
+_GCV_CUSTOM_NOTE = ("gluoncv's _custom: the classifier is re-initialised for the data's classes "
+                    "(TPN's auxiliary head too)")
+
+
+def _gluoncv_entry(name: str, tag: str, custom: bool = False) -> WeightsEntry:
+    sha1 = GLUONCV_SHA1[name]
+    return WeightsEntry(f"{_GCV}{name}-{sha1[:8]}.pth", "gluoncv", tag, sha1, _GCV_SRC,
+                        _GCV_CUSTOM_NOTE if custom else "", hash_algo="sha1", new_head=custom)
+
+
+def _add_gluoncv() -> None:
+    """gluoncv's names get their own files; ``BASE_custom`` gets every file of ``BASE_*`` with a
+    fresh head, and PRETRAINED True means the Kinetics-400 one (as gluoncv's _custom builders
+    load ``BASE_kinetics400``'s file without its classifier)."""
+    for name in GLUONCV_SHA1:
+        base, tag = name.rsplit("_", 1)
+        WEIGHTS[name] = {tag: _gluoncv_entry(name, tag)}
+        DEFAULT_TAGS[name] = tag
+        custom = WEIGHTS.setdefault(f"{base}_custom", {})
+        custom[tag] = _gluoncv_entry(name, tag, custom=True)
+        if tag == "kinetics400":
+            DEFAULT_TAGS[f"{base}_custom"] = tag
+
+
+_add_gluoncv()
+
 # Other names of an architecture (e.g. gluoncv's): alias -> base name. See register_alias.
 _ALIASES: Dict[str, str] = {}
 
@@ -212,12 +296,18 @@ def _fact_base(name: str) -> Optional[str]:
 
 
 def entries(name: str) -> Dict[str, WeightsEntry]:
-    """Tag -> entry for the model ``name`` (an alias gets its base's); empty when none."""
-    return dict(WEIGHTS.get(base_architecture(name), {}))
+    """Tag -> entry for the model ``name``: an alias gets its base's, then its own (which win
+    over a base tag of the same name); empty when none."""
+    out = dict(WEIGHTS.get(base_architecture(name), {}))
+    out.update(WEIGHTS.get(name, {}))
+    return out
 
 
 def default_tag(name: str) -> Optional[str]:
-    """The tag ``PRETRAINED True`` means for ``name`` (None: no default published)."""
+    """The tag ``PRETRAINED True`` means for ``name`` (None: no default published). An alias with
+    files of its own defaults to its own tag; one without, to its base's."""
+    if name in WEIGHTS:
+        return DEFAULT_TAGS.get(name)
     return DEFAULT_TAGS.get(base_architecture(name))
 
 
@@ -225,10 +315,12 @@ def table_rows(names: Optional[List[str]] = None) -> List[Dict[str, str]]:
     """One row of strings per (architecture, tag), for tools/list_models.py --weights."""
     rows = []
     for name in names or sorted(WEIGHTS):
-        base = base_architecture(name)
-        for tag, e in WEIGHTS.get(base, {}).items():
-            default = " (True)" if DEFAULT_TAGS.get(base) == tag else ""
+        # The whole table lists each name's own files; named models show all they can load.
+        tags = entries(name) if names else WEIGHTS[name]
+        for tag, e in tags.items():
+            default = " (True)" if default_tag(name) == tag else ""
+            digest = e.hash if e.hash_algo == "sha256" else f"{e.hash_algo}:{e.hash}"
             rows.append({"name": name, "tag": tag + default, "format": e.format,
-                         "dataset": e.dataset, "hash": e.hash or "-", "url": e.url,
+                         "dataset": e.dataset, "hash": digest or "-", "url": e.url,
                          "note": e.note})
     return rows

@@ -1,4 +1,5 @@
-"""Checkpoint converters: PySlowFast, PyTorchVideo, MMAction2 and torchvision files -> zoo.
+"""Checkpoint converters: PySlowFast, PyTorchVideo, MMAction2, torchvision and gluoncv.torch files
+-> zoo.
 
 Python::
 
@@ -24,6 +25,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from .common import ConversionError, Layout, Report, Scheme, map_state, read_source
+from .gluoncv import GluonCVScheme
 from .mmaction2 import MMAction2Scheme
 from .pyslowfast import PySlowFastScheme
 from .pytorchvideo import PyTorchVideoScheme
@@ -35,7 +37,7 @@ __all__ = ["SCHEMES", "ConversionError", "Report", "convert_checkpoint", "conver
 
 SCHEMES: Dict[str, Scheme] = {
     s.name: s for s in (PySlowFastScheme(), PyTorchVideoScheme(), MMAction2Scheme(),
-                        TorchvisionScheme())
+                        TorchvisionScheme(), GluonCVScheme())
 }
 
 
@@ -59,7 +61,8 @@ def convert_state_dict(
 
     Args:
         source: The foreign tensors (``module.`` already stripped).
-        scheme: ``"pyslowfast"``, ``"pytorchvideo"``, ``"mmaction2"`` or ``"torchvision"``.
+        scheme: ``"pyslowfast"``, ``"pytorchvideo"``, ``"mmaction2"``, ``"torchvision"`` or
+            ``"gluoncv"``.
         model_name: A registered zoo model.
         **model_kwargs: Builder arguments the source architecture needs (e.g. ``depth``,
             ``width``, ``fuse_norm_act=False``).
@@ -71,10 +74,13 @@ def convert_state_dict(
     Raises:
         ConversionError: when any tensor is left over, missing or of the wrong shape.
     """
+    from ..build import model_facts
     from ..pretrained import head_keys
 
     sch = _scheme(scheme)
-    probe = _meta_model(model_name, 400, model_kwargs)
+    # A name with a fixed class count (gluoncv's "_sthsthv2", "_kinetics700") is built with it.
+    probe = _meta_model(model_name, model_facts(model_name).get("num_classes") or 400,
+                        model_kwargs)
     heads = head_keys(probe)
     layout = Layout.from_shapes({k: v.shape for k, v in probe.state_dict().items()}, heads)
     state, report = map_state(sch, source, layout)

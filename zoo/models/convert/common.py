@@ -111,6 +111,11 @@ class Scheme:
     kinds: Tuple[str, ...] = ("slowfast", "resnet3d")
     state_keys: Tuple[str, ...] = ("model_state", "state_dict", "model")
 
+    def prepare(self, source: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """``source`` before mapping (default: unchanged). A scheme whose files hold some
+        tensors twice drops the copies here, after checking that they are equal."""
+        return source
+
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
         """A function from a source key to its zoo key (None = this scheme does not know it)."""
         raise NotImplementedError
@@ -196,6 +201,7 @@ def map_state(
             f"--from {scheme.name} converts to {' / '.join(scheme.kinds)} models; this model is "
             f"'{layout.kind}' (its keys: {', '.join(list(layout.shapes)[:4])}, ...)")
     report = Report(scheme.name, num_source=len(source))
+    source = scheme.prepare(source)
     to_zoo = scheme.mapper(list(source), layout)
     out: Dict[str, torch.Tensor] = {}
     origin: Dict[str, str] = {}
