@@ -23,10 +23,18 @@ from zoo.engine.checkpoint_model import model_from_checkpoint
 from zoo.models import MODEL_REGISTRY
 
 
-@MODEL_REGISTRY.register()
 def ckpt_test_toy(num_classes=10, width=8, **kwargs):
     return nn.Sequential(nn.Conv3d(3, width, 3, padding=1), nn.AdaptiveAvgPool3d(1), nn.Flatten(),
                          nn.Linear(width, num_classes))
+
+
+@pytest.fixture(autouse=True)
+def _toy_registered():
+    """Register the toy model for this file only (registry-driven tests elsewhere must not see
+    it)."""
+    MODEL_REGISTRY.register(ckpt_test_toy)
+    yield
+    MODEL_REGISTRY._obj_map.pop("ckpt_test_toy", None)
 
 
 def _free_port() -> int:

@@ -34,6 +34,7 @@ import os
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..utils.logger import log_once
 from .annotations import AnnotationError, VideoRecord
 from .sources import VIDEO_EXTS
 
@@ -314,7 +315,7 @@ def parse_lines(lines: Sequence[Line], list_format: str, name: str,
         return []
     fmt = decide_format(lines, data_root) if list_format == "auto" else list_format
     if list_format == "auto":
-        logger.info("%s: %s auto reads it as %s", name, KEY, fmt)
+        log_once(logger, logging.INFO, "%s: %s auto reads it as %s", name, KEY, fmt)
     if fmt == "mmaction2_rawframes":
         columns = _rawframe_columns(lines)
 

@@ -41,6 +41,7 @@ from yacs.config import CfgNode
 
 from ..config import ConfigError
 from ..utils.env import available_cpus
+from ..utils.logger import log_once
 
 # The videos themselves (re-exported: users and tests reach them as zoo.data.synthetic.*).
 from .motion import _SPLITS, DIRECTIONS, FPS, VideoSpec, render, video_spec, write_video
@@ -251,7 +252,8 @@ def prepare_synthetic(cfg: CfgNode) -> CfgNode:
     if not info["cached"]:
         logger.info("generated the motion dataset in %s (%.1f s)", out_dir, info["seconds"])
     if cfg.CONFIG.DATA.RANDOM_FLIP:
-        logger.warning(
+        log_once(
+            logger, logging.WARNING,
             "CONFIG.DATA.RANDOM_FLIP is True but the synthetic labels are motion directions: a "
             "flip turns 'left' into 'right'. Set CONFIG.DATA.RANDOM_FLIP False."
         )

@@ -20,6 +20,19 @@ class _NotFileOnly(logging.Filter):
         return not getattr(record, "file_only", False)
 
 
+_LOGGED_ONCE: set = set()
+
+
+def log_once(logger: logging.Logger, level: int, message: str, *args: object) -> None:
+    """Log a message only the first time this process sees it (the config and the data lists
+    are prepared several times before training starts: by the launcher, the data check and each
+    worker)."""
+    key = (logger.name, level, message % args if args else message)
+    if key not in _LOGGED_ONCE:
+        _LOGGED_ONCE.add(key)
+        logger.log(level, message, *args)
+
+
 def log_file_of(logger: logging.Logger) -> Optional[str]:
     """The path of the log file ``logger`` writes to (None when it has none)."""
     for h in logger.handlers:
