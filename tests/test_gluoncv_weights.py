@@ -381,3 +381,16 @@ def test_convert_checkpoint_from_gluoncv_for_a_fixed_class_name(tmp_path):
     state = torch.load(out, weights_only=True)["model"]
     assert state["head.proj.weight"].shape[0] == 174
     assert all(torch.equal(state[k], v) for k, v in reference.state_dict().items())
+
+
+def test_an_alias_for_another_input_or_alpha_gets_no_video_weights_of_its_base():
+    """gluoncv's 4x16 R101 (alpha 8) and 16x8 R101 (64 frames) build zoo's 8x8 R101 layers, but
+    PyTorchVideo's 8x8 R101 file was trained for alpha 4 and 32 frames: same shapes, another
+    net. They must not load it by True; a same-input alias still does."""
+    from zoo.models.weights_table import default_tag, entries
+
+    for name in ("slowfast_4x16_resnet101_kinetics400", "slowfast_16x8_resnet101_kinetics400"):
+        assert not any(e.dataset != "imagenet1k" for e in entries(name).values()), name
+        assert default_tag(name) is None, name
+    same = entries("slowfast_16x8_resnet101_50_50_kinetics400")
+    assert same["kinetics400"].url.endswith("SLOWFAST_16x8_R101_50_50.pyth")

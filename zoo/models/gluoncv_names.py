@@ -136,12 +136,23 @@ def gluoncv_aliases() -> Dict[str, str]:
     return out
 
 
+def _same_net_as(arch: str, kwargs: Dict[str, Any], frames: int, stride: Optional[int]) -> bool:
+    """Whether weights trained for ``arch`` fit an alias of it as trained: the same input
+    frames and stride, and no kwarg that changes what the layers compute (a SlowFast ``alpha``).
+    An alias that differs gets no weights from its base (same shapes, other training)."""
+    facts = MODEL_REGISTRY.get(arch).facts if hasattr(MODEL_REGISTRY.get(arch), "facts") else {}
+    same_input = (facts.get("input_frames"), facts.get("sampling_stride")) == (frames, stride)
+    return same_input and "alpha" not in kwargs
+
+
 def _register_all() -> None:
     for base, (arch, kwargs, frames, stride, crop, suffixes) in GLUONCV_BASES.items():
+        inherits = _same_net_as(arch, kwargs, frames, stride)
         for suffix in suffixes + ("custom",):
             name, classes = f"{base}_{suffix}", SUFFIX_CLASSES[suffix]
-            _register_alias(name, base, arch, kwargs, classes,
-                            _alias_facts(name, arch, frames, stride, crop, classes))
+            facts = _alias_facts(name, arch, frames, stride, crop, classes)
+            facts["inherits_weights"] = inherits
+            _register_alias(name, base, arch, kwargs, classes, facts)
 
 
 _register_all()

@@ -295,20 +295,36 @@ def _fact_base(name: str) -> Optional[str]:
     return facts.get("weights_of") or facts.get("alias_of")
 
 
+def _inherits_video_weights(name: str) -> bool:
+    """False for an alias whose input or layers differ from its base's (its ``inherits_weights``
+    fact): the base's video-trained files have the right shapes but were trained for another
+    net, so only image-trained (input-agnostic, inflated) files carry over."""
+    from .build import MODEL_REGISTRY, model_facts
+
+    return name not in MODEL_REGISTRY.names() or model_facts(name).get("inherits_weights", True)
+
+
+# Datasets of image-trained files: these fit any input length (they are inflated or per-frame).
+_IMAGE_DATASETS = ("imagenet1k",)
+
+
 def entries(name: str) -> Dict[str, WeightsEntry]:
     """Tag -> entry for the model ``name``: an alias gets its base's, then its own (which win
     over a base tag of the same name); empty when none."""
     out = dict(WEIGHTS.get(base_architecture(name), {}))
+    if not _inherits_video_weights(name):
+        out = {tag: e for tag, e in out.items() if e.dataset in _IMAGE_DATASETS}
     out.update(WEIGHTS.get(name, {}))
     return out
 
 
 def default_tag(name: str) -> Optional[str]:
     """The tag ``PRETRAINED True`` means for ``name`` (None: no default published). An alias with
-    files of its own defaults to its own tag; one without, to its base's."""
+    files of its own defaults to its own tag; one without, to its base's (if it may use it)."""
     if name in WEIGHTS:
         return DEFAULT_TAGS.get(name)
-    return DEFAULT_TAGS.get(base_architecture(name))
+    tag = DEFAULT_TAGS.get(base_architecture(name))
+    return tag if tag in entries(name) else None
 
 
 def table_rows(names: Optional[List[str]] = None) -> List[Dict[str, str]]:
