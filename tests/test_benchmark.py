@@ -70,6 +70,7 @@ def test_auto_settings():
     assert not resolve_channels_last("auto", "fp32", torch.device("cuda", 0))
 
 
+@pytest.mark.slow
 def test_train_and_compare(tmp_path):
     out = tmp_path / "b"
     r = run_tool("benchmark.py", [
@@ -99,6 +100,7 @@ def test_train_and_compare(tmp_path):
     assert (out / "compare.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_scaling_data_startup(tmp_path, synth_root):
     out = tmp_path / "b"
     tiny = [*TINY_DATA, "DATA.SYNTHETIC.ROOT", synth_root, "MODEL.NAME",

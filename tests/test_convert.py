@@ -261,6 +261,7 @@ def _calibrated(model: nn.Module, x) -> nn.Module:
     return model.eval()
 
 
+@pytest.mark.slow
 def test_pytorchvideo_round_trip_slowfast_r50(tmp_path):
     slowfast = pytest.importorskip("pytorchvideo.models.slowfast")
     torch.manual_seed(0)

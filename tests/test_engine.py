@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from conftest import TINY_DATA, run_tool
 
 
@@ -10,6 +11,7 @@ def _read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+@pytest.mark.slow
 def test_two_process_gloo_training_with_a_user_model(tmp_path, synth_root, toy_model_file):
     out = tmp_path / "runs"
     r = run_tool("train_ddp.py", [

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT, TINY_DATA, run_tool
 
 SMALL_MODEL = ["MODEL.KWARGS", "['width', 8, 'dropout', 0.0]", "DATA.CLIP_LEN", "4"]
@@ -18,6 +19,7 @@ def _overrides_without(keys, pairs):
     return out
 
 
+@pytest.mark.slow
 def test_finetune_to_a_different_class_count(tmp_path, synth_root):
     # 1. A "pretrained" checkpoint: 4 generated classes.
     pre = run_tool("train_ddp.py", [

@@ -16,6 +16,10 @@ import time
 import pytest
 from conftest import ROOT, TINY_DATA, TOY_MODEL
 
+# Several processes per test, network namespaces: deselect with -m "not multinode".
+pytestmark = [pytest.mark.multinode, pytest.mark.slow]
+
+
 QUICKSTART = os.path.join(ROOT, "configs", "quickstart", "slowfast_tiny_motion.yaml")
 FAILURE_BUDGET_S = 30  # every failure below must end within this, with a one-line reason
 

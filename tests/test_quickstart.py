@@ -23,6 +23,7 @@ def _last_val(run_dir):
     return [r for r in lines if r.get("split") == "val"][-1]
 
 
+@pytest.mark.slow
 def test_quickstart_trains_to_95_and_test_agrees(tmp_path, cache):
     common = ["DATA.SYNTHETIC.ROOT", cache, "LOG.BASE_PATH", str(tmp_path)]
     r = run_tool("train_ddp.py", ["--config-file", QUICKSTART, *common], timeout=600)
@@ -74,6 +75,7 @@ def test_quickstart_trains_to_95_and_test_agrees(tmp_path, cache):
     assert all(len(r["top"]) == 4 for r in out)  # top-5 clipped to the 4 classes
 
 
+@pytest.mark.slow
 def test_single_frame_baseline_stays_below_50(tmp_path, cache):
     r = run_tool("train_ddp.py", ["--config-file", BASELINE, "DATA.SYNTHETIC.ROOT", cache,
                                   "LOG.BASE_PATH", str(tmp_path)], timeout=600)

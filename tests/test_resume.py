@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from conftest import ROOT, TINY_DATA, run_tool
 
@@ -41,6 +42,7 @@ def _train_epoch_2_started(metrics_path):
     return False
 
 
+@pytest.mark.slow
 def test_sigkill_then_auto_resume_is_bitwise_identical(tmp_path, synth_root, toy_model_file):
     common = ["--extra-modules", toy_model_file, *ARGS, "DATA.SYNTHETIC.ROOT", synth_root,
               "LOG.BASE_PATH", str(tmp_path)]
