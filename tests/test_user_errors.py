@@ -280,6 +280,9 @@ def test_what_is_a_user_error():
     assert one_line(miss.value).startswith("No object named 'no_such_model_anywhere'")
     assert is_user_error(ConfigError("x")) and is_user_error(AnnotationError("x"))
     assert is_user_error(FileNotFoundError("x"))
+    from zoo.models.weights import WeightsError  # an offline download, a file of unknown format
+
+    assert is_user_error(WeightsError("x"))
     # A KeyError that is not a registry's, and other exceptions, are bugs.
     assert not is_user_error(KeyError("weight"))
     assert not is_user_error(ValueError("x")) and not is_user_error(RuntimeError("x"))

@@ -25,12 +25,13 @@ def user_error_types() -> Tuple[Type[BaseException], ...]:
     from ..data.decode_base import DecodeError
     from ..data.robust import TooManyBadVideos
     from ..models.convert.common import ConversionError
+    from ..models.weights import WeightsError
     from .checkpoint import CheckpointError
     from .topology import LaunchError
 
     return (ConfigError, AnnotationError, DecodeError, TooManyBadVideos, CheckpointError,
-            LaunchError, ConversionError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
-            PermissionError, ImportError)
+            LaunchError, ConversionError, WeightsError, FileNotFoundError, NotADirectoryError,
+            IsADirectoryError, PermissionError, ImportError)
 
 
 def is_user_error(e: BaseException) -> bool:

@@ -18,6 +18,8 @@ from typing import Dict, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from .weights import WeightsError
+
 logger = logging.getLogger(__name__)
 
 
@@ -36,7 +38,7 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # an unpickling error names the forbidden global
-        raise RuntimeError(
+        raise WeightsError(
             f"{path}: refused to load ({str(e).splitlines()[0]}); only plain tensor checkpoints "
             "are accepted (torch.load(weights_only=True)); if you trust the file, convert it "
             "with tools/convert_checkpoint.py --unsafe-load"
@@ -45,11 +47,11 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
     if isinstance(obj, dict):
         state = next((obj[k] for k in _STATE_KEYS if isinstance(obj.get(k), dict)), obj)
     if not isinstance(state, dict):
-        raise RuntimeError(f"{path}: holds no state dict (found {type(state).__name__})")
+        raise WeightsError(f"{path}: holds no state dict (found {type(state).__name__})")
     state = {k[len("module."):] if k.startswith("module.") else k: v for k, v in state.items()
              if isinstance(v, torch.Tensor)}
     if not state:
-        raise RuntimeError(f"{path}: holds no tensors (looked under {list(_STATE_KEYS)})")
+        raise WeightsError(f"{path}: holds no tensors (looked under {list(_STATE_KEYS)})")
     return state
 
 
@@ -77,7 +79,7 @@ def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
         return "gluoncv"
     if "conv1.weight" in state and any(k.startswith("layer1.") for k in keys):
         return "torchvision"
-    raise RuntimeError(
+    raise WeightsError(
         f"cannot tell which project wrote these weights (keys {', '.join(keys[:4])}, ...) and "
         f"they are not {type(model).__name__}'s; convert them with tools/convert_checkpoint.py")
 
@@ -145,7 +147,7 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
     # gluoncv's ir-CSN, R(2+1)D v2 and TSN): those read as "zoo" and load unchanged.
     if expected and fmt != expected and not (fmt == "zoo" and expected in ("torchvision",
                                                                             "gluoncv")):
-        raise RuntimeError(f"{path}: the weights table says {expected} but its keys are {fmt}'s; "
+        raise WeightsError(f"{path}: the weights table says {expected} but its keys are {fmt}'s; "
                            "the published file changed: report it, or name the file directly")
     load_state(model, to_model_keys(state, model, fmt, path), source=path, new_head=new_head)
 
@@ -190,7 +192,7 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
             parts.append(f"missing from checkpoint ({len(missing)}): " + ", ".join(missing[:8]))
         if unexpected:
             parts.append(f"not in model ({len(unexpected)}): " + ", ".join(unexpected[:8]))
-        raise RuntimeError(f"{source} does not fit {type(model).__name__}: " + "; ".join(parts))
+        raise WeightsError(f"{source} does not fit {type(model).__name__}: " + "; ".join(parts))
     model.load_state_dict(load, strict=False)
     for group, items in skipped.items():
         logger.warning("%s: re-initialised %s (checkpoint had %s)", source, group, ", ".join(items))
