@@ -29,7 +29,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -165,6 +165,29 @@ def upright(image: np.ndarray, ccw_degrees: float) -> np.ndarray:
     """
     k = int(round(ccw_degrees / 90.0)) % 4
     return np.ascontiguousarray(np.rot90(image, k)) if k else image
+
+
+def index_rows(indices: Sequence[int]) -> Dict[int, List[int]]:
+    """Frame index -> the output rows that want it (indices may repeat, in any order)."""
+    rows: Dict[int, List[int]] = {}
+    for row, i in enumerate(indices):
+        rows.setdefault(i, []).append(row)
+    return rows
+
+
+def fill_rows(out: Optional[np.ndarray], n: int, rows: List[int], image: np.ndarray) -> np.ndarray:
+    """Put ``image`` into ``rows`` of the ``n``-frame output ``out`` (created on first use),
+    resizing a frame whose size differs from the first one (a resolution change mid-stream, or an
+    extraction tool that changed size)."""
+    if out is None:
+        out = np.empty((n, *image.shape), np.uint8)
+    elif image.shape != out.shape[1:]:
+        import cv2
+
+        image = cv2.resize(image, (out.shape[2], out.shape[1]), interpolation=cv2.INTER_AREA)
+    for row in rows:
+        out[row] = image
+    return out
 
 
 def one_line(error: BaseException) -> str:

@@ -26,6 +26,7 @@ from .decode_base import (
     as_tensor,
     check_deadline,
     check_indices,
+    fill_rows,
 )
 
 if TYPE_CHECKING:
@@ -42,20 +43,6 @@ class FrameTemplateMismatch(DecodeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, kind="empty")
-
-
-def _fill(out: Optional[np.ndarray], n: int, rows: List[int], image: np.ndarray) -> np.ndarray:
-    """Put ``image`` into ``rows`` of ``out`` (created on first use), resizing a frame whose size
-    differs from the first one (some extraction tools change size mid-video)."""
-    if out is None:
-        out = np.empty((n, *image.shape), np.uint8)
-    elif image.shape != out.shape[1:]:
-        import cv2
-
-        image = cv2.resize(image, (out.shape[2], out.shape[1]), interpolation=cv2.INTER_AREA)
-    for row in rows:
-        out[row] = image
-    return out
 
 
 class FrameFolderReader(VideoReader):
@@ -174,7 +161,7 @@ class FrameFolderReader(VideoReader):
                 raise DecodeError(
                     f"{self.path}: frame file {os.path.basename(name)} is unreadable", "decode"
                 )
-            out = _fill(out, len(indices), rows[index], cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+            out = fill_rows(out, len(indices), rows[index], cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
         return out
 
 

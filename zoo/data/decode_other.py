@@ -8,7 +8,7 @@ presentation order, uint8 RGB out, the same errors. Like the PyAV reader they ne
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
@@ -18,6 +18,8 @@ from .decode_base import (
     VideoReader,
     check_deadline,
     check_indices,
+    fill_rows,
+    index_rows,
     one_line,
 )
 
@@ -26,25 +28,6 @@ _CV_SEEK_GAP = 32
 # Probe results per (path, size, mtime): a data-loader worker opens the same videos every epoch.
 _SEEKABLE: Dict[tuple, bool] = {}
 _SEEKABLE_MAX = 100_000
-
-
-def _rows(indices: List[int]) -> Dict[int, List[int]]:
-    rows: Dict[int, List[int]] = {}
-    for row, i in enumerate(indices):
-        rows.setdefault(i, []).append(row)
-    return rows
-
-
-def _fill(out: Optional[np.ndarray], n: int, rows: List[int], image: np.ndarray) -> np.ndarray:
-    if out is None:
-        out = np.empty((n, *image.shape), np.uint8)
-    elif image.shape != out.shape[1:]:
-        import cv2
-
-        image = cv2.resize(image, (out.shape[2], out.shape[1]), interpolation=cv2.INTER_AREA)
-    for row in rows:
-        out[row] = image
-    return out
 
 
 def _short(path: str, needed: int, last: int, claimed: int) -> DecodeError:
@@ -184,7 +167,7 @@ class OpenCVReader(VideoReader):
     def decode_array(self, indices: Sequence[int]) -> np.ndarray:
         cv2 = self._cv2
         indices = check_indices(indices)
-        rows = _rows(indices)
+        rows = index_rows(indices)
         wanted = sorted(rows)
         out = None
         last_image = None
@@ -202,7 +185,7 @@ class OpenCVReader(VideoReader):
                     self._next += 1
                 if not ok:
                     if last_image is not None and index <= last_read + END_SLACK:
-                        out = _fill(out, len(indices), rows[index], last_image)
+                        out = fill_rows(out, len(indices), rows[index], last_image)
                         continue  # a frame count one or two too high: repeat the last frame
                     # OpenCV cannot tell the end of the stream from a frame it cannot decode.
                     raise DecodeError(
@@ -215,7 +198,7 @@ class OpenCVReader(VideoReader):
                 if not ok or bgr is None:
                     raise DecodeError(f"{self.path}: frame {index} cannot be decoded", "decode")
                 last_image = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-                out = _fill(out, len(indices), rows[index], last_image)
+                out = fill_rows(out, len(indices), rows[index], last_image)
         except DecodeError:
             raise
         except Exception as e:
@@ -280,7 +263,7 @@ class DecordReader(VideoReader):
         last = self._len - 1
         if max(indices) > last + END_SLACK:
             raise _short(self.path, max(indices), last, self._len)
-        rows = _rows([min(i, last) for i in indices])
+        rows = index_rows([min(i, last) for i in indices])
         wanted = sorted(rows)
         if wanted[0] < self._next:
             self._open()  # back to the start: decord's own seek is not exact
@@ -291,7 +274,7 @@ class DecordReader(VideoReader):
                     check_deadline()
                     frame = self._vr.next()
                     self._next += 1
-                out = _fill(out, len(indices), rows[index], frame.asnumpy())
+                out = fill_rows(out, len(indices), rows[index], frame.asnumpy())
         except StopIteration:
             raise _short(self.path, index, self._next - 1, self._len) from None
         except DecodeError:

@@ -48,6 +48,7 @@ from .decode_base import (
     VideoReader,
     check_deadline,
     check_indices,
+    index_rows,
     one_line,
     remaining_time,
     upright,
@@ -224,10 +225,7 @@ class PyAVReader(VideoReader):
     def decode_array(self, indices: Sequence[int]) -> np.ndarray:
         indices = check_indices(indices)
         wanted = sorted(set(indices))
-        rows: Dict[int, List[int]] = {}
-        for row, i in enumerate(indices):
-            rows.setdefault(i, []).append(row)
-        sink = _Sink(len(indices), rows)
+        sink = _Sink(len(indices), index_rows(indices))
         try:
             if not self._sequential:
                 try:
