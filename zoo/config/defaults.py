@@ -130,6 +130,11 @@ _C.CONFIG.TRAIN.CUTMIX_ALPHA = 0.0
 _C.CONFIG.TRAIN.EMA_DECAY = 0.0
 # Before each validation, recompute BatchNorm statistics over this many training batches (0 = off).
 _C.CONFIG.TRAIN.PRECISE_BN_ITERS = 0
+# What a non-finite (NaN/inf) loss or gradient does: "stop" ends the job with one line naming the
+# iteration, the rank and the first non-finite tensor, saving no checkpoint from that state;
+# "skip" drops that optimizer step (weights, optimizer state and EMA unchanged; the LR schedule
+# still advances) and counts it in the log and metrics.jsonl. See docs/training.md.
+_C.CONFIG.TRAIN.NONFINITE = "stop"
 
 # ------------------------------------------ VAL
 # ----------------------------------------------------

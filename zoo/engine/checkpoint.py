@@ -142,9 +142,10 @@ def latest_checkpoint(save_dir: str) -> Optional[str]:
 # Keys that may change between a run and its resumption without changing what is trained.
 _RESUME_FREE = ("DDP_CONFIG.", "CONFIG.LOG.", "CONFIG.VAL.", "CONFIG.TEST.", "CONFIG.EXTRA_MODULES",
                 "CONFIG.TRAIN.EPOCH_NUM", "CONFIG.TRAIN.AUTO_RESUME", "CONFIG.TRAIN.RESUME_EPOCH",
-                "CONFIG.TRAIN.KEEP_LAST", "CONFIG.DATA.NUM_WORKERS", "CONFIG.DATA.TRAIN_ANNO_PATH",
-                "CONFIG.DATA.TRAIN_DATA_PATH", "CONFIG.DATA.VAL_ANNO_PATH",
-                "CONFIG.DATA.VAL_DATA_PATH", "CONFIG.DATA.TEST_", "CONFIG.DATA.SYNTHETIC.ROOT")
+                "CONFIG.TRAIN.KEEP_LAST", "CONFIG.TRAIN.NONFINITE", "CONFIG.DATA.NUM_WORKERS",
+                "CONFIG.DATA.TRAIN_ANNO_PATH", "CONFIG.DATA.TRAIN_DATA_PATH",
+                "CONFIG.DATA.VAL_ANNO_PATH", "CONFIG.DATA.VAL_DATA_PATH", "CONFIG.DATA.TEST_",
+                "CONFIG.DATA.SYNTHETIC.ROOT")
 
 
 def _flatten(node: Any, prefix: str = "") -> Dict[str, Any]:

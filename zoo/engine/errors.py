@@ -17,6 +17,11 @@ from typing import Optional, Tuple, Type
 from ..utils.logger import write_to_log_file
 
 
+class NonFiniteLoss(RuntimeError):
+    """Training produced a non-finite loss, parameter or gradient and ``CONFIG.TRAIN.NONFINITE``
+    is ``stop``: the message names the iteration, the rank and the first non-finite tensor."""
+
+
 def user_error_types() -> Tuple[Type[BaseException], ...]:
     """The exception classes that are user errors (registry ``KeyError`` s are added by
     :func:`is_user_error`). Imported here, late, so this module stays cheap to import."""
@@ -30,8 +35,8 @@ def user_error_types() -> Tuple[Type[BaseException], ...]:
     from .topology import LaunchError
 
     return (ConfigError, AnnotationError, DecodeError, TooManyBadVideos, CheckpointError,
-            LaunchError, ConversionError, WeightsError, FileNotFoundError, NotADirectoryError,
-            IsADirectoryError, PermissionError, ImportError)
+            LaunchError, ConversionError, WeightsError, NonFiniteLoss, FileNotFoundError,
+            NotADirectoryError, IsADirectoryError, PermissionError, ImportError)
 
 
 def is_user_error(e: BaseException) -> bool:

@@ -9,8 +9,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..utils import comm
 from .checkpoint import unwrap
 from .ema import ModelEMA
+from .errors import NonFiniteLoss
 from .mixup import MixupCutmix
 from .precision import autocast, grad_scaler, memory_format, resolve_precision
 
@@ -31,13 +33,16 @@ class TrainStep:
         label_smoothing: Cross-entropy label smoothing.
         mixup_alpha, cutmix_alpha: Mixup/CutMix strengths (0 = off).
         ema_decay: EMA of the weights (0 = off).
+        nonfinite: "stop" or "skip" (``CONFIG.TRAIN.NONFINITE``, see :meth:`_finite_step`), or
+            None for no check (benchmarks that time the bare step).
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
                  device: torch.device, num_classes: int, precision: str = "fp32",
                  channels_last: bool = False, accum_steps: int = 1, clip_grad_norm: float = 0.0,
                  label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
-                 cutmix_alpha: float = 0.0, ema_decay: float = 0.0) -> None:
+                 cutmix_alpha: float = 0.0, ema_decay: float = 0.0,
+                 nonfinite: Optional[str] = None) -> None:
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -51,6 +56,10 @@ class TrainStep:
         self.mix = MixupCutmix(num_classes, mixup_alpha, cutmix_alpha, label_smoothing)
         self.ema: Optional[ModelEMA] = ModelEMA(unwrap(model), ema_decay) if ema_decay > 0 else None
         self.micro = 0  # calls since the last optimizer step
+        self.nonfinite = nonfinite
+        self.steps = 0  # optimizer steps taken or skipped (the trainer sets it on resume)
+        self.skipped = 0  # optimizer steps skipped for a non-finite loss or gradient
+        self._loss_acc: Optional[torch.Tensor] = None  # sum of this step's micro-batch losses
 
     def _prepare(self, clips: torch.Tensor) -> torch.Tensor:
         clips = clips.to(self.device, non_blocking=True)
@@ -88,16 +97,29 @@ class TrainStep:
                 self.scaler.scale(scaled).backward()
             else:
                 scaled.backward()
+        if self.nonfinite is not None:
+            d = loss.detach()
+            self._loss_acc = d if self._loss_acc is None else self._loss_acc + d
         if last_micro:
             self._optimizer_step()
         return loss.detach()
 
     def _optimizer_step(self) -> None:
+        norm = None
         if self.clip_grad_norm > 0:
             if self.scaler is not None:
                 self.scaler.unscale_(self.optimizer)
             params = [p for g in self.optimizer.param_groups for p in g["params"]]
-            torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
+        self.steps += 1
+        if self.nonfinite is not None and not self._finite_step(norm):
+            self.skipped += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.scaler is not None:
+                self.scaler.update()  # forget this step's unscale_ record
+            self.scheduler.step()  # the schedule follows iterations, skipped or not
+            self.micro = 0
+            return
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -108,3 +130,70 @@ class TrainStep:
         if self.ema is not None:
             self.ema.update(unwrap(self.model))
         self.micro = 0
+
+    def _finite_step(self, norm: Optional[torch.Tensor]) -> bool:
+        """Whether this optimizer step's loss and gradients are finite on every rank.
+
+        Costs one host-device sync per optimizer step (plus, under DDP, one all-reduce of a
+        ``world``-long flag vector, so that every rank takes the same decision): the loss is
+        already a tensor, and the gradients' global norm comes from CLIP_GRAD_NORM when it is
+        on, else from one ``torch._foreach_norm`` pass. A non-finite gradient makes that norm
+        non-finite, so this catches every NaN/inf gradient. Under fp16 with a GradScaler a
+        non-finite gradient is the scaler's to handle (it skips the step and lowers the scale):
+        only the loss is checked then.
+
+        Returns:
+            True to step; False to skip (NONFINITE "skip").
+
+        Raises:
+            NonFiniteLoss: NONFINITE "stop" and some rank saw a non-finite value; every rank
+            raises the same one-line message, naming the iteration, the first bad rank and its
+            first non-finite tensor.
+        """
+        loss, self._loss_acc = self._loss_acc, None
+        loss_bad = ~torch.isfinite(loss).all()
+        grad_bad = torch.zeros((), dtype=torch.bool, device=loss.device)
+        if self.scaler is None:
+            if norm is None:
+                grads = [p.grad for g in self.optimizer.param_groups for p in g["params"]
+                         if p.grad is not None]
+                if grads:
+                    norm = torch.stack(torch._foreach_norm(grads)).sum()
+            if norm is not None:
+                grad_bad = ~torch.isfinite(norm)
+        # 2: this rank's own loss is non-finite (a root cause: DDP's all-reduce spreads one
+        # rank's NaN gradients to every rank); 1: only its gradients are.
+        world, rank = comm.get_world_size(), comm.get_rank()
+        bad = torch.zeros(world, device=self.device)
+        bad[rank] = torch.where(loss_bad, 2.0, torch.where(grad_bad, 1.0, 0.0))
+        bad = comm.all_reduce_sum(bad).cpu()  # the one sync
+        if not bool(bad.any()):
+            return True
+        first = int(torch.argmax(bad))  # the lowest rank with the highest code
+        what = comm.all_gather_object(self._first_nonfinite(loss) if rank == first else None)[first]
+        text = (f"non-finite value at iteration {self.steps} on rank {first}: {what} "
+                f"(CONFIG.TRAIN.NONFINITE {self.nonfinite})")
+        if self.nonfinite == "stop":
+            raise NonFiniteLoss(
+                text + "; no checkpoint was saved from this state. Lower CONFIG.TRAIN.LR, set "
+                "CONFIG.TRAIN.CLIP_GRAD_NORM, or set CONFIG.TRAIN.NONFINITE skip"
+            )
+        if comm.is_main_process():
+            import logging
+
+            logging.getLogger(__name__).warning("%s: optimizer step skipped", text)
+        return False
+
+    def _first_nonfinite(self, loss: torch.Tensor) -> str:
+        """Names the first non-finite tensor: a parameter (it would poison everything after it),
+        else the loss, else a gradient. Runs only when a step was found non-finite."""
+        named = list(unwrap(self.model).named_parameters())
+        for name, p in named:
+            if not bool(torch.isfinite(p.detach()).all()):
+                return f"parameter {name!r} is non-finite"
+        if not bool(torch.isfinite(loss).all()):
+            return f"the loss is {float(loss.float().sum()):g}"
+        for name, p in named:
+            if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
+                return f"the gradient of {name!r} is non-finite"
+        return "a gradient is non-finite"

@@ -169,6 +169,7 @@ def train_worker(cfg) -> None:
         accum_steps=train_cfg.ACCUM_STEPS, clip_grad_norm=train_cfg.CLIP_GRAD_NORM,
         label_smoothing=train_cfg.LABEL_SMOOTHING, mixup_alpha=train_cfg.MIXUP_ALPHA,
         cutmix_alpha=train_cfg.CUTMIX_ALPHA, ema_decay=train_cfg.EMA_DECAY,
+        nonfinite=train_cfg.NONFINITE,
     )
     save_dir = os.path.join(out_dir, log_cfg.SAVE_DIR)
     writer = MetricsWriter(out_dir, os.path.join(out_dir, log_cfg.LOG_DIR))
@@ -209,14 +210,14 @@ def train_worker(cfg) -> None:
         start_epoch + 1, train_cfg.EPOCH_NUM, iters_per_epoch, global_batch,
         train_cfg.BATCH_SIZE, world, train_cfg.ACCUM_STEPS, scheduler.base_lr,
     )
-    iteration = start_epoch * steps_per_epoch
+    iteration = step.steps = start_epoch * steps_per_epoch
     for epoch in range(start_epoch, train_cfg.EPOCH_NUM):
         model.train()
         _set_epoch(train_loader, epoch)
         bar = _progress(log_cfg.PROGRESS_BAR, iters_per_epoch, epoch, train_cfg.EPOCH_NUM)
         epoch_start = tick = time.perf_counter()
         loss_sum = torch.zeros((), device=device)
-        bad, seen = 0, 0
+        bad, seen, skipped_before = 0, 0, step.skipped
         for i, (clips, labels, _, n_bad) in enumerate(train_loader):
             if i >= steps_per_epoch * train_cfg.ACCUM_STEPS:
                 break  # a partial accumulation at the epoch's end is dropped
@@ -254,10 +255,14 @@ def train_worker(cfg) -> None:
         bad_total = int(comm.all_reduce_sum(torch.tensor([bad], device=device)).item())
         mean_loss = loss_sum.item() / max(1, seen * world)
         epoch_time = time.perf_counter() - epoch_start
-        logger.info("epoch %d done: mean loss %.4f, %.1fs, %d bad videos skipped",
-                    epoch + 1, mean_loss, epoch_time, bad_total)
+        # The same on every rank (the skip decision is all-reduced); a skipped step's NaN loss
+        # is in mean_loss, which is then NaN too.
+        skipped_steps = step.skipped - skipped_before
+        logger.info("epoch %d done: mean loss %.4f, %.1fs, %d bad videos skipped, %d non-finite "
+                    "steps skipped", epoch + 1, mean_loss, epoch_time, bad_total, skipped_steps)
         writer.write({"split": "train_epoch", "epoch": epoch + 1, "loss": mean_loss,
-                      "time_s": epoch_time, "skipped_videos": bad_total}, iteration)
+                      "time_s": epoch_time, "skipped_videos": bad_total,
+                      "skipped_steps": skipped_steps}, iteration)
 
         last = epoch + 1 == train_cfg.EPOCH_NUM
         freq = cfg.CONFIG.VAL.FREQ
@@ -288,4 +293,5 @@ def train_worker(cfg) -> None:
                 logger.info("saved %s%s", path, " (best so far)" if is_best else "")
         comm.synchronize()
     writer.close()
-    logger.info("training finished; outputs in %s", out_dir)
+    logger.info("training finished; outputs in %s%s", out_dir,
+                f"; {step.skipped} non-finite steps skipped" if step.skipped else "")
