@@ -11,6 +11,7 @@ import glob
 import os
 import random
 import re
+import shutil
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -22,6 +23,39 @@ from ..utils import comm
 
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be used: unsafe, unreadable, or from a different model/config."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written (disk full, read-only folder); the previous one is
+    intact."""
+
+
+def _free_space(folder: str) -> str:
+    """Free space of the disk holding ``folder`` (or its nearest existing parent), in words."""
+    while folder and not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    try:
+        free = shutil.disk_usage(folder or ".").free
+    except OSError:
+        return "free space unknown"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if free < 1024 or unit == "GiB":
+            return f"{free:.0f} {unit} free" if unit == "B" else f"{free:.1f} {unit} free"
+        free /= 1024
+    return ""
+
+
+def _write_failure(path: str, e: BaseException) -> CheckpointWriteError:
+    if isinstance(e, OSError) and e.strerror:
+        why = e.strerror
+    else:  # torch's zip writer reports a failed write as a RuntimeError
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        why = re.sub(r"\[enforce fail at [^\]]*\] ", "", lines[0]) if lines else type(e).__name__
+    return CheckpointWriteError(
+        f"could not write checkpoint {path} ({why}; {_free_space(os.path.dirname(path))} there): "
+        "the previous checkpoint is intact; free space or point CONFIG.LOG.BASE_PATH at a "
+        "writable disk, then resume with CONFIG.TRAIN.AUTO_RESUME True"
+    )
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -50,13 +84,25 @@ def set_rng_state(state: Dict[str, Any]) -> None:
 
 def atomic_save(obj: Any, path: str) -> None:
     """Write ``obj`` to ``path`` through a temporary file and a rename, so a crash mid-write
-    leaves any previous file at ``path`` intact."""
+    leaves any previous file at ``path`` intact.
+
+    Raises:
+        CheckpointWriteError: the write failed (ENOSPC, a read-only folder...); the temporary
+            file is removed and any previous file at ``path`` is untouched.
+    """
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass  # never created, or the folder is read-only
+        raise _write_failure(path, e) from e
 
 
 def gather_rng_states() -> List[Dict[str, Any]]:
@@ -78,8 +124,11 @@ def save_checkpoint(
     """
     if not comm.is_main_process():
         return None
-    os.makedirs(save_dir, exist_ok=True)
     path = os.path.join(save_dir, f"epoch_{epoch}.pth")
+    try:
+        os.makedirs(save_dir, exist_ok=True)
+    except OSError as e:
+        raise _write_failure(path, e) from e
     atomic_save(state, path)
     if is_best:
         atomic_save(state, os.path.join(save_dir, "best.pth"))

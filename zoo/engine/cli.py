@@ -16,6 +16,7 @@ from .data_preflight import check_data
 from .errors import report_failure
 from .finetune import resolve_num_classes
 from .launch import launch
+from .output_preflight import check_output_writable
 from .setup import output_dir
 
 
@@ -108,6 +109,7 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
             cfg = resolve_num_classes(cfg)
         node_rank = command_line_node_rank(args.opts, cfg)
         check_data(cfg, splits, node_rank)
+        check_output_writable(cfg)
         launch(worker, cfg, node_rank=node_rank)
     except Exception as e:
         return report_failure(e, output_dir(cfg) if cfg is not None else None, rank,
