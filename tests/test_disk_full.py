@@ -69,6 +69,7 @@ def _train(tmp_path, synth_root, toy_model_file, save_dir, epochs, base=None):
     ], timeout=180)
 
 
+@pytest.mark.slow  # two training runs, ~20 s
 def test_a_full_checkpoint_disk_stops_in_one_line(tmp_path, synth_root, toy_model_file,
                                                   small_tmpfs):
     r = _train(tmp_path, synth_root, toy_model_file, small_tmpfs, epochs=1)

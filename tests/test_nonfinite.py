@@ -67,7 +67,8 @@ def _error_lines(r):
 
 
 # 8 training videos, batch 2: 4 iterations per epoch with one process, 2 with two.
-@pytest.mark.parametrize("procs, nan_at, nan_rank", [(1, 6, 0), (2, 3, 1)])
+@pytest.mark.parametrize("procs, nan_at, nan_rank", [
+    (1, 6, 0), pytest.param(2, 3, 1, marks=pytest.mark.slow)])  # 2 gloo processes: ~30 s
 def test_stop_names_iteration_and_rank_and_saves_nothing_after(tmp_path, synth_root, procs,
                                                                nan_at, nan_rank):
     r, run_dir = _train(tmp_path, synth_root, nan_at, nan_rank, "stop", procs, epochs=3)
@@ -150,3 +151,21 @@ def test_a_nonfinite_parameter_is_named_first():
         model.bias[1] = float("nan")
     with pytest.raises(NonFiniteLoss, match="parameter 'bias' is non-finite"):
         step(torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1]))
+
+
+@pytest.mark.parametrize("clip", [0.0, 1.0])
+def test_skip_with_a_grad_scaler_keeps_training(clip):
+    """fp16's GradScaler (CPU's here): a skipped step must leave the scaler usable, with and
+    without the unscale_ that clipping does."""
+    model, opt, sched, step = _step_setup("skip", clip)
+    step.scaler = torch.amp.GradScaler("cpu")
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+    step(x, y)
+    weight = model.weight.detach().clone()
+    bad = x.clone()
+    bad[0, 0] = float("nan")
+    step(bad, y)
+    assert step.skipped == 1 and torch.equal(model.weight, weight)
+    step(x, y)
+    step(x, y)
+    assert step.skipped == 1 and not torch.equal(model.weight, weight)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Optional
 
 import torch
@@ -15,6 +16,8 @@ from .ema import ModelEMA
 from .errors import NonFiniteLoss
 from .mixup import MixupCutmix
 from .precision import autocast, grad_scaler, memory_format, resolve_precision
+
+logger = logging.getLogger(__name__)
 
 
 class TrainStep:
@@ -115,8 +118,11 @@ class TrainStep:
         if self.nonfinite is not None and not self._finite_step(norm):
             self.skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
-            if self.scaler is not None:
-                self.scaler.update()  # forget this step's unscale_ record
+            if self.scaler is not None and self.clip_grad_norm > 0:
+                # unscale_ ran: update() clears its per-step record (else the next unscale_
+                # refuses); without unscale_ there is nothing to clear, and update() would
+                # refuse for want of an inf check.
+                self.scaler.update()
             self.scheduler.step()  # the schedule follows iterations, skipped or not
             self.micro = 0
             return
@@ -179,9 +185,7 @@ class TrainStep:
                 "CONFIG.TRAIN.CLIP_GRAD_NORM, or set CONFIG.TRAIN.NONFINITE skip"
             )
         if comm.is_main_process():
-            import logging
-
-            logging.getLogger(__name__).warning("%s: optimizer step skipped", text)
+            logger.warning("%s: optimizer step skipped", text)
         return False
 
     def _first_nonfinite(self, loss: torch.Tensor) -> str:
