@@ -1,8 +1,7 @@
 """Benchmarks anyone can rerun: train-step throughput, zoo vs PyTorchVideo, DDP scaling, loader
 throughput, per-decoder speed and memory, time to first iteration, and a train step's percent of
-the device's matmul peak. ``tools/benchmark.py`` and
-``tools/benchmark_data.py`` are the command lines; see docs/benchmarks.md for the figures and how
-they were taken.
+the device's matmul peak. ``tools/benchmark.py`` and ``tools/benchmark_data.py`` are the command
+lines; see docs/benchmarks.md for the figures and how they were taken.
 
 Python::
 
