@@ -127,3 +127,48 @@ def test_scaling_data_startup(tmp_path, synth_root):
     rows, data = _read(out, "startup")
     assert float(rows[0]["seconds"]) > 0 and rows[0]["data"] == "cached"
     assert "train_ddp.py" in data["command"]
+
+
+def test_forward_flops_counts_two_per_multiply_add():
+    from zoo.benchmark.peak import forward_flops
+
+    def build():
+        return nn.Sequential(nn.Conv3d(3, 4, (1, 3, 3), padding=(0, 1, 1), bias=False),
+                             nn.Flatten(), nn.Linear(4 * 2 * 4 * 4, 5))
+
+    # By hand: conv = batch x out elements x (in channels x kernel) = 2 x (4x2x4x4) x (3x9)
+    # multiply-adds; linear = 2 x 128 x 5. Two FLOPs each.
+    macs = 2 * (4 * 2 * 4 * 4) * (3 * 9) + 2 * 128 * 5
+    assert forward_flops(build, (2, 3, 2, 4, 4)) == 2 * macs
+
+
+def test_matmul_peak_is_2n3_over_best_time(monkeypatch):
+    import types
+
+    from zoo.benchmark import peak
+
+    ticks = iter([0.0, 0.5, 1.0, 1.25, 2.0, 3.0])  # three timed GEMMs: 0.5 s, 0.25 s, 1 s
+    monkeypatch.setattr(peak, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+    assert peak.matmul_peak("fp32", CPU, 32, repeats=3) == 2 * 32 ** 3 / 0.25
+
+
+def test_train_reports_percent_of_peak():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from zoo.benchmark.train import random_batch, train_throughput
+    from zoo.models import create_model
+
+    rows = train_throughput("slowfast_tiny_resnet18", 8, 32, 1, ["fp32"], ["auto"], warmup=0,
+                            runs=1, num_classes=3, gemm_size=64)
+    # Independent count: the real model on CPU (not the meta device), training mode.
+    model = create_model("slowfast_tiny_resnet18", num_classes=3)
+    clips, _ = random_batch(1, 8, 32, 3)
+    with FlopCounterMode(display=False) as counter:
+        model(clips)
+    step_gflop = 3 * counter.get_total_flops() / 1e9
+    row = rows[0]
+    assert row["peak_gemm_size"] == 64 and row["peak_gflops"] > 0
+    assert row["step_gflop"] == pytest.approx(step_gflop, abs=1e-3)
+    assert row["achieved_gflops"] == pytest.approx(step_gflop / row["median_s"], rel=1e-2)
+    assert row["peak_pct"] == pytest.approx(100 * step_gflop / row["median_s"]
+                                            / row["peak_gflops"], rel=1e-2)

@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--memory-format", nargs="+", default=["auto"],
                    choices=["auto", "channels_last", "contiguous"])
     t.add_argument("--compile", action="store_true", help="torch.compile the model")
+    t.add_argument("--gemm-size", type=int, default=0,
+                   help="side of the square GEMM whose FLOP/s is the peak for percent of peak "
+                   "(0 = 4096 on CPU, 1024 for bf16 on a CPU without bf16 instructions, 8192 on "
+                   "GPU; -1 = do not report percent of peak)")
     t.set_defaults(func=commands.cmd_train)
 
     c = sub.add_parser("compare", help="zoo SlowFast-R50 vs PyTorchVideo's create_slowfast")

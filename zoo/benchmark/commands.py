@@ -40,10 +40,19 @@ def cmd_train(args) -> list:
     kwargs = dict(zip(args.kwargs[0::2], [_literal(v) for v in args.kwargs[1::2]]))
     rows = train_throughput(args.model, args.frames, args.size, args.batch, args.precision,
                             args.memory_format, args.warmup, args.runs, device, args.num_classes,
-                            kwargs, args.compile)
-    paths = _finish(args, "train", rows, machine, ["precision", "memory_format",
-                    "resolved_precision", "channels_last", "median_s", "clips_per_s",
-                    "first_loss"])
+                            kwargs, args.compile, peak=args.gemm_size >= 0,
+                            gemm_size=args.gemm_size or None)
+    columns = ["precision", "memory_format", "resolved_precision", "channels_last", "median_s",
+               "clips_per_s", "first_loss"]
+    if args.gemm_size >= 0:
+        columns += ["achieved_gflops", "peak_gflops", "peak_pct"]
+    paths = _finish(args, "train", rows, machine, columns)
+    for r in rows if args.gemm_size >= 0 else []:
+        print(f"{r['precision']}/{r['memory_format']} ({r['resolved_precision']}): "
+              f"{r['median_s']:.4g} s/step, {r['step_gflop']:.4g} GFLOP/step -> "
+              f"{r['achieved_gflops']:.4g} GFLOP/s = {r['peak_pct']:.1f}% of a "
+              f"{r['peak_gemm_size']}² {r['resolved_precision']} GEMM "
+              f"({r['peak_gflops']:.4g} GFLOP/s)")
     png = os.path.join(args.out, "train.png")
     plots.bar_chart(png, [f"zoo {r['precision']} / {r['memory_format']}" for r in rows],
                     [r["clips_per_s"] for r in rows],

@@ -19,6 +19,7 @@ from ..engine.trainer import apply_execution
 from ..models import create_model
 from ..solver.optimizer import make_optimizer
 from .common import summary, time_interleaved
+from .peak import add_percent_of_peak, forward_flops
 
 
 def random_batch(batch: int, frames: int, size: int, num_classes: int, seed: int = 0,
@@ -75,7 +76,8 @@ def train_throughput(model_name: str, frames: int, size: int, batch: int,
                      memory_formats: Sequence[str] = ("auto",), warmup: int = 2, runs: int = 5,
                      device: Optional[torch.device] = None, num_classes: int = 400,
                      model_kwargs: Optional[Dict[str, Any]] = None, compile_model: bool = False,
-                     seed: int = 0) -> List[Dict[str, Any]]:
+                     seed: int = 0, peak: bool = True,
+                     gemm_size: Optional[int] = None) -> List[Dict[str, Any]]:
     """Clips/s of zoo's train step for each precision x memory format.
 
     Args:
@@ -91,9 +93,13 @@ def train_throughput(model_name: str, frames: int, size: int, batch: int,
         model_kwargs: Extra builder arguments (e.g. ``{"width": 16}``).
         compile_model: ``torch.compile`` the model (compilation happens during warm-up).
         seed: Seed of the weights and of the batch.
+        peak: Also report percent of peak (:mod:`zoo.benchmark.peak`): the step's counted FLOPs
+            per second against a square GEMM timed afterwards in the same precision and process.
+        gemm_size: Side of that GEMM (default: :func:`~zoo.benchmark.peak.default_gemm_size`).
 
     Returns:
-        One row per setting: requested and resolved settings, step times, clips/s, first loss.
+        One row per setting: requested and resolved settings, step times, clips/s, first loss
+        and, with ``peak``, ``step_gflop``, ``achieved_gflops``, ``peak_gflops``, ``peak_pct``.
     """
     device = device or torch.device("cpu")
     kwargs = dict(model_kwargs or {})
@@ -122,4 +128,8 @@ def train_throughput(model_name: str, frames: int, size: int, batch: int,
             "clips_per_s": round(batch / stats["median_s"], 3),
             "first_loss": round(first[name], 6),
         })
+    if peak:
+        flops = forward_flops(lambda: create_model(model_name, num_classes=num_classes, **kwargs),
+                              tuple(clips.shape))
+        add_percent_of_peak(rows, flops, device, gemm_size)
     return rows
