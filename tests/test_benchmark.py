@@ -76,7 +76,8 @@ def test_train_and_compare(tmp_path):
     r = run_tool("benchmark.py", [
         "train", "--model", "slowfast_tiny_resnet18", "--frames", "8", "--size", "32",
         "--batch", "2", "--num-classes", "3", "--precision", "fp32", "auto",
-        "--warmup", "1", "--runs", "2", "--threads", "1", "--out", str(out)], timeout=120)
+        "--warmup", "1", "--runs", "2", "--threads", "1", "--gemm-size", "256",
+        "--out", str(out)], timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     rows, _ = _read(out, "train")
     assert [row["precision"] for row in rows] == ["fp32", "auto"]
