@@ -25,6 +25,7 @@ What neither layer can stop is a single C call that never returns and never make
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -139,6 +140,14 @@ def as_tensor(array: np.ndarray) -> torch.Tensor:
     import torch
 
     return torch.from_numpy(array)
+
+
+def check_file(path: str) -> None:
+    """Raise a one-line :class:`DecodeError` when ``path`` is missing or empty (0 bytes)."""
+    if not os.path.isfile(path):
+        raise DecodeError(f"{path}: file does not exist", "missing")
+    if os.path.getsize(path) == 0:
+        raise DecodeError(f"{path}: file is empty (0 bytes)", "empty")
 
 
 def check_indices(indices: Sequence[int]) -> list:

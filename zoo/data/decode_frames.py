@@ -25,6 +25,7 @@ from .decode_base import (
     VideoReader,
     as_tensor,
     check_deadline,
+    check_file,
     check_indices,
     fill_rows,
 )
@@ -176,10 +177,7 @@ class ImageReader(VideoReader):
 
     def __init__(self, path: str, num_frames_hint: int = -1, threads: int = 0) -> None:
         self.path = path
-        if not os.path.isfile(path):
-            raise DecodeError(f"{path}: file does not exist", "missing")
-        if os.path.getsize(path) == 0:
-            raise DecodeError(f"{path}: file is empty (0 bytes)", "empty")
+        check_file(path)
 
     @property
     def num_frames(self) -> int:

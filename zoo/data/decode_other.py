@@ -17,6 +17,7 @@ from .decode_base import (
     DecodeError,
     VideoReader,
     check_deadline,
+    check_file,
     check_indices,
     fill_rows,
     index_rows,
@@ -36,13 +37,6 @@ def _short(path: str, needed: int, last: int, claimed: int) -> DecodeError:
         f"{claimed} frames are claimed (truncated file, or a wrong num_frames in the list)",
         "short",
     )
-
-
-def _check_file(path: str) -> None:
-    if not os.path.isfile(path):
-        raise DecodeError(f"{path}: file does not exist", "missing")
-    if os.path.getsize(path) == 0:
-        raise DecodeError(f"{path}: file is empty (0 bytes)", "empty")
 
 
 def _quiet_cv2():
@@ -75,7 +69,7 @@ class OpenCVReader(VideoReader):
         self._cv2 = cv2
         self.path = path
         self._threads = threads
-        _check_file(path)
+        check_file(path)
         self._cap = cap = self._open()
         width, height = cap.get(cv2.CAP_PROP_FRAME_WIDTH), cap.get(cv2.CAP_PROP_FRAME_HEIGHT)
         if width <= 0 or height <= 0:
@@ -234,7 +228,7 @@ class DecordReader(VideoReader):
         self._decord = decord
         self.path = path
         self._threads = max(threads, 1)
-        _check_file(path)
+        check_file(path)
         self._open()
         self._len = len(self._vr)
         if self._len <= 0:

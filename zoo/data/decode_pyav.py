@@ -34,7 +34,6 @@ Needs PyAV and numpy only: ``decode_array`` returns a numpy array, and torch is 
 from __future__ import annotations
 
 import bisect
-import os
 from fractions import Fraction
 from typing import Dict, List, Optional, Sequence
 
@@ -47,6 +46,7 @@ from .decode_base import (
     DecodeError,
     VideoReader,
     check_deadline,
+    check_file,
     check_indices,
     index_rows,
     one_line,
@@ -91,10 +91,7 @@ class PyAVReader(VideoReader):
 
     def __init__(self, path: str, num_frames_hint: int = -1, threads: int = 0) -> None:
         self.path = path
-        if not os.path.isfile(path):
-            raise DecodeError(f"{path}: file does not exist", "missing")
-        if os.path.getsize(path) == 0:
-            raise DecodeError(f"{path}: file is empty (0 bytes)", "empty")
+        check_file(path)
         self._threads = threads
         self._open()
         formats = set(self._container.format.name.split(","))

@@ -30,6 +30,7 @@ from .decode_base import (
     DecodeError,
     VideoReader,
     check_deadline,
+    check_file,
     check_indices,
     one_line,
 )
@@ -129,10 +130,7 @@ class TorchCodecReader(VideoReader):
 
     def __init__(self, path: str, num_frames_hint: int = -1, threads: int = 0) -> None:
         self.path = path
-        if not os.path.isfile(path):
-            raise DecodeError(f"{path}: file does not exist", "missing")
-        if os.path.getsize(path) == 0:
-            raise DecodeError(f"{path}: file is empty (0 bytes)", "empty")
+        check_file(path)
         container = sniff_container(path)
         if container not in EXACT_CONTAINERS:
             why = ("returns neighbouring frames for" if container in _WRONG_CONTAINERS
