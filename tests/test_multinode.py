@@ -224,13 +224,32 @@ def test_file_store_rendezvous_across_two_nodes_and_a_reused_file(tmp_path, synt
     for attempt in range(2):
         # The second time node 1 starts well before node 0 and finds the first run's file: it must
         # wait for node 0's new session instead of acting on the old one.
+        before = _file_state(rdzv)
         node1 = _start(_tool("train_ddp.py", args), env={"ZOO_NODE_RANK": "1"})
-        time.sleep(4 * attempt)
+        if attempt:  # node 1 has written to the old file before node 0 starts
+            _wait_for_change(rdzv, before, node1)
         node0 = _start(_tool("train_ddp.py", args), env={"ZOO_NODE_RANK": "0"})
         (rc1, out1), (rc0, out0) = _finish([node1, node0], timeout=120)
         assert rc0 == 0 and rc1 == 0, f"run {attempt}\nnode 0:\n{out0}\nnode 1:\n{out1}"
         assert "global ranks 1..1 of 2" in out1
     assert rdzv.exists()
+
+
+def _file_state(path):
+    try:
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def _wait_for_change(path, before, proc, timeout=60):
+    """Block until ``path`` differs from ``before`` (a store write), failing if ``proc`` exits."""
+    deadline = time.monotonic() + timeout
+    while _file_state(path) == before:
+        assert proc.poll() is None, _finish([proc])[0][1]
+        assert time.monotonic() < deadline, f"nothing was written to {path} in {timeout}s"
+        time.sleep(0.05)
 
 
 def _world_and_rank(cfg, box):
