@@ -108,10 +108,6 @@ class ClipSettings:
             object.__setattr__(self, name, tuple(kind(v) for v in getattr(self, name)))
         object.__setattr__(self, "decode_timeout", float(self.decode_timeout))
 
-    def replace(self, **changes: Any) -> "ClipSettings":
-        """A copy with ``changes`` (a misspelled name is a TypeError)."""
-        return dataclasses.replace(self, **changes)
-
 
 class ClipDataset(Dataset):
     """Clips from the videos of a :class:`~zoo.data.records.VideoList`.
