@@ -415,7 +415,8 @@ def test_new_data_keys_reach_the_dataset_and_are_validated(mini):
     cfg = _cfg(mini, "DATA.SAMPLING", "tsn", "DATA.NUM_SEGMENT", "3", "DATA.DECODER", "opencv",
                "DATA.DECODE_TIMEOUT", "5", "DATA.COLOR_JITTER", "[0.4, 0.4, 0.4, 0.0]")
     ds = build_dataset(cfg, "train")
-    assert (ds.sampling, ds.num_segment, ds.decoder, ds.decode_timeout) == ("tsn", 3, "opencv", 5)
+    s = ds.settings
+    assert (s.sampling, s.num_segment, s.decoder, s.decode_timeout) == ("tsn", 3, "opencv", 5)
     assert ds[0][0].shape == (3, 24, 28, 28)  # 3 segments x 8 frames
     for key, value in [("DATA.SAMPLING", "random"), ("DATA.MAX_BAD_FRACTION", "1.5"),
                        ("DATA.COLOR_JITTER", "[0.1, 0.1]"), ("DATA.OFFICIAL_SPLIT", "4"),

@@ -167,7 +167,7 @@ def test_frame_folders(tmp_path, monkeypatch):
     _frame_folder(root / "jump" / "v1", ramp_frames(12))
     _frame_folder(root / "sit" / "v 2", ramp_frames(12))
     ds = _make("FrameFolderDataset", str(root), split="val")
-    assert ds.decoder == "frames" and ds.labels == [0, 1]
+    assert ds.settings.decoder == "frames" and ds.labels == [0, 1]
     (tmp_path / "list.txt").write_text("jump/v1 12 0\nsit/v 2 12 1\n")
     listed = _make("FrameFolderDataset", str(tmp_path / "list.txt"), str(root), split="test")
     assert listed[1][0].shape == (6, 3, 4, 28, 28)

@@ -1,7 +1,9 @@
 """Video data: annotation lists, decoding, frame sampling, transforms, loaders, synthetic data.
 
 ``build_loader(cfg, split)`` is the entry point the engine uses; ``DATASET_REGISTRY`` is where a
-user's own dataset class registers (see ``zoo.data.build`` for the call contract).
+user's own dataset registers: a records provider (``RecordsProvider``, ``VideoList``) with
+``register_dataset``, composed with the one ``ClipDataset`` (see ``zoo.data.build`` for the call
+contract).
 
 The names below are imported on first use (PEP 562), so ``import zoo.data.decode_pyav`` (a reader
 that needs only PyAV and numpy) does not import torch. ``zoo.data.build``, where
@@ -17,7 +19,10 @@ _LAZY = {
     "DECODERS": "decoders", "DecodeError": "decoders", "decode_frames": "decoders",
     "open_video": "decoders", "register_decoder": "decoders",
     "TooManyBadVideos": "robust",
-    "ClipDataset": "video_dataset", "VideoListDataset": "video_dataset",
+    "ClipDataset": "video_dataset", "ClipSettings": "video_dataset",
+    "VideoListDataset": "video_dataset", "register_dataset": "video_dataset",
+    "ListSource": "records", "RecordsProvider": "records", "VideoList": "records",
+    "VideoRecord": "annotations",
     # zoo.data.synthetic is only imported on first use also because `python -m zoo.data.synthetic`
     # would otherwise find it already imported by this package, and runpy warns about that.
     "prepare_synthetic": "synthetic",
@@ -28,7 +33,8 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [
-    "DATASET_REGISTRY", "DECODERS", "ClipDataset", "DecodeError", "TooManyBadVideos",
-    "VideoListDataset", "build_dataset", "build_loader", "decode_frames", "fill_normalization",
-    "open_video", "prepare_synthetic", "register_decoder",
+    "DATASET_REGISTRY", "DECODERS", "ClipDataset", "ClipSettings", "DecodeError", "ListSource",
+    "RecordsProvider", "TooManyBadVideos", "VideoList", "VideoListDataset", "VideoRecord",
+    "build_dataset", "build_loader", "decode_frames", "fill_normalization", "open_video",
+    "prepare_synthetic", "register_dataset", "register_decoder",
 ]

@@ -1,19 +1,26 @@
 """Config -> dataset -> DataLoader. The only place that reads ``CONFIG.DATA`` for the data layer.
 
 ``DATASET_REGISTRY`` holds the datasets ``CONFIG.DATA.DATASET`` can name. An entry is called as
-``cls(**kwargs) -> torch.utils.data.Dataset`` with the keyword arguments built by
-``dataset_kwargs`` (a dataset that ignores some of them should take ``**kwargs``):
+``entry(**kwargs) -> torch.utils.data.Dataset`` with the keyword arguments built by
+``dataset_kwargs``:
 
 * ``anno_path`` (str), ``data_path`` (str; the list's video paths are relative to it), ``split``
-  ("train", "val" or "test");
-* ``clip_len``, ``frame_rate`` (stride between sampled frames), ``crop_size``, ``short_side_size``,
-  ``train_short_side_range`` ([min, max]), ``random_flip`` (bool), ``mean`` and ``std`` (3 floats
-  each, 0..1 scale), ``test_num_segment``, ``test_num_crop``, ``seed`` (int);
-* ``sampling`` ("dense", "tsn", "uniform"), ``num_segment``, ``decoder`` (a name in
-  ``zoo.data.decoders.DECODERS``), ``decode_threads``, ``decode_timeout`` (seconds, 0 = none),
-  ``max_tries``, ``color_jitter`` (4 floats), ``official_split`` (1-3), ``list_format`` (a name
-  in ``zoo.data.list_formats.LIST_FORMATS``), ``frame_template`` (frame file names of the
-  "frames" decoder, e.g. ``img_{:05d}.jpg``).
+  ("train", "val" or "test"), ``list_format`` (a name in ``zoo.data.list_formats.LIST_FORMATS``),
+  ``official_split`` (1-3): what the records provider reads (``zoo.data.records.ListSource``);
+* the fields of ``zoo.data.video_dataset.ClipSettings``: ``clip_len``, ``frame_rate`` (stride
+  between sampled frames), ``crop_size``, ``short_side_size``, ``train_short_side_range``
+  ([min, max]), ``random_flip`` (bool), ``mean`` and ``std`` (3 floats each, 0..1 scale),
+  ``test_num_segment``, ``test_num_crop``, ``seed`` (int), ``sampling`` ("dense", "tsn",
+  "uniform"), ``num_segment``, ``decoder`` (a name in ``zoo.data.decoders.DECODERS``),
+  ``decode_threads``, ``decode_timeout`` (seconds, 0 = none), ``max_tries``, ``color_jitter``
+  (4 floats), ``frame_template`` (frame file names of the "frames" decoder, e.g.
+  ``img_{:05d}.jpg``), and ``frame_size`` ([height, width], only when
+  ``KEEP_ASPECT_RATIO`` is False).
+
+Every built-in entry is a records provider composed with the one ``ClipDataset``
+(``zoo.data.video_dataset.register_dataset``); an unknown keyword is a TypeError there. A
+user's own entry may be any callable that takes these keywords (one that ignores some of them
+should take ``**kwargs``).
 
 Items must be ``(clip, label, index, n_bad)``: ``clip`` is float ``(C, T, H, W)`` for train/val and
 ``(V, C, T, H, W)`` with ``V = test_num_segment * test_num_crop`` for test; ``label`` and ``index``

@@ -209,6 +209,41 @@ def _gluoncv_paths_exist(lines: Sequence[Line], data_root: Optional[str]) -> boo
     return True
 
 
+def _decide_three_integers(shaped: Sequence[Tuple[str, str, str]]) -> str:
+    """Every line ``path A B``: gluoncv, unless it can also be a two-label MMAction2 list."""
+    pure = [line.split() for _, line, shape in shaped if shape == "P3"]
+    if all(_is_video(p[0]) and 0 <= int(p[1]) < int(p[2]) for p in pure):
+        where, line, _ = next(x for x in shaped if x[2] == "P3")
+        raise AnnotationError(
+            f"{where}: {line!r} can be read two ways: gluoncv 'path num_frames label' or an "
+            "MMAction2 multi-label line 'path label label' (on every line the middle number "
+            f"is the smaller, as with sorted labels): set {KEY} gluoncv (or mmaction2, which "
+            "refuses multi-label lines)"
+        )
+    return "gluoncv"
+
+
+def _decide_four_integers(
+    lines: Sequence[Line], shaped: Sequence[Tuple[str, str, str]], data_root: Optional[str]
+) -> str:
+    """Every line ``path A B C``: multi-label for video files, else gluoncv folders named
+    ``path A`` or MMAction2 rawframes with offsets."""
+    for where, line, _ in shaped:
+        if _is_video(line.split()[0]):
+            raise multi_label_error(where, line, "auto")
+    if _gluoncv_paths_exist(lines, data_root):
+        return "gluoncv"  # folders named "v 1", "v 2", ...
+    fields = [(where, line, line.split()) for where, line, _ in shaped]
+    odd = next(((w, t) for w, t, p in fields if int(p[1]) < 0 or int(p[2]) < 1), None)
+    if odd is None:
+        return "mmaction2_rawframes"
+    raise AnnotationError(
+        f"{odd[0]}: {odd[1]!r} is no MMAction2 offset line 'dir offset total_frames label' "
+        f"(offset >= 0, total_frames >= 1) and no path of that name exists for a gluoncv "
+        f"line: set {KEY} to the list's format"
+    )
+
+
 def decide_format(lines: Sequence[Line], data_root: Optional[str] = None) -> str:
     """The format of a list under ``auto``, from the shapes of all its lines.
 
@@ -241,31 +276,9 @@ def decide_format(lines: Sequence[Line], data_root: Optional[str] = None) -> str
     if "SP" in shapes:
         return "gluoncv"
     if shapes == {"P3"}:
-        pure = [line.split() for _, line, shape in shaped if shape == "P3"]
-        if all(_is_video(p[0]) and 0 <= int(p[1]) < int(p[2]) for p in pure):
-            where, line, _ = next(x for x in shaped if x[2] == "P3")
-            raise AnnotationError(
-                f"{where}: {line!r} can be read two ways: gluoncv 'path num_frames label' or an "
-                "MMAction2 multi-label line 'path label label' (on every line the middle number "
-                f"is the smaller, as with sorted labels): set {KEY} gluoncv (or mmaction2, which "
-                "refuses multi-label lines)"
-            )
-        return "gluoncv"
+        return _decide_three_integers(shaped)
     if shapes == {"P4"}:
-        for where, line, _ in shaped:
-            if _is_video(line.split()[0]):
-                raise multi_label_error(where, line, "auto")
-        if _gluoncv_paths_exist(lines, data_root):
-            return "gluoncv"  # folders named "v 1", "v 2", ...
-        fields = [(where, line, line.split()) for where, line, _ in shaped]
-        odd = next(((w, t) for w, t, p in fields if int(p[1]) < 0 or int(p[2]) < 1), None)
-        if odd is None:
-            return "mmaction2_rawframes"
-        raise AnnotationError(
-            f"{odd[0]}: {odd[1]!r} is no MMAction2 offset line 'dir offset total_frames label' "
-            f"(offset >= 0, total_frames >= 1) and no path of that name exists for a gluoncv "
-            f"line: set {KEY} to the list's format"
-        )
+        return _decide_four_integers(lines, shaped, data_root)
     if "PL" not in shapes and _gluoncv_paths_exist(lines, data_root):
         return "gluoncv"
     voted = [(where, line, shape) for where, line, shape in shaped if shape != "?"]

@@ -1,50 +1,64 @@
-"""The dataset behind every source: sample frame indices, decode them once, transform, and replace
-a video that cannot be read by another one."""
+"""The one clip dataset: sample frame indices from a provider's records, decode them once,
+transform, and replace a video that cannot be read by another one.
+
+A dataset is a records provider (:mod:`zoo.data.records`: which videos, labels and class names)
+plus :class:`ClipDataset` with typed :class:`ClipSettings`. :func:`register_dataset` puts that
+pair in ``DATASET_REGISTRY`` under a name ``CONFIG.DATA.DATASET`` can select.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from . import sampling, transforms
-from .annotations import AnnotationError, VideoRecord, read_annotations, read_class_names
+from .annotations import AnnotationError, VideoRecord
 from .decode_base import DecodeError, one_line, time_limit
 from .decode_frames import DEFAULT_FRAME_TEMPLATE, FrameFolderReader, FrameTemplateMismatch
 from .decoders import VideoReader, get_decoder, open_video
+from .records import AnnotationListRecords, ListSource, RecordsProvider, VideoList
 from .registry import DATASET_REGISTRY
 from .robust import BadVideoTable
 
 logger = logging.getLogger(__name__)
 
 Item = Tuple[torch.Tensor, int, int, int]
+# Test items: the view rows into the decoded frames, ``(test_num_segment, frames per view)``.
+Views = Optional[List[List[int]]]
 
 
-class ClipDataset(Dataset):
-    """Clips from a list of videos; subclasses say where the list comes from (:meth:`read_records`).
+def _reader_errors() -> Tuple[Type[BaseException], ...]:
+    """What a reader may raise for a broken or unreachable file besides :class:`DecodeError`
+    (the reader contract; zoo's readers convert everything else): the file system's errors and
+    FFmpeg's, which a user's reader built on PyAV may let through."""
+    errors: Tuple[Type[BaseException], ...] = (OSError,)
+    try:
+        import av
+    except ImportError:  # pragma: no cover - PyAV is a dependency
+        return errors
+    return errors + (av.error.FFmpegError,)
 
-    Items are ``(clip, label, index, n_bad)``. For "train" and "val", ``clip`` is float
-    ``(C, T, H, W)``; for "test" it is ``(V, C, T, H, W)`` with ``V = test_num_segment *
-    test_num_crop`` views (segment-major), all cut from one decode of the video. A video that
-    cannot be read (missing, empty, not a video, no video stream, an undecodable needed frame, far
-    fewer frames than claimed, or slower than ``decode_timeout``) is replaced by another one: up to
-    ``max_tries`` videos are tried, a warning names the file once, the video is remembered as bad
-    by every loader worker, and ``n_bad`` is 1 (the item's own video was unreadable) or 0. ``label``
-    and ``index`` then describe the video actually returned.
 
-    Args:
-        anno_path: The list (file or folder, depending on the source).
-        data_path: Folder the list's paths are relative to.
-        split: "train", "val" or "test".
+READER_ERRORS = _reader_errors()
+
+
+@dataclass(frozen=True)
+class ClipSettings:
+    """How clips are sampled, decoded and transformed (``CONFIG.DATA``, see ``defaults.py``).
+
+    Attributes:
         clip_len: Frames per clip ("dense", "uniform") or per snippet ("tsn").
         frame_rate: Stride between sampled frames.
         crop_size: Side of the square crop.
         short_side_size: Short side for val/test crops.
-        train_short_side_range: ``[min, max]`` short side for training (scale jitter).
+        train_short_side_range: ``(min, max)`` short side for training (scale jitter).
         random_flip: Randomly flip training clips left-right.
         mean: Per-channel mean (0..1 scale).
         std: Per-channel std (0..1 scale).
@@ -58,96 +72,110 @@ class ClipDataset(Dataset):
             test items); 0 = no limit.
         sampling: "dense", "tsn" or "uniform" (see :mod:`zoo.data.sampling`).
         num_segment: Segments of the "tsn" scheme.
-        color_jitter: ``[brightness, contrast, saturation, hue]`` for training clips.
-        list_format: Format of text lists (``CONFIG.DATA.LIST_FORMAT``, see
-            :mod:`zoo.data.list_formats`).
+        color_jitter: ``(brightness, contrast, saturation, hue)`` for training clips.
         frame_template: File name of frame ``i`` (from 1) in a frame folder, for the "frames"
             decoder (``CONFIG.DATA.FRAME_TEMPLATE``).
         frame_size: ``(height, width)`` every decoded frame is resized to before cropping,
             ignoring its aspect ratio (gluoncv's ``KEEP_ASPECT_RATIO: False``); empty = as
             decoded.
+    """
+
+    clip_len: int
+    frame_rate: int
+    crop_size: int
+    short_side_size: int
+    train_short_side_range: Sequence[int]
+    random_flip: bool
+    mean: Sequence[float]
+    std: Sequence[float]
+    test_num_segment: int = 1
+    test_num_crop: int = 1
+    seed: int = 0
+    max_tries: int = 10
+    decoder: str = "pyav"
+    decode_threads: int = 0
+    decode_timeout: float = 0.0
+    sampling: str = "dense"
+    num_segment: int = 1
+    color_jitter: Sequence[float] = (0.0, 0.0, 0.0, 0.0)
+    frame_template: str = DEFAULT_FRAME_TEMPLATE
+    frame_size: Sequence[int] = ()
+
+    def __post_init__(self) -> None:
+        # Sequences become tuples (the settings are shared by every loader worker, never edited).
+        for name, kind in (("train_short_side_range", int), ("mean", float), ("std", float),
+                           ("color_jitter", float), ("frame_size", int)):
+            object.__setattr__(self, name, tuple(kind(v) for v in getattr(self, name)))
+        object.__setattr__(self, "decode_timeout", float(self.decode_timeout))
+
+
+class ClipDataset(Dataset):
+    """Clips from the videos of a :class:`~zoo.data.records.VideoList`.
+
+    Items are ``(clip, label, index, n_bad)``. For "train" and "val", ``clip`` is float
+    ``(C, T, H, W)``; for "test" it is ``(V, C, T, H, W)`` with ``V = test_num_segment *
+    test_num_crop`` views (segment-major), all cut from one decode of the video. A video that
+    cannot be read (a :class:`~zoo.data.decode_base.DecodeError` from its reader: missing, empty,
+    not a video, no video stream, an undecodable needed frame, far fewer frames than claimed, or
+    slower than ``decode_timeout``) is replaced by another one: up to ``max_tries`` videos are
+    tried, a warning names the file once, the video is remembered as bad by every loader worker,
+    and ``n_bad`` is 1 (the item's own video was unreadable) or 0. ``label`` and ``index`` then
+    describe the video actually returned. Any other exception (a bug in a transform, in a
+    sampler, in a reader) propagates with its traceback.
+
+    Args:
+        videos: The records, class names and root folder, from a records provider.
+        split: "train", "val" or "test".
+        settings: Sampling, decoding and transform settings.
 
     Attributes:
+        settings: The settings.
+        anno_path: The list the videos came from (``videos.where``), named in messages.
+        records: The records, in list order.
         paths: Full video paths, in list order.
         labels: Integer labels, in list order.
-        classes: Class names.
+        classes: Class names (labels without a name are named by their number).
         num_classes_found: Largest label + 1.
         bad_videos: The shared table of videos found unreadable.
     """
 
-    def __init__(
-        self,
-        anno_path: str,
-        data_path: str,
-        split: str,
-        clip_len: int,
-        frame_rate: int,
-        crop_size: int,
-        short_side_size: int,
-        train_short_side_range: Sequence[int],
-        random_flip: bool,
-        mean: Sequence[float],
-        std: Sequence[float],
-        test_num_segment: int = 1,
-        test_num_crop: int = 1,
-        seed: int = 0,
-        max_tries: int = 10,
-        decoder: str = "pyav",
-        decode_threads: int = 0,
-        decode_timeout: float = 0.0,
-        sampling: str = "dense",
-        num_segment: int = 1,
-        color_jitter: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
-        list_format: str = "auto",
-        frame_template: str = DEFAULT_FRAME_TEMPLATE,
-        frame_size: Sequence[int] = (),
-        **unused: object,
-    ) -> None:
+    def __init__(self, videos: VideoList, split: str, settings: ClipSettings) -> None:
         if split not in ("train", "val", "test"):
             raise ValueError(f"split must be train, val or test, got {split!r}")
-        get_decoder(decoder)  # fail now, in the main process, on an unknown name
-        self.anno_path = anno_path
+        if not videos.records:
+            raise AnnotationError(f"{videos.where or 'the records provider'}: no videos found")
+        get_decoder(settings.decoder)  # fail now, in the main process, on an unknown name
+        self.settings = settings
         self.split = split
-        self.decoder = decoder  # before read_records: a source may depend on it
-        self.list_format = list_format
-        self.frame_template = frame_template
-        records, classes, root = self.read_records(anno_path, data_path, split)
-        self.records: List[VideoRecord] = records
-        self.paths: List[str] = [os.path.join(root, r.path) for r in records]
-        self.labels: List[int] = [r.label for r in records]
+        self.anno_path = videos.where
+        self.records: List[VideoRecord] = list(videos.records)
+        self.paths: List[str] = [os.path.join(videos.root, r.path) for r in self.records]
+        self.labels: List[int] = [r.label for r in self.records]
         self.num_classes_found = max(self.labels) + 1
-        self.classes = list(classes) + [str(i) for i in range(len(classes), self.num_classes_found)]
-        self.clip_len = clip_len
-        self.frame_rate = frame_rate
-        self.crop_size = crop_size
-        self.short_side_size = short_side_size
-        self.train_short_side_range = list(train_short_side_range)
-        self.random_flip = random_flip
-        self.mean = list(mean)
-        self.std = list(std)
-        self.test_num_segment = test_num_segment
-        self.test_num_crop = test_num_crop
-        self.seed = seed
-        self.max_tries = max_tries
-        self.decode_threads = decode_threads
-        self.decode_timeout = float(decode_timeout)
-        self.sampling = sampling
-        self.num_segment = num_segment
-        self.color_jitter = [float(v) for v in color_jitter]
-        self.frame_size = tuple(int(v) for v in frame_size)
-        self.bad_videos = BadVideoTable(len(records))
+        self.classes = list(videos.classes) + [
+            str(i) for i in range(len(videos.classes), self.num_classes_found)
+        ]
+        self.bad_videos = BadVideoTable(len(self.records))
         # Frame counts that had to be counted (no count in the container): found once per worker.
         self._counted: Dict[int, int] = {}
         self._check_frames()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # The dataset API before records providers: a subclass overrides read_records and is
+        # built as cls(**dataset_kwargs). It keeps working (see _init_from_list).
+        if "read_records" in vars(cls) and "__init__" not in vars(cls):
+            cls.__init__ = _init_from_list
+
     def read_records(
         self, anno_path: str, data_path: str, split: str
     ) -> Tuple[List[VideoRecord], List[str], str]:
-        """``(records, class names, folder the paths are relative to)``; override per source."""
-        raise NotImplementedError
+        """``(records, class names, root)`` for a subclass built from ``dataset_kwargs`` (the
+        dataset API before records providers; write a :class:`RecordsProvider` instead)."""
+        raise NotImplementedError(f"{type(self).__name__} overrides no read_records")
 
     def _reads_frames(self) -> bool:
-        return issubclass(get_decoder(self.decoder), FrameFolderReader)
+        return issubclass(get_decoder(self.settings.decoder), FrameFolderReader)
 
     def _check_frames(self) -> None:
         """Stop now, with one line, on what would otherwise make every video unreadable: offsets
@@ -157,8 +185,8 @@ class ClipDataset(Dataset):
             if offset is not None:
                 raise AnnotationError(
                     f"{self.anno_path}: {offset.path!r} has a frame offset (an MMAction2 rawframe "
-                    f"list) but CONFIG.DATA.DECODER is {self.decoder!r}: set it to 'frames' (or "
-                    "CONFIG.DATA.DATASET FrameFolderDataset)"
+                    f"list) but CONFIG.DATA.DECODER is {self.settings.decoder!r}: set it to "
+                    "'frames' (or CONFIG.DATA.DATASET FrameFolderDataset)"
                 )
             return
         try:
@@ -169,13 +197,14 @@ class ClipDataset(Dataset):
             pass  # any other problem with the first video is handled like any bad video
 
     def _open(self, index: int) -> VideoReader:
+        s = self.settings
         hint = self._counted.get(index, self.records[index].num_frames)
         if self._reads_frames():
-            return get_decoder(self.decoder)(
-                self.paths[index], num_frames_hint=hint, threads=self.decode_threads,
-                template=self.frame_template, offset=self.records[index].offset,
+            return get_decoder(s.decoder)(
+                self.paths[index], num_frames_hint=hint, threads=s.decode_threads,
+                template=s.frame_template, offset=self.records[index].offset,
             )
-        return open_video(self.paths[index], self.decoder, hint, self.decode_threads)
+        return open_video(self.paths[index], s.decoder, hint, s.decode_threads)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -190,15 +219,17 @@ class ClipDataset(Dataset):
         generator = self._item_generator(epoch, index)
         failures: List[str] = []
         current: Optional[int] = index
-        for attempt in range(self.max_tries):
+        for attempt in range(self.settings.max_tries):
             if self.bad_videos.is_bad(current):
                 failures.append(f"{self.paths[current]} (found unreadable before)")
             else:
                 try:
-                    clip = self._load(current, generator)
-                    return clip, self.labels[current], current, int(current != index)
-                except Exception as e:  # any problem with this video: skip it, never stop
+                    frames, views = self._read(current, generator)
+                except DecodeError as e:  # this video cannot be read: skip it, never stop
                     failures.append(f"{self.paths[current]} ({self._report(current, e)})")
+                else:  # outside the try: an error in a transform is a bug, not a bad video
+                    clip = self._transform(frames, views, generator)
+                    return clip, self.labels[current], current, int(current != index)
             current = self._replacement(index, attempt, generator)
             if current is None:
                 break
@@ -208,18 +239,15 @@ class ClipDataset(Dataset):
         )
 
     def _item_generator(self, epoch: int, index: int) -> torch.Generator:
-        seed = np.random.SeedSequence([self.seed, epoch, index]).generate_state(1)[0]
+        seed = np.random.SeedSequence([self.settings.seed, epoch, index]).generate_state(1)[0]
         return torch.Generator().manual_seed(int(seed))
 
-    def _report(self, index: int, error: Exception) -> str:
-        kind = error.kind if isinstance(error, DecodeError) else "other"
+    def _report(self, index: int, error: DecodeError) -> str:
         reason = one_line(error)
         prefix = f"{self.paths[index]}: "
         if reason.startswith(prefix):
             reason = reason[len(prefix):]  # the warning names the file already
-        if not isinstance(error, DecodeError):
-            reason = f"{error.__class__.__name__}: {reason}"
-        if self.bad_videos.mark(index, kind):
+        if self.bad_videos.mark(index, error.kind):
             logger.warning("skipping unreadable video %s: %s", self.paths[index], reason)
         return reason
 
@@ -230,7 +258,8 @@ class ClipDataset(Dataset):
             return None
         if self.split != "train":
             # Evaluation is repeatable: the same bad video always gets the same stand-in.
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index * 31 + attempt)
+            generator = torch.Generator().manual_seed(
+                self.settings.seed * 1_000_003 + index * 31 + attempt)
         other = index
         for _ in range(16):
             other = int(torch.randint(0, len(self) - 1, (1,), generator=generator))
@@ -260,45 +289,64 @@ class ClipDataset(Dataset):
         return first, end
 
     def _time_limit(self) -> float:
-        factor = self.test_num_segment if self.split == "test" else 1
-        return self.decode_timeout * factor
+        factor = self.settings.test_num_segment if self.split == "test" else 1
+        return self.settings.decode_timeout * factor
 
-    def _load(self, index: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        with time_limit(self._time_limit(), self.paths[index]):
-            with self._open(index) as video:
-                num_frames = self._num_frames(index, video)
-                first, end = self._frame_range(index, video, num_frames)
-                if self.split == "test":
-                    segments = self._test_segments(end - first) + first
-                    # Decode the union of every view's frames once, then index rows of it.
-                    union, rows = np.unique(segments, return_inverse=True)
-                    frames = video.decode(union.tolist())
-                else:
+    def _read(self, index: int, generator: torch.Generator) -> Tuple[torch.Tensor, Views]:
+        """Open video ``index`` and decode the frames its item needs, once.
+
+        Returns:
+            ``(frames, views)``: uint8 ``(T, H, W, 3)``; for test items ``views`` holds each
+            view's rows of ``frames``, else None.
+
+        Raises:
+            DecodeError: The video cannot be read (a file system or FFmpeg error that a reader
+                let through becomes one too).
+        """
+        s = self.settings
+        try:
+            with time_limit(self._time_limit(), self.paths[index]):
+                with self._open(index) as video:
+                    num_frames = self._num_frames(index, video)
+                    first, end = self._frame_range(index, video, num_frames)
+                    if self.split == "test":
+                        segments = self._test_segments(end - first) + first
+                        # Decode the union of every view's frames once, then index rows of it.
+                        union, rows = np.unique(segments, return_inverse=True)
+                        views = rows.reshape(segments.shape).tolist()
+                        return video.decode(union.tolist()), views
                     indices = sampling.clip_indices(
-                        end - first, self.clip_len, self.frame_rate, self.sampling,
-                        self.num_segment, train=self.split == "train", generator=generator,
+                        end - first, s.clip_len, s.frame_rate, s.sampling, s.num_segment,
+                        train=self.split == "train", generator=generator,
                     ) + first
-                    frames = video.decode(indices.tolist())
-        if self.frame_size:
-            frames = transforms.resize_frames(frames, *self.frame_size)
+                    return video.decode(indices.tolist()), None
+        except DecodeError:
+            raise
+        except READER_ERRORS as e:
+            raise DecodeError(
+                f"{self.paths[index]}: {e.__class__.__name__}: {one_line(e)}", "other"
+            ) from e
+
+    def _transform(self, frames: torch.Tensor, views: Views,
+                   generator: torch.Generator) -> torch.Tensor:
+        s = self.settings
+        if s.frame_size:
+            frames = transforms.resize_frames(frames, *s.frame_size)
         if self.split == "train":
             return transforms.train_transform(
-                frames, self.crop_size, self.train_short_side_range, self.random_flip,
-                self.mean, self.std, generator=generator, jitter=self.color_jitter,
+                frames, s.crop_size, s.train_short_side_range, s.random_flip, s.mean, s.std,
+                generator=generator, jitter=s.color_jitter,
             )
         if self.split == "val":
-            return transforms.val_transform(
-                frames, self.crop_size, self.short_side_size, self.mean, self.std
-            )
+            return transforms.val_transform(frames, s.crop_size, s.short_side_size, s.mean, s.std)
         return transforms.test_views(
-            frames, rows.reshape(segments.shape).tolist(), self.crop_size, self.short_side_size,
-            self.test_num_crop, self.mean, self.std,
+            frames, views, s.crop_size, s.short_side_size, s.test_num_crop, s.mean, s.std,
         )
 
     def _test_segments(self, num_frames: int) -> np.ndarray:
+        s = self.settings
         return sampling.test_clip_indices(
-            num_frames, self.clip_len, self.frame_rate, self.test_num_segment, self.sampling,
-            self.num_segment,
+            num_frames, s.clip_len, s.frame_rate, s.test_num_segment, s.sampling, s.num_segment,
         )
 
     def class_counts(self) -> List[int]:
@@ -309,26 +357,91 @@ class ClipDataset(Dataset):
         return counts
 
 
-@DATASET_REGISTRY.register()
-class VideoListDataset(ClipDataset):
-    """A text list in ``list_format`` (gluoncv ``path num_frames label``, MMAction2, PySlowFast), a
-    CSV with a header (``path,label[,start,end]``) or a folder of class sub-folders; class names
-    from ``classes.txt`` beside the list.
+def _init_from_list(
+    self: ClipDataset, anno_path: str, data_path: str, split: str, *,
+    list_format: str = "auto", official_split: int = 1, **settings: Any,
+) -> None:
+    """``cls(**dataset_kwargs)`` for a subclass that overrides ``read_records`` (the dataset API
+    before records providers). ``settings`` are :class:`ClipSettings` fields: an unknown keyword
+    is a TypeError, not ignored. ``read_records`` may use the attributes it could use then."""
+    clip_settings = ClipSettings(**settings)
+    self.anno_path, self.split = anno_path, split
+    self.decoder, self.frame_template = clip_settings.decoder, clip_settings.frame_template
+    self.list_format, self.official_split = list_format, official_split
+    records, classes, root = self.read_records(anno_path, data_path, split)
+    ClipDataset.__init__(self, VideoList(list(records), list(classes), root, anno_path), split,
+                         clip_settings)
 
-    With ``decoder="frames"`` the list's paths are folders of extracted frames (the gluoncv /
-    MMAction2 "rawframes" layout, files named by ``frame_template``). See :class:`ClipDataset`
-    for the arguments and the items.
+
+class DatasetRecipe:
+    """A ``DATASET_REGISTRY`` entry: a records provider composed with :class:`ClipDataset`.
+
+    Called like every entry, as ``recipe(**dataset_kwargs(cfg, split)) -> ClipDataset``: the
+    list keywords go to the provider (a :class:`~zoo.data.records.ListSource`), the others
+    are :class:`ClipSettings` fields (an unknown keyword is a TypeError).
+
+    Args:
+        name: The registered name (``CONFIG.DATA.DATASET``).
+        provider: Reads the records.
+        fixed: Settings this source always uses, whatever the config says (images are one-frame
+            clips read by the "image" decoder); :class:`ClipSettings` field names.
     """
 
-    def read_records(
-        self, anno_path: str, data_path: str, split: str
-    ) -> Tuple[List[VideoRecord], List[str], str]:
-        if os.path.isdir(anno_path):
-            from .sources import class_folder_records
+    def __init__(self, name: str, provider: RecordsProvider,
+                 fixed: Optional[Mapping[str, Any]] = None) -> None:
+        names = {f.name for f in dataclasses.fields(ClipSettings)}
+        unknown = sorted(set(fixed or {}) - names)
+        if unknown:
+            raise TypeError(f"{name}: {', '.join(unknown)} are not ClipSettings fields")
+        self.__name__ = name
+        self.provider = provider
+        self.fixed = dict(fixed or {})
 
-            kind = "frames" if self.decoder == "frames" else "videos"
-            records, classes = class_folder_records(anno_path, kind)
-            return records, classes, anno_path
-        records = read_annotations(anno_path, self.list_format, data_path)
-        classes = read_class_names(anno_path, max(r.label for r in records) + 1)
-        return records, classes, data_path
+    def __call__(self, anno_path: str, data_path: str, split: str, *, list_format: str = "auto",
+                 official_split: int = 1, **settings: Any) -> ClipDataset:
+        clip_settings = ClipSettings(**{**settings, **self.fixed})
+        source = ListSource(anno_path, data_path, split, list_format, official_split,
+                            clip_settings.decoder)
+        return ClipDataset(self.provider.read(source), split, clip_settings)
+
+    def __repr__(self) -> str:
+        return f"DatasetRecipe({self.__name__!r}, {self.provider!r}, fixed={self.fixed})"
+
+
+def register_dataset(name: str, provider: Union[RecordsProvider, Type[RecordsProvider], None]
+                     = None, **fixed: Any) -> Any:
+    """Register ``provider`` + :class:`ClipDataset` in ``DATASET_REGISTRY`` as ``name``.
+
+    Works as a decorator on a :class:`~zoo.data.records.RecordsProvider` subclass (built with
+    no arguments) or called with a provider (an instance, for a provider with options)::
+
+        @register_dataset("MyDataset")
+        class MyRecords(RecordsProvider):
+            def read(self, source): ...
+
+        register_dataset("MyFrames", AnnotationListRecords(), decoder="frames")
+
+    Args:
+        name: What ``CONFIG.DATA.DATASET`` names.
+        provider: The provider; None = return a decorator.
+        **fixed: :class:`ClipSettings` this dataset always uses (see :class:`DatasetRecipe`).
+
+    Returns:
+        The provider (so the decorator leaves the class as it is).
+    """
+    def register(p: Union[RecordsProvider, Type[RecordsProvider]]) -> Any:
+        instance = p() if isinstance(p, type) else p
+        if not isinstance(instance, RecordsProvider):
+            raise TypeError(f"register_dataset({name!r}): {p!r} is not a RecordsProvider")
+        DATASET_REGISTRY.register(DatasetRecipe(name, instance, fixed), name=name)
+        return p
+
+    return register if provider is None else register(provider)
+
+
+# A text list in ``list_format`` (gluoncv ``path num_frames label``, MMAction2, PySlowFast), a CSV
+# with a header (``path,label[,start,end]``) or a folder of class sub-folders; class names from
+# ``classes.txt`` beside the list. With ``decoder="frames"`` the list's paths are folders of
+# extracted frames (the gluoncv / MMAction2 "rawframes" layout, files named by ``frame_template``).
+register_dataset("VideoListDataset", AnnotationListRecords())
+VideoListDataset: DatasetRecipe = DATASET_REGISTRY.get("VideoListDataset")
