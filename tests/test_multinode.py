@@ -236,7 +236,9 @@ def test_file_store_rendezvous_across_two_nodes_and_a_reused_file(tmp_path, synt
 def _world_and_rank(cfg, box):
     import torch.distributed as dist
 
-    box.append((dist.get_world_size(), cfg.DDP_CONFIG.GPU_WORLD_RANK))
+    from zoo.utils import comm
+
+    box.append((dist.get_world_size(), comm.get_rank()))
 
 
 def test_file_init_on_one_node_runs_twice_and_cleans_up(tmp_path):
