@@ -57,12 +57,15 @@ def test_two_cpu_workers_get_their_ranks_from_comm_not_from_the_config(tmp_path)
     cfg = load_config(None, ["DDP_CONFIG.NUM_CPU_PROCS", "2", "DDP_CONFIG.DIST_BACKEND", "gloo",
                              "DDP_CONFIG.DIST_URL", "tcp://127.0.0.1:0",
                              "DDP_CONFIG.GPU_WORLD_SIZE", "8", "DDP_CONFIG.GPU_WORLD_RANK", "5"])
+    topo = resolve_topology(cfg)  # 2 CPU processes; one per GPU on a machine with GPUs
+    n = topo.local_procs
     launch(_report_layout, cfg, args=(str(tmp_path),))
-    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(n)]
     for rank, g in enumerate(got):
-        assert g["comm"] == [2, rank, -1]
+        device = rank if topo.use_cuda else -1
+        assert g["comm"] == [n, rank, device]
         assert g["cfg"] == [8, 5]
-        assert g["recorded"] == [2, rank, -1]
+        assert g["recorded"] == [n, rank, device]
 
 
 def test_topology_for_cpu_processes():
