@@ -99,7 +99,7 @@ def _coerce(value: Any, default: Any, key: str) -> Any:
 
 def _unknown_key(full_key: str, node: CfgNode, prefix: str) -> ConfigError:
     here = [f"{prefix}{k}" for k in node.keys()]
-    everything = _all_keys(_C)
+    everything = list(flatten_cfg(_C))
     close = difflib.get_close_matches(full_key, here + everything, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]}?" if close else f"; keys here: {', '.join(sorted(here))}"
     return ConfigError(f"unknown config key {full_key}{hint}")
