@@ -7,8 +7,7 @@ import re
 
 import pytest
 
-from zoo.config import ConfigError, cfg_to_yaml, get_cfg, load_config
-from zoo.config.config import _all_keys
+from zoo.config import ConfigError, cfg_to_yaml, flatten_cfg, get_cfg, load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULTS = os.path.join(ROOT, "zoo", "config", "defaults.py")
@@ -27,7 +26,7 @@ def test_every_default_key_has_a_comment_above_it():
             j -= 1
         assert lines[j].lstrip().startswith("#"), f"_C.{m.group(1)} has no comment above it"
     # Every key the config holds was assigned (and so documented) in defaults.py.
-    for key in _all_keys(get_cfg()):
+    for key in flatten_cfg(get_cfg()):
         assert key in assigned, f"{key} is not assigned with a comment in defaults.py"
 
 
@@ -143,3 +142,226 @@ def test_merged_config_round_trips(tmp_path):
     p.write_text(cfg_to_yaml(cfg))
     again = load_config(str(p))
     assert again == cfg
+
+
+# ----------------------------------------------------------------- tree helpers (zoo.config.tree)
+def test_flatten_cfg_walks_nodes_and_dicts_alike():
+    nested = {"A": {"B": 1, "C": {"D": (1, 2)}, "E": {}}, "F": "x"}
+    assert flatten_cfg(nested) == {"A.B": 1, "A.C.D": [1, 2], "F": "x"}
+    flat = flatten_cfg(get_cfg())
+    assert flat["CONFIG.TRAIN.LR"] == get_cfg().CONFIG.TRAIN.LR
+    assert flat["DDP_CONFIG.WORLD_URLS"] == ["127.0.0.1"] and "CONFIG.TRAIN" not in flat
+    # Flattening a flat mapping changes nothing.
+    assert flatten_cfg(flat) == flat
+
+
+def test_diff_cfg_reports_changed_missing_and_ignored_keys():
+    from zoo.config import diff_cfg
+
+    old = {"CONFIG": {"TRAIN": {"LR": 0.1, "EPOCH_NUM": 5}, "LOG": {"EXP_NAME": "a"}}}
+    new = {"CONFIG": {"TRAIN": {"LR": 0.2, "EPOCH_NUM": 5, "NEW": 1}, "LOG": {"EXP_NAME": "b"}}}
+    assert diff_cfg(old, new) == [("CONFIG.LOG.EXP_NAME", "a", "b"), ("CONFIG.TRAIN.LR", 0.1, 0.2),
+                                  ("CONFIG.TRAIN.NEW", "<missing>", 1)]
+    assert diff_cfg(old, new, ignore=("CONFIG.LOG.", "CONFIG.TRAIN.N"), missing=None) == [
+        ("CONFIG.TRAIN.LR", 0.1, 0.2)]
+
+
+def test_parse_literal_and_lookup_key():
+    from zoo.config import lookup_key, parse_literal
+
+    assert parse_literal("8") == 8 and parse_literal("False") is False
+    assert parse_literal("[0.5, 1]") == [0.5, 1] and parse_literal("1e-4") == 0.0001
+    assert parse_literal("resnet50") == "resnet50" and parse_literal("a b") == "a b"
+    cfg = get_cfg()
+    assert lookup_key(cfg, "CONFIG.DATA.CLIP_LEN") == 32
+    assert lookup_key({"A": {"B": 2}}, "A.C", None) is None
+    with pytest.raises(KeyError):
+        lookup_key(cfg, "CONFIG.DATA.NOPE")
+
+
+# ------------------------------------------------------------------------------------- _BASE_
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+def test_base_is_loaded_first_and_the_file_merges_over_it(tmp_path):
+    _write(tmp_path / "bases" / "root.yaml",
+           "CONFIG:\n  TRAIN:\n    LR: 0.5\n    EPOCH_NUM: 7\n  DATA:\n    MEAN: [0.1, 0.2, 0.3]\n")
+    _write(tmp_path / "bases" / "mid.yaml",
+           "_BASE_: root.yaml\nCONFIG:\n  TRAIN:\n    EPOCH_NUM: 9\n"
+           "  DATA:\n    MEAN: [0.4, 0.4, 0.4]\n")
+    top = _write(tmp_path / "sub" / "top.yaml",
+                 "_BASE_: ../bases/mid.yaml\nCONFIG:\n  TRAIN:\n    BATCH_SIZE: 3\n")
+    cfg = load_config(top)
+    # LR from the root, EPOCH_NUM from the middle file, BATCH_SIZE from the top; lists replace.
+    assert (cfg.CONFIG.TRAIN.LR, cfg.CONFIG.TRAIN.EPOCH_NUM, cfg.CONFIG.TRAIN.BATCH_SIZE) == (
+        0.5, 9, 3)
+    assert cfg.CONFIG.DATA.MEAN == [0.4, 0.4, 0.4]
+    text = cfg_to_yaml(cfg)
+    assert "_BASE_" not in text
+    written = _write(tmp_path / "out" / "config.yaml", text)
+    assert load_config(written) == cfg
+
+
+def test_absolute_base_path(tmp_path):
+    base = _write(tmp_path / "a" / "base.yaml", "CONFIG:\n  SEED: 42\n")
+    top = _write(tmp_path / "b" / "top.yaml", f"_BASE_: {base}\n")
+    assert load_config(top).CONFIG.SEED == 42
+
+
+def test_base_cycle_is_one_line_naming_the_files(tmp_path):
+    a = _write(tmp_path / "a.yaml", "_BASE_: b.yaml\n")
+    _write(tmp_path / "b.yaml", "_BASE_: a.yaml\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(a)
+    msg = _one_line(e.value)
+    assert "include each other" in msg and "a.yaml" in msg and "b.yaml" in msg
+    selfish = _write(tmp_path / "self.yaml", "_BASE_: ./self.yaml\n")
+    with pytest.raises(ConfigError, match="include each other"):
+        load_config(selfish)
+
+
+@pytest.mark.parametrize("base,needle", [("missing.yaml", "does not exist"),
+                                         ("[a.yaml, b.yaml]", "expected the path of one YAML"),
+                                         ("''", "expected the path of one YAML")])
+def test_bad_base_is_one_line(tmp_path, base, needle):
+    top = _write(tmp_path / "top.yaml", f"_BASE_: {base}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(top)
+    assert needle in _one_line(e.value) and "top.yaml" in str(e.value)
+
+
+def test_gluoncv_base_keeps_its_meaning(tmp_path):
+    # The gluoncv markers (WOLRD_URLS, EVAL_DIR) are in the base; the merged file reads as gluoncv.
+    _write(tmp_path / "gluoncv.yaml",
+           "DDP_CONFIG:\n  WOLRD_URLS: ['10.0.0.1']\nCONFIG:\n  DATA:\n    SHORT_SIDE_SIZE: 256\n"
+           "  LOG:\n    EVAL_DIR: './eval'\n")
+    top = _write(tmp_path / "mine.yaml",
+                 "_BASE_: gluoncv.yaml\nCONFIG:\n  DATA:\n    SHORT_SIDE_SIZE: 320\n")
+    cfg = load_config(top)
+    assert cfg.DDP_CONFIG.WORLD_URLS == ["10.0.0.1"]
+    assert cfg.CONFIG.DATA.KEEP_ASPECT_RATIO is False  # gluoncv's default
+    assert cfg.CONFIG.DATA.TRAIN_SHORT_SIDE_RANGE == [320, 400]  # from the merged SHORT_SIDE_SIZE
+
+
+def test_pyslowfast_file_with_a_base_is_recognised_and_converts(tmp_path):
+    from zoo.config.convert_pyslowfast import write_converted
+
+    _write(tmp_path / "base.yaml", "TRAIN:\n  ENABLE: True\nMODEL:\n  ARCH: slowfast\n"
+           "SOLVER:\n  BASE_LR: 0.2\n")
+    top = _write(tmp_path / "SLOWFAST.yaml", "_BASE_: base.yaml\nSOLVER:\n  MAX_EPOCH: 7\n")
+    with pytest.raises(ConfigError, match="is a PySlowFast config"):
+        load_config(top)
+    out = tmp_path / "zoo.yaml"
+    write_converted(top, str(out))
+    cfg = load_config(str(out))
+    assert cfg.CONFIG.TRAIN.LR == 0.2 and cfg.CONFIG.TRAIN.EPOCH_NUM == 7
+
+
+FLAT = os.path.join(ROOT, "tests", "data", "configs_flat")
+
+
+@pytest.mark.parametrize("name", sorted(os.path.relpath(p, FLAT) for p in glob.glob(
+    os.path.join(FLAT, "*", "*.yaml"))))
+def test_shipped_configs_load_as_before_their_base_files(name):
+    """tests/data/configs_flat holds the shipped YAMLs as they were before configs/_base_/: the
+    converted files must load to exactly the same config."""
+    new = load_config(os.path.join(ROOT, "configs", name))
+    old = load_config(os.path.join(FLAT, name))
+    assert new == old
+    assert "_BASE_" in open(os.path.join(ROOT, "configs", name), encoding="utf-8").read()
+
+
+def test_every_flat_copy_has_its_shipped_config():
+    shipped = {os.path.relpath(p, os.path.join(ROOT, "configs"))
+               for p in glob.glob(os.path.join(ROOT, "configs", "*", "*.yaml"))
+               if "_base_" not in p}
+    flat = glob.glob(os.path.join(FLAT, "*", "*.yaml"))
+    assert shipped == {os.path.relpath(p, FLAT) for p in flat}
+
+
+# ------------------------------------------------------------------------------------ VERSION
+def test_version_defaults_to_the_current_one():
+    from zoo.config import version
+
+    assert get_cfg().VERSION == version.CURRENT_VERSION
+    assert load_config(None).VERSION == version.CURRENT_VERSION
+    assert cfg_to_yaml(load_config(None)).startswith(f"VERSION: {version.CURRENT_VERSION}\n")
+
+
+@pytest.fixture
+def version_2(monkeypatch):
+    """Pretend zoo is at VERSION 2, having renamed CONFIG.TRAIN.BASE_LR (made up) to LR."""
+    from zoo.config import version
+
+    monkeypatch.setattr(version, "CURRENT_VERSION", 2)
+    monkeypatch.setattr(version, "UPGRADES", {1: {"CONFIG.TRAIN.BASE_LR": "CONFIG.TRAIN.LR",
+                                                  "CONFIG.OLD_SEED": "CONFIG.SEED"}})
+
+
+def test_older_version_is_upgraded_with_one_line(tmp_path, caplog, version_2):
+    p = _write(tmp_path / "old.yaml", "VERSION: 1\nCONFIG:\n  OLD_SEED: 3\n  TRAIN:\n"
+               "    BASE_LR: 0.7\n")
+    cfg = load_config(p)
+    assert cfg.CONFIG.TRAIN.LR == 0.7 and cfg.CONFIG.SEED == 3 and cfg.VERSION == 2
+    lines = [r.getMessage() for r in caplog.records if "VERSION" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert "CONFIG.TRAIN.BASE_LR -> CONFIG.TRAIN.LR" in lines[0]
+    assert "CONFIG.OLD_SEED -> CONFIG.SEED" in lines[0]
+    # A file without VERSION was written before the key existed: VERSION 1.
+    q = _write(tmp_path / "unversioned.yaml", "CONFIG:\n  TRAIN:\n    BASE_LR: 0.3\n")
+    assert load_config(q).CONFIG.TRAIN.LR == 0.3
+    # Written at VERSION 2, the old name is an unknown key.
+    r = _write(tmp_path / "new.yaml", "VERSION: 2\nCONFIG:\n  TRAIN:\n    BASE_LR: 0.3\n")
+    with pytest.raises(ConfigError, match="unknown config key CONFIG.TRAIN.BASE_LR"):
+        load_config(r)
+
+
+def test_each_base_file_is_upgraded_from_its_own_version(tmp_path, version_2):
+    _write(tmp_path / "old_base.yaml", "CONFIG:\n  TRAIN:\n    BASE_LR: 0.7\n")
+    top = _write(tmp_path / "top.yaml", "VERSION: 2\n_BASE_: old_base.yaml\nCONFIG:\n  SEED: 5\n")
+    cfg = load_config(top)
+    assert cfg.CONFIG.TRAIN.LR == 0.7 and cfg.CONFIG.SEED == 5
+
+
+def test_old_and_new_name_together_is_refused(tmp_path, version_2):
+    p = _write(tmp_path / "both.yaml", "VERSION: 1\nCONFIG:\n  TRAIN:\n    BASE_LR: 0.7\n"
+               "    LR: 0.1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert "CONFIG.TRAIN.BASE_LR" in _one_line(e.value) and "keep CONFIG.TRAIN.LR" in str(e.value)
+
+
+@pytest.mark.parametrize("value,needle", [("99", "newer than this zoo understands"),
+                                          ("0", "expected an integer >= 1"),
+                                          ("'1'", "expected an integer >= 1")])
+def test_unknown_version_is_refused_in_one_line(tmp_path, value, needle):
+    p = _write(tmp_path / "v.yaml", f"VERSION: {value}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert needle in _one_line(e.value) and "v.yaml" in str(e.value)
+
+
+def test_version_cannot_be_overridden():
+    with pytest.raises(ConfigError, match="VERSION"):
+        load_config(None, ["VERSION", "2"])
+
+
+def test_resume_check_reads_an_older_checkpoint_config_with_new_names(version_2):
+    import yaml
+
+    from zoo.engine.checkpoint import config_differences
+
+    cfg = load_config(None, ["TRAIN.LR", "0.7"])
+    saved = yaml.safe_load(cfg_to_yaml(cfg))
+    saved["VERSION"] = 1
+    saved["CONFIG"]["TRAIN"]["BASE_LR"] = saved["CONFIG"]["TRAIN"].pop("LR")
+    assert config_differences(yaml.safe_dump(saved), cfg) == []
+    saved["CONFIG"]["TRAIN"]["BASE_LR"] = 0.1
+    assert config_differences(yaml.safe_dump(saved), cfg) == ["CONFIG.TRAIN.LR: 0.1 -> 0.7"]
+    # A checkpoint written before VERSION existed has no VERSION key: no difference for that.
+    del saved["VERSION"]
+    saved["CONFIG"]["TRAIN"]["BASE_LR"] = 0.7
+    assert config_differences(yaml.safe_dump(saved), cfg) == []

@@ -1,5 +1,7 @@
-"""Launcher: single-process path, rank fill-in, topology errors, busy port on a single node."""
+"""Launcher: single-process path, ranks in zoo.utils.comm, topology errors, busy port on a single
+node."""
 
+import json
 import socket
 
 import pytest
@@ -12,24 +14,58 @@ from zoo.utils import comm
 
 def _record(cfg, box):
     box["initialized"] = dist.is_initialized()
-    box["world"] = (cfg.DDP_CONFIG.GPU_WORLD_SIZE, cfg.DDP_CONFIG.GPU_WORLD_RANK)
-    box["comm"] = (comm.get_world_size(), comm.get_rank())
+    box["comm"] = (comm.get_world_size(), comm.get_rank(), comm.get_device_index())
+    box["cfg"] = cfg
     comm.synchronize()  # must be a no-op without a process group
+
+
+def _device():
+    import torch
+
+    return 0 if torch.cuda.is_available() else -1
 
 
 def test_not_distributed_is_a_plain_call_with_no_group():
     cfg = load_config(None, ["DDP_CONFIG.DISTRIBUTED", "False", "DDP_CONFIG.NUM_CPU_PROCS", "4"])
     box = {}
     launch(_record, cfg, args=(box,))
-    assert box == {"initialized": False, "world": (1, 0), "comm": (1, 0)}
+    # The runtime layout is in comm; the config is passed through untouched.
+    assert box == {"initialized": False, "comm": (1, 0, _device()), "cfg": cfg}
+    assert box["cfg"] is cfg
 
 
 def test_one_cpu_process_joins_a_one_rank_group_and_leaves_it():
     cfg = load_config(None, ["DDP_CONFIG.DIST_URL", "tcp://127.0.0.1:0"])
     box = {}
     launch(_record, cfg, args=(box,))
-    assert box == {"initialized": True, "world": (1, 0), "comm": (1, 0)}
+    assert box["initialized"] and box["comm"] == (1, 0, _device()) and box["cfg"] is cfg
     assert not dist.is_initialized()
+
+
+def _report_layout(cfg, folder):
+    from zoo.engine.setup import with_job_layout
+
+    rec = with_job_layout(cfg).DDP_CONFIG
+    with open(f"{folder}/rank{comm.get_rank()}.json", "w") as f:
+        json.dump({"comm": [comm.get_world_size(), comm.get_rank(), comm.get_device_index()],
+                   "cfg": [cfg.DDP_CONFIG.GPU_WORLD_SIZE, cfg.DDP_CONFIG.GPU_WORLD_RANK],
+                   "recorded": [rec.GPU_WORLD_SIZE, rec.GPU_WORLD_RANK, rec.GPU]}, f)
+
+
+def test_two_cpu_workers_get_their_ranks_from_comm_not_from_the_config(tmp_path):
+    # gluoncv YAMLs say GPU_WORLD_SIZE 8: a value in the config is a record, never the runtime.
+    cfg = load_config(None, ["DDP_CONFIG.NUM_CPU_PROCS", "2", "DDP_CONFIG.DIST_BACKEND", "gloo",
+                             "DDP_CONFIG.DIST_URL", "tcp://127.0.0.1:0",
+                             "DDP_CONFIG.GPU_WORLD_SIZE", "8", "DDP_CONFIG.GPU_WORLD_RANK", "5"])
+    topo = resolve_topology(cfg)  # 2 CPU processes; one per GPU on a machine with GPUs
+    n = topo.local_procs
+    launch(_report_layout, cfg, args=(str(tmp_path),))
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(n)]
+    for rank, g in enumerate(got):
+        device = rank if topo.use_cuda else -1
+        assert g["comm"] == [n, rank, device]
+        assert g["cfg"] == [8, 5]
+        assert g["recorded"] == [n, rank, device]
 
 
 def test_topology_for_cpu_processes():

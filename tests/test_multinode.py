@@ -255,7 +255,9 @@ def _wait_for_change(path, before, proc, timeout=60):
 def _world_and_rank(cfg, box):
     import torch.distributed as dist
 
-    box.append((dist.get_world_size(), cfg.DDP_CONFIG.GPU_WORLD_RANK))
+    from zoo.utils import comm
+
+    box.append((dist.get_world_size(), comm.get_rank()))
 
 
 def test_file_init_on_one_node_runs_twice_and_cleans_up(tmp_path):

@@ -38,9 +38,7 @@ from .common import sync
 
 def _worker(cfg, steps: int, warmup: int, result_path: str) -> None:
     setup_logger(None, comm.get_rank())
-    gpu = cfg.DDP_CONFIG.GPU
-    device = torch.device(f"cuda:{gpu}") if gpu >= 0 and torch.cuda.is_available() else (
-        torch.device("cpu"))
+    device = comm.get_device()
     torch.manual_seed(cfg.CONFIG.SEED)
     model = prepare_model(cfg, device, logging.getLogger("zoo"))
     world = comm.get_world_size()

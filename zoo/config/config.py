@@ -7,19 +7,19 @@ gluoncv.torch YAMLs that zoo does not use are dropped with a warning instead of 
 
 from __future__ import annotations
 
-import ast
-import copy
 import difflib
 import logging
-import os
 from typing import Any, Dict, List, Optional, Sequence
 
 import yaml
 from yacs.config import CfgNode
 
+from . import version
 from .defaults import _C
 from .gluoncv import adapt_gluoncv
+from .tree import flatten_cfg, parse_literal, to_dict
 from .validation import ConfigError, validate_config
+from .yaml_files import read_yaml_with_base
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def _coerce(value: Any, default: Any, key: str) -> Any:
         return _BOOL_AS_STRING_KEYS[key][value]
     if isinstance(value, str) and not isinstance(default, str):
         # YAML reads 1e-4 as a string (YAML 1.1 wants 1.0e-4); decode it like yacs does.
-        value = _parse_value(value)
+        value = parse_literal(value)
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
@@ -99,20 +99,15 @@ def _coerce(value: Any, default: Any, key: str) -> Any:
 
 def _unknown_key(full_key: str, node: CfgNode, prefix: str) -> ConfigError:
     here = [f"{prefix}{k}" for k in node.keys()]
-    everything = _all_keys(_C)
+    everything = list(flatten_cfg(_C))
     close = difflib.get_close_matches(full_key, here + everything, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]}?" if close else f"; keys here: {', '.join(sorted(here))}"
     return ConfigError(f"unknown config key {full_key}{hint}")
 
 
-def _all_keys(node: CfgNode, prefix: str = "") -> List[str]:
-    keys = []
-    for k, v in node.items():
-        if isinstance(v, CfgNode):
-            keys.extend(_all_keys(v, f"{prefix}{k}."))
-        else:
-            keys.append(f"{prefix}{k}")
-    return keys
+def _all_keys(node: CfgNode) -> List[str]:
+    """Every full key of ``node`` (tests import this name; new code uses flatten_cfg)."""
+    return list(flatten_cfg(node))
 
 
 def _merge_dict(cfg: CfgNode, data: Dict[str, Any], prefix: str, source: str) -> None:
@@ -140,14 +135,6 @@ def _merge_dict(cfg: CfgNode, data: Dict[str, Any], prefix: str, source: str) ->
             cfg[k] = _coerce(v, cfg[k], full_key)
 
 
-def _parse_value(text: str) -> Any:
-    """Parse a command-line value the way yacs does: a Python literal, else the plain string."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
 def _set_key(cfg: CfgNode, full_key: str, value: Any) -> None:
     full_key = _RENAMED_KEYS.get(full_key, full_key)
     parts = full_key.split(".")
@@ -169,12 +156,15 @@ def merge_overrides(cfg: CfgNode, opts: Sequence[str]) -> None:
             f"overrides must be KEY VALUE pairs; {opts[-1]!r} has no value after it"
         )
     for key, raw in zip(opts[0::2], opts[1::2]):
+        if key == "VERSION":
+            raise ConfigError("VERSION says which key names a YAML file uses; it cannot be "
+                              "overridden on the command line")
         if key.startswith("CONFIG.") or key.startswith("DDP_CONFIG."):
             full_key = key
         else:
             # Shorthand: "TRAIN.EPOCH_NUM 2" means "CONFIG.TRAIN.EPOCH_NUM 2".
             full_key = f"CONFIG.{key}"
-        _set_key(cfg, full_key, _parse_value(raw) if isinstance(raw, str) else raw)
+        _set_key(cfg, full_key, parse_literal(raw) if isinstance(raw, str) else raw)
 
 
 def _refuse_foreign(data: Any, source: str) -> None:
@@ -191,10 +181,12 @@ def _refuse_foreign(data: Any, source: str) -> None:
 def load_config(
     config_file: Optional[str] = None, opts: Optional[Sequence[str]] = None, validate: bool = True
 ) -> CfgNode:
-    """Defaults <- ``config_file`` <- ``opts``, validated, returned frozen.
+    """Defaults <- ``config_file`` (over its ``_BASE_`` files) <- ``opts``, validated, frozen.
 
     Args:
-        config_file: YAML path, or None for the defaults alone.
+        config_file: YAML path, or None for the defaults alone. A ``_BASE_: other.yaml`` in it
+            is loaded first and the file merges over it (see zoo.config.yaml_files); a file of
+            an older ``VERSION`` is upgraded (see zoo.config.version).
         opts: Flat ``[KEY, VALUE, ...]`` overrides; ``CONFIG.`` may be left off the key.
         validate: Check values (see zoo.config.validation).
 
@@ -202,16 +194,9 @@ def load_config(
         ConfigError: one line naming the offending key and what is allowed.
     """
     cfg = get_cfg()
+    cfg.VERSION = version.CURRENT_VERSION
     if config_file:
-        if not os.path.isfile(config_file):
-            raise ConfigError(f"config file {config_file!r} does not exist")
-        with open(config_file, encoding="utf-8") as f:
-            try:
-                data = yaml.safe_load(f) or {}
-            except yaml.YAMLError as e:
-                mark = getattr(e, "problem_mark", None)
-                where = f" line {mark.line + 1}" if mark else ""
-                raise ConfigError(f"{config_file}{where}: not valid YAML ({e.__class__.__name__})")
+        data = read_yaml_with_base(config_file, each=version.upgrade_config)
         _refuse_foreign(data, config_file)
         _merge_dict(cfg, adapt_gluoncv(data, config_file), "", config_file)
     if opts:
@@ -224,10 +209,4 @@ def load_config(
 
 def cfg_to_yaml(cfg: CfgNode) -> str:
     """The config as YAML text (what is written to the output folder as config.yaml)."""
-    return yaml.safe_dump(_to_dict(cfg), sort_keys=False, default_flow_style=None)
-
-
-def _to_dict(node: Any) -> Any:
-    if isinstance(node, CfgNode):
-        return {k: _to_dict(v) for k, v in node.items()}
-    return copy.deepcopy(node)
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
+from .tree import flatten_cfg
 from .validation import ConfigError
 
 # Top-level keys only PySlowFast writes (zoo and gluoncv YAMLs have CONFIG / DDP_CONFIG), and keys
@@ -72,16 +73,6 @@ def is_pyslowfast_yaml(data: Any) -> bool:
         return False
     return any(k in data for k in _SECTIONS) or any(
         isinstance(data.get(section), dict) and key in data[section] for section, key in _INNER)
-
-
-def _flatten(data: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for k, v in data.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def _model(v: Dict[str, Any], source: str) -> Tuple[str, List[Any]]:
@@ -208,7 +199,7 @@ def convert_pyslowfast(data: Dict[str, Any], source: str = "config"
     if not is_pyslowfast_yaml(data):
         raise ConfigError(f"{source} is not a PySlowFast config (no top-level TRAIN / SOLVER / "
                           "MODEL sections)")
-    given = _flatten(data)
+    given = flatten_cfg(data)
     v = dict(_DEFAULTS, **given)
     notes: List[str] = []
     name, kwargs = _model(v, source)
@@ -247,10 +238,11 @@ def write_converted(src: str, dst: str) -> Tuple[str, List[str], List[str]]:
 
     import yaml
 
+    from .yaml_files import read_yaml_with_base
+
     if not os.path.isfile(src):
         raise ConfigError(f"{src!r} does not exist")
-    with open(src, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
+    data = read_yaml_with_base(src)  # PySlowFast's fvcore configs may name a _BASE_ too
     out, unmatched, notes = convert_pyslowfast(data, src)
     header = (f"# Converted from the PySlowFast config {os.path.basename(src)} by "
               "tools/convert_config.py.\n# Batch sizes are per process (PySlowFast's are global); "

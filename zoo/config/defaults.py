@@ -12,11 +12,13 @@ from yacs.config import CfgNode as CN
 
 _C = CN()
 
-# ------------------------------------------------------------------------------------------------
-# ---
+# Version of this key layout (see zoo/config/version.py). A YAML without it is read as VERSION 1;
+# an older one is upgraded (renamed keys named in one line), a newer one is refused.
+_C.VERSION = 1
+
+# --------------------------------------------------------------------------------------------------
 # DDP_CONFIG: how the processes of one job find each other. The same YAML runs on every node.
-# ------------------------------------------------------------------------------------------------
-# ---
+# --------------------------------------------------------------------------------------------------
 _C.DDP_CONFIG = CN()
 # Number of nodes (machines) in the job; 0 = one node per WORLD_URLS entry.
 _C.DDP_CONFIG.WORLD_SIZE = 1
@@ -32,11 +34,15 @@ _C.DDP_CONFIG.AUTO_RANK_MATCH = True
 _C.DDP_CONFIG.DIST_URL = "tcp://127.0.0.1:10001"
 # Collective backend: "nccl" (GPUs), "gloo" (CPU, Windows) or "auto" (nccl with GPUs, else gloo).
 _C.DDP_CONFIG.DIST_BACKEND = "auto"
-# Total number of processes in the job. Filled in by the launcher; any value here is overwritten.
+# The next three record the job's layout for the reader of the output folder's config.yaml: the
+# launcher decides them and keeps them in zoo.utils.comm (get_world_size, get_rank,
+# get_device_index), which is what the code asks; they are filled in from there when config.yaml
+# and checkpoints are written. Any value given here is ignored.
+# Total number of processes in the job (recorded).
 _C.DDP_CONFIG.GPU_WORLD_SIZE = 1
-# Global rank of this process. Filled in by the launcher.
+# Global rank of the process that wrote config.yaml (recorded; always 0).
 _C.DDP_CONFIG.GPU_WORLD_RANK = 0
-# Local device index of this process (-1 = CPU). Filled in by the launcher.
+# Local device index of that process, -1 = CPU (recorded).
 _C.DDP_CONFIG.GPU = 0
 # False = run in one process with no process group at all (no spawn, no barrier).
 _C.DDP_CONFIG.DISTRIBUTED = True
@@ -47,11 +53,9 @@ _C.DDP_CONFIG.THREADS_PER_PROC = 0
 # Seconds to wait for all ranks at start-up and in any collective before failing with a message.
 _C.DDP_CONFIG.INIT_TIMEOUT = 300
 
-# ------------------------------------------------------------------------------------------------
-# ---
+# --------------------------------------------------------------------------------------------------
 # CONFIG: what the job does.
-# ------------------------------------------------------------------------------------------------
-# ---
+# --------------------------------------------------------------------------------------------------
 _C.CONFIG = CN()
 # Python files (paths) or importable module names loaded before anything is built, so that the
 # @MODEL_REGISTRY.register() / @DATASET_REGISTRY.register() in them run. Also --extra-modules.
@@ -59,8 +63,7 @@ _C.CONFIG.EXTRA_MODULES = []
 # Base random seed; each rank uses SEED + rank, each data worker SEED + rank * 1000 + worker id.
 _C.CONFIG.SEED = 0
 
-# ----------------------------------------- TRAIN
-# ---------------------------------------------------
+# --------------------------------------------- TRAIN ----------------------------------------------
 _C.CONFIG.TRAIN = CN()
 # Number of training epochs.
 _C.CONFIG.TRAIN.EPOCH_NUM = 10
@@ -136,24 +139,21 @@ _C.CONFIG.TRAIN.PRECISE_BN_ITERS = 0
 # still advances) and counts it in the log and metrics.jsonl. See docs/training.md.
 _C.CONFIG.TRAIN.NONFINITE = "stop"
 
-# ------------------------------------------ VAL
-# ----------------------------------------------------
+# ---------------------------------------------- VAL -----------------------------------------------
 _C.CONFIG.VAL = CN()
 # Validate every FREQ epochs (and always after the last epoch); 0 = only after the last epoch.
 _C.CONFIG.VAL.FREQ = 1
 # Clips per process during validation.
 _C.CONFIG.VAL.BATCH_SIZE = 8
 
-# ------------------------------------------ TEST
-# ---------------------------------------------------
+# ---------------------------------------------- TEST ----------------------------------------------
 _C.CONFIG.TEST = CN()
 # Checkpoint evaluated by tools/test_ddp.py; "" = the newest checkpoint in the output folder.
 _C.CONFIG.TEST.CHECKPOINT = ""
 # Videos per process during testing (each video yields TEST_NUM_SEGMENT x TEST_NUM_CROP views).
 _C.CONFIG.TEST.BATCH_SIZE = 4
 
-# --------------------------------------- INFERENCE
-# ---------------------------------------------------
+# ------------------------------------------- INFERENCE --------------------------------------------
 # gluoncv.torch's feature-extraction block (its *_feat.yaml configs).
 _C.CONFIG.INFERENCE = CN()
 # True marks a feature-extraction config: tools/extract_features.py writes the pooled features
@@ -161,8 +161,7 @@ _C.CONFIG.INFERENCE = CN()
 # LOG.SAVE_DIR as gluoncv did (see docs/features.md). The tool extracts features whatever it says.
 _C.CONFIG.INFERENCE.FEAT = False
 
-# ------------------------------------------ DATA
-# ---------------------------------------------------
+# ---------------------------------------------- DATA ----------------------------------------------
 _C.CONFIG.DATA = CN()
 # Dataset class from DATASET_REGISTRY that reads the annotation lists: VideoListDataset (gluoncv
 # list, CSV with a header, or a folder of class folders), KineticsDataset, UCF101Dataset,
@@ -275,8 +274,7 @@ _C.CONFIG.DATA.SYNTHETIC.SIZE = 64
 # Seed of the generator (same seed = byte-identical lists and the same videos).
 _C.CONFIG.DATA.SYNTHETIC.SEED = 0
 
-# ------------------------------------------ MODEL
-# --------------------------------------------------
+# --------------------------------------------- MODEL ----------------------------------------------
 _C.CONFIG.MODEL = CN()
 # Registered model name (see zoo.list_models()).
 _C.CONFIG.MODEL.NAME = "slowfast_4x16_resnet50"
@@ -294,8 +292,7 @@ _C.CONFIG.MODEL.FREEZE_BN = False
 # (e.g. ["dropout", 0.2]); values are parsed like command-line overrides.
 _C.CONFIG.MODEL.KWARGS = []
 
-# ------------------------------------------- LOG
-# ---------------------------------------------------
+# ---------------------------------------------- LOG -----------------------------------------------
 _C.CONFIG.LOG = CN()
 # Root folder of all runs.
 _C.CONFIG.LOG.BASE_PATH = "./output"

@@ -29,34 +29,27 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List
 
+from .tree import lookup_key
+
 logger = logging.getLogger(__name__)
 
 # Keys only gluoncv writes; one of them marks a YAML as a gluoncv file.
 _MARKERS = (
-    ("DDP_CONFIG", "WOLRD_URLS"),
-    ("CONFIG", "DATA", "NUM_CROP"),
-    ("CONFIG", "DATA", "MULTIGRID"),
-    ("CONFIG", "LOG", "EVAL_DIR"),
-    ("CONFIG", "MODEL", "LOAD"),
-    ("CONFIG", "MODEL", "PRETRAINED_PATH"),
+    "DDP_CONFIG.WOLRD_URLS",
+    "CONFIG.DATA.NUM_CROP",
+    "CONFIG.DATA.MULTIGRID",
+    "CONFIG.LOG.EVAL_DIR",
+    "CONFIG.MODEL.LOAD",
+    "CONFIG.MODEL.PRETRAINED_PATH",
 )
 
 # gluoncv's RandomResize(ratio=(1, 1.25)) after the short-side resize in training.
 _TRAIN_SCALE_MAX = 1.25
 
 
-def _lookup(data: Dict[str, Any], path) -> Any:
-    node: Any = data
-    for part in path:
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 def is_gluoncv_yaml(data: Any) -> bool:
     """True when the YAML mapping carries a key that only gluoncv.torch configs write."""
-    return isinstance(data, dict) and any(_lookup(data, p) is not None for p in _MARKERS)
+    return isinstance(data, dict) and any(lookup_key(data, k, None) is not None for k in _MARKERS)
 
 
 def _section(data: Dict[str, Any], name: str) -> Dict[str, Any]:

@@ -6,16 +6,11 @@ from typing import Any, Callable, List, Tuple
 
 from yacs.config import CfgNode
 
+from .tree import lookup_key
+
 
 class ConfigError(ValueError):
     """A config key is unknown, has the wrong type or an impossible value."""
-
-
-def _get(cfg: CfgNode, key: str) -> Any:
-    node: Any = cfg
-    for part in key.split("."):
-        node = node[part]
-    return node
 
 
 def _positive(v: Any) -> bool:
@@ -158,7 +153,7 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
 def validate_config(cfg: CfgNode) -> None:
     """Raise ConfigError on the first impossible value, naming the key and what is allowed."""
     for key, ok, allowed in _RULES:
-        value = _get(cfg, key)
+        value = lookup_key(cfg, key)
         if not ok(value):
             raise ConfigError(f"{key} = {value!r} is not allowed: expected {allowed}")
     data = cfg.CONFIG.DATA

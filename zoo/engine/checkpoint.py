@@ -197,28 +197,15 @@ _RESUME_FREE = ("DDP_CONFIG.", "CONFIG.LOG.", "CONFIG.VAL.", "CONFIG.TEST.", "CO
                 "CONFIG.DATA.SYNTHETIC.ROOT")
 
 
-def _flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
-    if isinstance(node, dict):
-        out: Dict[str, Any] = {}
-        for k, v in node.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: node}
-
-
 def config_differences(saved_yaml: str, cfg) -> List[str]:
     """Keys whose values differ between a checkpoint's config and ``cfg`` (resume-free keys and
-    per-node keys are ignored), as ``KEY: saved -> now`` strings."""
+    per-node keys are ignored), as ``KEY: saved -> now`` strings. A config saved at an older
+    VERSION is read with today's key names."""
     import yaml
 
-    from ..config import cfg_to_yaml
+    from ..config import cfg_to_yaml, diff_cfg, upgrade_config
 
-    saved = _flatten(yaml.safe_load(saved_yaml) or {})
-    now = _flatten(yaml.safe_load(cfg_to_yaml(cfg)))
-    diffs = []
-    for key in sorted(set(saved) | set(now)):
-        if key.startswith(_RESUME_FREE):
-            continue
-        if saved.get(key, "<missing>") != now.get(key, "<missing>"):
-            diffs.append(f"{key}: {saved.get(key, '<missing>')!r} -> {now.get(key, '<missing>')!r}")
-    return diffs
+    saved = upgrade_config(yaml.safe_load(saved_yaml) or {}, "the checkpoint's config", log=False)
+    now = yaml.safe_load(cfg_to_yaml(cfg))
+    now.pop("VERSION", None)
+    return [f"{key}: {a!r} -> {b!r}" for key, a, b in diff_cfg(saved, now, ignore=_RESUME_FREE)]

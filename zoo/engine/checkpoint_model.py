@@ -17,6 +17,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch.nn as nn
 import yaml
 
+from ..config import lookup_key
 from ..models import build_model
 from ..models.pretrained import head_keys
 from .checkpoint import CheckpointError, load_checkpoint
@@ -27,14 +28,6 @@ logger = logging.getLogger("zoo")
 MODEL_KEYS = ("CONFIG.MODEL.NAME", "CONFIG.MODEL.KWARGS", "CONFIG.DATA.NUM_CLASSES")
 
 
-def _lookup(tree: Any, key: str) -> Optional[Any]:
-    for part in key.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return None
-        tree = tree[part]
-    return tree
-
-
 def saved_model_keys(state: Dict[str, Any]) -> Dict[str, Any]:
     """The MODEL_KEYS values recorded in the checkpoint's config (those it records)."""
     text = state.get("cfg") or ""
@@ -42,7 +35,7 @@ def saved_model_keys(state: Dict[str, Any]) -> Dict[str, Any]:
         saved = yaml.safe_load(text) if isinstance(text, str) and text else {}
     except yaml.YAMLError:
         saved = {}
-    found = {key: _lookup(saved, key) for key in MODEL_KEYS}
+    found = {key: lookup_key(saved, key, None) for key in MODEL_KEYS}
     return {key: value for key, value in found.items() if value is not None}
 
 
@@ -66,7 +59,7 @@ def config_for_checkpoint(cfg, state: Dict[str, Any], source: str):
     config ("count them") takes the checkpoint's count without a warning.
     """
     saved = saved_model_keys(state)
-    now = {key: _lookup_cfg(cfg, key) for key in MODEL_KEYS}
+    now = {key: lookup_key(cfg, key) for key in MODEL_KEYS}
     differ = {k: v for k, v in saved.items() if _norm(v) != _norm(now[k])}
     quiet = {k for k in differ if k == "CONFIG.DATA.NUM_CLASSES" and now[k] == 0}
     loud = [k for k in differ if k not in quiet]
@@ -74,13 +67,6 @@ def config_for_checkpoint(cfg, state: Dict[str, Any], source: str):
         what = ", ".join(f"{k} {differ[k]!r} (the config says {now[k]!r})" for k in loud)
         logger.warning("%s was trained with %s; using the checkpoint's values", source, what)
     return _with(cfg, {**differ, "CONFIG.MODEL.PRETRAINED": ""})
-
-
-def _lookup_cfg(cfg, key: str) -> Any:
-    node = cfg
-    for part in key.split("."):
-        node = node[part]
-    return node
 
 
 def _norm(value: Any) -> Any:

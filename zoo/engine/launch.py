@@ -7,8 +7,9 @@
 2. If a launcher already started this process as one rank, it joins the group here, checks that all
    ranks run the same config and zoo version, and calls ``main_func``: nothing is spawned.
 3. Otherwise the node rendezvous (rendezvous.py) checks the nodes agree and gives this node its
-   global ranks; one worker per GPU (or ``NUM_CPU_PROCS`` on CPU) is spawned, fills in
-   ``GPU_WORLD_SIZE`` / ``GPU_WORLD_RANK`` / ``GPU``, joins the group and calls ``main_func(cfg)``.
+   global ranks; one worker per GPU (or ``NUM_CPU_PROCS`` on CPU) is spawned, records its device
+   in ``zoo.utils.comm``, joins the group and calls ``main_func(cfg)``. Ranks and the device are
+   asked from ``zoo.utils.comm``; the config is passed on unchanged.
    A failed worker stops this node; the failure is posted to the other nodes, whose workers stop
    at the latest after ``INIT_TIMEOUT`` (the process group's timeout), naming the rank that failed.
 
@@ -29,7 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ..utils import net
+from ..utils import comm, net
 from ..utils.env import available_cpus, set_num_threads
 from ..utils.logger import write_to_log_file
 from .errors import is_user_error, one_line
@@ -54,16 +55,6 @@ class _WorkerFailure(Exception):
 def _threads_for(cfg, local_procs: int) -> int:
     wanted = cfg.DDP_CONFIG.THREADS_PER_PROC
     return wanted if wanted > 0 else max(1, available_cpus() // max(1, local_procs))
-
-
-def _fill_ranks(cfg, world_size: int, rank: int, gpu: int):
-    cfg = cfg.clone()
-    cfg.defrost()
-    cfg.DDP_CONFIG.GPU_WORLD_SIZE = world_size
-    cfg.DDP_CONFIG.GPU_WORLD_RANK = rank
-    cfg.DDP_CONFIG.GPU = gpu
-    cfg.freeze()
-    return cfg
 
 
 def _pin_gloo_interface(topo: Topology, cfg) -> None:
@@ -119,11 +110,12 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, cfg, topo: Topolo
     if topo.use_cuda:
         gpu = local_rank % torch.cuda.device_count()
         torch.cuda.set_device(gpu)
+    comm.set_device_index(gpu)
     _init_group(topo, rank, store, float(cfg.DDP_CONFIG.INIT_TIMEOUT))
     try:
         if check_agreement:
             agree_in_process_group(cfg, topo)
-        return main_func(_fill_ranks(cfg, topo.world_size, rank, gpu), *args)
+        return main_func(cfg, *args)
     except LaunchError:
         raise
     except Exception as e:
@@ -136,6 +128,7 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, cfg, topo: Topolo
         e.zoo_traceback_logged = True  # report_failure need not write it again
         raise
     finally:
+        comm.set_device_index(None)
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -246,11 +239,42 @@ def _explain(f: _WorkerFailure, rdzv: NodeRendezvous, topo: Topology, cfg) -> st
     return text
 
 
+def _run_here(main_func: Callable, cfg, args: tuple) -> Any:
+    """``DISTRIBUTED False``: a plain call in this process, with no process group."""
+    if "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise LaunchError(
+            f"DDP_CONFIG.DISTRIBUTED is False but this process was started as rank "
+            f"{os.environ['RANK']} of {os.environ['WORLD_SIZE']}; set it True or start one process"
+        )
+    set_num_threads(_threads_for(cfg, 1))
+    comm.set_device_index(0 if torch.cuda.is_available() else -1)
+    try:
+        return main_func(cfg, *args)
+    finally:
+        comm.set_device_index(None)
+
+
+def _run_assigned(main_func: Callable, cfg, topo: Topology, args: tuple, timeout_s: float) -> Any:
+    """torchrun / Slurm started this process as one rank: join the group, spawn nothing."""
+    logger.info("%s started this process as rank %d of %d (%s); not spawning workers",
+                topo.source, topo.rank, topo.world_size, topo.how)
+    store = None
+    if topo.dist_url != "env://":  # Slurm: rank 0 hosts the store on the first node
+        store, _ = open_store(topo.dist_url, host_it=topo.rank == 0, timeout_s=timeout_s)
+        store = dist.PrefixStore("zoo/pg/", store)
+    try:
+        return _run_rank(topo.rank, topo.local_rank, main_func, cfg, topo, store, args,
+                         check_agreement=topo.world_size > 1)
+    except LaunchError as e:
+        raise LaunchError(f"rank {topo.rank} of {topo.world_size}: {e}") from None
+
+
 def launch(main_func: Callable, cfg, args: tuple = (), node_rank: Optional[int] = None) -> Any:
     """Run ``main_func(cfg, *args)`` in every process of this node's share of the job.
 
     Args:
-        main_func: Called once per process with the config (ranks filled in) and ``args``.
+        main_func: Called once per process with the config and ``args``; it asks
+            ``zoo.utils.comm`` for its rank, the world size and its device.
         cfg: The merged config; the same on every node.
         args: Extra positional arguments for ``main_func`` (picklable).
         node_rank: This node's rank when given explicitly (``DDP_CONFIG.WORLD_RANK`` on the command
@@ -260,35 +284,15 @@ def launch(main_func: Callable, cfg, args: tuple = (), node_rank: Optional[int] 
         LaunchError: the topology is impossible, nodes disagree, or a worker failed (its rank is
             named, and the rank that failed first anywhere in the job when another node knows it).
     """
-    ddp = cfg.DDP_CONFIG
-    if not ddp.DISTRIBUTED:
-        if "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise LaunchError(
-                f"DDP_CONFIG.DISTRIBUTED is False but this process was started as rank "
-                f"{os.environ['RANK']} of {os.environ['WORLD_SIZE']}; set it True or start one "
-                "process"
-            )
-        set_num_threads(_threads_for(cfg, 1))
-        gpu = 0 if torch.cuda.is_available() else -1
-        return main_func(_fill_ranks(cfg, 1, 0, gpu), *args)
-
+    if not cfg.DDP_CONFIG.DISTRIBUTED:
+        return _run_here(main_func, cfg, args)
     topo = resolve_topology(cfg, node_rank)
     # Workers inherit this: c10d's C++ warnings (retries, peers that closed) only repeat our errors.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     _pin_gloo_interface(topo, cfg)
-    timeout_s = float(ddp.INIT_TIMEOUT)
+    timeout_s = float(cfg.DDP_CONFIG.INIT_TIMEOUT)
     if topo.assigned:
-        logger.info("%s started this process as rank %d of %d (%s); not spawning workers",
-                    topo.source, topo.rank, topo.world_size, topo.how)
-        store = None
-        if topo.dist_url != "env://":  # Slurm: rank 0 hosts the store on the first node
-            store, _ = open_store(topo.dist_url, host_it=topo.rank == 0, timeout_s=timeout_s)
-            store = dist.PrefixStore("zoo/pg/", store)
-        try:
-            return _run_rank(topo.rank, topo.local_rank, main_func, cfg, topo, store, args,
-                             check_agreement=topo.world_size > 1)
-        except LaunchError as e:
-            raise LaunchError(f"rank {topo.rank} of {topo.world_size}: {e}") from None
+        return _run_assigned(main_func, cfg, topo, args, timeout_s)
 
     with NodeRendezvous(topo, cfg, timeout_s) as rdzv:
         topo = rdzv.topology

@@ -32,10 +32,10 @@ def print_report(status: str, topic: str, text: str) -> None:
 def _probe(cfg) -> None:
     """Runs in every rank: one all-reduce and a gather of who is where."""
     start = time.perf_counter()
-    x = torch.ones(1, device="cuda" if cfg.DDP_CONFIG.GPU >= 0 else "cpu")
+    x = torch.ones(1, device=comm.get_device())
     comm.all_reduce_sum(x)
     ms = (time.perf_counter() - start) * 1000
-    where = comm.all_gather_object((socket.gethostname(), cfg.DDP_CONFIG.GPU_WORLD_RANK))
+    where = comm.all_gather_object((socket.gethostname(), comm.get_rank()))
     if comm.get_local_rank() == 0:
         world = comm.get_world_size()
         ok = int(x.item()) == world

@@ -31,13 +31,14 @@ import torch
 import torch.distributed as dist
 
 from .. import __version__
+from ..config.tree import diff_cfg, flatten_cfg
 from ..utils import net
 from .topology import LaunchError, Topology, file_url_path, parse_tcp_url
 
 logger = logging.getLogger(__name__)
 
-# Keys that may differ between nodes (or are filled in per process) and so are left out of the
-# config comparison.
+# Keys that may differ between nodes (or only record the job's layout, which the launcher keeps in
+# zoo.utils.comm) and so are left out of the config comparison.
 PER_NODE_KEYS = (
     "DDP_CONFIG.WORLD_RANK",
     "DDP_CONFIG.GPU",
@@ -55,17 +56,7 @@ REPORT_GRACE_S = 3.0
 # ------------------------------------------------------------------------- config agreement
 def config_items(cfg) -> Dict[str, object]:
     """The config as flat ``{"CONFIG.TRAIN.LR": 0.1, ...}`` without the per-node keys."""
-    items: Dict[str, object] = {}
-
-    def walk(node, prefix):
-        for k, v in node.items():
-            if isinstance(v, dict):
-                walk(v, f"{prefix}{k}.")
-            elif f"{prefix}{k}" not in PER_NODE_KEYS:
-                items[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
-
-    walk(cfg, "")
-    return items
+    return {k: v for k, v in flatten_cfg(cfg).items() if k not in PER_NODE_KEYS}
 
 
 def config_fingerprint(items: Dict[str, object]) -> str:
@@ -104,10 +95,9 @@ def compare_summaries(
         if s["torch"] != ref["torch"]:
             warnings.append(f"{label(i)} runs torch {s['torch']}, {label(0)} torch {ref['torch']}")
         if s["config_hash"] != ref["config_hash"]:
-            keys = sorted(set(s["config"]) | set(ref["config"]))
-            diff = [k for k in keys if s["config"].get(k) != ref["config"].get(k)]
-            shown = "; ".join(f"{k} = {s['config'].get(k)!r} (on {label(0)}: "
-                              f"{ref['config'].get(k)!r})" for k in diff[:4])
+            diff = diff_cfg(ref["config"], s["config"], missing=None)
+            shown = "; ".join(f"{k} = {mine!r} (on {label(0)}: {theirs!r})"
+                              for k, theirs, mine in diff[:4])
             more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
             errors.append(f"the config on {label(i)} differs in {len(diff)} key(s): {shown}{more}; "
                           "run every node with the same YAML and overrides")

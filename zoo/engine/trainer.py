@@ -34,7 +34,7 @@ from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .metrics import MetricsWriter, show_progress
 from .precise_bn import recompute_bn_stats
 from .precision import execution_settings, memory_format, route_cpu_convs
-from .setup import worker_setup
+from .setup import with_job_layout, worker_setup
 from .step import TrainStep
 from .sync_bn import convert_sync_bn
 
@@ -173,7 +173,7 @@ def train_worker(cfg) -> None:
     )
     save_dir = os.path.join(out_dir, log_cfg.SAVE_DIR)
     writer = MetricsWriter(out_dir, os.path.join(out_dir, log_cfg.LOG_DIR))
-    cfg_yaml = cfg_to_yaml(cfg)
+    cfg_yaml = cfg_to_yaml(with_job_layout(cfg))
 
     start_epoch, best_top1 = 0, -1.0
     resume = find_resume_checkpoint(cfg, save_dir, logger)

@@ -71,13 +71,13 @@ def parse_model_kwargs(pairs: List[Any]) -> Dict[str, Any]:
     String values are read as Python literals where they are one (``"8"`` -> 8, ``"False"`` ->
     False, ``"(3, 4, 6, 3)"`` -> a tuple), else kept as strings.
     """
-    from ..config.config import _parse_value
+    from ..config import parse_literal
 
     if len(pairs) % 2:
         raise ValueError(f"model kwargs must be KEY VALUE pairs, got an odd list: {list(pairs)}")
     out = {}
     for key, value in zip(pairs[0::2], pairs[1::2]):
-        out[str(key)] = _parse_value(value) if isinstance(value, str) else value
+        out[str(key)] = parse_literal(value) if isinstance(value, str) else value
     return out
 
 

@@ -1,13 +1,16 @@
 """Rank helpers that answer sensibly with or without a process group.
 
 Everything in zoo asks these functions rather than ``torch.distributed`` directly, so the
-``DISTRIBUTED False`` case (one process, no group) needs no special cases elsewhere.
+``DISTRIBUTED False`` case (one process, no group) needs no special cases elsewhere. The runtime
+layout of a job lives here, not in the config: the world size and global rank come from the
+process group, the local rank from ``LOCAL_RANK`` and the device from :func:`set_device_index`,
+which the launcher calls in every process it runs.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, List
+from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -28,6 +31,33 @@ def get_rank() -> int:
 def get_local_rank() -> int:
     """Index of this process on its node (set by the launcher as LOCAL_RANK)."""
     return int(os.environ.get("LOCAL_RANK", 0))
+
+
+# This process's device index (-1 = CPU); None until the launcher sets it.
+_device_index: Optional[int] = None
+
+
+def set_device_index(index: Optional[int]) -> None:
+    """Record this process's device (the launcher does; -1 = CPU, None = forget it)."""
+    global _device_index
+    _device_index = index
+
+
+def get_device_index() -> int:
+    """This process's CUDA device index, or -1 for CPU.
+
+    Outside a launcher: device 0 when CUDA is available, else -1.
+    """
+    if _device_index is not None:
+        return _device_index
+    return 0 if torch.cuda.is_available() else -1
+
+
+def get_device() -> torch.device:
+    """The device this process computes on (``cuda:<index>`` or ``cpu``)."""
+    index = get_device_index()
+    return torch.device(f"cuda:{index}") if index >= 0 and torch.cuda.is_available() else (
+        torch.device("cpu"))
 
 
 def is_main_process() -> bool:

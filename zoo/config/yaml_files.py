@@ -1,0 +1,83 @@
+"""Reading config YAML files, with ``_BASE_`` inheritance (detectron2's convention).
+
+A file may name another with ``_BASE_: path.yaml`` at its top level (a path relative to the file
+that names it, or absolute). The base is read first, itself following its own ``_BASE_``, and then
+the file's keys merge over it: sections merge key by key, any other value (lists included)
+replaces the base's. A file that ends up including itself is refused with one line naming the
+chain.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, List, Optional
+
+import yaml
+
+from .validation import ConfigError
+
+BASE_KEY = "_BASE_"
+
+
+def read_yaml(path: str) -> Any:
+    """One YAML file as Python data (``{}`` when empty); a missing or broken file is one line."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} does not exist")
+    with open(path, encoding="utf-8") as f:
+        try:
+            return yaml.safe_load(f) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark else ""
+            raise ConfigError(f"{path}{where}: not valid YAML ({e.__class__.__name__})") from None
+
+
+def read_yaml_with_base(
+    path: str, each: Optional[Callable[[Any, str], Any]] = None, _chain: Optional[List[str]] = None
+) -> Any:
+    """The mapping of ``path`` merged over its ``_BASE_`` files (recursively), without _BASE_.
+
+    Args:
+        path: The YAML file.
+        each: Called as ``each(data, file)`` on every file's own mapping before it is merged
+            (the VERSION upgrade: each file's keys are named as of its own VERSION).
+
+    Raises:
+        ConfigError: a file is missing or not YAML, ``_BASE_`` is not a path, or the files
+            include each other.
+    """
+    chain = list(_chain or [])
+    real = os.path.realpath(path)
+    if real in (os.path.realpath(p) for p in chain):
+        names = " -> ".join(chain + [path])
+        raise ConfigError(f"_BASE_ files include each other ({names}); remove one _BASE_ line")
+    data = read_yaml(path)
+    base = data.pop(BASE_KEY, None) if isinstance(data, dict) else None
+    if each is not None:
+        data = each(data, path)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{path}: _BASE_ = {base!r} is not allowed: expected the path of one "
+                          "YAML file, relative to this file or absolute")
+    base_path = os.path.expanduser(base)
+    if not os.path.isabs(base_path):
+        base_path = os.path.join(os.path.dirname(path), base_path)
+    if not os.path.isfile(base_path):
+        raise ConfigError(f"{path}: _BASE_ {base!r} does not exist (looked for {base_path}; "
+                          "a relative _BASE_ is relative to the file that names it)")
+    merged = read_yaml_with_base(base_path, each, chain + [path])
+    if not isinstance(merged, dict):
+        raise ConfigError(f"{base_path}: top level must be a mapping of keys (it is the _BASE_ "
+                          f"of {path})")
+    return merge_over(merged, data)
+
+
+def merge_over(base: Dict[str, Any], data: Dict[str, Any]) -> Dict[str, Any]:
+    """``data`` merged over ``base`` in place of ``base``: mappings key by key, others replace."""
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merge_over(base[key], value)
+        else:
+            base[key] = value
+    return base
