@@ -4,6 +4,7 @@ drive a 2-process gloo training run."""
 
 import json
 
+import pytest
 from conftest import run_tool
 
 # The user's file. The dataset reads a list of "sample_name label" lines and makes each clip from
@@ -97,6 +98,7 @@ def _seen(data, split):
     return out
 
 
+@pytest.mark.slow  # a 2-process training run: ~20 s idle, a minute on a loaded machine
 def test_a_user_hook_and_dataset_from_one_file_drive_a_two_process_run(tmp_path,
                                                                        toy_model_file):
     r = run_tool("train_ddp.py", _args(tmp_path, toy_model_file, ["RecordSteps"]))

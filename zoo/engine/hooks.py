@@ -267,13 +267,13 @@ class Checkpointer(HookBase):
 HOOKS_KEY = "CONFIG.TRAIN.HOOKS"
 
 
-def load_user_hook(entry: str) -> HookBase:
-    """Build the hook an entry of ``CONFIG.TRAIN.HOOKS`` names.
+def user_hook_class(entry: str) -> type:
+    """The hook class an entry of ``CONFIG.TRAIN.HOOKS`` names (imports its module).
 
     Args:
         entry: ``path/to/file.py:ClassName`` (a user file, loaded as ``CONFIG.EXTRA_MODULES``
             loads it) or ``package.module:ClassName`` (importable). The class must subclass
-            :class:`HookBase`; it is called with no arguments (it reads ``self.trainer``).
+            :class:`HookBase`.
 
     Raises:
         ConfigError: The entry is not ``WHERE:ClassName``, the module has no such class, or the
@@ -294,7 +294,13 @@ def load_user_hook(entry: str) -> HookBase:
     if not (isinstance(cls, type) and issubclass(cls, HookBase)):
         raise ConfigError(f"{HOOKS_KEY} entry {entry!r}: {name} is not a subclass of "
                           "zoo.engine.hooks.HookBase")
-    return cls()
+    return cls
+
+
+def load_user_hook(entry: str) -> HookBase:
+    """Build the hook an entry of ``CONFIG.TRAIN.HOOKS`` names: its class (see
+    :func:`user_hook_class`) called with no arguments (a hook reads ``self.trainer``)."""
+    return user_hook_class(entry)()
 
 
 def load_user_hooks(entries) -> List[HookBase]:

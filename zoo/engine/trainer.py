@@ -109,6 +109,7 @@ class Trainer:
     def __init__(self, cfg, hooks: Sequence[HookBase] = ()) -> None:
         self.cfg = cfg
         self.logger, self.device, self.out_dir = worker_setup(cfg)
+        user_hooks = load_user_hooks(cfg.CONFIG.TRAIN.HOOKS)  # a bad entry fails before building
         self._build_model()
         self.train_loader = build_loader(cfg, "train")
         self.val_loader = build_loader(cfg, "val") if cfg.CONFIG.DATA.VAL_ANNO_PATH else None
@@ -129,7 +130,7 @@ class Trainer:
         self.hooks: List[HookBase] = []
         self.register_hooks(default_hooks(cfg, self.save_dir))
         self.register_hooks(hooks)
-        self.register_hooks(load_user_hooks(train.HOOKS))
+        self.register_hooks(user_hooks)
 
     def _build_model(self) -> None:
         cfg = self.cfg
