@@ -45,7 +45,7 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Modul
     if comm.get_world_size() == 1:
         return model
     ids = [device.index] if device.type == "cuda" else None
-    # No buffer broadcast before every forward (see broadcast_buffers); gradients all-reduce
+    # No buffer broadcast before every forward (see hooks.broadcast_buffers); gradients all-reduce
     # straight from the buckets they live in. torch >= 2.14 names the switch
     # forward_sync_buffers (it still syncs buffers once at construction, which is harmless here).
     no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in _DDP_ARGS
