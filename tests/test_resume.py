@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -28,18 +27,33 @@ ARGS = [
 ]
 
 
-def _train_epoch_2_started(metrics_path):
-    if not os.path.isfile(metrics_path):
-        return False
-    with open(metrics_path) as f:
-        for line in f:
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if r.get("split") == "train" and r.get("epoch") == 2:
-                return True
-    return False
+# A test-only hook, loaded through CONFIG.TRAIN.HOOKS: rank 0 SIGKILLs its whole process group
+# (the launcher, both workers and their data workers) right after optimizer step KILL_AT.
+KILL_HOOK = """
+import os
+import signal
+
+from zoo.engine.hooks import HookBase
+from zoo.utils import comm
+
+KILL_AT = {kill_at}
+
+
+class KillAt(HookBase):
+    def after_step(self):
+        if self.trainer.iteration == KILL_AT and comm.is_main_process():
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+"""
+
+
+def _records(path):
+    out = []
+    for line in open(path):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by the kill
+    return out
 
 
 @pytest.mark.slow
@@ -48,23 +62,29 @@ def test_sigkill_then_auto_resume_is_bitwise_identical(tmp_path, synth_root, toy
               "LOG.BASE_PATH", str(tmp_path)]
     straight = run_tool("train_ddp.py", [*common, "LOG.EXP_NAME", "straight"])
     assert straight.returncode == 0, straight.stdout[-3000:]
+    steps_per_epoch = torch.load(tmp_path / "straight" / "checkpoints" / "epoch_1.pth",
+                                 weights_only=True)["iteration"]
+    kill_at = steps_per_epoch + 3  # the 3rd optimizer step of epoch 2
 
-    # The same job, killed with SIGKILL (the whole process group: launcher and workers) as soon
-    # as epoch 2 has started.
+    # The same job, killed with SIGKILL by the hook. Its own session, so that the kill reaches
+    # the launcher and its workers and nothing else.
+    hook_file = tmp_path / "kill_hook.py"
+    hook_file.write_text(KILL_HOOK.format(kill_at=kill_at))
     run_dir = tmp_path / "killed"
     cmd = [sys.executable, os.path.join(ROOT, "tools", "train_ddp.py"), *common,
-           "LOG.EXP_NAME", "killed"]
+           "LOG.EXP_NAME", "killed", "TRAIN.HOOKS", f"['{hook_file}:KillAt']"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    deadline = time.time() + 180
-    while time.time() < deadline and proc.poll() is None:
-        if _train_epoch_2_started(run_dir / "metrics.jsonl"):
-            break
-        time.sleep(0.005)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        assert proc.wait(timeout=240) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     ckpts = sorted(os.listdir(run_dir / "checkpoints"))
     assert ckpts == ["best.pth", "epoch_1.pth"], f"killed at the wrong moment: {ckpts}"
+    trained = [r for r in _records(run_dir / "metrics.jsonl") if r.get("split") == "train"]
+    assert trained[-1]["epoch"] == 2 and trained[-1]["iter"] == kill_at  # DISPLAY_FREQ 1
 
     resumed = run_tool("train_ddp.py", [*common, "LOG.EXP_NAME", "killed"])
     assert resumed.returncode == 0, resumed.stdout[-3000:]
@@ -96,3 +116,77 @@ def test_resume_refuses_a_checkpoint_from_another_config(tmp_path, synth_root, t
     # The error line goes to stderr (zoo/engine/errors.py), the log lines before it to stdout.
     err = [ln for ln in again.stderr.splitlines() if "different config" in ln]
     assert err and "CONFIG.TRAIN.LR: 0.1 -> 0.5" in err[0]
+
+
+def _state(seed):
+    """A small model, its AdamW optimizer, LR schedule and EMA after two steps from ``seed``."""
+    from zoo.engine.ema import ModelEMA
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8),
+                                torch.nn.Linear(8, 3))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    ema = ModelEMA(model, 0.9)
+    for _ in range(2):
+        model(torch.randn(5, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+        ema.update(model)
+    return model, opt, sched, ema
+
+
+def test_load_training_state_restores_everything_a_checkpoint_holds(tmp_path):
+    from zoo.config import cfg_to_yaml, get_cfg
+    from zoo.engine.checkpoint import (
+        gather_rng_states,
+        load_training_state,
+        save_checkpoint,
+        training_state,
+    )
+
+    cfg = get_cfg()
+    model, opt, sched, ema = _state(0)
+    torch.manual_seed(123)
+    rng = gather_rng_states()
+    after_save = torch.rand(3)  # what the random stream gives next at save time
+    state = training_state(model, opt, sched, None, ema, 4, 40, cfg_to_yaml(cfg), rng, 55.5)
+    path = save_checkpoint(str(tmp_path), state, 4)
+
+    model2, opt2, sched2, ema2 = _state(1)  # other weights, moments, LR and EMA
+    torch.manual_seed(999)
+    resumed = load_training_state(path, cfg, model2, opt2, sched2, None, ema2)
+    assert (resumed.epoch, resumed.iteration, resumed.best_top1) == (4, 40, 55.5)
+    assert torch.equal(torch.rand(3), after_save)
+    for a, b in ((model, model2), (ema.module, ema2.module)):
+        for (k, v), v2 in zip(a.state_dict().items(), b.state_dict().values()):
+            assert torch.equal(v, v2), k
+    assert sched2.get_last_lr() == sched.get_last_lr() == [0.0025]
+    for k, s in opt.state_dict()["state"].items():
+        for name, v in s.items():
+            assert torch.equal(v, opt2.state_dict()["state"][k][name]), (k, name)
+
+
+def test_load_training_state_refuses_another_config_and_warns_on_another_world(tmp_path, caplog):
+    import logging
+
+    from zoo.config import cfg_to_yaml, get_cfg
+    from zoo.engine.checkpoint import CheckpointError, load_training_state, training_state
+
+    cfg = get_cfg()
+    model, opt, sched, ema = _state(0)
+    two_ranks = [{"python": None}, {"python": None}]  # states of a 2-process run
+    path = str(tmp_path / "c.pth")
+    torch.save(training_state(model, opt, sched, None, None, 1, 5, cfg_to_yaml(cfg), two_ranks,
+                              -1.0), path)
+    other = cfg.clone()
+    other.CONFIG.TRAIN.LR = 0.5
+    other.CONFIG.TRAIN.HOOKS = ["x.py:Y"]  # hooks may change between a run and its resumption
+    with pytest.raises(CheckpointError, match=r"different config \(CONFIG.TRAIN.LR: 0.1 -> 0.5\)"):
+        load_training_state(path, other, model, opt, sched)
+    with caplog.at_level(logging.WARNING, logger="test_resume"):
+        resumed = load_training_state(path, cfg, model, opt, sched,
+                                      logger=logging.getLogger("test_resume"))
+    assert resumed.epoch == 1
+    assert "holds RNG states for 2 ranks, not 1: random streams restart" in caplog.text

@@ -138,6 +138,11 @@ _C.CONFIG.TRAIN.PRECISE_BN_ITERS = 0
 # "skip" drops that optimizer step (weights, optimizer state and EMA unchanged; the LR schedule
 # still advances) and counts it in the log and metrics.jsonl. See docs/training.md.
 _C.CONFIG.TRAIN.NONFINITE = "stop"
+# Extra trainer hooks, run after the built-in ones (progress bar, metrics, precise BN, validation,
+# checkpoints): entries "path/to/file.py:ClassName" (a user file, loaded like EXTRA_MODULES) or
+# "package.module:ClassName"; each class subclasses zoo.engine.hooks.HookBase and is built with no
+# arguments. See docs/hooks.md.
+_C.CONFIG.TRAIN.HOOKS = []
 
 # ---------------------------------------------- VAL -----------------------------------------------
 _C.CONFIG.VAL = CN()

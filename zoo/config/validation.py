@@ -78,6 +78,12 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("CONFIG.TRAIN.EMA_DECAY", lambda v: 0 <= v < 1, "a number in [0, 1) (0 = off)"),
     ("CONFIG.TRAIN.PRECISE_BN_ITERS", _non_negative, "an integer >= 0 (0 = off)"),
     ("CONFIG.TRAIN.NONFINITE", lambda v: v in ("stop", "skip"), "one of stop, skip"),
+    (
+        "CONFIG.TRAIN.HOOKS",
+        lambda v: all(str(e).rpartition(":")[0] and str(e).rpartition(":")[2].isidentifier()
+                      for e in v),
+        "a list of 'path/to/file.py:ClassName' or 'package.module:ClassName' entries",
+    ),
     ("CONFIG.VAL.FREQ", _non_negative, "an integer >= 0"),
     ("CONFIG.VAL.BATCH_SIZE", _positive, "an integer >= 1"),
     ("CONFIG.TEST.BATCH_SIZE", _positive, "an integer >= 1"),

@@ -1,61 +1,33 @@
-"""Checkpoints: written by rank 0 only, atomically; read with ``torch.load(weights_only=True)``.
+"""Training checkpoints: written by rank 0 only, atomically; resumed by every rank.
 
-A checkpoint is a dict with ``model`` (no ``module.`` prefix), ``optimizer``, ``scheduler``,
-``scaler``, ``epoch`` (epochs completed), ``iteration``, ``cfg`` (YAML text), ``rng`` (one entry
-per rank, so every rank resumes its own random streams), ``best_top1`` and, with EMA, ``ema``.
+The file format, safe loading and atomic writes live in :mod:`zoo.utils.checkpoint_io` (shared
+with the checkpoint converter) and are re-exported here. A training checkpoint adds
+``best_top1`` and, with EMA, ``ema`` to the standard keys; ``rng`` holds one entry per rank.
+:func:`load_training_state` is the resume: it restores everything a checkpoint holds.
 """
 
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import random
 import re
-import shutil
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import numpy as np
 import torch
 import torch.nn as nn
 
 from ..utils import comm
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be used: unsafe, unreadable, or from a different model/config."""
-
-
-class CheckpointWriteError(CheckpointError):
-    """A checkpoint could not be written (disk full, read-only folder); the previous one is
-    intact."""
-
-
-def _free_space(folder: str) -> str:
-    """Free space of the disk holding ``folder`` (or its nearest existing parent), in words."""
-    while folder and not os.path.isdir(folder) and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
-    try:
-        free = shutil.disk_usage(folder or ".").free
-    except OSError:
-        return "free space unknown"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if free < 1024 or unit == "GiB":
-            return f"{free:.0f} {unit} free" if unit == "B" else f"{free:.1f} {unit} free"
-        free /= 1024
-    return ""
-
-
-def _write_failure(path: str, e: BaseException) -> CheckpointWriteError:
-    if isinstance(e, OSError) and e.strerror:
-        why = e.strerror
-    else:  # torch's zip writer reports a failed write as a RuntimeError
-        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        why = re.sub(r"\[enforce fail at [^\]]*\] ", "", lines[0]) if lines else type(e).__name__
-    return CheckpointWriteError(
-        f"could not write checkpoint {path} ({why}; {_free_space(os.path.dirname(path))} there): "
-        "the previous checkpoint is intact; free space or point CONFIG.LOG.BASE_PATH at a "
-        "writable disk, then resume with CONFIG.TRAIN.AUTO_RESUME True"
-    )
+from ..utils.checkpoint_io import (  # noqa: F401  (re-exported: the engine's checkpoint API)
+    CheckpointError,
+    CheckpointWriteError,
+    atomic_save,
+    load_checkpoint,
+    make_checkpoint,
+    write_failure,
+)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -82,29 +54,6 @@ def set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
 
 
-def atomic_save(obj: Any, path: str) -> None:
-    """Write ``obj`` to ``path`` through a temporary file and a rename, so a crash mid-write
-    leaves any previous file at ``path`` intact.
-
-    Raises:
-        CheckpointWriteError: the write failed (ENOSPC, a read-only folder...); the temporary
-            file is removed and any previous file at ``path`` is untouched.
-    """
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass  # never created, or the folder is read-only
-        raise _write_failure(path, e) from e
-
-
 def gather_rng_states() -> List[Dict[str, Any]]:
     """Every rank's RNG states, indexed by rank (a collective: call it on all ranks)."""
     return comm.all_gather_object(rng_state())
@@ -128,7 +77,7 @@ def save_checkpoint(
     try:
         os.makedirs(save_dir, exist_ok=True)
     except OSError as e:
-        raise _write_failure(path, e) from e
+        raise write_failure(path, e) from e
     atomic_save(state, path)
     if is_best:
         atomic_save(state, os.path.join(save_dir, "best.pth"))
@@ -140,35 +89,16 @@ def save_checkpoint(
 
 def training_state(model, optimizer, scheduler, scaler, ema, epoch: int, iteration: int,
                    cfg_yaml: str, rng: List[Dict[str, Any]], best_top1: float) -> Dict[str, Any]:
-    """The checkpoint dict (see the module docstring)."""
-    state = {
-        "model": unwrap(model).state_dict(),
-        "optimizer": optimizer.state_dict() if optimizer is not None else {},
-        "scheduler": scheduler.state_dict() if scheduler is not None else {},
-        "scaler": scaler.state_dict() if scaler is not None else {},
-        "epoch": epoch,
-        "iteration": iteration,
-        "cfg": cfg_yaml,
-        "rng": rng,
-        "best_top1": best_top1,
-    }
+    """The training checkpoint dict (see :func:`zoo.utils.checkpoint_io.make_checkpoint`)."""
+    extra: Dict[str, Any] = {"best_top1": best_top1}
     if ema is not None:
-        state["ema"] = ema.state_dict()
-    return state
-
-
-def load_checkpoint(path: str) -> Dict[str, Any]:
-    """Read a checkpoint safely (no code runs while unpickling); errors name the file."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"checkpoint {path!r} does not exist")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(
-            f"{path}: refused to load ({first}); zoo loads checkpoints with weights_only=True, "
-            "so files that would run code while unpickling are rejected"
-        ) from None
+        extra["ema"] = ema.state_dict()
+    return make_checkpoint(
+        unwrap(model).state_dict(), cfg_yaml,
+        optimizer=optimizer.state_dict() if optimizer is not None else None,
+        scheduler=scheduler.state_dict() if scheduler is not None else None,
+        scaler=scaler.state_dict() if scaler is not None else None,
+        epoch=epoch, iteration=iteration, rng=rng, **extra)
 
 
 def epoch_checkpoints(save_dir: str) -> List[str]:
@@ -188,11 +118,76 @@ def latest_checkpoint(save_dir: str) -> Optional[str]:
     return found[-1] if found else None
 
 
+def find_resume_checkpoint(cfg, save_dir: str, logger: logging.Logger) -> Optional[str]:
+    """RESUME_EPOCH's checkpoint, else (with AUTO_RESUME) the newest one, else None."""
+    train = cfg.CONFIG.TRAIN
+    if train.RESUME_EPOCH >= 0:
+        return os.path.join(save_dir, f"epoch_{train.RESUME_EPOCH}.pth")
+    if train.AUTO_RESUME:
+        path = latest_checkpoint(save_dir)
+        if path is None:
+            logger.info("AUTO_RESUME: no checkpoint in %s yet; starting fresh", save_dir)
+        return path
+    return None
+
+
+class ResumedState(NamedTuple):
+    """Where a resumed run continues: epochs completed, optimizer steps taken, best val top-1."""
+
+    epoch: int
+    iteration: int
+    best_top1: float
+
+
+def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, scaler=None,
+                        ema=None, logger: Optional[logging.Logger] = None) -> ResumedState:
+    """Resume from the checkpoint ``path``: restore the model, optimizer, LR schedule, grad scaler,
+    EMA and this rank's RNG states (every rank calls it).
+
+    Args:
+        path: The checkpoint file.
+        cfg: This run's config, compared with the checkpoint's (see :func:`config_differences`).
+        model: The model (plain or DDP-wrapped); its bare module is loaded.
+        optimizer, scheduler: Loaded from the checkpoint.
+        scaler: The fp16 grad scaler, or None.
+        ema: The :class:`~zoo.engine.ema.ModelEMA`, or None.
+        logger: Where the RNG warning goes (default ``zoo``).
+
+    Raises:
+        CheckpointError: The checkpoint was trained with a different config (the message names
+            up to six keys), or cannot be read.
+    """
+    logger = logger or logging.getLogger("zoo")
+    ckpt = load_checkpoint(path)
+    diffs = config_differences(ckpt.get("cfg", ""), cfg)
+    if diffs:
+        raise CheckpointError(
+            f"{path} was trained with a different config ({'; '.join(diffs[:6])}); use "
+            "another CONFIG.LOG.EXP_NAME or set CONFIG.TRAIN.AUTO_RESUME False"
+        )
+    unwrap(model).load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    scheduler.load_state_dict(ckpt["scheduler"])
+    if scaler is not None and ckpt.get("scaler"):
+        scaler.load_state_dict(ckpt["scaler"])
+    if ema is not None and "ema" in ckpt:
+        ema.load_state_dict(ckpt["ema"])
+    rng, world = ckpt["rng"], comm.get_world_size()
+    if isinstance(rng, list) and len(rng) == world:
+        set_rng_state(rng[comm.get_rank()])
+    else:
+        logger.warning("%s holds RNG states for %s ranks, not %d: random streams restart",
+                       path, len(rng) if isinstance(rng, list) else 1, world)
+    return ResumedState(int(ckpt["epoch"]), int(ckpt.get("iteration", 0)),
+                        float(ckpt.get("best_top1", -1.0)))
+
+
 # Keys that may change between a run and its resumption without changing what is trained.
 _RESUME_FREE = ("DDP_CONFIG.", "CONFIG.LOG.", "CONFIG.VAL.", "CONFIG.TEST.", "CONFIG.EXTRA_MODULES",
                 "CONFIG.TRAIN.EPOCH_NUM", "CONFIG.TRAIN.AUTO_RESUME", "CONFIG.TRAIN.RESUME_EPOCH",
-                "CONFIG.TRAIN.KEEP_LAST", "CONFIG.TRAIN.NONFINITE", "CONFIG.DATA.NUM_WORKERS",
-                "CONFIG.DATA.TRAIN_ANNO_PATH", "CONFIG.DATA.TRAIN_DATA_PATH",
+                "CONFIG.TRAIN.KEEP_LAST", "CONFIG.TRAIN.NONFINITE", "CONFIG.TRAIN.HOOKS",
+                "CONFIG.DATA.NUM_WORKERS", "CONFIG.DATA.TRAIN_ANNO_PATH",
+                "CONFIG.DATA.TRAIN_DATA_PATH",
                 "CONFIG.DATA.VAL_ANNO_PATH", "CONFIG.DATA.VAL_DATA_PATH", "CONFIG.DATA.TEST_",
                 "CONFIG.DATA.SYNTHETIC.ROOT")
 

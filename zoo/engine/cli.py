@@ -15,6 +15,7 @@ from ..utils.logger import setup_logger
 from .data_preflight import check_data
 from .errors import report_failure
 from .finetune import resolve_num_classes
+from .hooks import user_hook_class
 from .launch import launch
 from .output_preflight import check_output_writable
 from .setup import output_dir
@@ -54,6 +55,8 @@ def setup_cfg(args: argparse.Namespace):
     from ..models import MODEL_REGISTRY, model_facts
 
     MODEL_REGISTRY.get(cfg.CONFIG.MODEL.NAME)  # fails here, in one line, not in every worker
+    for entry in cfg.CONFIG.TRAIN.HOOKS:  # likewise for the user's hooks (built in the workers)
+        user_hook_class(entry)
     # Empty DATA.MEAN / STD mean "the model's own" (its facts record).
     return fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
 

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import random
 import sys
+from types import ModuleType
 from typing import Iterable
 
 import numpy as np
@@ -51,32 +52,43 @@ def import_extra_modules(modules: Iterable[str]) -> None:
         FileNotFoundError / ImportError naming the entry when it cannot be loaded.
     """
     for entry in modules:
-        if not entry:
-            continue
-        if entry.endswith(".py") or os.sep in entry or "/" in entry:
-            path = os.path.abspath(os.path.expanduser(entry))
-            if not os.path.isfile(path):
-                raise FileNotFoundError(
-                    f"CONFIG.EXTRA_MODULES entry {entry!r}: no such file (give a .py path or a "
-                    "module name)"
-                )
-            digest = hashlib.sha1(path.encode()).hexdigest()[:10]
-            name = f"zoo_user_{os.path.splitext(os.path.basename(path))[0]}_{digest}"
-            if name in sys.modules:
-                continue
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            try:
-                spec.loader.exec_module(module)
-            except Exception:
-                del sys.modules[name]
-                raise
-        else:
-            try:
-                importlib.import_module(entry)
-            except ModuleNotFoundError as e:
-                raise ImportError(
-                    f"CONFIG.EXTRA_MODULES entry {entry!r} could not be imported ({e}); "
-                    "give a .py path or a module on PYTHONPATH"
-                ) from None
+        if entry:
+            load_user_module(entry)
+
+
+def load_user_module(entry: str, key: str = "CONFIG.EXTRA_MODULES") -> ModuleType:
+    """Import one user file path (``.py``) or module name, once per process, and return it.
+
+    Args:
+        entry: A path to a Python file, or an importable module name.
+        key: The config key named in error messages.
+
+    Raises:
+        FileNotFoundError / ImportError naming ``key`` and the entry when it cannot be loaded.
+    """
+    if entry.endswith(".py") or os.sep in entry or "/" in entry:
+        path = os.path.abspath(os.path.expanduser(entry))
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{key} entry {entry!r}: no such file (give a .py path or a module name)"
+            )
+        digest = hashlib.sha1(path.encode()).hexdigest()[:10]
+        name = f"zoo_user_{os.path.splitext(os.path.basename(path))[0]}_{digest}"
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception:
+            del sys.modules[name]
+            raise
+        return module
+    try:
+        return importlib.import_module(entry)
+    except ModuleNotFoundError as e:
+        raise ImportError(
+            f"{key} entry {entry!r} could not be imported ({e}); "
+            "give a .py path or a module on PYTHONPATH"
+        ) from None

@@ -24,6 +24,12 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
+from ...utils.checkpoint_io import (
+    CheckpointWriteError,
+    atomic_save,
+    make_checkpoint,
+    write_failure,
+)
 from .common import ConversionError, Layout, Report, Scheme, map_state, read_source
 from .gluoncv import GluonCVScheme
 from .mmaction2 import MMAction2Scheme
@@ -131,22 +137,17 @@ def convert_checkpoint(
     model_kwargs = dict(model_kwargs or {})
     source = read_source(src, _scheme(scheme).state_keys, allow_pickle=allow_pickle)
     state, num_classes, report = convert_state_dict(source, scheme, model_name, **model_kwargs)
-    ckpt = {
-        "model": state,
-        "optimizer": {},
-        "scheduler": {},
-        "scaler": {},
-        "epoch": 0,
-        "iteration": 0,
-        "cfg": _cfg_text(model_name, num_classes, model_kwargs),
-        "rng": {},
-        "converted_from": {"scheme": scheme, "file": os.path.basename(src),
-                           "num_tensors": len(source)},
-    }
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    tmp = f"{out}.tmp.{os.getpid()}"
-    torch.save(ckpt, tmp)
-    os.replace(tmp, out)
+    ckpt = make_checkpoint(
+        state, _cfg_text(model_name, num_classes, model_kwargs),
+        converted_from={"scheme": scheme, "file": os.path.basename(src),
+                        "num_tensors": len(source)})
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        atomic_save(ckpt, out, hint="free space or write OUT to another disk")
+    except OSError as e:  # the folder could not be made
+        raise ConversionError(str(write_failure(out, e, "write OUT to a writable folder"))) from e
+    except CheckpointWriteError as e:
+        raise ConversionError(str(e)) from e
     for line in report.lines():
         logger.info("%s", line)
     return report

@@ -1,0 +1,328 @@
+"""Each trainer hook on its own, in this process: a fake trainer (the attributes hooks read), a tiny
+model, a temporary folder. No process is spawned and no process group exists (world size 1)."""
+
+import json
+import logging
+import types
+
+import pytest
+import torch
+import torch.nn as nn
+
+from zoo.config import ConfigError, get_cfg
+from zoo.engine import hooks as H
+from zoo.engine.checkpoint import load_checkpoint
+from zoo.engine.ema import ModelEMA
+from zoo.engine.metrics import MetricsWriter
+from zoo.engine.trainer import Trainer
+
+
+class FakeTrainer:
+    """The trainer attributes the built-in hooks read, filled in by each test."""
+
+    def __init__(self, tmp_path, epochs=3, val_every=1, model=None):
+        self.cfg = get_cfg()
+        self.cfg.defrost()
+        self.cfg.CONFIG.TRAIN.BATCH_SIZE = 2
+        self.logger = logging.getLogger("test_hooks")
+        self.device = torch.device("cpu")
+        self.out_dir = str(tmp_path)
+        self.writer = MetricsWriter(str(tmp_path), None)
+        self.model = model or nn.Linear(4, 3)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.scheduler = types.SimpleNamespace(get_last_lr=lambda: 0.05,
+                                               state_dict=lambda: {"last": 0.05})
+        self.step = types.SimpleNamespace(skipped=0, ema=None, scaler=None)
+        self.epochs, self.start_epoch, self.epoch = epochs, 0, 0
+        self.iters_per_epoch, self.iteration, self.inner_iter = 3, 0, 0
+        self.batch, self.loss, self.progress_bar = None, None, None
+        self.best_top1, self.is_best = -1.0, False
+        self.cfg_yaml = "CONFIG: {}\n"
+        self.val_every = val_every
+        self.train_loader = self.val_loader = None
+
+    def is_last_epoch(self):
+        return self.epoch + 1 == self.epochs
+
+    def validation_due(self):
+        return self.is_last_epoch() or (self.epoch + 1) % self.val_every == 0
+
+
+def _attach(hook, trainer):
+    hook.trainer = trainer
+    return hook
+
+
+def _records(path):
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
+def test_progress_bar_is_off_without_a_console(tmp_path):
+    t = FakeTrainer(tmp_path)
+    bar = _attach(H.ProgressBar(True), t)
+    bar.before_epoch()  # pytest's stderr is not a terminal
+    assert t.progress_bar is None
+    bar.after_step()
+    bar.after_epoch()
+
+
+def test_progress_bar_counts_the_steps_and_closes(tmp_path, monkeypatch):
+    monkeypatch.setattr(H, "show_progress", lambda enabled: enabled)
+    t = FakeTrainer(tmp_path)
+    t.epoch = 1
+    bar = _attach(H.ProgressBar(True), t)
+    bar.before_epoch()
+    tq = t.progress_bar
+    assert tq.total == 3 and tq.desc.startswith("epoch 2/3")
+    for _ in range(3):
+        bar.after_step()
+    assert tq.n == 3
+    bar.after_epoch()
+    assert t.progress_bar is None and tq.disable  # tqdm marks a closed bar disabled
+    _attach(H.ProgressBar(False), t).before_epoch()
+    assert t.progress_bar is None
+
+
+def test_metrics_logger_records_and_lines(tmp_path, caplog):
+    t = FakeTrainer(tmp_path)
+    log = _attach(H.MetricsLogger(display_freq=2), t)
+    losses, n_bad = [0.5, 1.5, 4.0], [0, 1, 2]
+    with caplog.at_level(logging.INFO, logger="test_hooks"):
+        log.before_train()
+        log.before_epoch()
+        for i, (loss, bad) in enumerate(zip(losses, n_bad)):
+            t.inner_iter, t.iteration = i, i + 1
+            t.batch = (None, None, None, torch.tensor([bad, 0]))
+            t.loss = torch.tensor(loss)
+            log.after_step()
+        t.step.skipped = 1
+        log.after_epoch()
+        log.after_train()
+    recs = _records(tmp_path / "metrics.jsonl")
+    train = [r for r in recs if r["split"] == "train"]
+    # DISPLAY_FREQ 2 over 3 iterations: after the 2nd, and at the epoch's end.
+    assert [(r["iter"], r["loss"], r["lr"]) for r in train] == [(2, 1.5, 0.05), (3, 4.0, 0.05)]
+    assert all(r["epoch"] == 1 and r["clips_per_s"] > 0 for r in train)
+    (epoch,) = [r for r in recs if r["split"] == "train_epoch"]
+    assert epoch["loss"] == pytest.approx(sum(losses) / 3)
+    assert epoch["skipped_videos"] == 3 and epoch["skipped_steps"] == 1 and epoch["time_s"] >= 0
+    text = caplog.text
+    assert "first iteration done" in text
+    assert "epoch 1 iter 2/3 loss 1.5000 lr 0.05" in text
+    assert "epoch 1 iter 3/3 loss 4.0000" in text
+    assert "epoch 1 done: mean loss 2.0000" in text and "3 bad videos skipped, 1 non-finite" in text
+
+
+def test_metrics_logger_shows_numbers_on_an_open_bar_instead_of_lines(tmp_path, caplog):
+    t = FakeTrainer(tmp_path)
+    shown = {}
+    t.progress_bar = types.SimpleNamespace(set_postfix=lambda **kw: shown.update(kw))
+    log = _attach(H.MetricsLogger(display_freq=1), t)
+    log.before_epoch()
+    t.batch, t.loss, t.epoch, t.start_epoch = (0, 0, 0, torch.zeros(2)), torch.tensor(0.25), 1, 0
+    with caplog.at_level(logging.INFO, logger="test_hooks"):
+        log.after_step()
+    assert shown["loss"] == "0.250" and shown["lr"] == "0.05"
+    assert "iter 1/3" not in caplog.text and "first iteration" not in caplog.text  # not epoch 0
+
+
+def _bn_model():
+    return nn.Sequential(nn.BatchNorm1d(4), nn.Linear(4, 3))
+
+
+def test_precise_bn_recomputes_statistics_only_before_a_validation(tmp_path):
+    torch.manual_seed(0)
+    model = _bn_model()
+    batches = [(torch.randn(8, 4) * (i + 1) + i, torch.zeros(8, dtype=torch.long), None, None)
+               for i in range(3)]
+    t = FakeTrainer(tmp_path, epochs=3, val_every=2, model=model)
+    t.train_loader = batches
+    hook = _attach(H.PreciseBN(num_iters=3), t)
+    t.epoch = 0  # epoch 1: no validation after it
+    hook.after_epoch()
+    assert torch.equal(model[0].running_mean, torch.zeros(4))
+    t.epoch = 1  # epoch 2: validation
+    hook.after_epoch()
+    # The true average over the 3 batches of each batch's mean and (unbiased) variance.
+    means = torch.stack([b[0].mean(0) for b in batches]).mean(0)
+    var = torch.stack([b[0].var(0, unbiased=True) for b in batches]).mean(0)
+    assert torch.allclose(model[0].running_mean, means, atol=1e-5)
+    assert torch.allclose(model[0].running_var, var, atol=1e-4)
+    before = model[0].running_mean.clone()
+    _attach(H.PreciseBN(num_iters=0), t).after_epoch()
+    assert torch.equal(model[0].running_mean, before)
+
+
+class Fixed(nn.Module):
+    """Predicts class ``pred[i]`` for the clip whose first value is ``i``."""
+
+    def __init__(self, pred):
+        super().__init__()
+        self.register_buffer("pred", torch.tensor(pred))
+        self.w = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x):
+        idx = x.flatten(1)[:, 0].long()
+        return nn.functional.one_hot(self.pred[idx], 3).float() * 10 + self.w
+
+
+def _val_batches(labels):
+    clips = torch.arange(len(labels), dtype=torch.float).view(-1, 1).repeat(1, 4)
+    labels = torch.tensor(labels)
+    idx = torch.arange(len(labels))
+    return [(clips[i:i + 2], labels[i:i + 2], idx[i:i + 2], torch.zeros(2, dtype=torch.long))
+            for i in range(0, len(labels), 2)]
+
+
+def test_validation_scores_logs_and_tracks_the_best(tmp_path, caplog):
+    labels = [0, 1, 2, 0]
+    t = FakeTrainer(tmp_path, epochs=3, val_every=2, model=Fixed([0, 1, 0, 0]))  # 3 of 4 right
+    t.val_loader = _val_batches(labels)
+    hook = _attach(H.Validation(), t)
+    t.epoch = 0
+    hook.after_epoch()
+    assert not (tmp_path / "metrics.jsonl").exists() and t.best_top1 == -1.0
+    t.epoch, t.iteration = 1, 7
+    with caplog.at_level(logging.INFO, logger="test_hooks"):
+        hook.after_epoch()
+    (rec,) = _records(tmp_path / "metrics.jsonl")
+    assert rec["split"] == "val" and rec["epoch"] == 2 and rec["top1"] == 75.0
+    assert rec["num_videos"] == 4 and rec["skipped_videos"] == 0
+    assert t.is_best and t.best_top1 == 75.0
+    assert "epoch 2 val: top1 75.00" in caplog.text
+    # The last epoch validates too; a worse model is not the best.
+    t.model.pred.copy_(torch.tensor([1, 1, 1, 1]))
+    t.epoch = 2
+    hook.after_epoch()
+    assert not t.is_best and t.best_top1 == 75.0
+
+
+def test_validation_evaluates_the_ema_weights_when_ema_is_on(tmp_path, caplog):
+    model = Fixed([1, 1, 1, 1])  # all wrong but one
+    ema = ModelEMA(model, 0.5)
+    ema.module.pred.copy_(torch.tensor([0, 1, 2, 0]))  # all right
+    t = FakeTrainer(tmp_path, epochs=1, model=model)
+    t.step.ema = ema
+    t.val_loader = _val_batches([0, 1, 2, 0])
+    with caplog.at_level(logging.INFO, logger="test_hooks"):
+        _attach(H.Validation(), t).after_epoch()
+    assert _records(tmp_path / "metrics.jsonl")[0]["top1"] == 100.0
+    assert "epoch 1 val (EMA): top1 100.00" in caplog.text
+
+
+def test_checkpointer_saves_on_its_schedule_and_the_best(tmp_path):
+    t = FakeTrainer(tmp_path, epochs=3)
+    save_dir = tmp_path / "ckpt"
+    hook = _attach(H.Checkpointer(str(save_dir), save_freq=2), t)
+    t.epoch = 0
+    hook.after_epoch()
+    assert not save_dir.exists()
+    t.epoch, t.iteration, t.best_top1, t.is_best = 1, 10, 60.0, True
+    hook.after_epoch()
+    assert sorted(p.name for p in save_dir.iterdir()) == ["best.pth", "epoch_2.pth"]
+    t.epoch, t.iteration, t.is_best = 2, 15, False  # the last epoch is always saved
+    with torch.no_grad():
+        t.model.weight.add_(1.0)
+    hook.after_epoch()
+    ckpt = load_checkpoint(str(save_dir / "epoch_3.pth"))
+    assert (ckpt["epoch"], ckpt["iteration"], ckpt["best_top1"]) == (3, 15, 60.0)
+    assert torch.equal(ckpt["model"]["weight"], t.model.weight)
+    assert isinstance(ckpt["rng"], list) and len(ckpt["rng"]) == 1 and "ema" not in ckpt
+    assert ckpt["scheduler"] == {"last": 0.05} and ckpt["cfg"] == t.cfg_yaml
+    assert load_checkpoint(str(save_dir / "best.pth"))["epoch"] == 2
+
+
+USER_HOOKS = '''
+from zoo.engine.hooks import HookBase
+
+
+class Counter(HookBase):
+    def __init__(self):
+        self.calls = []
+
+    def after_step(self):
+        self.calls.append(self.trainer.iteration)
+
+
+class NotAHook:
+    pass
+'''
+
+
+def test_user_hooks_load_from_a_file_or_a_module(tmp_path):
+    path = tmp_path / "my_hooks.py"
+    path.write_text(USER_HOOKS)
+    hooks = H.load_user_hooks([f"{path}:Counter", "zoo.engine.hooks:HookBase", ""])
+    assert [type(h).__name__ for h in hooks] == ["Counter", "HookBase"]
+    assert type(hooks[0]).__module__.startswith("zoo_user_my_hooks")
+
+
+@pytest.mark.parametrize("entry, error, words", [
+    ("{path}", ConfigError, "is not 'file.py:ClassName'"),
+    ("{path}:Missing", ConfigError, "defines no 'Missing' (hook classes there: Counter)"),
+    ("{path}:NotAHook", ConfigError, "NotAHook is not a subclass of zoo.engine.hooks.HookBase"),
+    ("{dir}/nope.py:Counter", FileNotFoundError, "no such file"),
+    ("no_such_module_xyz:Counter", ImportError, "could not be imported"),
+])
+def test_a_bad_hook_entry_names_the_key_and_the_value(tmp_path, entry, error, words):
+    path = tmp_path / "my_hooks.py"
+    path.write_text(USER_HOOKS)
+    entry = entry.format(path=path, dir=tmp_path)
+    with pytest.raises(error) as e:
+        H.load_user_hook(entry)
+    assert "CONFIG.TRAIN.HOOKS" in str(e.value) and repr(entry.split(":")[0])[1:-1] in str(e.value)
+    assert words in str(e.value)
+
+
+class Recorder(H.HookBase):
+    def __init__(self, events):
+        self.events = events
+
+    def __getattribute__(self, name):
+        if name in ("before_train", "after_train", "before_epoch", "after_epoch",
+                    "before_step", "after_step"):
+            t = object.__getattribute__(self, "trainer")
+            return lambda: self.events.append((name, t.epoch, t.inner_iter, t.iteration))
+        return object.__getattribute__(self, name)
+
+
+def _bare_trainer(tmp_path, accum_steps, n_batches, epochs):
+    """A Trainer with only what its loop uses (no worker setup, loaders or process group)."""
+    from zoo.engine.step import TrainStep
+
+    t = Trainer.__new__(Trainer)
+    t.cfg = get_cfg()
+    t.cfg.defrost()
+    t.cfg.CONFIG.TRAIN.ACCUM_STEPS = accum_steps
+    t.cfg.CONFIG.LOG.BASE_PATH = str(tmp_path)
+    t.logger, t.out_dir, t.save_dir = logging.getLogger("test_hooks"), str(tmp_path), str(tmp_path)
+    t.model = nn.Linear(4, 3)
+    t.optimizer = torch.optim.SGD(t.model.parameters(), lr=0.1)
+    t.scheduler = torch.optim.lr_scheduler.LambdaLR(t.optimizer, lambda s: 1.0)
+    t.scheduler.base_lr = 0.1
+    t.step = TrainStep(t.model, t.optimizer, t.scheduler, torch.device("cpu"), 3,
+                       accum_steps=accum_steps)
+    t.train_loader = torch.utils.data.DataLoader(
+        [(torch.randn(4), i % 3, i, 0) for i in range(2 * n_batches)], batch_size=2)
+    t.iters_per_epoch = len(t.train_loader)
+    t.steps_per_epoch = t.iters_per_epoch // accum_steps
+    t.epochs, t.start_epoch, t.epoch, t.iteration, t.inner_iter = epochs, 0, 0, 0, 0
+    t.best_top1, t.is_best, t.hooks = -1.0, False, []
+    return t
+
+
+def test_the_trainer_calls_hooks_in_order_and_counts_optimizer_steps(tmp_path):
+    # 5 batches, ACCUM_STEPS 2: 2 optimizer steps per epoch, the 5th batch is dropped.
+    t = _bare_trainer(tmp_path, accum_steps=2, n_batches=5, epochs=2)
+    events = []
+    t.register_hooks([Recorder(events), Recorder(events)])
+    t.train()
+    names = [e[0] for e in events]
+    assert names[:2] == ["before_train"] * 2 and names[-2:] == ["after_train"] * 2
+    steps = [e for e in events if e[0] == "after_step"][::2]  # each hook once per step
+    assert [(e[1], e[2], e[3]) for e in steps] == [
+        (0, 0, 0), (0, 1, 1), (0, 2, 1), (0, 3, 2), (1, 0, 2), (1, 1, 3), (1, 2, 3), (1, 3, 4)]
+    epoch0 = names[2:names.index("after_epoch") + 2]
+    assert epoch0 == (["before_epoch"] * 2 + ["before_step", "before_step", "after_step",
+                                              "after_step"] * 4 + ["after_epoch"] * 2)
+    assert t.step.steps == 4 and t.iteration == 4

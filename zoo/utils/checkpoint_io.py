@@ -1,0 +1,138 @@
+"""The checkpoint file format and its safe reads and atomic writes, for every writer of zoo files.
+
+A zoo checkpoint is a dict with ``model`` (a state dict without ``module.`` prefixes),
+``optimizer``, ``scheduler``, ``scaler``, ``epoch`` (epochs completed), ``iteration``, ``cfg``
+(YAML text), ``rng`` (one entry per rank, so every rank resumes its own random streams), in that
+order, plus optional keys: ``best_top1`` and ``ema`` (training), ``converted_from`` (the
+converter). :func:`make_checkpoint` builds it, :func:`atomic_save` writes it and
+:func:`load_checkpoint` reads it with ``torch.load(weights_only=True)``.
+
+This module sits below ``zoo.models`` and ``zoo.engine`` (the trainer and the converter both write
+through it); training-specific parts (RNG gathering, resume, epoch files) live in
+``zoo.engine.checkpoint``. torch is imported inside the functions, so importing this is cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from typing import Any, Dict
+
+# The keys every zoo checkpoint has, in the order they are written.
+CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "scaler", "epoch", "iteration", "cfg", "rng")
+
+# What a failed training checkpoint write tells the user to do (the default of atomic_save).
+RESUME_HINT = ("free space or point CONFIG.LOG.BASE_PATH at a writable disk, then resume with "
+               "CONFIG.TRAIN.AUTO_RESUME True")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be used: unsafe, unreadable, or from a different model/config."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written (disk full, read-only folder); the previous one is
+    intact."""
+
+
+def make_checkpoint(model_state: Dict[str, Any], cfg_yaml: str, *, optimizer=None, scheduler=None,
+                    scaler=None, epoch: int = 0, iteration: int = 0, rng: Any = None,
+                    **extra: Any) -> Dict[str, Any]:
+    """The checkpoint dict (see the module docstring); empty parts are written as ``{}``.
+
+    Args:
+        model_state: The bare model's state dict.
+        cfg_yaml: The config as YAML text.
+        optimizer, scheduler, scaler: Their state dicts (None = not saved).
+        epoch: Epochs completed.
+        iteration: Optimizer steps taken.
+        rng: Every rank's RNG states (None = not saved).
+        **extra: Optional keys, appended after the standard ones.
+    """
+    state = {
+        "model": model_state,
+        "optimizer": optimizer if optimizer is not None else {},
+        "scheduler": scheduler if scheduler is not None else {},
+        "scaler": scaler if scaler is not None else {},
+        "epoch": epoch,
+        "iteration": iteration,
+        "cfg": cfg_yaml,
+        "rng": rng if rng is not None else {},
+    }
+    state.update(extra)
+    return state
+
+
+def _free_space(folder: str) -> str:
+    """Free space of the disk holding ``folder`` (or its nearest existing parent), in words."""
+    while folder and not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    try:
+        free = shutil.disk_usage(folder or ".").free
+    except OSError:
+        return "free space unknown"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if free < 1024 or unit == "GiB":
+            return f"{free:.0f} {unit} free" if unit == "B" else f"{free:.1f} {unit} free"
+        free /= 1024
+    return ""
+
+
+def write_failure(path: str, e: BaseException, hint: str = RESUME_HINT) -> CheckpointWriteError:
+    """The one-line error for a failed write of ``path``: why, the free space there, the fix."""
+    if isinstance(e, OSError) and e.strerror:
+        why = e.strerror
+    else:  # torch's zip writer reports a failed write as a RuntimeError
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        why = re.sub(r"\[enforce fail at [^\]]*\] ", "", lines[0]) if lines else type(e).__name__
+    return CheckpointWriteError(
+        f"could not write checkpoint {path} ({why}; {_free_space(os.path.dirname(path))} there): "
+        f"the previous checkpoint is intact; {hint}"
+    )
+
+
+def atomic_save(obj: Any, path: str, hint: str = RESUME_HINT) -> None:
+    """Write ``obj`` to ``path`` through a temporary file and a rename, so a crash mid-write
+    leaves any previous file at ``path`` intact.
+
+    Args:
+        obj: What ``torch.save`` writes.
+        path: The final file name.
+        hint: What the error message tells the user to do when the write fails.
+
+    Raises:
+        CheckpointWriteError: the write failed (ENOSPC, a read-only folder...); the temporary
+            file is removed and any previous file at ``path`` is untouched.
+    """
+    import torch
+
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass  # never created, or the folder is read-only
+        raise write_failure(path, e, hint) from e
+
+
+def load_checkpoint(path: str) -> Dict[str, Any]:
+    """Read a checkpoint safely (no code runs while unpickling); errors name the file."""
+    import torch
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint {path!r} does not exist")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(
+            f"{path}: refused to load ({first}); zoo loads checkpoints with weights_only=True, "
+            "so files that would run code while unpickling are rejected"
+        ) from None
