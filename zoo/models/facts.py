@@ -12,7 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "KINETICS_MEAN", "KINETICS_STD", "ModelFacts"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "KINETICS_MEAN", "KINETICS_STD", "ModelFacts",
+           "video_facts"]
 
 # Normalisations the families share (ImageNet's; the 0.45 / 0.225 of PySlowFast's Kinetics nets).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

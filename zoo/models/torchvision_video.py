@@ -80,9 +80,11 @@ def _mvit_v2_s(num_classes: int, spatial_size: Tuple[int, int] = (224, 224),
                 num_classes=num_classes, **kwargs)
 
 
-# torchvision class -> the dotted path of its classifier layer.
-_CLASSIFIERS = {"VideoResNet": "fc", "S3D": "classifier.1", "MViT": "head.1",
-                "SwinTransformer3d": "head"}
+# torchvision class -> the dotted path of its classifier layer and the std of torchvision's normal
+# init of it (reset_classifier repeats it; trunc_normal_(std=0.02) cuts at +-2, i.e. never; None:
+# PyTorch's default init, as torchvision leaves S3D's conv).
+_CLASSIFIERS = {"VideoResNet": ("fc", 0.01), "S3D": ("classifier.1", None),
+                "MViT": ("head.1", 0.02), "SwinTransformer3d": ("head", 0.02)}
 # torchvision class -> its subclass with ClassifierMixin (made once, on first use, so importing
 # zoo.models does not import torchvision.models).
 _WITH_CLASSIFIER: Dict[type, type] = {}
@@ -93,7 +95,8 @@ def _with_classifier(model: nn.Module) -> nn.Module:
     added, so modules, state dict and forward stay torchvision's."""
     cls = type(model)
     if cls not in _WITH_CLASSIFIER:
-        attrs = {"classifier_name": _CLASSIFIERS[cls.__name__], "__module__": __name__,
+        path, std = _CLASSIFIERS[cls.__name__]
+        attrs = {"classifier_name": path, "head_init_std": std, "__module__": __name__,
                  "__doc__": cls.__doc__}
         _WITH_CLASSIFIER[cls] = type(cls.__name__, (ClassifierMixin, cls), attrs)
     model.__class__ = _WITH_CLASSIFIER[cls]
