@@ -124,6 +124,8 @@ class R2Plus1D(ClassifierMixin, nn.Module):
             blocks (gluoncv's R(2+1)D-50).
     """
 
+    head_init_std = 0.01  # torchvision's; reset_classifier uses it too
+
     def __init__(self, layers: Sequence[int], num_classes: int = 400, width: int = 64,
                  dropout: float = 0.0, in_channels: int = 3, bottleneck: bool = False) -> None:
         super().__init__()
@@ -151,10 +153,9 @@ class R2Plus1D(ClassifierMixin, nn.Module):
         self.avgpool = nn.AdaptiveAvgPool3d(1)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.fc = nn.Linear(in_ch, num_classes)
-        self.head_init_std = 0.01  # what reset_classifier uses too
         # torchvision's VideoResNet init (MSRA convs, unit BN, N(0, 0.01) head), which is
         # PySlowFast's without the zeroed last BN: a fresh zoo net starts like theirs.
-        init_3d_weights(self, zero_init_final_bn=False, head_init_std=0.01)
+        init_3d_weights(self, zero_init_final_bn=False, head_init_std=self.head_init_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, num_classes)`` of a clip ``(B, C, T, H, W)``."""
