@@ -1,21 +1,26 @@
-"""An example of a model defined outside zoo/, registered with zoo's MODEL_REGISTRY.
+"""An example of a model defined outside zoo/, registered with zoo's ``register_model``.
 
 zoo imports this file when a config lists it under ``CONFIG.EXTRA_MODULES`` (or when a tool gets
-``--extra-modules examples/my_model.py``); the ``@MODEL_REGISTRY.register()`` below then runs and
+``--extra-modules examples/my_model.py``); the ``register_model`` call below then runs and
 ``CONFIG.MODEL.NAME: 'my_tiny_c3d'`` finds the builder. Nothing in zoo/ is edited.
 
     python tools/train_ddp.py --config-file configs/custom/my_model_example.yaml
 
 The builder contract (see ``MODEL_REGISTRY.__doc__``): called as ``fn(num_classes=N, **kwargs)``
 with the kwargs from ``CONFIG.MODEL.KWARGS``; returns an ``nn.Module`` that maps a float clip
-``(B, C, T, H, W)`` to logits ``(B, num_classes)``. An optional ``facts`` dict beside it is shown
-by ``tools/list_models.py --extra-modules examples/my_model.py``.
+``(B, C, T, H, W)`` to logits ``(B, num_classes)``. The ``ModelFacts`` beside it are shown by
+``tools/list_models.py --extra-modules examples/my_model.py``.
+
+TinyC3D defines no ``get_classifier()``: zoo takes its last ``nn.Linear`` (``fc``) as the
+classifier, for fine-tuning and for re-initialising the head of pretrained weights. A model whose
+head is not its last ``nn.Linear`` inherits ``zoo.models.ClassifierMixin`` and sets
+``classifier_name``.
 """
 
 import torch
 import torch.nn as nn
 
-from zoo.models import MODEL_REGISTRY
+from zoo.models import ModelFacts, register_model
 
 
 def conv_bn_relu(in_ch: int, out_ch: int, stride: int) -> nn.Sequential:
@@ -55,22 +60,17 @@ class TinyC3D(nn.Module):
         return self.fc(self.dropout(x))
 
 
-@MODEL_REGISTRY.register()
-def my_tiny_c3d(num_classes: int = 400, width: int = 16, stages: int = 3,
-                dropout: float = 0.2) -> nn.Module:
-    """TinyC3D with typed keyword arguments (never the whole config).
+# params at 400 classes with the default kwargs; gflops per 8 x 56 x 56 clip.
+register_model(
+    "my_tiny_c3d", TinyC3D,
+    ModelFacts(input_frames=8, sampling_stride=2, crop_size=56, mean=(0.45, 0.45, 0.45),
+               std=(0.225, 0.225, 0.225), params=96_640, gflops=0.1),
+    """TinyC3D (typed keyword arguments, never the whole config).
 
     Args:
         num_classes: Output classes (zoo passes CONFIG.DATA.NUM_CLASSES).
-        width: First-stage channels (CONFIG.MODEL.KWARGS ['width', 32] changes it).
-        stages: Conv stages.
-        dropout: Dropout before the classifier.
-    """
-    return TinyC3D(num_classes, width=width, stages=stages, dropout=dropout)
-
-
-# Optional: what tools/list_models.py shows. params at 400 classes with the default kwargs.
-my_tiny_c3d.facts = {
-    "task": "video", "input_frames": 8, "sampling_stride": 2, "crop_size": 56,
-    "mean": [0.45, 0.45, 0.45], "std": [0.225, 0.225, 0.225], "params": 96_640, "gflops": 0.1,
-}
+        **kwargs: ``width`` (CONFIG.MODEL.KWARGS ['width', 32] changes it), ``stages``,
+            ``dropout``.
+    """,
+    width=16, stages=3, dropout=0.2,
+)

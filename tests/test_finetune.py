@@ -57,3 +57,54 @@ def test_finetune_to_a_different_class_count(tmp_path, synth_root):
     assert val["num_videos"] == 9
     assert val["top5"] == 100.0  # top-5 of 3 classes is top-3: always right
     assert 0.0 <= val["top1"] <= 100.0
+
+
+# ----------------------------------------------------------------------------- classifier rule
+# Models that do not define get_classifier() (a user's EXTRA_MODULES file): the module
+# `classifier_name` names, else the last nn.Linear; a one-line error when there is none.
+def test_classifier_of_a_model_without_get_classifier():
+    import torch.nn as nn
+
+    from zoo.engine.finetune import classifier_module, freeze_backbone
+    from zoo.models.pretrained import head_keys
+
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    assert classifier_module(net) is net[2]
+    assert head_keys(net) == ("2.weight", "2.bias")
+    assert freeze_backbone(net) == ["0.weight", "0.bias"]
+    assert net[2].weight.requires_grad and not net[0].weight.requires_grad
+    net.classifier_name = "0"
+    assert classifier_module(net) is net[0] and head_keys(net) == ("0.weight", "0.bias")
+
+
+def test_no_classifier_is_one_line_and_the_loader_says_why():
+    import torch
+    import torch.nn as nn
+
+    from zoo.engine.finetune import classifier_module
+    from zoo.models.pretrained import head_keys, load_state
+    from zoo.models.weights import WeightsError
+
+    net = nn.Sequential(nn.Conv3d(3, 4, 1), nn.Conv3d(4, 5, 1))
+    with pytest.raises(ValueError) as e:
+        classifier_module(net)
+    msg = str(e.value)
+    assert "\n" not in msg and "get_classifier()" in msg and "classifier_name" in msg
+    # The loader does not guess a head: a class-count change is an error that says why.
+    assert head_keys(net) == ()
+    other = {k: torch.zeros((7,) + v.shape[1:]) if k.startswith("1.") else v
+             for k, v in net.state_dict().items()}
+    with pytest.raises(WeightsError, match="no classifier found"):
+        load_state(net, other)
+
+
+def test_classifier_module_sees_through_wrappers():
+    import torch
+    import torch.nn as nn
+
+    import zoo
+    from zoo.engine.finetune import classifier_module
+
+    model = zoo.create_model("resnet18", num_classes=3, base_width=8)
+    assert classifier_module(nn.DataParallel(model)) is model.fc
+    assert classifier_module(torch.compile(model)) is model.fc  # compiles lazily: no cost here

@@ -78,6 +78,51 @@ def _seed():
 ARCHS = zoo.list_models(aliases=False)
 
 
+def _outputs(layer: nn.Module) -> int:
+    """Outputs of a classifier layer, read from the layer type's own attribute."""
+    return layer.out_features if isinstance(layer, nn.Linear) else layer.out_channels
+
+
+def _tiny_kwargs(arch: str) -> dict:
+    """Small widths and one block per stage where a family takes ``layers``: the head does not
+    depend on depth, and building every registered name must stay quick."""
+    kwargs = _small_kwargs(arch)
+    if arch.startswith(("resnet", "tsn", "r2plus1d_resnet")):
+        kwargs["layers"] = (1, 1, 1, 1)
+    if arch.startswith("i3d_nl"):
+        kwargs.update(depth=18, nonlocal_blocks=((), (1,), (1,), ()))
+    return kwargs
+
+
+@pytest.mark.parametrize("name", zoo.list_models())
+def test_every_model_has_get_and_reset_classifier(name):
+    from zoo.engine.finetune import classifier_module
+    from zoo.models.pretrained import head_keys
+
+    facts = model_facts(name)
+    classes = facts["num_classes"] or NUM_CLASSES  # a gluoncv name may fix its class count
+    # zoo's nets are built small on the CPU (cheaper than on the meta device, whose random init
+    # runs in Python); torchvision's have no small variants and are built on the meta device.
+    with torch.device("meta" if facts["source"] == "torchvision" else "cpu"):
+        model = zoo.create_model(name, num_classes=classes,
+                                 **_tiny_kwargs(facts["alias_of"] or name))
+    head = model.get_classifier()
+    assert isinstance(head, nn.Module) and _outputs(head) == classes
+    # The pretrained loader and fine-tuning see the same layer.
+    assert classifier_module(model) is head
+    head_name = next(n for n, m in model.named_modules() if m is head)
+    assert head_keys(model)[:2] == (f"{head_name}.weight", f"{head_name}.bias")
+    keys = {k: v.shape for k, v in model.state_dict().items()}
+
+    model.reset_classifier(7)
+    new = model.get_classifier()
+    assert new is not head and _outputs(new) == 7
+    after = {k: v.shape for k, v in model.state_dict().items()}
+    assert after.keys() == keys.keys()  # same names: a checkpoint still loads by key
+    changed = {k for k in keys if after[k] != keys[k]}
+    assert changed == set(head_keys(model)) and all(after[k][0] == 7 for k in changed)
+
+
 @pytest.mark.parametrize("name", ARCHS)
 def test_forward_backward(name):
     model = zoo.create_model(name, num_classes=NUM_CLASSES, **_small_kwargs(name)).train()
@@ -90,6 +135,18 @@ def test_forward_backward(name):
     grads = [p.grad for p in model.parameters() if p.requires_grad]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
     assert any(g.abs().sum() > 0 for g in grads)
+
+    # reset_classifier(7): the forward now ends in a fresh 7-output layer. With its weight zeroed
+    # and its bias 0..6, every clip's logits are exactly 0..6 (any pooling or averaging after the
+    # layer, as in TSN or S3D, keeps a constant), which only holds if the forward uses that layer.
+    model.reset_classifier(7)
+    head = model.get_classifier()
+    assert _outputs(head) == 7
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.copy_(torch.arange(7.0))
+        out = model.eval()(x)
+    assert torch.equal(out, torch.arange(7.0).expand(x.shape[0], 7))
 
 
 @pytest.mark.parametrize("name", ARCHS)
@@ -326,6 +383,22 @@ def test_tsn_segment_consensus():
         assert list(keys) == list(torchvision.models.resnet50().state_dict())
     with pytest.raises(ValueError, match="consensus"):
         zoo.create_model("tsn_resnet50", consensus="median")
+
+
+def test_reset_classifier_initialises_like_the_family():
+    # 3D nets: normal(std head_init_std) weights and a zero bias, as their build does.
+    model = zoo.create_model("slowfast_tiny_resnet18", num_classes=NUM_CLASSES, width=8,
+                             head_init_std=0.05)
+    model.reset_classifier(300)
+    proj = model.head.proj
+    assert proj.weight.shape == (300, model.head.proj.in_features)
+    assert proj.weight.std().item() == pytest.approx(0.05, rel=0.1)
+    assert proj.bias.abs().sum() == 0 and proj.weight.requires_grad
+    # TPN's frozen auxiliary classifier is reset too, and stays frozen.
+    tpn = zoo.create_model("tpn_resnet50_f8s8", num_classes=NUM_CLASSES, **_small_kwargs("tpn"))
+    tpn.reset_classifier(7)
+    assert tpn.aux_head[1].out_features == 7 and not tpn.aux_head[1].weight.requires_grad
+    assert tpn.head.proj.out_features == 7 and tpn.head.proj.weight.requires_grad
 
 
 def test_list_models_tool_matches_docs_table():

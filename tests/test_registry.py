@@ -60,3 +60,60 @@ def test_missing_extra_module_names_the_entry():
 def test_resnet50_parameter_count():
     model = zoo.create_model("resnet50", num_classes=1000)
     assert sum(p.numel() for p in model.parameters()) == 25_557_032
+
+
+def test_register_model_with_facts():
+    import dataclasses
+
+    import torch.nn as nn
+
+    from zoo.models import MODEL_REGISTRY, ModelFacts, model_facts, register_model
+
+    calls = []
+
+    def build(num_classes, width=1, depth=1):
+        calls.append((num_classes, width, depth))
+        return nn.Linear(width, num_classes)
+
+    facts = ModelFacts(task="image", input_frames=1, sampling_stride=1, crop_size=32,
+                       mean=[0.5] * 3, std=(0.25,) * 3, params=123)
+    builder = register_model("registry_facts_net", build, facts, "Doc line.", width=4, depth=2)
+    assert MODEL_REGISTRY.get("registry_facts_net") is builder and builder.__doc__ == "Doc line."
+    builder()  # an image model's class count defaults to 1000
+    zoo.create_model("registry_facts_net", num_classes=3, depth=5)  # kwargs beat the defaults
+    assert calls == [(1000, 4, 2), (3, 4, 5)]
+    got = model_facts("registry_facts_net")
+    assert got["mean"] == [0.5, 0.5, 0.5] and got["std"] == [0.25, 0.25, 0.25]
+    assert got["params"] == 123 and got["gflops"] is None and got["sampling"] == "stride"
+    assert "registry_facts_net" in zoo.list_models(aliases=False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        facts.params = 1
+    with pytest.raises(KeyError, match="already has an entry named 'registry_facts_net'.*test_reg"):
+        register_model("registry_facts_net", build, facts)
+
+
+def test_model_facts_checks_and_aliases():
+    from zoo.models import ModelFacts, model_facts, register_model
+
+    with pytest.raises(ValueError, match="task"):
+        ModelFacts(task="audio", input_frames=1, sampling_stride=1, crop_size=1, mean=(0,),
+                   std=(1,))
+    alias = ModelFacts(input_frames=8, sampling_stride=None, crop_size=224, mean=(0.5,) * 3,
+                       std=(0.5,) * 3, alias_of="resnet18", num_classes=5)
+    register_model("registry_alias_net", lambda num_classes: torch.nn.Linear(2, num_classes),
+                   alias)
+    assert zoo.create_model("registry_alias_net").out_features == 5  # the facts' class count
+    assert model_facts("registry_alias_net")["sampling"] == "segments"
+    assert "registry_alias_net" in zoo.list_models()
+    assert "registry_alias_net" not in zoo.list_models(aliases=False)
+
+
+def test_a_plain_facts_dict_is_still_read():
+    from zoo.models import MODEL_REGISTRY, model_facts
+
+    @MODEL_REGISTRY.register()
+    def registry_dict_facts_net(num_classes=400):
+        return torch.nn.Linear(2, num_classes)
+
+    registry_dict_facts_net.facts = {"task": "video", "input_frames": 4, "custom": "kept"}
+    assert model_facts("registry_dict_facts_net") == registry_dict_facts_net.facts

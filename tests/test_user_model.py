@@ -62,3 +62,18 @@ def test_without_the_config_key_the_name_is_unknown(tmp_path):
     assert r.returncode != 0
     err = [ln for ln in (r.stdout + r.stderr).splitlines() if "error" in ln]
     assert len(err) == 1 and "my_tiny_c3d" in err[0] and "EXTRA_MODULES" in err[0]
+
+
+def test_user_model_without_get_classifier_uses_its_last_linear():
+    # examples/my_model.py defines no get_classifier(): fine-tuning and the pretrained loader
+    # take its last nn.Linear, the head `fc`.
+    from zoo.engine.finetune import classifier_module
+    from zoo.models import build_model
+    from zoo.models.pretrained import head_keys
+
+    cfg = load_config(EXAMPLE_YAML)
+    import_extra_modules([os.path.join(ROOT, p) for p in cfg.CONFIG.EXTRA_MODULES])
+    model = build_model(cfg)
+    assert not hasattr(model, "get_classifier")
+    assert classifier_module(model) is model.fc
+    assert head_keys(model) == ("fc.weight", "fc.bias")

@@ -42,21 +42,18 @@ def resolve_num_classes(cfg):
 
 
 def classifier_module(model: nn.Module) -> nn.Module:
-    """The classification layer: ``model.classifier_name`` when the model names it, else the last
-    ``nn.Linear`` in the model (``fc`` of a ResNet, ``head.proj`` of a SlowFast)."""
-    name = getattr(model, "classifier_name", None)
-    if name:
-        return model.get_submodule(name)
-    last = None
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            last = module
-    if last is None:
-        raise ValueError(
-            f"{type(model).__name__} has no nn.Linear classifier; set a `classifier_name` "
-            "attribute naming its head module"
-        )
-    return last
+    """The classification layer of ``model`` (DDP / ``torch.compile`` wrappers removed): its
+    ``get_classifier()`` (every built-in model has one); for a user model without it, the module
+    its ``classifier_name`` attribute names, else its last ``nn.Linear``
+    (:func:`zoo.models.classifier.find_classifier`).
+
+    Raises:
+        ValueError: when none is found (one line saying what to define).
+    """
+    # Imported here: zoo.engine.cli imports this module, and zoo.models registers every family.
+    from ..models.classifier import find_classifier
+
+    return find_classifier(model)
 
 
 def head_parameter_ids(model: nn.Module) -> Set[int]:

@@ -2,12 +2,14 @@
 
 Importing this package registers every built-in model. Add your own with::
 
-    from zoo.models import MODEL_REGISTRY
+    from zoo.models import ModelFacts, register_model
 
-    @MODEL_REGISTRY.register()
-    def my_net(num_classes=400, **kwargs): ...
+    register_model("my_net", MyNet, ModelFacts(input_frames=8, sampling_stride=2, crop_size=112,
+                                               mean=(0.45,) * 3, std=(0.225,) * 3), width=32)
 
-and load the file with CONFIG.EXTRA_MODULES (or --extra-modules).
+(or a plain ``@MODEL_REGISTRY.register()`` on a builder function) and load the file with
+CONFIG.EXTRA_MODULES (or --extra-modules). Every built-in model has ``get_classifier()`` /
+``reset_classifier(num_classes)`` (:class:`ClassifierMixin`, zoo/models/classifier.py).
 """
 
 # Importing the family modules registers their models.
@@ -29,9 +31,12 @@ from .build import (
     list_models,
     model_facts,
     parse_model_kwargs,
+    register_model,
 )
+from .classifier import ClassifierMixin
+from .facts import ModelFacts
 
 __all__ = [
-    "MODEL_REGISTRY", "build_model", "create_model", "list_models", "model_facts",
-    "parse_model_kwargs",
+    "MODEL_REGISTRY", "ClassifierMixin", "ModelFacts", "build_model", "create_model",
+    "list_models", "model_facts", "parse_model_kwargs", "register_model",
 ]

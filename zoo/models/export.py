@@ -150,19 +150,36 @@ def export_model(
     os.makedirs(out_dir, exist_ok=True)
     results: Dict[str, Dict[str, Any]] = {}
     for fmt in formats:
-        if fmt == "torchscript":
-            path = export_torchscript(model, example, os.path.join(out_dir, f"{name}.pt"))
-            check = verify_torchscript
-        else:
-            path = export_onnx(model, example, os.path.join(out_dir, f"{name}.onnx"))
-            check = verify_onnx
-        results[fmt] = {"path": path}
+        results[fmt] = _export_one(fmt, name, model, example, out_dir)
         if verify:
-            diff = check(path, model, example)
-            results[fmt].update(max_abs_diff=diff, max_abs_logit=scale)
-            logger.info("%s %s: max |exported - eager| = %.3g (max |logit| %.3g) on input %s",
-                        name, fmt, diff, scale, shape)
-            if not diff <= atol + rtol * scale:
-                raise RuntimeError(f"{name} {fmt} export differs from eager by {diff:.3g} "
-                                   f"(> {atol} + {rtol} * max |logit| {scale:.3g})")
+            results[fmt].update(_verify_one(fmt, name, results[fmt]["path"], model, example,
+                                            atol, rtol, scale))
     return results
+
+
+def _export_one(fmt: str, name: str, model: nn.Module, example: torch.Tensor,
+                out_dir: str) -> Dict[str, Any]:
+    """Write ``model`` in format ``fmt`` into ``out_dir``; returns ``{"path": ...}``."""
+    if fmt == "torchscript":
+        return {"path": export_torchscript(model, example, os.path.join(out_dir, f"{name}.pt"))}
+    return {"path": export_onnx(model, example, os.path.join(out_dir, f"{name}.onnx"))}
+
+
+def _verify_one(fmt: str, name: str, path: str, model: nn.Module, example: torch.Tensor,
+                atol: float, rtol: float, scale: float) -> Dict[str, Any]:
+    """Run the ``fmt`` export in ``path`` and compare it with eager (max |logit| ``scale``).
+
+    Returns:
+        ``max_abs_diff`` and ``max_abs_logit``.
+
+    Raises:
+        RuntimeError: when the difference exceeds ``atol + rtol * scale``.
+    """
+    check = verify_torchscript if fmt == "torchscript" else verify_onnx
+    diff = check(path, model, example)
+    logger.info("%s %s: max |exported - eager| = %.3g (max |logit| %.3g) on input %s",
+                name, fmt, diff, scale, tuple(example.shape))
+    if not diff <= atol + rtol * scale:
+        raise RuntimeError(f"{name} {fmt} export differs from eager by {diff:.3g} "
+                           f"(> {atol} + {rtol} * max |logit| {scale:.3g})")
+    return {"max_abs_diff": diff, "max_abs_logit": scale}

@@ -14,18 +14,16 @@ alias, instead of silently building a head that no longer matches the name's pub
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch.nn as nn
 
 # The families whose architectures the aliases build must be registered first.
 from . import r2plus1d, resnet3d, slowfast, tpn, tsn, vmz  # noqa: F401
-from .build import MODEL_REGISTRY
+from .build import MODEL_REGISTRY, register_model
+from .facts import IMAGENET_MEAN, IMAGENET_STD, ModelFacts, video_facts
 
 __all__ = ["GLUONCV_BASES", "SUFFIX_CLASSES", "gluoncv_aliases"]
-
-_MEAN = [0.485, 0.456, 0.406]
-_STD = [0.229, 0.224, 0.225]
 
 SUFFIX_CLASSES: Dict[str, Optional[int]] = {
     "kinetics400": 400, "kinetics700": 700, "sthsthv2": 174, "custom": None,
@@ -89,42 +87,40 @@ _INPUT_OVERRIDES: Dict[str, int] = {
 
 
 def _alias_facts(name: str, arch: str, frames: int, stride: Optional[int], crop: int,
-                 classes: Optional[int]) -> Dict[str, Any]:
-    facts: Dict[str, Any] = {
-        "task": "video", "input_frames": _INPUT_OVERRIDES.get(name, frames),
-        "sampling_stride": stride, "crop_size": crop, "mean": list(_MEAN), "std": list(_STD),
-        "alias_of": arch, "num_classes": classes, "source": "gluoncv",
-    }
-    if stride is None:
-        facts["sampling"] = "segments"
-    return facts
+                 classes: Optional[int], inherits: bool) -> ModelFacts:
+    return video_facts(_INPUT_OVERRIDES.get(name, frames), stride, crop, IMAGENET_MEAN,
+                       IMAGENET_STD, alias_of=arch, num_classes=classes, source="gluoncv",
+                       inherits_weights=inherits)
 
 
-def _register_alias(name: str, base: str, arch: str, arch_kwargs: Dict[str, Any],
-                    classes: Optional[int], facts: Dict[str, Any]) -> None:
-    """Register ``name`` as ``arch`` built with ``arch_kwargs`` and ``classes`` classes."""
+def _alias_builder(name: str, base: str, arch: str,
+                   classes: Optional[int]) -> Callable[..., nn.Module]:
+    """A builder of ``arch`` that refuses a class count other than the one ``name`` fixes."""
     target = MODEL_REGISTRY.get(arch)
 
-    def builder(num_classes: int = classes or 400, **kwargs: Any) -> nn.Module:
+    def build(num_classes: int = classes or 400, **kwargs: Any) -> nn.Module:
         if classes is not None and num_classes != classes:
             raise ValueError(
                 f"model {name!r} is gluoncv's {classes}-class net but num_classes is "
                 f"{num_classes}: name {base + '_custom'!r} (or {arch!r}) for another class count")
-        args = dict(arch_kwargs)
-        args.update(kwargs)
-        return target(num_classes=num_classes, **args)
+        return target(num_classes=num_classes, **kwargs)
 
-    builder.__name__ = builder.__qualname__ = name
+    return build
+
+
+def _register_alias(name: str, base: str, arch: str, arch_kwargs: Dict[str, Any],
+                    facts: ModelFacts) -> None:
+    """Register ``name`` as ``arch`` built with ``arch_kwargs`` and the facts' class count."""
+    classes = facts.num_classes
     extra = f" with {arch_kwargs}" if arch_kwargs else ""
     count = f"{classes} classes" if classes else "num_classes classes"
-    builder.__doc__ = f"""gluoncv's ``{name}``: zoo's ``{arch}``{extra}, {count}.
+    doc = f"""gluoncv's ``{name}``: zoo's ``{arch}``{extra}, {count}.
 
     Args:
         num_classes: Output classes (must be {classes} unless the name ends in ``_custom``).
         **kwargs: Passed to ``{arch}``.
     """
-    builder.facts = facts
-    MODEL_REGISTRY.register(builder, name=name)
+    register_model(name, _alias_builder(name, base, arch, classes), facts, doc, **arch_kwargs)
 
 
 def gluoncv_aliases() -> Dict[str, str]:
@@ -140,8 +136,8 @@ def _same_net_as(arch: str, kwargs: Dict[str, Any], frames: int, stride: Optiona
     """Whether weights trained for ``arch`` fit an alias of it as trained: the same input
     frames and stride, and no kwarg that changes what the layers compute (a SlowFast ``alpha``).
     An alias that differs gets no weights from its base (same shapes, other training)."""
-    facts = MODEL_REGISTRY.get(arch).facts if hasattr(MODEL_REGISTRY.get(arch), "facts") else {}
-    same_input = (facts.get("input_frames"), facts.get("sampling_stride")) == (frames, stride)
+    facts = MODEL_REGISTRY.get(arch).facts
+    same_input = (facts.input_frames, facts.sampling_stride) == (frames, stride)
     return same_input and "alpha" not in kwargs
 
 
@@ -150,9 +146,8 @@ def _register_all() -> None:
         inherits = _same_net_as(arch, kwargs, frames, stride)
         for suffix in suffixes + ("custom",):
             name, classes = f"{base}_{suffix}", SUFFIX_CLASSES[suffix]
-            facts = _alias_facts(name, arch, frames, stride, crop, classes)
-            facts["inherits_weights"] = inherits
-            _register_alias(name, base, arch, kwargs, classes, facts)
+            facts = _alias_facts(name, arch, frames, stride, crop, classes, inherits)
+            _register_alias(name, base, arch, kwargs, facts)
 
 
 _register_all()

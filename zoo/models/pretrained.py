@@ -18,6 +18,7 @@ from typing import Dict, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from .classifier import classifier_keys
 from .weights import WeightsError
 
 logger = logging.getLogger(__name__)
@@ -102,21 +103,14 @@ def to_model_keys(state: Dict[str, torch.Tensor], model: nn.Module, fmt: str,
 
 
 def head_keys(model: nn.Module) -> Tuple[str, ...]:
-    """State-dict keys of the classifier: those of the last module that holds parameters (first),
-    then those of each ``nn.Linear`` under a module named ``aux_head`` (TPN's auxiliary
-    classifier, which also has one output per class)."""
-    last = ""
-    aux = []
-    for name, module in model.named_modules():
-        if any(True for _ in module.parameters(recurse=False)):
-            last = name
-        if isinstance(module, nn.Linear) and "aux_head" in name.split("."):
-            aux.append(name)
-    keys = []
-    for name in [last] + [a for a in aux if a != last]:
-        prefix = f"{name}." if name else ""
-        keys += [prefix + n for n, _ in model.get_submodule(name).named_parameters(recurse=False)]
-    return tuple(keys)
+    """State-dict keys of the classifier (``model.get_classifier()``; for a user model without it,
+    the rule of :func:`zoo.models.classifier.find_classifier`), then of any auxiliary classifier
+    the model lists (TPN's ``aux_head``). Empty when no classifier can be found: then every
+    tensor must fit as it is."""
+    try:
+        return classifier_keys(model)
+    except ValueError:
+        return ()
 
 
 def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = None) -> None:
@@ -188,6 +182,9 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
         parts = []
         if mismatched:
             parts.append("shape mismatch: " + ", ".join(mismatched[:8]))
+            if not head:
+                parts.append("no classifier found to re-initialise (define get_classifier(), "
+                             "see zoo/models/classifier.py)")
         if missing:
             parts.append(f"missing from checkpoint ({len(missing)}): " + ", ".join(missing[:8]))
         if unexpected:

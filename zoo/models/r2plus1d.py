@@ -20,13 +20,15 @@ conv it replaces. Stages 2-4 halve time as well as space.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn as nn
 
 from .blocks3d import init_3d_weights
-from .build import MODEL_REGISTRY
+from .build import register_model
+from .classifier import ClassifierMixin
+from .facts import video_facts
 
 __all__ = ["R2Plus1D"]
 
@@ -108,8 +110,8 @@ class Bottleneck2Plus1D(nn.Module):
         return self.relu(self.conv3(self.conv2(self.conv1(x))) + shortcut)
 
 
-class R2Plus1D(nn.Module):
-    """R(2+1)D ResNet with torchvision's key names.
+class R2Plus1D(ClassifierMixin, nn.Module):
+    """R(2+1)D ResNet with torchvision's key names; its classifier is ``fc``.
 
     Args:
         layers: Blocks in each of the four stages ((2, 2, 2, 2) = 18, (3, 4, 6, 3) = 34 or 50).
@@ -121,6 +123,8 @@ class R2Plus1D(nn.Module):
         bottleneck: Use :class:`Bottleneck2Plus1D` blocks (output 4x wider) instead of basic
             blocks (gluoncv's R(2+1)D-50).
     """
+
+    head_init_std = 0.01  # torchvision's; reset_classifier uses it too
 
     def __init__(self, layers: Sequence[int], num_classes: int = 400, width: int = 64,
                  dropout: float = 0.0, in_channels: int = 3, bottleneck: bool = False) -> None:
@@ -151,7 +155,7 @@ class R2Plus1D(nn.Module):
         self.fc = nn.Linear(in_ch, num_classes)
         # torchvision's VideoResNet init (MSRA convs, unit BN, N(0, 0.01) head), which is
         # PySlowFast's without the zeroed last BN: a fresh zoo net starts like theirs.
-        init_3d_weights(self, zero_init_final_bn=False, head_init_std=0.01)
+        init_3d_weights(self, zero_init_final_bn=False, head_init_std=self.head_init_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, num_classes)`` of a clip ``(B, C, T, H, W)``."""
@@ -161,35 +165,26 @@ class R2Plus1D(nn.Module):
         return self.fc(self.dropout(self.avgpool(x).flatten(1)))
 
 
-def _register(name: str, layers: Sequence[int], params: int, gflops: float,
-              bottleneck: bool = False) -> None:
-    def builder(num_classes: int = 400, **kwargs: Any) -> nn.Module:
-        kwargs.setdefault("bottleneck", bottleneck)
-        return R2Plus1D(layers, num_classes=num_classes, **kwargs)
-
+def _variant(name: str, layers: Sequence[int], params: int, gflops: float,
+             bottleneck: bool = False) -> None:
+    """Register the builder ``name``: an :class:`R2Plus1D` with ``layers``."""
     kind = "bottleneck" if bottleneck else "basic-block"
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = f"""R(2+1)D with {kind} stages {tuple(layers)} and torchvision's keys.
+    doc = f"""R(2+1)D with {kind} stages {tuple(layers)} and torchvision's keys.
 
     Args:
         num_classes: Output classes.
         **kwargs: :class:`R2Plus1D` arguments (``width``, ``dropout``, ``in_channels``).
     """
     # torchvision's recipe: 16 frames at 15 fps (every 2nd frame of 30 fps video), 112x112.
-    builder.facts = {
-        "task": "video", "input_frames": 16, "sampling_stride": 2, "crop_size": 112,
-        "mean": list(_TV_VIDEO_MEAN), "std": list(_TV_VIDEO_STD),
-        "params": params, "gflops": gflops,
-    }
-    MODEL_REGISTRY.register(builder, name=name)
-    globals()[name] = builder
+    facts = video_facts(16, 2, 112, _TV_VIDEO_MEAN, _TV_VIDEO_STD, params=params, gflops=gflops)
+    register_model(name, R2Plus1D, facts, doc, layers=layers, bottleneck=bottleneck)
 
 
 # Params at 400 classes (resnet18's equals torchvision's r2plus1d_18: checked in tests); gflops:
 # multiply-adds of one 16x112x112 view counted by torch.utils.flop_counter (recounted in tests).
-_register("r2plus1d_resnet18", (2, 2, 2, 2), 31_505_325, 40.5)
-_register("r2plus1d_resnet34", (3, 4, 6, 3), 61_831_661, 75.2)
+_variant("r2plus1d_resnet18", (2, 2, 2, 2), 31_505_325, 40.5)
+_variant("r2plus1d_resnet34", (3, 4, 6, 3), 61_831_661, 75.2)
 # Params equal gluoncv's r2plus1d_v1_resnet{50,101,152} (counted from its code).
-_register("r2plus1d_resnet50", (3, 4, 6, 3), 53_949_691, 65.2, bottleneck=True)
-_register("r2plus1d_resnet101", (3, 4, 23, 3), 99_913_475, 101.2, bottleneck=True)
-_register("r2plus1d_resnet152", (3, 8, 36, 3), 137_770_491, 145.6, bottleneck=True)
+_variant("r2plus1d_resnet50", (3, 4, 6, 3), 53_949_691, 65.2, bottleneck=True)
+_variant("r2plus1d_resnet101", (3, 4, 23, 3), 99_913_475, 101.2, bottleneck=True)
+_variant("r2plus1d_resnet152", (3, 8, 36, 3), 137_770_491, 145.6, bottleneck=True)

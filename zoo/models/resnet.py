@@ -11,17 +11,16 @@ by frame and the logits are averaged over T, so with T = 1 it is a single-frame 
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Type, Union
+from typing import Callable, List, Optional, Sequence, Type, Union
 
 import torch
 import torch.nn as nn
 
-from .build import MODEL_REGISTRY
+from .build import register_model
+from .classifier import ClassifierMixin
+from .facts import IMAGENET_MEAN, IMAGENET_STD, ModelFacts
 
 __all__ = ["BasicBlock", "Bottleneck", "ResNet"]
-
-_IMAGENET_MEAN = [0.485, 0.456, 0.406]
-_IMAGENET_STD = [0.229, 0.224, 0.225]
 
 
 def _conv3x3(in_ch: int, out_ch: int, stride: int = 1) -> nn.Conv2d:
@@ -103,8 +102,8 @@ class Bottleneck(nn.Module):
         return self.relu(out + shortcut)
 
 
-class ResNet(nn.Module):
-    """A 2D ResNet whose parameter names equal torchvision's.
+class ResNet(ClassifierMixin, nn.Module):
+    """A 2D ResNet whose parameter names equal torchvision's; its classifier is ``fc``.
 
     Args:
         block: ``BasicBlock`` or ``Bottleneck``.
@@ -199,59 +198,34 @@ class ResNet(nn.Module):
         return logits.view(b, t, -1).mean(dim=1)
 
 
-def _facts(params: int, gflops: float) -> dict:
-    return {
-        "task": "image",
-        "input_frames": 1,
-        "sampling_stride": 1,
-        "crop_size": 224,
-        "mean": list(_IMAGENET_MEAN),
-        "std": list(_IMAGENET_STD),
-        "params": params,
-        "gflops": gflops,
-    }
-
-
-def _register(
+def _variant(
     name: str,
     block: Type[Union[BasicBlock, Bottleneck]],
     layers: Sequence[int],
     params: int,
     gflops: float,
 ) -> Callable[..., nn.Module]:
-    """Create, document and register the builder ``name``."""
-
-    def builder(
-        num_classes: int = 1000,
-        base_width: int = 64,
-        dropout: float = 0.0,
-        zero_init_residual: bool = False,
-        **kwargs: Any,
-    ) -> nn.Module:
-        return ResNet(block, layers, num_classes=num_classes, base_width=base_width,
-                      dropout=dropout, zero_init_residual=zero_init_residual, **kwargs)
-
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = f"""{name}: {block.__name__} stages {tuple(layers)}, torchvision keys.
+    """Register the builder ``name``: a :class:`ResNet` of ``block`` with ``layers``."""
+    facts = ModelFacts(task="image", input_frames=1, sampling_stride=1, crop_size=224,
+                       mean=IMAGENET_MEAN, std=IMAGENET_STD, params=params, gflops=gflops)
+    doc = f"""{name}: {block.__name__} stages {tuple(layers)}, torchvision keys.
 
     Args:
-        num_classes: Size of the classification head.
-        base_width: Stem / stage-1 width (64 = the standard net; all stage widths scale with it).
-        dropout: Dropout before ``fc`` (no effect on state_dict keys).
-        zero_init_residual: Zero each block's last BN gamma at init.
-        **kwargs: Passed to :class:`ResNet` (e.g. ``in_channels``).
+        num_classes: Size of the classification head (default 1000).
+        **kwargs: :class:`ResNet` arguments: ``base_width`` (64 = the standard net; all stage
+            widths scale with it), ``dropout`` before ``fc`` (no effect on state_dict keys),
+            ``zero_init_residual``, ``in_channels``.
 
     Returns:
         A :class:`ResNet` with {params:,} parameters at 1000 classes and base_width 64.
     """
-    builder.facts = _facts(params, gflops)
-    return MODEL_REGISTRY.register(builder, name=name)
+    return register_model(name, ResNet, facts, doc, block=block, layers=layers)
 
 
 # Parameter counts at 1000 classes equal torchvision's (checked in tests/test_models.py); gflops:
 # multiply-adds of one 224x224 image counted by torch.utils.flop_counter (recounted in tests).
-resnet18 = _register("resnet18", BasicBlock, (2, 2, 2, 2), 11_689_512, 1.81)
-resnet34 = _register("resnet34", BasicBlock, (3, 4, 6, 3), 21_797_672, 3.66)
-resnet50 = _register("resnet50", Bottleneck, (3, 4, 6, 3), 25_557_032, 4.09)
-resnet101 = _register("resnet101", Bottleneck, (3, 4, 23, 3), 44_549_160, 7.80)
-resnet152 = _register("resnet152", Bottleneck, (3, 8, 36, 3), 60_192_808, 11.51)
+resnet18 = _variant("resnet18", BasicBlock, (2, 2, 2, 2), 11_689_512, 1.81)
+resnet34 = _variant("resnet34", BasicBlock, (3, 4, 6, 3), 21_797_672, 3.66)
+resnet50 = _variant("resnet50", Bottleneck, (3, 4, 6, 3), 25_557_032, 4.09)
+resnet101 = _variant("resnet101", Bottleneck, (3, 4, 23, 3), 44_549_160, 7.80)
+resnet152 = _variant("resnet152", Bottleneck, (3, 8, 36, 3), 60_192_808, 11.51)

@@ -35,13 +35,12 @@ import torch
 import torch.nn as nn
 
 from .blocks3d import STAGE_BLOCKS, Stem, block_kernels, init_3d_weights, make_stage
-from .build import MODEL_REGISTRY
+from .build import register_model
+from .classifier import ClassifierMixin
+from .facts import KINETICS_MEAN, KINETICS_STD, ModelFacts, video_facts
 from .nonlocal_block import NonLocal3d
 
 __all__ = ["ResNet3d"]
-
-_KINETICS_MEAN = [0.45, 0.45, 0.45]
-_KINETICS_STD = [0.225, 0.225, 0.225]
 
 
 class Head3d(nn.Module):
@@ -63,8 +62,8 @@ class Head3d(nn.Module):
         return self.proj(self.dropout(self.pool(x).flatten(1)))
 
 
-class ResNet3d(nn.Module):
-    """A single-pathway 3D ResNet with bottleneck blocks.
+class ResNet3d(ClassifierMixin, nn.Module):
+    """A single-pathway 3D ResNet with bottleneck blocks; its classifier is ``head.proj``.
 
     Args:
         num_classes: Output classes.
@@ -85,6 +84,8 @@ class ResNet3d(nn.Module):
         nonlocal_blocks: Per stage (res2..res5), the indices of the blocks followed by a
             :class:`~zoo.models.nonlocal_block.NonLocal3d` block (gluoncv's I3D-NL nets).
     """
+
+    classifier_name = "head.proj"
 
     def __init__(
         self,
@@ -124,6 +125,7 @@ class ResNet3d(nn.Module):
         self.pool1 = (nn.MaxPool3d((pool1_t, 1, 1), stride=(pool1_t, 1, 1)) if pool1_t > 1
                       else nn.Identity())
         self.head = Head3d(in_ch, num_classes, dropout)
+        self.head_init_std = head_init_std  # what reset_classifier uses too
         init_3d_weights(self, zero_init_final_bn, head_init_std)
         for m in self.modules():
             if isinstance(m, NonLocal3d):
@@ -141,19 +143,9 @@ class ResNet3d(nn.Module):
         return self.head(self.forward_features(x))
 
 
-def _facts(params: int, gflops: float, frames: int, stride: int, **extra: Any) -> dict:
-    facts = {
-        "task": "video",
-        "input_frames": frames,
-        "sampling_stride": stride,
-        "crop_size": 224,
-        "mean": list(_KINETICS_MEAN),
-        "std": list(_KINETICS_STD),
-        "params": params,
-        "gflops": gflops,
-    }
-    facts.update(extra)
-    return facts
+def _facts(params: int, gflops: float, frames: int, stride: int, **extra: Any) -> ModelFacts:
+    return video_facts(frames, stride, 224, KINETICS_MEAN, KINETICS_STD, params=params,
+                       gflops=gflops, **extra)
 
 
 def _inflate(model: ResNet3d, path: str, num_classes: int, args: Dict[str, Any]) -> None:
@@ -171,17 +163,23 @@ def _inflate(model: ResNet3d, path: str, num_classes: int, args: Dict[str, Any])
                                               for k in result.missing_keys), result
 
 
-def _register(name: str, defaults: Dict[str, Any], summary: str, facts: dict) -> None:
-    def builder(num_classes: int = 400, inflate_from: str = "", **kwargs: Any) -> nn.Module:
-        args = dict(defaults)
-        args.update(kwargs)
-        model = ResNet3d(num_classes=num_classes, **args)
-        if inflate_from:
-            _inflate(model, inflate_from, num_classes, args)
-        return model
+def build_resnet3d(num_classes: int = 400, inflate_from: str = "", **kwargs: Any) -> ResNet3d:
+    """A :class:`ResNet3d`, inflated from a 2D ResNet when ``inflate_from`` names one.
 
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = f"""{summary}
+    Args:
+        num_classes: Output classes.
+        inflate_from: Path of a 2D ResNet state dict (a torchvision file or a zoo checkpoint of
+            the matching 2D ResNet) to inflate into the 3D weights; the head is skipped when its
+            class count differs. Empty = random init.
+        **kwargs: Any :class:`ResNet3d` argument (``width``, ``depth``, ``temporal_pad``, ...).
+    """
+    model = ResNet3d(num_classes=num_classes, **kwargs)
+    if inflate_from:
+        _inflate(model, inflate_from, num_classes, kwargs)
+    return model
+
+
+_DOC = """{summary}
 
     Args:
         num_classes: Output classes.
@@ -191,28 +189,29 @@ def _register(name: str, defaults: Dict[str, Any], summary: str, facts: dict) ->
         **kwargs: Override any :class:`ResNet3d` argument (``width``, ``depth``,
             ``temporal_pad``, ...).
     """
-    builder.facts = facts
-    MODEL_REGISTRY.register(builder, name=name)
-    globals()[name] = builder
+
+
+def _variant(name: str, defaults: Dict[str, Any], summary: str, facts: ModelFacts) -> None:
+    register_model(name, build_resnet3d, facts, _DOC.format(summary=summary), **defaults)
 
 
 # Parameter counts at 400 classes equal PySlowFast's / PyTorchVideo's (checked in tests). gflops:
 # multiply-adds per view at 224x224 counted by torch.utils.flop_counter (tests recount them).
 # published_top1: PyTorchVideo's Kinetics-400 model zoo for these architectures.
-_register(
+_variant(
     "slow_8x8_resnet50",
     dict(depth=50, stem_kt=1, stage_kts=((1,), (1,), (3,), (3,)), pool1_t=1),
     "Slow R50 8x8 (PySlowFast SLOW_8x8_R50): 8 frames at stride 8, temporal kernels in res4-5.",
     _facts(32_454_096, gflops=41.7, frames=8, stride=8, published_top1=74.58),
 )
-_register(
+_variant(
     "i3d_resnet50",
     dict(depth=50, stem_kt=5, stage_kts=((3,), (3, 1), (3, 1), (1, 3)), pool1_t=2),
     "I3D R50 8x8 (PySlowFast I3D_8x8_R50): 8 frames at stride 8, 5x7x7 stem, alternating 3x1x1 "
     "convs, a temporal max-pool after res2.",
     _facts(28_043_472, gflops=28.4, frames=8, stride=8, published_top1=73.27),
 )
-_register(
+_variant(
     "slow_8x8_resnet101",
     dict(depth=101, stem_kt=1, stage_kts=((1,), (1,), (3,), (3,)), pool1_t=1),
     "Slow R101 8x8 (PySlowFast SLOW_8x8_R101; gluoncv's i3d_slow_resnet101_*): the Slow R50 "
@@ -239,7 +238,7 @@ for _name, _depth, _nl, _params, _gflops in (
 ):
     _nl_text = (f" with non-local blocks after res3 blocks {_nl[1]} and res4 blocks {_nl[2]}"
                 if _nl else "")
-    _register(
+    _variant(
         _name,
         dict(_I3D_V1, depth=_depth, **({"nonlocal_blocks": _nl} if _nl else {})),
         f"gluoncv's I3D R{_depth}{_nl_text}: 32 frames at stride 2, 5x7x7 stem striding 2 in "

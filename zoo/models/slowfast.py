@@ -42,7 +42,9 @@ import torch
 import torch.nn as nn
 
 from .blocks3d import STAGE_BLOCKS, Bottleneck, Stem, block_kernels, init_3d_weights, make_stage
-from .build import MODEL_REGISTRY
+from .build import register_model
+from .classifier import ClassifierMixin
+from .facts import KINETICS_MEAN, KINETICS_STD, ModelFacts, video_facts
 
 __all__ = ["SlowFast", "STAGE_BLOCKS", "Bottleneck"]
 
@@ -50,9 +52,6 @@ __all__ = ["SlowFast", "STAGE_BLOCKS", "Bottleneck"]
 # temporal conv before res4: the paper found early temporal kernels hurt at low frame rates.
 _STEM_KT = (1, 5)
 _STAGE_KT = ((1, 3), (1, 3), (3, 3), (3, 3))
-
-_KINETICS_MEAN = [0.45, 0.45, 0.45]
-_KINETICS_STD = [0.225, 0.225, 0.225]
 
 Clip = Union[torch.Tensor, Sequence[torch.Tensor]]
 
@@ -108,8 +107,25 @@ class Head(nn.Module):
         return self.proj(self.dropout(x))
 
 
-class SlowFast(nn.Module):
-    """SlowFast network with ResNet bottleneck pathways.
+def _check_args(depth: int, alpha: int, beta_inv: int, ratio: int, kernel: int, width: int,
+                slow_index: str, temp_blocks: List[Optional[int]]) -> None:
+    """Raise a ValueError naming the first :class:`SlowFast` argument out of range."""
+    if slow_index not in ("linspace", "stride"):
+        raise ValueError(f"slow_index must be 'linspace' or 'stride', got {slow_index!r}")
+    if depth not in STAGE_BLOCKS:
+        raise ValueError(f"depth must be one of {sorted(STAGE_BLOCKS)}, got {depth}")
+    if alpha < 1 or beta_inv < 1 or ratio < 1 or kernel < 1:
+        raise ValueError("alpha, beta_inv, fusion_conv_channel_ratio and fusion_kernel must "
+                         f"be >= 1, got {alpha}, {beta_inv}, {ratio}, {kernel}")
+    if width < beta_inv or width % beta_inv:
+        raise ValueError(f"width ({width}) must be a positive multiple of beta_inv "
+                         f"({beta_inv}) so the fast pathway has width // beta_inv channels")
+    if len(temp_blocks) != 4:
+        raise ValueError(f"num_block_temp_kernel must list 4 stages, got {temp_blocks}")
+
+
+class SlowFast(ClassifierMixin, nn.Module):
+    """SlowFast network with ResNet bottleneck pathways; its classifier is ``head.proj``.
 
     Args:
         num_classes: Output classes.
@@ -135,6 +151,8 @@ class SlowFast(nn.Module):
             (every ``alpha``-th frame from the first, gluoncv's ``x[:, :, ::alpha]``).
     """
 
+    classifier_name = "head.proj"
+
     def __init__(
         self,
         num_classes: int = 400,
@@ -153,20 +171,9 @@ class SlowFast(nn.Module):
         slow_index: str = "linspace",
     ) -> None:
         super().__init__()
-        if slow_index not in ("linspace", "stride"):
-            raise ValueError(f"slow_index must be 'linspace' or 'stride', got {slow_index!r}")
-        if depth not in STAGE_BLOCKS:
-            raise ValueError(f"depth must be one of {sorted(STAGE_BLOCKS)}, got {depth}")
-        if alpha < 1 or beta_inv < 1 or fusion_conv_channel_ratio < 1 or fusion_kernel < 1:
-            raise ValueError("alpha, beta_inv, fusion_conv_channel_ratio and fusion_kernel must "
-                             f"be >= 1, got {alpha}, {beta_inv}, {fusion_conv_channel_ratio}, "
-                             f"{fusion_kernel}")
-        if width < beta_inv or width % beta_inv:
-            raise ValueError(f"width ({width}) must be a positive multiple of beta_inv "
-                             f"({beta_inv}) so the fast pathway has width // beta_inv channels")
         temp_blocks = list(num_block_temp_kernel or [None] * 4)
-        if len(temp_blocks) != 4:
-            raise ValueError(f"num_block_temp_kernel must list 4 stages, got {temp_blocks}")
+        _check_args(depth, alpha, beta_inv, fusion_conv_channel_ratio, fusion_kernel, width,
+                    slow_index, temp_blocks)
         self.alpha = alpha
         self.slow_index = slow_index
         ratio = fusion_conv_channel_ratio
@@ -195,6 +202,7 @@ class SlowFast(nn.Module):
                 slow_in += fast_out * ratio
 
         self.head = Head((slow_in, fast_in), num_classes, dropout)
+        self.head_init_std = head_init_std  # what reset_classifier uses too
         init_3d_weights(self, zero_init_final_bn, head_init_std)
 
     def pack_pathways(self, clip: torch.Tensor) -> List[torch.Tensor]:
@@ -235,71 +243,52 @@ class SlowFast(nn.Module):
 
 
 def _facts(params: int, alpha: int, gflops: float, crop: int = 224, frames: int = 32,
-           **extra: Any) -> dict:
-    facts = {
-        "task": "video",
-        "input_frames": frames,
-        "sampling_stride": 2,
-        "crop_size": crop,
-        "mean": list(_KINETICS_MEAN),
-        "std": list(_KINETICS_STD),
-        "params": params,
-        "gflops": gflops,
-        "alpha": alpha,
-    }
-    facts.update(extra)
-    return facts
+           **extra: Any) -> ModelFacts:
+    return video_facts(frames, 2, crop, KINETICS_MEAN, KINETICS_STD, params=params,
+                       gflops=gflops, alpha=alpha, **extra)
 
 
-def _register(name: str, defaults: Dict[str, Any], summary: str, facts: dict) -> None:
-    """Create, document and register the builder ``name`` with ``defaults`` for SlowFast."""
-
-    def builder(num_classes: int = 400, **kwargs: Any) -> nn.Module:
-        args = dict(defaults)
-        args.update(kwargs)
-        return SlowFast(num_classes=num_classes, **args)
-
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = f"""{summary}
+_DOC = """{summary}
 
     Args:
         num_classes: Output classes.
         **kwargs: Override any :class:`SlowFast` argument (``width``, ``depth``, ``dropout``...).
     """
-    builder.facts = facts
-    MODEL_REGISTRY.register(builder, name=name)
-    globals()[name] = builder
+
+
+def _variant(name: str, defaults: Dict[str, Any], summary: str, facts: ModelFacts) -> None:
+    register_model(name, SlowFast, facts, _DOC.format(summary=summary), **defaults)
 
 
 # Parameter counts at 400 classes (the R50 ones equal PySlowFast's; checked in tests). gflops are
 # multiply-adds per view at crop_size counted by torch.utils.flop_counter (tests recount them);
 # PySlowFast quotes 36.1 / 65.7 for the R50 nets at 256x256. published_top1: Kinetics-400, 30 views.
-_register(
+_variant(
     "slowfast_4x16_resnet50",
     dict(depth=50, alpha=8, beta_inv=8, fusion_kernel=5, width=64, dropout=0.5),
     "SlowFast R50 4x16: 32 fast frames at stride 2, slow sees 4 (alpha 8, beta_inv 8, k 5).",
     _facts(34_480_216, alpha=8, gflops=27.6, published_top1=75.6),
 )
-_register(
+_variant(
     "slowfast_8x8_resnet50",
     dict(depth=50, alpha=4, beta_inv=8, fusion_kernel=7, width=64, dropout=0.5),
     "SlowFast R50 8x8: 32 fast frames at stride 2, slow sees 8 (alpha 4, beta_inv 8, k 7).",
     _facts(34_566_488, alpha=4, gflops=50.3, published_top1=77.0),
 )
-_register(
+_variant(
     "slowfast_16x8_resnet50",
     dict(depth=50, alpha=4, beta_inv=8, fusion_kernel=7, width=64, dropout=0.5),
     "SlowFast R50 16x8 (gluoncv's slowfast_16x8_resnet50): the 8x8 R50 net fed 64 fast frames at "
     "stride 2, so the slow pathway sees 16.",
     _facts(34_566_488, alpha=4, gflops=100.6, frames=64),
 )
-_register(
+_variant(
     "slowfast_8x8_resnet101",
     dict(depth=101, alpha=4, beta_inv=8, fusion_kernel=5, width=64, dropout=0.5),
     "SlowFast R101 8x8 (PySlowFast SLOWFAST_8x8_R101_101_101): every res4 block temporal, k 5.",
     _facts(62_826_968, alpha=4, gflops=96.4, published_top1=77.9),
 )
-_register(
+_variant(
     "slowfast_16x8_resnet101",
     dict(depth=101, alpha=4, beta_inv=8, fusion_kernel=5, width=64, dropout=0.5,
          num_block_temp_kernel=(3, 4, 6, 3)),
@@ -307,7 +296,7 @@ _register(
     "sees 16; only the first 6 res4 blocks are temporal (the R50 pattern), k 5.",
     _facts(53_774_808, alpha=4, gflops=163.1, frames=64, published_top1=78.9),
 )
-_register(
+_variant(
     "slowfast_tiny_resnet18",
     dict(depth=18, alpha=4, beta_inv=4, fusion_kernel=5, width=16, dropout=0.5),
     "A small SlowFast for CPU runs: (2, 2, 2, 2) bottlenecks, width 16 (fast 4), alpha 4; meant "

@@ -12,13 +12,19 @@ __all__ = ["alias_rows", "format_alias_table", "format_table", "format_weights_t
 COLUMNS = ("name", "task", "params", "gflops", "input", "crop", "top1")
 
 
+def _known(facts: Dict[str, Any], key: str) -> str:
+    """A fact as text, ``?`` when absent or ``None``."""
+    value = facts.get(key)
+    return "?" if value is None else str(value)
+
+
 def _input(facts: Dict[str, Any]) -> str:
     if facts.get("task") == "image":
         return "image"
-    frames = facts.get("input_frames", "?")
+    frames = _known(facts, "input_frames")
     if facts.get("sampling") == "segments":
         return f"{frames} segments"
-    return f"{frames} x {facts.get('sampling_stride', '?')}"
+    return f"{frames} x {_known(facts, 'sampling_stride')}"
 
 
 def model_rows(names: Optional[Sequence[str]] = None,
@@ -44,12 +50,12 @@ def model_rows(names: Optional[Sequence[str]] = None,
             params, gflops = got["params"], got["gflops"]
         rows.append({
             "name": name,
-            "task": str(facts.get("task", "?")),
+            "task": _known(facts, "task"),
             "params": f"{params / 1e6:.2f}M{mark_p}" if params else "?",
             "gflops": f"{gflops:.2f}{mark_g}" if gflops is not None else "?",
             "input": _input(facts) if facts else "?",
-            "crop": str(facts.get("crop_size", "?")),
-            "top1": f"{facts['published_top1']}" if "published_top1" in facts else "",
+            "crop": _known(facts, "crop_size"),
+            "top1": "" if facts.get("published_top1") is None else f"{facts['published_top1']}",
             "weights": _weight_tags(name),
         })
     return rows
@@ -119,14 +125,14 @@ def alias_rows() -> List[Dict[str, str]]:
     rows = []
     for name in list_models():
         facts = model_facts(name)
-        if "alias_of" not in facts:
+        if not facts.get("alias_of"):
             continue
         rows.append({
             "name": name,
             "arch": facts["alias_of"],
             "classes": str(facts.get("num_classes") or "any"),
             "input": _input(facts),
-            "crop": str(facts.get("crop_size", "?")),
+            "crop": _known(facts, "crop_size"),
         })
     return rows
 

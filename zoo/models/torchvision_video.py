@@ -7,6 +7,10 @@ state-dict file works as is: the keys are torchvision's). All take ``(B, C, T, H
 logits. Facts follow torchvision's weight metadata (its recipe's frames, frame rate, crop,
 normalisation); gflops are recounted at those sizes with ``torch.utils.flop_counter``.
 
+Each built model is its torchvision class extended with :class:`~zoo.models.classifier.
+ClassifierMixin` (``get_classifier`` / ``reset_classifier``; same modules, same state dict), see
+``_CLASSIFIERS``.
+
 Size limits come from the models themselves: ``s3d`` needs at least 14 frames of 224x224 (its
 final pooling has a fixed 2x7x7 window), ``mvit_v2_s`` needs exactly ``temporal_size`` frames of
 ``spatial_size`` (16 x 224 x 224 by default; zoo's builder, unlike torchvision's, accepts both as
@@ -15,11 +19,13 @@ kwargs, e.g. for small CPU tests), the others take any size.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch.nn as nn
 
-from .build import MODEL_REGISTRY
+from .build import register_model
+from .classifier import ClassifierMixin
+from .facts import video_facts
 
 __all__ = ["TORCHVISION_VIDEO_MODELS"]
 
@@ -74,8 +80,31 @@ def _mvit_v2_s(num_classes: int, spatial_size: Tuple[int, int] = (224, 224),
                 num_classes=num_classes, **kwargs)
 
 
+# torchvision class -> the dotted path of its classifier layer and the std of torchvision's normal
+# init of it (reset_classifier repeats it; trunc_normal_(std=0.02) cuts at +-2, i.e. never; None:
+# PyTorch's default init, as torchvision leaves S3D's conv).
+_CLASSIFIERS = {"VideoResNet": ("fc", 0.01), "S3D": ("classifier.1", None),
+                "MViT": ("head.1", 0.02), "SwinTransformer3d": ("head", 0.02)}
+# torchvision class -> its subclass with ClassifierMixin (made once, on first use, so importing
+# zoo.models does not import torchvision.models).
+_WITH_CLASSIFIER: Dict[type, type] = {}
+
+
+def _with_classifier(model: nn.Module) -> nn.Module:
+    """``model`` as an instance of its class extended with ``ClassifierMixin``: only methods are
+    added, so modules, state dict and forward stay torchvision's."""
+    cls = type(model)
+    if cls not in _WITH_CLASSIFIER:
+        path, std = _CLASSIFIERS[cls.__name__]
+        attrs = {"classifier_name": path, "head_init_std": std, "__module__": __name__,
+                 "__doc__": cls.__doc__}
+        _WITH_CLASSIFIER[cls] = type(cls.__name__, (ClassifierMixin, cls), attrs)
+    model.__class__ = _WITH_CLASSIFIER[cls]
+    return model
+
+
 def _make(name: str) -> Callable[..., nn.Module]:
-    def builder(num_classes: int = 400, **kwargs: Any) -> nn.Module:
+    def build(num_classes: int = 400, **kwargs: Any) -> nn.Module:
         import torchvision.models.video as tv_video
 
         if kwargs.get("weights") is not None:
@@ -83,24 +112,22 @@ def _make(name: str) -> Callable[..., nn.Module]:
                              "pretrained=PATH (create_model) or CONFIG.MODEL.PRETRAINED")
         kwargs.pop("weights", None)
         if name == "mvit_v2_s" and ("spatial_size" in kwargs or "temporal_size" in kwargs):
-            return _mvit_v2_s(num_classes, **kwargs)
-        return getattr(tv_video, name)(weights=None, num_classes=num_classes, **kwargs)
+            return _with_classifier(_mvit_v2_s(num_classes, **kwargs))
+        return _with_classifier(getattr(tv_video, name)(weights=None, num_classes=num_classes,
+                                                        **kwargs))
 
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = f"""torchvision's ``{name}`` (random init), registered for zoo.
+    return build
+
+
+for _name, (_frames, _stride, _crop, _mean, _std, _params, _gflops, _top1) in (
+        TORCHVISION_VIDEO_MODELS.items()):
+    register_model(
+        _name, _make(_name),
+        video_facts(_frames, _stride, _crop, _mean, _std, params=_params, gflops=_gflops,
+                    published_top1=_top1, source="torchvision"),
+        f"""torchvision's ``{_name}`` (random init), registered for zoo.
 
     Args:
         num_classes: Output classes.
-        **kwargs: Passed to ``torchvision.models.video.{name}``.
-    """
-    frames, stride, crop, mean, std, params, gflops, top1 = TORCHVISION_VIDEO_MODELS[name]
-    builder.facts = {
-        "task": "video", "input_frames": frames, "sampling_stride": stride, "crop_size": crop,
-        "mean": list(mean), "std": list(std), "params": params, "gflops": gflops,
-        "published_top1": top1, "source": "torchvision",
-    }
-    return builder
-
-
-for _name in TORCHVISION_VIDEO_MODELS:
-    MODEL_REGISTRY.register(_make(_name), name=_name)
+        **kwargs: Passed to ``torchvision.models.video.{_name}``.
+    """)

@@ -30,7 +30,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .blocks3d import ConvBN
-from .build import MODEL_REGISTRY
+from .build import register_model
+from .facts import IMAGENET_MEAN, IMAGENET_STD, video_facts
 from .resnet3d import ResNet3d
 
 __all__ = ["TPN", "TPNNeck"]
@@ -117,6 +118,10 @@ class TPN(ResNet3d):
             The neck's widths follow ``width`` (1024 / 2048 at the published width 64).
     """
 
+    # The auxiliary classifier has one output per class too: reset_classifier and the pretrained
+    # loader's class-count check treat it like the head.
+    aux_classifier_names = ("aux_head.1",)
+
     def __init__(self, num_classes: int = 400, temporal_scales: Sequence[int] = (8, 8),
                  level_pools: Sequence[int] = (1, 1), **kwargs: Any) -> None:
         kwargs.setdefault("stem_kt", 1)
@@ -135,8 +140,8 @@ class TPN(ResNet3d):
                 nn.init.normal_(m.weight, std=0.01)
                 nn.init.zeros_(m.bias)
         self.aux_head.requires_grad_(False)
-        # Register the head last again: zoo.models.pretrained.head_keys takes the classifier to
-        # be the last module with parameters, and that must be head.proj, not the aux head.
+        # Register the head last again, so the state dict lists it last (as zoo's TPN checkpoints
+        # always have) and a last-layer rule applied to this net still finds head.proj.
         head = self.head
         del self.head
         self.head = head
@@ -160,23 +165,23 @@ def _inflate_backbone(model: TPN, path: str, num_classes: int, args: dict) -> No
                                               for k in result.missing_keys), result
 
 
-def _register(name: str, depth: int, frames: int, stride: int, params: int, gflops: float
-              ) -> None:
+def build_tpn(num_classes: int = 400, inflate_from: str = "", **kwargs: Any) -> TPN:
+    """A :class:`TPN`; ``inflate_from`` names a 2D ResNet state dict (torchvision keys) to
+    inflate into the backbone and head, as gluoncv does before training (the neck keeps its
+    fresh init)."""
+    model = TPN(num_classes=num_classes, **kwargs)
+    if inflate_from:
+        _inflate_backbone(model, inflate_from, num_classes, kwargs)
+    return model
+
+
+def _variant(name: str, depth: int, frames: int, stride: int, params: int, gflops: float
+             ) -> None:
     # gluoncv: R50 pools both levels by the frame count; R101 pools res4 by half of it and pools
     # level 0 by 2 again inside the fusions and the downsampling.
     scales = (frames, frames) if depth == 50 else (frames // 2, frames)
     pools = (1, 1) if depth == 50 else (2, 1)
-
-    def builder(num_classes: int = 400, inflate_from: str = "", **kwargs: Any) -> nn.Module:
-        args = dict(depth=depth, temporal_scales=scales, level_pools=pools)
-        args.update(kwargs)
-        model = TPN(num_classes=num_classes, **args)
-        if inflate_from:
-            _inflate_backbone(model, inflate_from, num_classes, args)
-        return model
-
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = f"""TPN on a Slow R{depth}, {frames} frames at stride {stride} (gluoncv's
+    doc = f"""TPN on a Slow R{depth}, {frames} frames at stride {stride} (gluoncv's
     ``{name}``): temporal scales {scales}, level pools {pools}.
 
     Args:
@@ -185,13 +190,10 @@ def _register(name: str, depth: int, frames: int, stride: int, params: int, gflo
             backbone and head, as gluoncv does before training; the neck keeps its fresh init.
         **kwargs: Override any :class:`TPN` argument (``width``, ``temporal_scales``, ...).
     """
-    builder.facts = {
-        "task": "video", "input_frames": frames, "sampling_stride": stride, "crop_size": 224,
-        "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
-        "params": params, "gflops": gflops,
-    }
-    MODEL_REGISTRY.register(builder, name=name)
-    globals()[name] = builder
+    facts = video_facts(frames, stride, 224, IMAGENET_MEAN, IMAGENET_STD, params=params,
+                        gflops=gflops)
+    register_model(name, build_tpn, facts, doc, depth=depth, temporal_scales=scales,
+                   level_pools=pools)
 
 
 # Params at 400 classes equal gluoncv's TPNet (counted from gluoncv's code, aux head included);
@@ -199,5 +201,5 @@ def _register(name: str, depth: int, frames: int, stride: int, params: int, gflo
 for _depth, _params, _gflops in ((50, 91_498_336, (50.3, 99.6, 198.2)),
                                  (101, 119_403_360, (94.1, 187.1, 373.0))):
     for (_frames, _stride), _g in zip(((8, 8), (16, 4), (32, 2)), _gflops):
-        _register(f"tpn_resnet{_depth}_f{_frames}s{_stride}", _depth, _frames, _stride, _params,
-                  _g)
+        _variant(f"tpn_resnet{_depth}_f{_frames}s{_stride}", _depth, _frames, _stride, _params,
+                 _g)

@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
-import torch.nn as nn
 
-from .build import MODEL_REGISTRY
+from .build import register_model
+from .facts import IMAGENET_MEAN, IMAGENET_STD, ModelFacts
 from .resnet import BasicBlock, Bottleneck, ResNet
 
 __all__ = ["TSN"]
@@ -49,16 +49,10 @@ class TSN(ResNet):
         return logits.mean(dim=1) if self.consensus == "avg" else logits.amax(dim=1)
 
 
-def _register(name: str, block: type, layers: Sequence[int], params: int, gflops: float) -> None:
+def _variant(name: str, block: type, layers: Sequence[int], params: int, gflops: float) -> None:
+    """Register the builder ``name``: a :class:`TSN` of ``block`` with ``layers``."""
     depth = name.rsplit("resnet", 1)[1]
-
-    def builder(num_classes: int = 400, dropout: float = 0.5, consensus: str = "avg",
-                **kwargs: Any) -> nn.Module:
-        return TSN(block, layers, num_classes=num_classes, dropout=dropout, consensus=consensus,
-                   **kwargs)
-
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = f"""TSN on a ResNet-{depth} (torchvision keys), 8 segments by default.
+    doc = f"""TSN on a ResNet-{depth} (torchvision keys), 8 segments by default.
 
     gluoncv's ``resnet{depth}_v1b_*`` nets are this architecture: a torchvision ResNet (stride on
     the 3x3 conv, "v1b") whose pooled features are averaged over the segments before ``fc``, which
@@ -66,24 +60,20 @@ def _register(name: str, block: type, layers: Sequence[int], params: int, gflops
 
     Args:
         num_classes: Output classes.
-        dropout: Dropout before ``fc`` (no state-dict keys).
-        consensus: ``"avg"`` or ``"max"`` over the segments' logits.
-        **kwargs: :class:`~zoo.models.resnet.ResNet` arguments (``base_width``, ...).
+        **kwargs: :class:`TSN` arguments: ``dropout`` before ``fc`` (default 0.5; no state-dict
+            keys), ``consensus`` (``"avg"`` or ``"max"`` over the segments' logits), and
+            :class:`~zoo.models.resnet.ResNet` arguments (``base_width``, ...).
     """
     # sampling_stride None: one frame from each of input_frames equal segments of the whole video.
-    builder.facts = {
-        "task": "video", "input_frames": 8, "sampling_stride": None, "sampling": "segments",
-        "crop_size": 224, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
-        "params": params, "gflops": gflops,
-    }
-    MODEL_REGISTRY.register(builder, name=name)
-    globals()[name] = builder
+    facts = ModelFacts(input_frames=8, sampling_stride=None, crop_size=224, mean=IMAGENET_MEAN,
+                       std=IMAGENET_STD, params=params, gflops=gflops)
+    register_model(name, TSN, facts, doc, block=block, layers=layers, dropout=0.5)
 
 
 # Params at 400 classes (equal gluoncv's resnet*_v1b_kinetics400, counted from its code); gflops:
 # multiply-adds of the 8 frames at 224x224 (torch.utils.flop_counter; recounted in tests).
-_register("tsn_resnet18", BasicBlock, (2, 2, 2, 2), 11_381_712, 14.5)
-_register("tsn_resnet34", BasicBlock, (3, 4, 6, 3), 21_489_872, 29.3)
-_register("tsn_resnet50", Bottleneck, (3, 4, 6, 3), 24_327_632, 32.7)
-_register("tsn_resnet101", Bottleneck, (3, 4, 23, 3), 43_319_760, 62.4)
-_register("tsn_resnet152", Bottleneck, (3, 8, 36, 3), 58_963_408, 92.1)
+_variant("tsn_resnet18", BasicBlock, (2, 2, 2, 2), 11_381_712, 14.5)
+_variant("tsn_resnet34", BasicBlock, (3, 4, 6, 3), 21_489_872, 29.3)
+_variant("tsn_resnet50", Bottleneck, (3, 4, 6, 3), 24_327_632, 32.7)
+_variant("tsn_resnet101", Bottleneck, (3, 4, 23, 3), 43_319_760, 62.4)
+_variant("tsn_resnet152", Bottleneck, (3, 8, 36, 3), 58_963_408, 92.1)

@@ -16,19 +16,19 @@ Module names follow gluoncv's (``conv1``, ``bn1``, ``layer{n}.{j}.conv{k}``, ``d
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn as nn
 
 from .blocks3d import init_3d_weights
-from .build import MODEL_REGISTRY
+from .build import register_model
+from .classifier import ClassifierMixin
+from .facts import IMAGENET_MEAN, IMAGENET_STD, video_facts
 
 __all__ = ["VMZResNet"]
 
 _EPS = 1e-3
-_KINETICS_MEAN = [0.485, 0.456, 0.406]  # gluoncv's video transforms
-_KINETICS_STD = [0.229, 0.224, 0.225]
 
 
 def _bn(ch: int) -> nn.BatchNorm3d:
@@ -105,8 +105,9 @@ def _projection(in_ch: int, out_ch: int, stride: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv3d(in_ch, out_ch, 1, stride=stride, bias=False), _bn(out_ch))
 
 
-class VMZResNet(nn.Module):
-    """The shared skeleton of ir-CSN and R(2+1)D v2 (see the module docstring).
+class VMZResNet(ClassifierMixin, nn.Module):
+    """The shared skeleton of ir-CSN and R(2+1)D v2 (see the module docstring); its classifier
+    is ``out_fc``.
 
     Args:
         kind: ``"ircsn"`` (3x7x7 stem conv + 1x3x3 max-pool) or ``"r2plus1d"`` (1x7x7 conv to 45
@@ -117,6 +118,9 @@ class VMZResNet(nn.Module):
         dropout: Dropout before ``out_fc`` (0 in gluoncv).
         in_channels: Input channels (3 for RGB).
     """
+
+    classifier_name = "out_fc"
+    head_init_std = 0.01
 
     def __init__(self, kind: str, layers: Sequence[int] = (3, 8, 36, 3), num_classes: int = 400,
                  width: int = 64, dropout: float = 0.0, in_channels: int = 3) -> None:
@@ -150,7 +154,7 @@ class VMZResNet(nn.Module):
         self.avgpool = nn.AdaptiveAvgPool3d(1)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.out_fc = nn.Linear(in_ch, num_classes)
-        init_3d_weights(self, zero_init_final_bn=False, head_init_std=0.01)
+        init_3d_weights(self, zero_init_final_bn=False, head_init_std=self.head_init_std)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Feature map ``(B, C, T', H', W')`` after layer4."""
@@ -168,31 +172,25 @@ class VMZResNet(nn.Module):
         return self.out_fc(self.dropout(self.avgpool(self.forward_features(x)).flatten(1)))
 
 
-def _register(name: str, kind: str, summary: str, facts: dict) -> None:
-    def builder(num_classes: int = 400, **kwargs: Any) -> nn.Module:
-        return VMZResNet(kind, num_classes=num_classes, **kwargs)
-
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = f"""{summary}
+_DOC = """{summary}
 
     Args:
         num_classes: Output classes.
         **kwargs: :class:`VMZResNet` arguments (``layers``, ``width``, ``dropout``, ...).
     """
-    builder.facts = dict(task="video", mean=list(_KINETICS_MEAN), std=list(_KINETICS_STD),
-                         **facts)
-    MODEL_REGISTRY.register(builder, name=name)
-    globals()[name] = builder
-
 
 # Params at 400 classes equal gluoncv's ResNet_IRCSNv2 / ResNet_R2plus1Dv2 (counted from its code);
 # gflops: multiply-adds per view at the crop (torch.utils.flop_counter; recounted in tests).
-_register("ircsn_resnet152", "ircsn",
-          "ir-CSN ResNet-152 (gluoncv's ircsn_v2_resnet152_f32s2): 32 frames at stride 2.",
-          dict(input_frames=32, sampling_stride=2, crop_size=224, params=29_703_568,
-               gflops=74.0))
-_register("r2plus1d_v2_resnet152", "r2plus1d",
-          "R(2+1)D v2 ResNet-152 with bottlenecks (gluoncv's r2plus1d_v2_resnet152): 32 frames at "
-          "stride 2, 112x112 crops.",
-          dict(input_frames=32, sampling_stride=2, crop_size=112, params=118_226_785,
-               gflops=252.0))
+# gluoncv's video transforms normalise with ImageNet's mean / std.
+register_model(
+    "ircsn_resnet152", VMZResNet,
+    video_facts(32, 2, 224, IMAGENET_MEAN, IMAGENET_STD, params=29_703_568, gflops=74.0),
+    _DOC.format(summary="ir-CSN ResNet-152 (gluoncv's ircsn_v2_resnet152_f32s2): 32 frames at "
+                "stride 2."),
+    kind="ircsn")
+register_model(
+    "r2plus1d_v2_resnet152", VMZResNet,
+    video_facts(32, 2, 112, IMAGENET_MEAN, IMAGENET_STD, params=118_226_785, gflops=252.0),
+    _DOC.format(summary="R(2+1)D v2 ResNet-152 with bottlenecks (gluoncv's "
+                "r2plus1d_v2_resnet152): 32 frames at stride 2, 112x112 crops."),
+    kind="r2plus1d")

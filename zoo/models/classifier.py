@@ -1,0 +1,145 @@
+"""The classifier layer of a model: ``get_classifier()`` / ``reset_classifier(num_classes)``.
+
+The contract is timm's: ``model.get_classifier()`` returns the final classification module (the
+layer whose outputs are the logits) and ``model.reset_classifier(num_classes)`` replaces it with
+a freshly initialised layer of ``num_classes`` outputs. Every built-in family has both through
+:class:`ClassifierMixin`; the pretrained loader (which keeps a fresh head when the class count
+differs) and fine-tuning (the head's learning rate, ``FREEZE_BACKBONE``, feature extraction) find
+the head only through :func:`find_classifier`.
+
+A user model (an ``EXTRA_MODULES`` file) need not define them. For such a model the classifier is
+the module its ``classifier_name`` attribute names (a dotted path such as ``"head.proj"``), else
+its last ``nn.Linear`` in registration order (``model.modules()``); a model with neither is told
+so in one line.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch.nn as nn
+
+__all__ = ["ClassifierMixin", "classifier_keys", "find_classifier", "new_classifier",
+           "num_outputs", "unwrap"]
+
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain model inside DDP / DataParallel (``.module``) and ``torch.compile``
+    (``._orig_mod``) wrappers."""
+    while True:
+        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), nn.Module):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def num_outputs(layer: nn.Module) -> int:
+    """Outputs of a classifier layer: ``out_features`` of a linear, ``out_channels`` of a conv."""
+    if isinstance(layer, nn.Linear):
+        return layer.out_features
+    if isinstance(layer, _CONVS):
+        return layer.out_channels
+    raise TypeError(f"a classifier must be nn.Linear or a Conv, got {type(layer).__name__}")
+
+
+def new_classifier(old: nn.Module, num_classes: int,
+                   init_std: Optional[float] = None) -> nn.Module:
+    """A fresh layer like ``old`` (same inputs, bias, device, dtype) with ``num_classes`` outputs.
+
+    Args:
+        old: The ``nn.Linear`` or Conv classifier to replace.
+        num_classes: Outputs of the new layer.
+        init_std: Normal init of the weight with this std and a zero bias (the 3D nets' head
+            init); ``None`` keeps PyTorch's default init of the layer type.
+    """
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    factory = {"device": old.weight.device, "dtype": old.weight.dtype}
+    bias = old.bias is not None
+    if isinstance(old, nn.Linear):
+        new = nn.Linear(old.in_features, num_classes, bias=bias, **factory)
+    elif isinstance(old, _CONVS):
+        new = type(old)(old.in_channels, num_classes, old.kernel_size, stride=old.stride,
+                        padding=old.padding, dilation=old.dilation, bias=bias, **factory)
+    else:
+        raise TypeError(f"cannot reset a {type(old).__name__} classifier; a classifier must be "
+                        "nn.Linear or a Conv (override reset_classifier for anything else)")
+    if init_std is not None:
+        nn.init.normal_(new.weight, std=init_std)
+        if bias:
+            nn.init.zeros_(new.bias)
+    new.requires_grad_(old.weight.requires_grad)
+    return new
+
+
+class ClassifierMixin:
+    """``get_classifier`` / ``reset_classifier`` for a model whose head is one named layer.
+
+    A family sets the class attributes; ``reset_classifier`` also resets the auxiliary
+    classifiers (TPN's ``aux_head``), which have one output per class too.
+
+    Attributes:
+        classifier_name: Dotted path of the classifier layer (``"fc"``, ``"head.proj"``).
+        aux_classifier_names: Dotted paths of auxiliary per-class layers (none by default).
+        head_init_std: Std of the normal init of a reset layer; ``None`` = PyTorch's default
+            (an instance attribute where the family takes it as an argument).
+    """
+
+    classifier_name: str = "fc"
+    aux_classifier_names: Tuple[str, ...] = ()
+    head_init_std: Optional[float] = None
+
+    def get_classifier(self) -> nn.Module:
+        """The final classification layer (its outputs are the logits)."""
+        return self.get_submodule(self.classifier_name)
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """Replace the classifier (and any auxiliary one) by a fresh layer of ``num_classes``."""
+        for path in (self.classifier_name,) + tuple(self.aux_classifier_names):
+            parent, _, leaf = path.rpartition(".")
+            owner = self.get_submodule(parent) if parent else self
+            setattr(owner, leaf, new_classifier(getattr(owner, leaf), num_classes,
+                                                self.head_init_std))
+
+
+def find_classifier(model: nn.Module) -> nn.Module:
+    """The classifier of ``model`` (wrappers removed): ``get_classifier()`` when the model has it,
+    else the module ``classifier_name`` names, else the last ``nn.Linear``.
+
+    Raises:
+        ValueError: when none of these finds a layer (one line saying what to define).
+    """
+    model = unwrap(model)
+    if callable(getattr(model, "get_classifier", None)):
+        return model.get_classifier()
+    name = getattr(model, "classifier_name", None)
+    if name:
+        return model.get_submodule(name)
+    last = None
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            last = module
+    if last is None:
+        raise ValueError(
+            f"{type(model).__name__} has no get_classifier() and no nn.Linear: define "
+            "get_classifier() (zoo.models.ClassifierMixin) or a `classifier_name` attribute "
+            "naming its head module")
+    return last
+
+
+def classifier_keys(model: nn.Module) -> Tuple[str, ...]:
+    """State-dict keys of the parameters of the classifier (first), then of the auxiliary
+    classifiers a model lists in ``aux_classifier_names``."""
+    model = unwrap(model)
+    head = find_classifier(model)
+    names = [n for n, m in model.named_modules() if m is head][:1]
+    names += [n for n in getattr(model, "aux_classifier_names", ()) if n not in names]
+    keys = []
+    for name in names:
+        prefix = f"{name}." if name else ""
+        keys += [prefix + n for n, _ in model.get_submodule(name).named_parameters(recurse=False)]
+    return tuple(keys)
