@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from conftest import TOY_MODEL, run_tool
+from helpers import TOY_MODEL, run_tool
 from torch.utils.data import DataLoader
 from videos_for_tests import bad_videos, ramp_frames, write
 

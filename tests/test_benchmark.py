@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 import torch.nn as nn
-from conftest import TINY_DATA, run_tool
+from helpers import TINY_DATA, run_tool
 
 from zoo.engine.precision import (
     CpuConv3d,

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn as nn
 import yaml
-from conftest import TOY_MODEL, run_tool
+from helpers import TOY_MODEL, run_tool
 from videos_for_tests import ramp_frames, write
 
 from zoo.config import cfg_to_yaml, get_cfg, load_config
@@ -144,7 +144,7 @@ def finetuned_run(tmp_path_factory):
     (root / "train.txt").write_text("".join(f"v{i}.mp4 8 {i % 3}\n" for i in range(6)))
     (root / "toy.py").write_text(TOY_MODEL)
     pretrained = root / "pretrained.pth"
-    # The state dict of conftest's toy_conv3d (2 classes), built without registering it here.
+    # The state dict of helpers.py's toy_conv3d (2 classes), built without registering it here.
     torch.manual_seed(0)
     head2 = nn.Sequential(nn.Conv3d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool3d(1),
                           nn.Flatten(), nn.Linear(8, 2))

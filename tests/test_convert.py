@@ -13,7 +13,7 @@ from typing import Dict, Iterator, Optional, Sequence, Tuple
 import pytest
 import torch
 import torch.nn as nn
-from conftest import run_tool
+from helpers import run_tool
 
 import zoo
 from zoo.models.convert import ConversionError, convert_checkpoint, convert_state_dict

@@ -5,7 +5,7 @@ import bisect
 
 import pytest
 import yaml
-from conftest import run_tool
+from helpers import run_tool
 
 from zoo.config import ConfigError, load_config
 from zoo.config.convert_pyslowfast import convert_pyslowfast, write_converted

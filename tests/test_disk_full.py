@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 import torch
-from conftest import TINY_DATA, run_tool
+from helpers import TINY_DATA, run_tool
 
 from zoo.engine.checkpoint import CheckpointWriteError, atomic_save
 

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import TINY_DATA, run_tool
+from helpers import TINY_DATA, run_tool
 
 
 def _read_jsonl(path):

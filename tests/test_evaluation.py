@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import TINY_DATA, run_tool
+from helpers import TINY_DATA, run_tool
 
 from zoo.engine.metrics import classification_metrics, topk_correct
 from zoo.engine.plots import confusion_matrix

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 import torch.nn as nn
-from conftest import run_tool
+from helpers import run_tool
 
 import zoo
 from zoo.models.export import export_model

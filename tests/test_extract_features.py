@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from conftest import TOY_MODEL, run_tool
+from helpers import TOY_MODEL, run_tool
 from videos_for_tests import noise_frames, write
 
 from zoo.config import load_config
@@ -17,7 +17,7 @@ WIDTH = 6
 
 
 def _toy(classes: int = 3) -> nn.Module:
-    """The conftest toy model (Conv3d -> ReLU -> pool -> flatten -> Linear), built here."""
+    """The helpers.py toy model (Conv3d -> ReLU -> pool -> flatten -> Linear), built here."""
     torch.manual_seed(0)
     return nn.Sequential(
         nn.Conv3d(3, WIDTH, kernel_size=3, padding=1), nn.ReLU(),

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, TINY_DATA, run_tool
+from helpers import ROOT, TINY_DATA, run_tool
 
 SMALL_MODEL = ["MODEL.KWARGS", "['width', 8, 'dropout', 0.0]", "DATA.CLIP_LEN", "4"]
 

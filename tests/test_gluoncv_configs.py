@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from conftest import run_tool
 from gluoncv_configs import CONFIGS, FEAT_CONFIGS, expected_classes, write_all
+from helpers import run_tool
 from videos_for_tests import write
 
 from zoo.config import load_config

@@ -291,7 +291,7 @@ def test_vmz_nets_layout():
 
 
 def test_alias_table_in_docs_is_fresh():
-    from conftest import ROOT, run_tool
+    from helpers import ROOT, run_tool
 
     r = run_tool("list_models.py", ["--aliases", "--markdown"], timeout=120)
     assert r.returncode == 0, r.stderr

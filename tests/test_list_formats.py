@@ -20,7 +20,7 @@ import re
 import cv2
 import numpy as np
 import pytest
-from conftest import run_tool
+from helpers import run_tool
 from videos_for_tests import ramp_frames, write
 
 from zoo.config import ConfigError, load_config

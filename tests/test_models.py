@@ -404,7 +404,7 @@ def test_reset_classifier_initialises_like_the_family():
 def test_list_models_tool_matches_docs_table():
     import os
 
-    from conftest import ROOT, run_tool
+    from helpers import ROOT, run_tool
 
     r = run_tool("list_models.py", ["--markdown"], timeout=120)
     assert r.returncode == 0, r.stderr

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, TINY_DATA, TOY_MODEL
+from helpers import ROOT, TINY_DATA, TOY_MODEL
 
 # Several processes per test, network namespaces: deselect with -m "not multinode".
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn as nn
-from conftest import TINY_DATA, run_tool
+from helpers import TINY_DATA, run_tool
 
 from zoo.engine.errors import NonFiniteLoss
 from zoo.engine.step import TrainStep

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import run_tool
+from helpers import run_tool
 
 QUICKSTART = "configs/quickstart/slowfast_tiny_motion.yaml"
 BASELINE = "configs/quickstart/resnet18_single_frame.yaml"

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, TINY_DATA, run_tool
+from helpers import ROOT, TINY_DATA, run_tool
 
 ARGS = [
     "DDP_CONFIG.NUM_CPU_PROCS", "2",

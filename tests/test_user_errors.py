@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, TOY_MODEL, run_tool
+from helpers import ROOT, TOY_MODEL, run_tool
 from videos_for_tests import ramp_frames, write
 
 BUGGY_MODEL = '''

@@ -5,7 +5,7 @@ drive a 2-process gloo training run."""
 import json
 
 import pytest
-from conftest import run_tool
+from helpers import run_tool
 
 # The user's file. The dataset reads a list of "sample_name label" lines and makes each clip from
 # its index; it appends every index it serves to a file beside the list (one file per process).

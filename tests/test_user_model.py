@@ -5,7 +5,7 @@ import os
 
 import torch
 import yaml
-from conftest import ROOT, TINY_DATA, run_tool
+from helpers import ROOT, TINY_DATA, run_tool
 
 from zoo.config import load_config
 from zoo.utils.env import import_extra_modules

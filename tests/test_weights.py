@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
-from conftest import ROOT, run_tool
+from helpers import ROOT, run_tool
 
 import zoo
 from zoo.config import load_config

@@ -1,0 +1,56 @@
+"""What several test files share: the repository root, a toy model file's source, overrides for
+a tiny run on generated data, and running a tool as a user would (``from helpers import ...``)."""
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A toy video model defined OUTSIDE zoo/, registered through CONFIG.EXTRA_MODULES.
+TOY_MODEL = '''
+import torch.nn as nn
+from zoo.models import MODEL_REGISTRY
+
+
+@MODEL_REGISTRY.register()
+def toy_conv3d(num_classes=10, width=8, **kwargs):
+    return nn.Sequential(
+        nn.Conv3d(3, width, kernel_size=3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(width, num_classes),
+    )
+'''
+
+# Overrides for a small, fast run on generated data (seconds, not minutes).
+TINY_DATA = [
+    "DATA.SYNTHETIC.ENABLE", "True",
+    "DATA.SYNTHETIC.TRAIN_PER_CLASS", "4",
+    "DATA.SYNTHETIC.VAL_PER_CLASS", "3",
+    "DATA.SYNTHETIC.NUM_FRAMES", "8",
+    "DATA.SYNTHETIC.SIZE", "32",
+    "DATA.NUM_CLASSES", "2",
+    "DATA.CLIP_LEN", "4",
+    "DATA.FRAME_RATE", "2",
+    "DATA.CROP_SIZE", "28",
+    "DATA.SHORT_SIDE_SIZE", "32",
+    "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]",
+    "DATA.TEST_NUM_SEGMENT", "2",
+    "DATA.TEST_NUM_CROP", "3",
+    "DATA.NUM_WORKERS", "0",
+    "TRAIN.BATCH_SIZE", "2",
+    "VAL.BATCH_SIZE", "2",
+    "TEST.BATCH_SIZE", "2",
+    "LOG.DISPLAY_FREQ", "1",
+]
+
+
+
+def run_tool(tool: str, args, timeout: float = 240, env=None):
+    """Run ``python tools/<tool> args`` from the repository root; returns CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", tool), *args],
+        cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout,
+    )
