@@ -15,6 +15,7 @@ import re
 from typing import Callable, List, Optional, Sequence
 
 from ..config import load_config
+from ..data.sources import VIDEO_EXTS
 from ..utils.env import import_extra_modules
 from ..utils.logger import setup_logger
 from .data_preflight import check_data
@@ -39,10 +40,12 @@ def looks_like_key(token: str) -> bool:
 
 
 def looks_like_module(token: str) -> bool:
-    """Whether ``token`` names a user module: a ``.py`` path, a path, or a dotted module name
-    that is neither a config key nor an existing file (a video, say)."""
-    if token.endswith(".py") or "/" in token or os.sep in token:
+    """Whether ``token`` names a user module: a ``.py`` path, or a dotted module name that is
+    not a config key, not a path or video file name, and not an existing file."""
+    if token.endswith(".py"):
         return True
+    if "/" in token or os.sep in token or token.lower().endswith(VIDEO_EXTS):
+        return False
     return (bool(_MODULE.fullmatch(token)) and not looks_like_key(token)
             and not os.path.exists(token))
 
