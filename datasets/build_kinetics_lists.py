@@ -4,7 +4,8 @@
     python datasets/build_kinetics_lists.py --videos /data/kinetics400 \\
         --csv kinetics400/train.csv kinetics400/validate.csv --out lists/kinetics400
 
-The same command as ``zoo-build-kinetics-lists``; its code (and the full help) is zoo/cli/build_kinetics_lists.py.
+The same command as ``zoo-build-kinetics-lists``; its code (and the full help) is
+zoo/cli/build_kinetics_lists.py.
 """
 
 import sys

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Turn a folder of class sub-folders into zoo annotation lists.
 
-The same command as ``zoo-build-lists-from-folders``; its code (and the full help) is zoo/cli/build_lists_from_folders.py.
+The same command as ``zoo-build-lists-from-folders``; its code (and the full help) is
+zoo/cli/build_lists_from_folders.py.
 """
 
 import sys

@@ -5,7 +5,8 @@
     python datasets/build_split_lists.py hmdb51 --splits testTrainMulti_7030_splits \\
         --out lists/hmdb51 [--videos /data/hmdb51]
 
-The same command as ``zoo-build-split-lists``; its code (and the full help) is zoo/cli/build_split_lists.py.
+The same command as ``zoo-build-split-lists``; its code (and the full help) is
+zoo/cli/build_split_lists.py.
 """
 
 import sys

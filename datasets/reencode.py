@@ -4,7 +4,8 @@
     python datasets/reencode.py --src /data/kinetics400/raw --dst /data/kinetics400/256
     python datasets/reencode.py --src /data/raw --dst /data/256 --list lists/train.txt --workers 8
 
-The same command as ``zoo-reencode``; its code (and the full help) is zoo/cli/reencode.py.
+The same command as ``zoo-reencode``; its code (and the full help) is
+zoo/cli/reencode.py.
 """
 
 import sys

@@ -1,6 +1,6 @@
-"""tools/benchmark.py (zoo-benchmark) on tiny sizes: every sub-command runs and writes its CSV / JSON / PNG with
-the documented fields. No timing is asserted (the figures belong to docs/benchmarks.md); the
-routed CPU convolution is checked for equality with nn.Conv3d."""
+"""tools/benchmark.py (zoo-benchmark) on tiny sizes: every sub-command runs and writes its
+CSV / JSON / PNG with the documented fields. No timing is asserted (the figures belong to
+docs/benchmarks.md); the routed CPU convolution is checked for equality with nn.Conv3d."""
 
 import copy
 import csv

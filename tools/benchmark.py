@@ -8,7 +8,8 @@
     python tools/benchmark.py data --workers 0 2       # loader clips/s of the quick start
     python tools/benchmark.py startup                  # quick start: command -> first iteration
 
-The same command as ``zoo-benchmark``; its code (and the full help) is zoo/cli/benchmark.py.
+The same command as ``zoo-benchmark``; its code (and the full help) is
+zoo/cli/benchmark.py.
 """
 
 import sys

@@ -7,7 +7,8 @@
         --kwargs fuse_norm_act False slowfast_r50_4x16.pth out.pth
     python tools/convert_checkpoint.py --from torchvision --model i3d_resnet50 resnet50.pth i3d.pth
 
-The same command as ``zoo-convert-checkpoint``; its code (and the full help) is zoo/cli/convert_checkpoint.py.
+The same command as ``zoo-convert-checkpoint``; its code (and the full help) is
+zoo/cli/convert_checkpoint.py.
 """
 
 import sys

@@ -3,7 +3,8 @@
 
     python tools/convert_config.py --from pyslowfast SLOWFAST_8x8_R50.yaml slowfast_8x8.yaml
 
-The same command as ``zoo-convert-config``; its code (and the full help) is zoo/cli/convert_config.py.
+The same command as ``zoo-convert-config``; its code (and the full help) is
+zoo/cli/convert_config.py.
 """
 
 import sys

@@ -3,7 +3,8 @@
 
     python tools/doctor.py --config-file x.yaml [--local] [KEY VALUE ...]
 
-The same command as ``zoo-doctor``; its code (and the full help) is zoo/cli/doctor.py.
+The same command as ``zoo-doctor``; its code (and the full help) is
+zoo/cli/doctor.py.
 """
 
 import sys

@@ -5,7 +5,8 @@
     python tools/export.py --model slowfast_4x16_resnet50 --format onnx \\
         --kwargs width 8 depth 18 --input-shape 1 3 16 32 32 --out /tmp/sf_small
 
-The same command as ``zoo-export``; its code (and the full help) is zoo/cli/export.py.
+The same command as ``zoo-export``; its code (and the full help) is
+zoo/cli/export.py.
 """
 
 import sys

@@ -3,7 +3,8 @@
 
     python tools/extract_features.py --config-file i3d_resnet50_v1_feat.yaml [--output DIR]
 
-The same command as ``zoo-extract-features``; its code (and the full help) is zoo/cli/extract_features.py.
+The same command as ``zoo-extract-features``; its code (and the full help) is
+zoo/cli/extract_features.py.
 """
 
 import sys

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Print the registered models with their facts (params, GFLOPs, frames x stride, crop) and tags.
 
-The same command as ``zoo-list-models``; its code (and the full help) is zoo/cli/list_models.py.
+The same command as ``zoo-list-models``; its code (and the full help) is
+zoo/cli/list_models.py.
 """
 
 import sys

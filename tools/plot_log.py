@@ -4,7 +4,8 @@
     python tools/plot_log.py output/quickstart_slowfast_tiny [other_run ...] [--out curves.png]
 
 
-The same command as ``zoo-plot-log``; its code (and the full help) is zoo/cli/plot_log.py.
+The same command as ``zoo-plot-log``; its code (and the full help) is
+zoo/cli/plot_log.py.
 """
 
 import sys

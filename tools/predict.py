@@ -4,7 +4,8 @@
     python tools/predict.py --config-file x.yaml --checkpoint ckpt.pth a.mp4 b.mp4 [--json] \\
         [KEY VALUE ...]
 
-The same command as ``zoo-predict``; its code (and the full help) is zoo/cli/predict.py.
+The same command as ``zoo-predict``; its code (and the full help) is
+zoo/cli/predict.py.
 """
 
 import sys

@@ -4,7 +4,8 @@
     python tools/test_ddp.py --config-file x.yaml [CONFIG.TEST.CHECKPOINT path.pth]
 
 
-The same command as ``zoo-test``; its code (and the full help) is zoo/cli/test.py.
+The same command as ``zoo-test``; its code (and the full help) is
+zoo/cli/test.py.
 """
 
 import sys

@@ -4,7 +4,8 @@
     python tools/train_ddp.py --config-file configs/quickstart/slowfast_tiny_motion.yaml
 
 
-The same command as ``zoo-train``; its code (and the full help) is zoo/cli/train.py.
+The same command as ``zoo-train``; its code (and the full help) is
+zoo/cli/train.py.
 """
 
 import sys
