@@ -5,9 +5,9 @@ The model (name, kwargs, class count) is the checkpoint's; MODEL.PRETRAINED is n
 
     zoo-predict --config-file x.yaml --checkpoint ckpt.pth a.mp4 b.mp4 [--json] [KEY VALUE ...]
 
-The videos end at the first config key (``DATA.NUM_SEGMENT``: upper case, not an existing file);
-it and what follows are overrides, as in every other command. ``--opts KEY VALUE ...`` (the old
-spelling) still works, with a warning.
+The videos end at the first config key (``DATA.TEST_NUM_SEGMENT``: upper case, not an existing
+file); it and what follows are overrides, as in every other command. ``--opts KEY VALUE ...``
+(the old spelling) still works, with a warning.
 """
 
 from __future__ import annotations
