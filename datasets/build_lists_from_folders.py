@@ -1,77 +1,18 @@
 #!/usr/bin/env python
 """Turn a folder of class sub-folders into zoo annotation lists.
 
-    videos/
-      archery/a.mp4, b.mp4 ...
-      bowling/c.mp4 ...
-
-    python datasets/build_lists_from_folders.py --root videos --out lists [--val-fraction 0.2]
-
-writes lists/train.txt and lists/val.txt (gluoncv format: ``relative/path -1 label``, paths relative
-to --root, -1 = frame count unknown) and lists/classes.txt (class names sorted, line i = class i).
-The split is deterministic: every class contributes the same fraction to val, chosen by --seed.
+The same command as ``zoo-build-lists-from-folders``; its code (and the full help) is
+zoo/cli/build_lists_from_folders.py.
 """
 
-import argparse
-import os
-import random
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from zoo.data.sources import VIDEO_EXTS, write_classes  # noqa: E402
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        epilog="Lists are written in the gluoncv format, one video per line: "
-        "'relative/path -1 label' (-1 = frame count unknown; paths may contain spaces); "
-        "CONFIG.DATA.LIST_FORMAT "
-        "'auto' (the default) or 'gluoncv' reads them.",
-    )
-    p.add_argument("--root", required=True, help="folder with one sub-folder per class")
-    p.add_argument("--out", required=True, help="folder to write train.txt, val.txt, classes.txt")
-    p.add_argument("--val-fraction", type=float, default=0.2, help="share of each class for val")
-    p.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
-    args = p.parse_args(argv)
-    if not os.path.isdir(args.root):
-        print(f"error: --root {args.root!r} is not a folder", file=sys.stderr)
-        return 2
-    if not 0 <= args.val_fraction < 1:
-        print(f"error: --val-fraction {args.val_fraction} must be in [0, 1)", file=sys.stderr)
-        return 2
-    classes = sorted(d for d in os.listdir(args.root) if os.path.isdir(os.path.join(args.root, d)))
-    if not classes:
-        print(f"error: {args.root!r} has no class sub-folders", file=sys.stderr)
-        return 2
-    rng = random.Random(args.seed)
-    train, val = [], []
-    for label, name in enumerate(classes):
-        folder = os.path.join(args.root, name)
-        files = sorted(
-            os.path.relpath(os.path.join(dirpath, f), args.root)
-            for dirpath, _, names in os.walk(folder)
-            for f in names
-            if f.lower().endswith(VIDEO_EXTS)
-        )
-        rng.shuffle(files)
-        n_val = int(round(len(files) * args.val_fraction))
-        val += [(f, label) for f in files[:n_val]]
-        train += [(f, label) for f in files[n_val:]]
-    try:
-        os.makedirs(args.out, exist_ok=True)
-        for split, rows in (("train", train), ("val", val)):
-            with open(os.path.join(args.out, f"{split}.txt"), "w", encoding="utf-8") as f:
-                for path, label in sorted(rows):
-                    f.write(f"{path} -1 {label}\n")
-        write_classes(args.out, classes, required=True)
-    except OSError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"{len(classes)} classes, {len(train)} train / {len(val)} val videos -> {args.out}")
-    return 0
-
+try:
+    from zoo.cli.build_lists_from_folders import main
+except ModuleNotFoundError as e:  # zoo not installed, or an install without zoo.cli
+    if e.name not in ("zoo", "zoo.cli"):
+        raise
+    sys.exit(f"error: {e}: install zoo first (pip install -e . in the checkout; see README.md)")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,6 @@
-"""tools/benchmark.py on tiny sizes: every sub-command runs and writes its CSV / JSON / PNG with
-the documented fields. No timing is asserted (the figures belong to docs/benchmarks.md); the
-routed CPU convolution is checked for equality with nn.Conv3d."""
+"""tools/benchmark.py (zoo-benchmark) on tiny sizes: every sub-command runs and writes its
+CSV / JSON / PNG with the documented fields. No timing is asserted (the figures belong to
+docs/benchmarks.md); the routed CPU convolution is checked for equality with nn.Conv3d."""
 
 import copy
 import csv
@@ -127,7 +127,7 @@ def test_scaling_data_startup(tmp_path, synth_root):
     assert r.returncode == 0, r.stdout + r.stderr
     rows, data = _read(out, "startup")
     assert float(rows[0]["seconds"]) > 0 and rows[0]["data"] == "cached"
-    assert "train_ddp.py" in data["command"]
+    assert data["command"].startswith("python -m zoo.cli.train")
 
 
 def test_forward_flops_counts_two_per_multiply_add():

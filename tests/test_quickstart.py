@@ -68,7 +68,7 @@ def test_quickstart_trains_to_95_and_test_agrees(tmp_path, cache):
     videos = [os.path.join(data_root, picks[c]) for c in sorted(picks)]
     pr = run_tool("predict.py", ["--config-file", QUICKSTART, "--checkpoint",
                                  str(run_dir / "checkpoints" / "epoch_16.pth"), "--json",
-                                 *videos, "--opts", *common], timeout=120)
+                                 *videos, *common], timeout=120)
     assert pr.returncode == 0, pr.stdout[-2000:] + pr.stderr[-2000:]
     out = json.loads(pr.stdout)
     assert [r["top"][0]["name"] for r in out] == [names[c] for c in sorted(picks)]

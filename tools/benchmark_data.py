@@ -4,101 +4,18 @@
     python tools/benchmark_data.py --list train.txt --root /data/videos
     python tools/benchmark_data.py --generate 8 --long-720p     # videos made here, no data needed
 
-For every decoder (and "naive": PyAV decoding every frame of the video to RGB with
-``frame.to_ndarray``, then picking the clip's frames) fresh processes with one worker and one
-thread of torch read training clips for ``--seconds`` in all (``--rounds`` processes per decoder,
-the decoders taking turns): pick the next video, draw a random window of ``--clip-len`` frames
-``--frame-rate`` apart, open, decode, close. It reports clips/s and peak RSS
-(the process's peak, and the part above its size after the imports: what decoding itself costs).
-``--long-720p`` adds one 32-frame clip from a 5-minute 1280x720 video per decoder, each in a fresh
-process that imports only the reader (numpy out, no torch) and in one that imports torch.
-``--generate N`` writes N 10-second 340x256 H.264 videos (a keyframe every ``--gop`` frames, the
-re-encode default of datasets/reencode.py) and uses them. ``--containers mkv webm avi`` measures the
-same clips again in other containers (H.264 in Matroska, VP9 in WebM, MPEG-4 Part 2 with B-frames
-in AVI): the figures behind ``DATA.DECODER auto``'s choice per container.
-
-The measuring itself lives in :mod:`zoo.benchmark.data`.
+The same command as ``zoo-benchmark-data``; its code (and the full help) is
+zoo/cli/benchmark_data.py.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-import os
 import sys
-import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def main(argv: list[str] | None = None) -> int:
-    from zoo.benchmark import data as bench  # after the sys.path line above
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--list", default="", help="annotation list (gluoncv or CSV)")
-    p.add_argument("--root", default="", help="folder the list's paths are relative to")
-    p.add_argument("--generate", type=int, default=0, metavar="N",
-                   help="write N 10-second 340x256 videos and benchmark them")
-    p.add_argument("--out", default="", help="folder for generated videos (default: a temp dir)")
-    p.add_argument("--gop", type=int, default=16, help="keyframe interval of generated videos")
-    p.add_argument("--decoders", nargs="+", default=bench.DECODERS, choices=bench.DECODERS)
-    p.add_argument("--containers", nargs="+", default=[], choices=list(bench.CONTAINERS),
-                   help="with --generate: also the same clips in these containers")
-    p.add_argument("--clip-len", type=int, default=32)
-    p.add_argument("--frame-rate", type=int, default=2, help="stride between sampled frames")
-    p.add_argument("--seconds", type=float, default=10.0, help="time per decoder")
-    p.add_argument("--min-clips", type=int, default=5, help="clips per decoder at least")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="processes per decoder, taking turns with the other decoders")
-    p.add_argument("--long-720p", action="store_true",
-                   help="also decode one clip from a generated 5-minute 720p video")
-    p.add_argument("--long-only", action="store_true",
-                   help="only the --long-720p measurement (no clips/s table)")
-    p.add_argument("--json", default="", help="also write the results to this file")
-    args = p.parse_args(argv)
-
-    makes_videos = args.generate or args.long_720p or args.long_only
-    out = args.out or (tempfile.mkdtemp(prefix="zoo_bench_") if makes_videos else "")
-    decoders = [d for d in args.decoders if bench.available(d)]
-    report = {}
-    if not args.long_only:
-        if args.generate:
-            args.list, args.root = bench.generate(out, args.generate, args.gop), out
-        if not args.list:
-            p.error("give --list (and --root) or --generate N "
-                    "(or --long-only for the 720p clip alone)")
-        args.root = args.root or os.path.dirname(os.path.abspath(args.list))
-        results = bench.decoder_throughput(args.list, args.root, decoders, args.clip_len,
-                                           args.frame_rate, args.seconds, args.min_clips,
-                                           args.rounds)
-        print(f"{args.clip_len} frames x stride {args.frame_rate} per clip, one worker, "
-              f"{args.list}")
-        print("\n".join(bench.clips_table(results)))
-        report["clips"] = results
-    if args.containers and args.generate:
-        lists = bench.generate_containers(out, args.generate, args.gop, args.containers)
-        report["containers"] = {}
-        for container, list_path in lists.items():
-            rows = bench.decoder_throughput(list_path, out, decoders, args.clip_len,
-                                            args.frame_rate, args.seconds, args.min_clips,
-                                            args.rounds)
-            print(f"{container} ({bench.container_codec(container)}):")
-            print("\n".join(bench.clips_table(rows)))
-            report["containers"][container] = rows
-    if args.long_720p or args.long_only:
-        long_path = os.path.join(out, "long_720p.mp4")
-        if not os.path.isfile(long_path):
-            os.makedirs(out, exist_ok=True)
-            bench.write_long_video(long_path)
-        print("one 32-frame clip (stride 2) from the middle of a 5-minute 1280x720 video, "
-              "each in a fresh process:")
-        report["long_720p"] = bench.long_clip_rows(long_path, decoders)
-        print("\n".join(bench.long_clip_table(report["long_720p"])))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1)
-    return 0
-
+try:
+    from zoo.cli.benchmark_data import main
+except ModuleNotFoundError as e:  # zoo not installed, or an install without zoo.cli
+    if e.name not in ("zoo", "zoo.cli"):
+        raise
+    sys.exit(f"error: {e}: install zoo first (pip install -e . in the checkout; see README.md)")
 
 if __name__ == "__main__":
     sys.exit(main())

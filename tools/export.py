@@ -5,60 +5,18 @@
     python tools/export.py --model slowfast_4x16_resnet50 --format onnx \\
         --kwargs width 8 depth 18 --input-shape 1 3 16 32 32 --out /tmp/sf_small
 
-The example input defaults to batch 1 at the model's facts (frames, crop); the exported graph
-keeps its T, H, W and a free batch axis. Exit status 1 when an export differs from eager by more
-than --atol + --rtol x max |logit|.
+The same command as ``zoo-export``; its code (and the full help) is
+zoo/cli/export.py.
 """
 
-import argparse
-import json
-import logging
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from zoo.models import parse_model_kwargs  # noqa: E402
-from zoo.models.export import FORMATS, export_model  # noqa: E402
-from zoo.utils.env import import_extra_modules  # noqa: E402
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
-    parser.add_argument("--model", required=True, help="registered model name")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--format", choices=[*FORMATS, "all"], default="all")
-    parser.add_argument("--num-classes", type=int, default=400)
-    parser.add_argument("--pretrained", default=None, help="zoo checkpoint to load")
-    parser.add_argument("--kwargs", nargs="+", default=[], metavar="KEY VALUE",
-                        help="builder arguments as KEY VALUE pairs")
-    parser.add_argument("--input-shape", nargs="+", type=int, default=None, metavar="N",
-                        help="example input shape, e.g. 1 3 32 224 224")
-    parser.add_argument("--atol", type=float, default=1e-4,
-                        help="accepted max |exported - eager| (plus --rtol x max |logit|)")
-    parser.add_argument("--rtol", type=float, default=1e-5,
-                        help="accepted difference per unit of the largest eager logit")
-    parser.add_argument("--no-verify", action="store_true", help="skip running the exports")
-    parser.add_argument("--extra-modules", nargs="+", default=[], metavar="PY",
-                        help="user model files to import first")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    import_extra_modules(args.extra_modules)
-    formats = FORMATS if args.format == "all" else (args.format,)
-    try:
-        results = export_model(
-            args.model, args.out, formats, num_classes=args.num_classes,
-            pretrained=args.pretrained, input_shape=args.input_shape,
-            verify=not args.no_verify, atol=args.atol, rtol=args.rtol,
-            model_kwargs=parse_model_kwargs(args.kwargs))
-    except (RuntimeError, KeyError, ValueError, ImportError) as e:
-        print(f"export.py: error: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(results, indent=2))
-    return 0
-
+try:
+    from zoo.cli.export import main
+except ModuleNotFoundError as e:  # zoo not installed, or an install without zoo.cli
+    if e.name not in ("zoo", "zoo.cli"):
+        raise
+    sys.exit(f"error: {e}: install zoo first (pip install -e . in the checkout; see README.md)")
 
 if __name__ == "__main__":
     sys.exit(main())

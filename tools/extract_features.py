@@ -3,15 +3,18 @@
 
     python tools/extract_features.py --config-file i3d_resnet50_v1_feat.yaml [--output DIR]
 
-gluoncv.torch's *_feat.yaml configs run unedited; see docs/features.md for the output layout.
+The same command as ``zoo-extract-features``; its code (and the full help) is
+zoo/cli/extract_features.py.
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from zoo.engine.features import extract_main  # noqa: E402
+try:
+    from zoo.cli.extract_features import main
+except ModuleNotFoundError as e:  # zoo not installed, or an install without zoo.cli
+    if e.name not in ("zoo", "zoo.cli"):
+        raise
+    sys.exit(f"error: {e}: install zoo first (pip install -e . in the checkout; see README.md)")
 
 if __name__ == "__main__":
-    sys.exit(extract_main())
+    sys.exit(main())

@@ -2,35 +2,20 @@
 """Plot training loss, validation accuracy and LR of one or more runs to a PNG.
 
     python tools/plot_log.py output/quickstart_slowfast_tiny [other_run ...] [--out curves.png]
+
+
+The same command as ``zoo-plot-log``; its code (and the full help) is
+zoo/cli/plot_log.py.
 """
 
-import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from zoo.engine.plots import plot_runs  # noqa: E402
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run_dirs", nargs="+", help="run folders (each holds metrics.jsonl)")
-    p.add_argument("--out", default="", help="PNG path (default: RUN_DIR/curves.png of the first)")
-    args = p.parse_args(argv)
-    out = args.out or os.path.join(args.run_dirs[0], "curves.png")
-    try:
-        data = plot_runs(args.run_dirs, out)
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    for name, c in data.items():
-        best = max(c["val_top1"]) if c["val_top1"] else float("nan")
-        print(f"{name}: {len(c['train_loss'])} train points, {len(c['val_top1'])} val points, "
-              f"best top-1 {best:.2f}")
-    print(f"wrote {out}")
-    return 0
-
+try:
+    from zoo.cli.plot_log import main
+except ModuleNotFoundError as e:  # zoo not installed, or an install without zoo.cli
+    if e.name not in ("zoo", "zoo.cli"):
+        raise
+    sys.exit(f"error: {e}: install zoo first (pip install -e . in the checkout; see README.md)")
 
 if __name__ == "__main__":
     sys.exit(main())

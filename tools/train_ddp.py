@@ -2,16 +2,20 @@
 """Train a model described by a YAML config; run the same command on every node.
 
     python tools/train_ddp.py --config-file configs/quickstart/slowfast_tiny_motion.yaml
+
+
+The same command as ``zoo-train``; its code (and the full help) is
+zoo/cli/train.py.
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from zoo.engine import train_worker  # noqa: E402
-from zoo.engine.cli import run  # noqa: E402
+try:
+    from zoo.cli.train import main
+except ModuleNotFoundError as e:  # zoo not installed, or an install without zoo.cli
+    if e.name not in ("zoo", "zoo.cli"):
+        raise
+    sys.exit(f"error: {e}: install zoo first (pip install -e . in the checkout; see README.md)")
 
 if __name__ == "__main__":
-    sys.exit(run(train_worker,
-                 "Train a zoo model (distributed over this node's GPUs or CPU processes)."))
+    sys.exit(main())

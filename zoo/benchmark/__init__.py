@@ -1,7 +1,8 @@
 """Benchmarks anyone can rerun: train-step throughput, zoo vs PyTorchVideo, DDP scaling, loader
 throughput, per-decoder speed and memory, time to first iteration, and a train step's percent of
-the device's matmul peak. ``tools/benchmark.py`` and ``tools/benchmark_data.py`` are the command
-lines; see docs/benchmarks.md for the figures and how they were taken.
+the device's matmul peak. ``zoo-benchmark`` and ``zoo-benchmark-data`` (zoo/cli/; also
+``tools/benchmark.py`` and ``tools/benchmark_data.py``) are the command lines; see
+docs/benchmarks.md for the figures and how they were taken.
 
 Python::
 
@@ -19,7 +20,7 @@ from ..utils.lazy import lazy_attributes
 _LAZY = {
     "compare_pytorchvideo": "compare", "decoder_throughput": "data", "forward_flops": "peak",
     "long_clip": "data", "matmul_peak": "peak",
-    "loader_throughput": "loader", "machine_info": "common", "scaling": "scaling",
+    "loader_throughput": "loader", "machine_info": "common", "scaling_throughput": "scaling",
     "time_interleaved": "common", "time_to_first_iteration": "startup",
     "train_throughput": "train", "write_results": "common", "zoo_step": "train",
 }
@@ -31,6 +32,6 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 __all__ = [
     "compare_pytorchvideo", "decoder_throughput", "forward_flops", "loader_throughput",
     "long_clip", "matmul_peak",
-    "machine_info", "scaling", "time_interleaved", "time_to_first_iteration", "train_throughput",
-    "write_results", "zoo_step",
+    "machine_info", "scaling_throughput", "time_interleaved", "time_to_first_iteration",
+    "train_throughput", "write_results", "zoo_step",
 ]

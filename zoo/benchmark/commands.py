@@ -1,15 +1,14 @@
-"""The sub-commands of ``tools/benchmark.py``: each takes the parsed arguments and returns the
-paths of the files it wrote (NAME.csv, NAME.json and, where there is a chart, NAME.png).
+"""The sub-commands of ``zoo-benchmark`` (``tools/benchmark.py``; the parser is in
+zoo/cli/benchmark.py): each takes the parsed arguments and returns the paths of the files it wrote
+(NAME.csv, NAME.json and, where there is a chart, NAME.png).
 
-``args.root`` is the checkout holding ``tools/`` (the startup and decoder benchmarks run the
-tools themselves as child processes).
+The startup benchmark times the training command as a child process (``python -m zoo.cli.train``,
+what ``zoo-train`` and ``tools/train_ddp.py`` run); the others call library functions.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -92,12 +91,12 @@ def cmd_compare(args) -> list:
 
 
 def cmd_scaling(args) -> list:
-    from .scaling import scaling
+    from .scaling import scaling_throughput
 
     device = _device(args)
     machine = common.machine_info(device)
-    rows = scaling(args.config_file, args.opts, args.procs, args.threads_per_proc, args.steps,
-                   args.warmup, args.repeats)
+    rows = scaling_throughput(args.config_file, args.opts, args.procs, args.threads_per_proc,
+                              args.steps, args.warmup, args.repeats, args.extra_modules)
     paths = _finish(args, "scaling", rows, machine, ["processes", "threads_per_proc",
                     "precision", "batch_per_proc", "clips_per_s", "speedup", "efficiency",
                     "clips_per_s_all_runs"], {"config_file": os.path.relpath(args.config_file),
@@ -114,14 +113,17 @@ def cmd_scaling(args) -> list:
 
 def cmd_data(args) -> list:
     from ..config import load_config
+    from ..engine.cli import with_extra_modules
+    from ..utils.env import import_extra_modules
     from .loader import loader_throughput
 
     machine = common.machine_info(torch.device("cpu"))
-    cfg = load_config(args.config_file, args.opts)
+    cfg = with_extra_modules(load_config(args.config_file, args.opts), args.extra_modules)
+    import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
     rows = loader_throughput(cfg, args.workers, args.batches, args.warmup, args.split)
     extra = {"config_file": os.path.relpath(args.config_file), "opts": list(args.opts)}
     if args.decoders is not None:
-        extra["decoders"] = _decoder_benchmark(args.decoders, args.root)
+        extra["decoders"] = _decoder_benchmark(args.decoders)
     paths = _finish(args, "data", rows, machine, ["split", "num_workers", "batch", "clip_shape",
                     "clips_per_s", "skipped_videos"], extra)
     png = os.path.join(args.out, "data.png")
@@ -132,19 +134,23 @@ def cmd_data(args) -> list:
     return paths + [png]
 
 
-def _decoder_benchmark(decoders, root: str) -> dict:
-    """Run the data layer's per-decoder benchmark (tools/benchmark_data.py) on generated videos."""
+def _decoder_benchmark(decoders) -> dict:
+    """Decoding speed per decoder on 8 generated videos (what ``zoo-benchmark-data --generate 8
+    --seconds 6 --rounds 2`` measures: clips of 32 frames, stride 2, one worker each).
+
+    Args:
+        decoders: Decoder names (``zoo.benchmark.data.DECODERS``); those not installed are left
+            out.
+    """
+    from . import data
+
+    names = [d for d in decoders if data.available(d)]
     with tempfile.TemporaryDirectory(prefix="zoo_decoders_") as tmp:
-        report = os.path.join(tmp, "decoders.json")
-        cmd = [sys.executable, os.path.join(root, "tools", "benchmark_data.py"), "--generate",
-               "8", "--out", tmp, "--seconds", "6", "--rounds", "2", "--json", report]
-        if decoders != "all":
-            cmd += ["--decoders", *decoders.split(",")]
-        r = subprocess.run(cmd, check=False, text=True)
-        if r.returncode != 0 or not os.path.isfile(report):
-            return {"error": f"tools/benchmark_data.py exited with {r.returncode}"}
-        with open(report, encoding="utf-8") as f:
-            return json.load(f)
+        list_path = data.generate(tmp, 8, 16)
+        results = data.decoder_throughput(list_path, tmp, names, 32, 2, 6.0, 5, 2)
+    print(f"32 frames x stride 2 per clip, one worker, {len(names)} decoders")
+    print("\n".join(data.clips_table(results)))
+    return {"clips": results}
 
 
 def cmd_startup(args) -> list:
@@ -154,8 +160,9 @@ def cmd_startup(args) -> list:
     rows = []
     with tempfile.TemporaryDirectory(prefix="zoo_startup_") as tmp:
         cache = args.cache or os.path.join(tmp, "cache")
-        cmd = [sys.executable, os.path.join(args.root, "tools", "train_ddp.py"), "--config-file",
-               args.config_file, *args.opts, "LOG.BASE_PATH", os.path.join(tmp, "out"),
+        modules = ["--extra-modules", *args.extra_modules] if args.extra_modules else []
+        cmd = [sys.executable, "-m", "zoo.cli.train", "--config-file", args.config_file,
+               *modules, *args.opts, "LOG.BASE_PATH", os.path.join(tmp, "out"),
                "DATA.SYNTHETIC.ROOT", cache]
         for run in range(args.runs):
             r = time_to_first_iteration(cmd, args.timeout)
@@ -163,7 +170,7 @@ def cmd_startup(args) -> list:
             r["run"] = run + 1
             rows.append(r)
     paths = _finish(args, "startup", rows, machine, ["run", "data", "seconds", "logged_s"],
-                    {"command": "python tools/train_ddp.py --config-file "
+                    {"command": "python -m zoo.cli.train (= tools/train_ddp.py) --config-file "
                      f"{os.path.relpath(args.config_file)} {' '.join(args.opts)}".strip()})
     return paths
 

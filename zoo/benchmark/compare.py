@@ -120,9 +120,32 @@ def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, widt
         difference from PyTorchVideo fp32's) and the speed-ups of zoo over PyTorchVideo.
     """
     device = device or torch.device("cpu")
+    clips, labels = random_batch(batch, frames, size, num_classes, seed)
+    fns, first, meta = _variant_steps(width, frames, size, num_classes, device, clips, labels,
+                                      ablation, seed)
+    times = time_interleaved(fns, warmup, runs, device)
+    base = VARIANTS[0][0]
+    rows = []
+    for name, ts in times.items():
+        stats = summary(ts)
+        rel = abs(first[name] - first[base]) / abs(first[base])
+        rows.append({
+            "variant": name, **meta[name], "batch": batch, "frames": frames, "size": size,
+            "width": width, "threads": torch.get_num_threads(), **stats,
+            "clips_per_s": round(batch / stats["median_s"], 4),
+            "speedup_vs_ptv_fp32": round(times_ratio(times, base, name), 3),
+            "first_loss": round(first[name], 6),
+            "loss_rel_diff_vs_ptv_fp32": float(f"{rel:.3g}"),
+        })
+    return rows, _ratios(times, rows)
+
+
+def _variant_steps(width: int, frames: int, size: int, num_classes: int, device: torch.device,
+                   clips: torch.Tensor, labels: torch.Tensor, ablation: bool, seed: int):
+    """``(fns, first, meta)``: a recording train step per variant (its own model copy, the same
+    weights), the dict its first loss goes to, and its settings."""
     ptv_model, state = build_pair(width, frames, size, num_classes, seed)  # reused once
     ptv_state = ptv_model.state_dict()
-    clips, labels = random_batch(batch, frames, size, num_classes, seed)
     fns, first, meta = {}, {}, {}
     for i, (name, side, precision, fmt, route) in enumerate(VARIANTS):
         if i in ABLATION and not ablation:
@@ -140,23 +163,14 @@ def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, widt
         fns[name] = recording(step, clips, labels, first, name)
         meta[name] = {"side": side, "precision": resolved, "channels_last": channels_last,
                       "conv_routing": route and device.type == "cpu"}
-    times = time_interleaved(fns, warmup, runs, device)
-    base = VARIANTS[0][0]
-    rows = []
-    for name, ts in times.items():
-        stats = summary(ts)
-        rel = abs(first[name] - first[base]) / abs(first[base])
-        rows.append({
-            "variant": name, **meta[name], "batch": batch, "frames": frames, "size": size,
-            "width": width, "threads": torch.get_num_threads(), **stats,
-            "clips_per_s": round(batch / stats["median_s"], 4),
-            "speedup_vs_ptv_fp32": round(times_ratio(times, base, name), 3),
-            "first_loss": round(first[name], 6),
-            "loss_rel_diff_vs_ptv_fp32": float(f"{rel:.3g}"),
-        })
+    return fns, first, meta
+
+
+def _ratios(times: Dict[str, List[float]], rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The speed-ups of zoo over PyTorchVideo that the README quotes, and their loss checks."""
     by_name = {r["variant"]: r for r in rows}
-    zoo_fp32, ptv_bf16, zoo_default = VARIANTS[3][0], VARIANTS[4][0], VARIANTS[5][0]
-    ratios = {
+    base, zoo_fp32, ptv_bf16, zoo_default = (VARIANTS[i][0] for i in (0, 3, 4, 5))
+    return {
         "zoo_fp32_vs_ptv_fp32": round(times_ratio(times, base, zoo_fp32), 3),
         "zoo_defaults_vs_ptv_defaults": round(times_ratio(times, base, zoo_default), 3),
         "zoo_defaults_vs_ptv_same_settings": round(times_ratio(times, ptv_bf16, zoo_default), 3),
@@ -164,7 +178,6 @@ def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, widt
         "loss_rel_diff_defaults": by_name[zoo_default]["loss_rel_diff_vs_ptv_fp32"],
         "zoo_defaults_precision": by_name[zoo_default]["precision"],
     }
-    return rows, ratios
 
 
 def times_ratio(times: Dict[str, List[float]], slow: str, fast: str) -> float:

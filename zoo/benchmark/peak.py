@@ -92,10 +92,12 @@ def add_percent_of_peak(rows: List[Dict[str, Any]], fwd_flops: float, device: to
     for row in rows:
         achieved = step_gflop / row["median_s"]
         peak = peaks[row["resolved_precision"]]
-        row.update({"step_gflop": round(step_gflop, 3), "achieved_gflops": round(achieved, 3),
+        # Significant digits, not decimals: a slow step on a small model achieves ~0.01 GFLOP/s.
+        row.update({"step_gflop": round(step_gflop, 3),
+                    "achieved_gflops": float(f"{achieved:.6g}"),
                     "peak_gemm_size": sizes[row["resolved_precision"]],
                     "peak_gflops": round(peak, 3),
-                    "peak_pct": round(100.0 * achieved / peak, 2)})
+                    "peak_pct": float(f"{100.0 * achieved / peak:.4g}")})
     return peaks
 
 

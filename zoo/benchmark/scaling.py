@@ -1,18 +1,17 @@
 """DDP scaling: the same short training run with 1, 2, ... worker processes (or GPUs).
 
-Each process count runs in a fresh interpreter (:func:`run_one`) that starts
-its workers with :func:`zoo.engine.launch` exactly as ``tools/train_ddp.py`` does: CPU processes
+Each process count runs in a fresh interpreter (:func:`run_one`) that starts its workers with
+:func:`zoo.engine.launch` exactly as ``zoo-train`` (``tools/train_ddp.py``) does: CPU processes
 (gloo) with ``DDP_CONFIG.NUM_CPU_PROCS`` and ``THREADS_PER_PROC``, or one process per visible GPU
 (``CUDA_VISIBLE_DEVICES`` limits the count). Every worker builds the config's model with
 ``prepare_model`` (DDP) and trains it with :class:`~zoo.engine.step.TrainStep` on a fixed batch
 of random clips of the config's shape held in memory, so the loader is not measured
-(``benchmark.py data`` measures it). The per-process batch is the config's ``TRAIN.BATCH_SIZE``
+(``zoo-benchmark data`` measures it). The per-process batch is the config's ``TRAIN.BATCH_SIZE``
 (weak scaling, as in the seed's GPU table); throughput is clips per second of all processes.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -26,18 +25,21 @@ import torch
 
 from ..config import load_config
 from ..engine.checkpoint import unwrap
+from ..engine.cli import tool_parser, with_extra_modules
 from ..engine.launch import launch
 from ..engine.precision import execution_settings
 from ..engine.step import TrainStep
 from ..engine.trainer import prepare_model
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
+from ..utils.env import import_extra_modules
 from ..utils.logger import setup_logger
 from .common import sync
 
 
 def _worker(cfg, steps: int, warmup: int, result_path: str) -> None:
     setup_logger(None, comm.get_rank())
+    import_extra_modules(cfg.CONFIG.EXTRA_MODULES)  # a user model the config names
     device = comm.get_device()
     torch.manual_seed(cfg.CONFIG.SEED)
     model = prepare_model(cfg, device, logging.getLogger("zoo"))
@@ -80,7 +82,8 @@ _ENTRY = "import sys; from zoo.benchmark.scaling import main; main(sys.argv[1:])
 
 
 def run_one(config_file: str, opts: Sequence[str], procs: int, threads: int, steps: int,
-            warmup: int, timeout: float = 600) -> Dict[str, Any]:
+            warmup: int, timeout: float = 600,
+            extra_modules: Sequence[str] = ()) -> Dict[str, Any]:
     """One process count in a fresh interpreter; returns its result row.
 
     Raises:
@@ -90,12 +93,17 @@ def run_one(config_file: str, opts: Sequence[str], procs: int, threads: int, ste
         result = os.path.join(tmp, "result.json")
         cmd = [sys.executable, "-c", _ENTRY, "--config-file", config_file,
                "--procs", str(procs), "--threads", str(threads), "--steps", str(steps),
-               "--warmup", str(warmup), "--result", result, "--", *opts]
+               "--warmup", str(warmup), "--result", result]
+        if extra_modules:
+            cmd += ["--extra-modules", *extra_modules]
+        cmd += ["--", *opts]
         env = dict(os.environ)
         if torch.cuda.is_available():
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(procs))
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        # The child imports this same copy of zoo: the folder holding the package goes first.
+        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (os.path.abspath(package_parent), env.get("PYTHONPATH", "")) if p)
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         if r.returncode != 0 or not os.path.isfile(result):
             raise RuntimeError(f"scaling run with {procs} processes failed:\n"
@@ -104,9 +112,10 @@ def run_one(config_file: str, opts: Sequence[str], procs: int, threads: int, ste
             return json.load(f)
 
 
-def scaling(config_file: str, opts: Sequence[str] = (), procs: Sequence[int] = (1, 2),
-            threads: int = 1, steps: int = 30, warmup: int = 5,
-            repeats: int = 3) -> List[Dict[str, Any]]:
+def scaling_throughput(config_file: str, opts: Sequence[str] = (),
+                       procs: Sequence[int] = (1, 2), threads: int = 1, steps: int = 30,
+                       warmup: int = 5, repeats: int = 3,
+                       extra_modules: Sequence[str] = ()) -> List[Dict[str, Any]]:
     """Throughput, speed-up and efficiency for each process count.
 
     Speed-up is over the first count (1 by default); efficiency = speed-up / (count / first).
@@ -121,11 +130,13 @@ def scaling(config_file: str, opts: Sequence[str] = (), procs: Sequence[int] = (
         threads: Torch threads per CPU process (0 = cores / processes).
         steps, warmup: Timed and untimed steps per run.
         repeats: Runs per process count.
+        extra_modules: User files or modules to import (``--extra-modules``).
     """
     runs: Dict[int, List[Dict[str, Any]]] = {n: [] for n in procs}
     for _ in range(repeats):
         for n in procs:
-            runs[n].append(run_one(config_file, opts, n, threads, steps, warmup))
+            runs[n].append(run_one(config_file, opts, n, threads, steps, warmup,
+                                   extra_modules=extra_modules))
     rows = []
     for n in procs:
         ordered = sorted(runs[n], key=lambda r: r["clips_per_s"])
@@ -140,23 +151,21 @@ def scaling(config_file: str, opts: Sequence[str] = (), procs: Sequence[int] = (
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Entry point of one scaling run (started by :func:`run_one`)."""
-    p = argparse.ArgumentParser()
-    p.add_argument("--config-file", required=True)
+    p = tool_parser("One run of the DDP scaling benchmark.", config=True, required=True)
     p.add_argument("--procs", type=int, required=True)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--result", required=True)
-    p.add_argument("opts", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
-    opts = [o for o in args.opts if o != "--"]
     with tempfile.TemporaryDirectory(prefix="zoo_scaling_run_") as tmp:
         cfg = load_config(args.config_file, [
-            *opts, "DDP_CONFIG.NUM_CPU_PROCS", str(args.procs),
+            *args.opts, "DDP_CONFIG.NUM_CPU_PROCS", str(args.procs),
             "DDP_CONFIG.THREADS_PER_PROC", str(args.threads),
             "DDP_CONFIG.DIST_URL", "tcp://127.0.0.1:0", "DDP_CONFIG.WORLD_SIZE", "1",
             "LOG.BASE_PATH", tmp,
         ])
+        cfg = with_extra_modules(cfg, args.extra_modules)
         launch(_worker, cfg, args=(args.steps, args.warmup, args.result))
 
 

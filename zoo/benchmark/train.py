@@ -119,17 +119,20 @@ def train_throughput(model_name: str, frames: int, size: int, batch: int,
         meta[name] = {"precision": precision, "memory_format": fmt, "resolved_precision": resolved,
                       "channels_last": channels_last}
     times = time_interleaved(fns, warmup, runs, device)
-    rows = []
-    for name, ts in times.items():
-        stats = summary(ts)
-        rows.append({
-            "model": model_name, "batch": batch, "frames": 0 if image else frames, "size": size,
-            **meta[name], "threads": torch.get_num_threads(), "compile": compile_model, **stats,
-            "clips_per_s": round(batch / stats["median_s"], 3),
-            "first_loss": round(first[name], 6),
-        })
+    common = {"model": model_name, "batch": batch, "frames": 0 if image else frames, "size": size}
+    rows = [_row(common, meta[name], ts, first[name], batch, compile_model)
+            for name, ts in times.items()]
     if peak:
         flops = forward_flops(lambda: create_model(model_name, num_classes=num_classes, **kwargs),
                               tuple(clips.shape))
         add_percent_of_peak(rows, flops, device, gemm_size)
     return rows
+
+
+def _row(common: Dict[str, Any], meta: Dict[str, Any], times: List[float], first_loss: float,
+         batch: int, compile_model: bool) -> Dict[str, Any]:
+    """One result row of :func:`train_throughput`, its columns in the CSV's order."""
+    stats = summary(times)
+    return {**common, **meta, "threads": torch.get_num_threads(), "compile": compile_model,
+            **stats, "clips_per_s": round(batch / stats["median_s"], 3),
+            "first_loss": round(first_loss, 6)}

@@ -1,0 +1,175 @@
+"""The command lines: every [project.scripts] entry point resolves and answers --help, tools/ and
+datasets/ hold thin wrappers around the same main(), one parser reads --extra-modules and
+trailing KEY VALUE overrides alike in every command that takes a config, and the README's
+commands parse. All in this process (no interpreter per tool)."""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import importlib.util
+import os
+import re
+import shlex
+
+import pytest
+
+from zoo.engine.cli import ToolArgumentParser
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WRAPPERS = sorted(glob.glob(os.path.join(ROOT, "tools", "*.py"))
+                  + glob.glob(os.path.join(ROOT, "datasets", "*.py")))
+
+
+def _entry_points() -> dict:
+    """``{command: "module:function"}`` read from pyproject.toml's [project.scripts] table
+    (by hand, so the test needs no TOML reader on Python < 3.11)."""
+    text = open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8").read()
+    table = re.search(r"^\[project\.scripts\]\n(.*?)(?=^\[)", text, re.S | re.M).group(1)
+    return dict(re.findall(r'^([\w-]+)\s*=\s*"([\w.:]+)"', table, re.M))
+
+
+ENTRY_POINTS = _entry_points()
+
+
+def _resolve(target: str):
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _load_wrapper(path: str):
+    name = "wrapper_" + os.path.relpath(path, ROOT).replace(os.sep, "_")[:-3]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # not __main__: defines main and returns
+    return module
+
+
+class Parsed(Exception):
+    """Raised in place of running the command, once its arguments are parsed."""
+
+    def __init__(self, namespace, rest):
+        super().__init__("parsed")
+        self.namespace, self.rest = namespace, rest
+
+
+@pytest.fixture
+def parse_only(monkeypatch):
+    """``parse_only(main, argv)``: run ``main(argv)`` up to the end of its argument parsing and
+    return ``(namespace, unrecognised arguments)``."""
+    original = ToolArgumentParser.parse_known_args
+
+    def stop(self, args=None, namespace=None):
+        ns, rest = original(self, args, namespace)
+        raise Parsed(ns, rest)
+
+    monkeypatch.setattr(ToolArgumentParser, "parse_known_args", stop)
+
+    def run(main, argv):
+        with pytest.raises(Parsed) as e:
+            main(argv)
+        return e.value.namespace, e.value.rest
+
+    return run
+
+
+def test_entry_points_cover_every_wrapper():
+    assert len(ENTRY_POINTS) >= 16 and all(k.startswith("zoo-") for k in ENTRY_POINTS)
+    targets = set(ENTRY_POINTS.values())
+    seen = set()
+    for path in WRAPPERS:
+        main = _load_wrapper(path).main
+        target = f"{main.__module__}:{main.__name__}"
+        assert target in targets, f"{path} calls {target}, which no entry point names"
+        assert _resolve(target) is main
+        seen.add(target)
+    assert seen == targets  # and every entry point has its script under tools/ or datasets/
+
+
+def test_scripts_have_no_sys_path_hacks_and_zoo_runs_no_script():
+    for path in WRAPPERS:
+        text = open(path, encoding="utf-8").read()
+        assert "sys.path" not in text, path
+        assert len(text.splitlines()) < 40, f"{path} is not a thin wrapper"
+    for path in glob.glob(os.path.join(ROOT, "zoo", "**", "*.py"), recursive=True):
+        text = open(path, encoding="utf-8").read()
+        # A path built from the scripts' folders: os.path.join(root, "tools", ...).
+        assert not re.search(r"""["'](tools|datasets)["']\s*,""", text), path
+
+
+@pytest.mark.parametrize("command", sorted(ENTRY_POINTS))
+def test_help(command, capsys):
+    with pytest.raises(SystemExit) as e:
+        _resolve(ENTRY_POINTS[command])(["--help"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.startswith("usage:")
+
+
+# Each command that reads a config, with the arguments it needs besides the config's.
+CONFIG_COMMANDS = {
+    "zoo-train": [], "zoo-test": [], "zoo-doctor": [], "zoo-extract-features": [],
+    "zoo-benchmark scaling": ["scaling"], "zoo-benchmark data": ["data"],
+    "zoo-benchmark startup": ["startup"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(CONFIG_COMMANDS))
+@pytest.mark.parametrize("form", ["one flag", "repeated flag"])
+def test_config_commands_share_the_parser(command, form, parse_only):
+    main = _resolve(ENTRY_POINTS[command.split()[0]])
+    modules = (["--extra-modules", "a.py", "my_pkg.models"] if form == "one flag" else
+               ["--extra-modules", "a.py", "--extra-modules", "my_pkg.models"])
+    argv = [*CONFIG_COMMANDS[command], *modules, "--config-file", "c.yaml", "--extra-modules",
+            "b.py", "TRAIN.EPOCH_NUM", "2", "--", "DATA.CLIP_LEN", "-1"]
+    ns, rest = parse_only(main, argv)
+    assert rest == []
+    assert ns.config_file == "c.yaml"
+    assert ns.extra_modules == ["a.py", "my_pkg.models", "b.py"]
+    assert ns.opts == ["TRAIN.EPOCH_NUM", "2", "DATA.CLIP_LEN", "-1"]
+
+
+def test_predict_takes_trailing_overrides(tmp_path, capsys):
+    from zoo.cli.predict import parse_args
+
+    video = tmp_path / "CLIP.MP4"  # upper case like a key, but an existing file: a video
+    video.write_bytes(b"")
+    args = parse_args(["--config-file", "c.yaml", "--checkpoint", "m.pth", "--extra-modules",
+                       "m.py", "--extra-modules", "n.py", "a.mp4", str(video), "DATA.CLIP_LEN",
+                       "8", "--json"])
+    assert args.videos == ["a.mp4", str(video)] and args.opts == ["DATA.CLIP_LEN", "8"]
+    assert args.extra_modules == ["m.py", "n.py"] and args.json
+    assert "deprecated" not in capsys.readouterr().err
+    # The old spelling still works, with a warning.
+    args = parse_args(["--config-file", "c.yaml", "--checkpoint", "m.pth", "a.mp4",
+                       "--opts", "DATA.CLIP_LEN", "8"])
+    assert args.videos == ["a.mp4"] and args.opts == ["DATA.CLIP_LEN", "8"]
+    assert "--opts is deprecated" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # overrides but no video
+        parse_args(["--config-file", "c.yaml", "--checkpoint", "m.pth", "DATA.CLIP_LEN", "8"])
+    assert e.value.code == 2
+
+
+def _readme_commands():
+    """``python tools/X.py ...`` / ``python datasets/X.py ...`` commands of README.md, from its
+    code blocks and inline code, continuation lines joined, ``[--flag]`` read as ``--flag``."""
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    spans = re.findall(r"```\w*\n(.*?)```", text, re.S) + re.findall(r"`([^`\n]+)`", text)
+    commands = []
+    for span in spans:
+        for part in re.split(r"&&|\n", span.replace("\\\n", " ")):
+            part = part.strip().replace("[", "").replace("]", "")
+            if re.match(r"python (tools|datasets)/\w+\.py", part):
+                commands.append(shlex.split(part)[1:])
+    return commands
+
+
+def test_readme_commands_parse(parse_only):
+    commands = _readme_commands()
+    assert len(commands) >= 10
+    for script, *argv in commands:
+        main = _load_wrapper(os.path.join(ROOT, script)).main
+        ns, rest = parse_only(main, argv)
+        assert rest == [], (script, argv)
+        if "--config-file" in argv:
+            assert ns.config_file == argv[argv.index("--config-file") + 1]
+            assert os.path.isfile(os.path.join(ROOT, ns.config_file)) or "/" not in ns.config_file

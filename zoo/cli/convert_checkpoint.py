@@ -1,0 +1,63 @@
+"""``zoo-convert-checkpoint`` (``tools/convert_checkpoint.py``): convert a PySlowFast /
+PyTorchVideo / MMAction2 / torchvision checkpoint into a zoo checkpoint.
+
+    zoo-convert-checkpoint --from pyslowfast --model slowfast_8x8_resnet50 \\
+        SLOWFAST_8x8_R50.pyth slowfast_8x8_resnet50_k400.pth
+    zoo-convert-checkpoint --from mmaction2 --model slowfast_4x16_resnet50 \\
+        --kwargs fuse_norm_act False slowfast_r50_4x16.pth out.pth
+    zoo-convert-checkpoint --from torchvision --model i3d_resnet50 resnet50.pth i3d.pth
+
+Every source tensor must be used and every zoo tensor filled, or nothing is written and the
+error names the keys. Then train or test with CONFIG.MODEL.PRETRAINED OUT (any class count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import List, Optional
+
+from ..engine.cli import add_extra_modules_argument, tool_parser
+from ..models import parse_model_kwargs
+from ..models.convert import SCHEMES, ConversionError, convert_checkpoint
+from ..utils.env import import_extra_modules
+
+DESCRIPTION = ("Convert a PySlowFast / PyTorchVideo / MMAction2 / torchvision checkpoint into a "
+               "zoo checkpoint.")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = tool_parser(DESCRIPTION, __doc__)
+    parser.add_argument("--from", dest="scheme", required=True, choices=sorted(SCHEMES),
+                        help="the project that wrote the checkpoint")
+    parser.add_argument("--model", required=True, help="registered zoo model to convert to")
+    parser.add_argument("--kwargs", nargs="+", default=[], metavar="KEY VALUE",
+                        help="builder arguments the source architecture needs, as KEY VALUE "
+                        "pairs (recorded in the checkpoint's cfg as MODEL.KWARGS)")
+    parser.add_argument("--unsafe-load", action="store_true",
+                        help="unpickle the source fully (runs code in the file; trusted files "
+                        "only), for files torch.load(weights_only=True) refuses")
+    add_extra_modules_argument(parser)
+    parser.add_argument("src", help="source checkpoint")
+    parser.add_argument("out", help="zoo checkpoint to write")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        import_extra_modules(args.extra_modules)
+        report = convert_checkpoint(args.src, args.out, args.scheme, args.model,
+                                    parse_model_kwargs(args.kwargs),
+                                    allow_pickle=args.unsafe_load)
+    except (ConversionError, FileNotFoundError, KeyError, ValueError) as e:
+        print(f"convert_checkpoint.py: error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.out} ({report.num_target} tensors)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

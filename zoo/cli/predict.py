@@ -1,0 +1,88 @@
+"""``zoo-predict`` (``tools/predict.py``): print the top-5 classes of video files with a trained
+checkpoint.
+
+The model (name, kwargs, class count) is the checkpoint's; MODEL.PRETRAINED is not read.
+
+    zoo-predict --config-file x.yaml --checkpoint ckpt.pth a.mp4 b.mp4 [--json] [KEY VALUE ...]
+
+The videos end at the first config key (``DATA.TEST_NUM_SEGMENT``: upper case, not an existing
+file); it and what follows are overrides, as in every other command. ``--opts KEY VALUE ...``
+(the old spelling) still works, with a warning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional, Tuple
+
+from ..data import prepare_synthetic
+from ..engine.cli import looks_like_key, setup_cfg, tool_parser
+from ..engine.errors import report_failure
+from ..engine.predictor import Predictor
+from ..utils.logger import setup_logger
+
+DESCRIPTION = "Print the top-5 classes of video files with a trained checkpoint."
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = tool_parser(DESCRIPTION, __doc__, config=True, overrides=False, required=True)
+    p.spill_dest = "videos"
+    p.add_argument("--checkpoint", required=True, help="zoo checkpoint (.pth)")
+    p.add_argument("--topk", type=int, default=5, help="classes to show per video")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--opts", nargs="*", default=None, dest="old_opts", metavar="KEY VALUE",
+                   help="deprecated: give KEY VALUE overrides after the videos instead")
+    p.add_argument("videos", nargs="*", metavar="VIDEO [KEY VALUE ...]",
+                   help="video files, then KEY VALUE config overrides")
+    return p
+
+
+def split_videos(tokens: List[str]) -> Tuple[List[str], List[str]]:
+    """``(videos, overrides)``: the overrides start at the first config key."""
+    end = next((i for i, t in enumerate(tokens) if looks_like_key(t)), len(tokens))
+    return tokens[:end], [t for t in tokens[end:] if t != "--"]
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    """The command line, with ``args.videos`` and ``args.opts`` (trailing and ``--opts``)."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    args.videos, args.opts = split_videos(args.videos)
+    if args.old_opts is not None:
+        print("warning: --opts is deprecated; put KEY VALUE overrides after the videos",
+              file=sys.stderr)
+        args.opts += args.old_opts
+    if not args.videos:
+        p.error("give at least one video file")
+    return args
+
+
+def _print_text(results: list) -> None:
+    for r in results:
+        if "error" in r:
+            print(f"{r['video']}: ERROR {r['error']}")
+            continue
+        print(r["video"])
+        for i, t in enumerate(r["top"], 1):
+            print(f"  {i}. {t['name']:<24} {t['prob']:.4f}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    setup_logger(None, 0, stream=sys.stderr)  # stdout holds the results only
+    try:
+        cfg = prepare_synthetic(setup_cfg(args))
+        results = Predictor(cfg, args.checkpoint).predict(args.videos, args.topk)
+    except Exception as e:  # one `error:` line (zoo/engine/errors.py)
+        return report_failure(e)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        _print_text(results)
+    return 1 if any("error" in r for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Re-encode videos for fast loading: short side 256, a keyframe every 16 frames, H.264 .mp4.
+
+    zoo-reencode --src /data/kinetics400/raw --dst /data/kinetics400/256
+    zoo-reencode --src /data/raw --dst /data/256 --list lists/train.txt --workers 8
+
+Why: a clip is decoded from the keyframe before its first frame, so frequent keyframes bound the
+frames decoded but not kept, and 256-pixel frames decode ~10x faster than 1080p ones (MMAction2
+reports 0.32 vs 1.42 s/iter for cached frames vs raw videos; most of the gap is this).
+
+* The folder tree under --src is mirrored under --dst; every output is ``.mp4`` (``a/b.avi`` ->
+  ``a/b.mp4``). With --list only the list's videos are converted, and a copy of the list whose
+  paths point at the new files is written to --dst.
+* Resumable: an output is written to a temporary name and renamed when complete, so a stopped run
+  is simply started again; finished files are skipped.
+* Videos that fail (unreadable, no video stream) are listed in ``<dst>/reencode_failed.txt``.
+* Frame rate: the source's average rate, constant (variable-rate sources keep every frame, evenly
+  spaced). Audio is dropped. Sources with a short side at or below the target keep their size.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from fractions import Fraction
+from multiprocessing import Pool
+from typing import List, Optional, Tuple
+
+from ..data.sources import VIDEO_EXTS
+from ..engine.cli import tool_parser
+
+
+def target_size(height: int, width: int, short_side: int, upscale: bool = False) -> Tuple[int, int]:
+    """(height, width) with the short side at ``short_side``, aspect kept, both even."""
+    scale = short_side / min(height, width)
+    if scale > 1 and not upscale:
+        scale = 1.0
+    return max(2, round(height * scale / 2) * 2), max(2, round(width * scale / 2) * 2)
+
+
+def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int = 23,
+             preset: str = "veryfast", threads: int = 0, upscale: bool = False) -> int:
+    """Re-encode one video; returns the number of frames written. The output appears only when
+    complete (written as ``<dst>.part.mp4`` first)."""
+    import av
+
+    part = dst + ".part.mp4"
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    frames = 0
+    try:
+        with av.open(src, metadata_errors="ignore") as inp:
+            if not inp.streams.video:
+                raise ValueError("no video stream")
+            stream = inp.streams.video[0]
+            stream.thread_type = "AUTO"
+            rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
+            height, width = target_size(stream.codec_context.height, stream.codec_context.width,
+                                        short_side, upscale)
+            options = {"crf": str(crf), "preset": preset, "g": str(gop),
+                       "keyint_min": str(min(gop, 25))}
+            if threads:
+                options["threads"] = str(threads)
+            with av.open(part, "w") as out:
+                video = out.add_stream("libx264", rate=rate, options=options)
+                video.height, video.width, video.pix_fmt = height, width, "yuv420p"
+                video.codec_context.time_base = 1 / rate
+                for frame in inp.decode(stream):
+                    small = frame.reformat(width=width, height=height, format="yuv420p",
+                                           interpolation="AREA")
+                    small.pts, small.time_base = frames, video.codec_context.time_base
+                    for packet in video.encode(small):
+                        out.mux(packet)
+                    frames += 1
+                for packet in video.encode():
+                    out.mux(packet)
+        if frames == 0:
+            raise ValueError("no frame could be decoded")
+        os.replace(part, dst)
+    finally:
+        if os.path.exists(part):
+            os.remove(part)
+    return frames
+
+
+def output_path(rel: str) -> str:
+    return os.path.splitext(rel)[0] + ".mp4"
+
+
+def _job(task: Tuple[str, str, dict]) -> Tuple[str, Optional[str]]:
+    src, dst, options = task
+    try:
+        reencode(src, dst, **options)
+        return src, None
+    except Exception as e:  # one broken video must not stop the others
+        text = str(e).strip().splitlines()
+        return src, text[0] if text else e.__class__.__name__
+
+
+def _sources(src_root: str, list_path: str) -> List[str]:
+    if list_path:
+        from ..data.annotations import read_annotations
+
+        return [r.path for r in read_annotations(list_path)]
+    found = []
+    for dirpath, dirnames, names in os.walk(src_root):
+        dirnames.sort()
+        found += [os.path.relpath(os.path.join(dirpath, n), src_root) for n in sorted(names)
+                  if n.lower().endswith(VIDEO_EXTS)]
+    return found
+
+
+def _rewrite_list(list_path: str, dst_root: str) -> str:
+    """A copy of a list whose paths end in .mp4, written into ``dst_root``: a text list (any
+    LIST_FORMAT auto recognises) is written in the gluoncv format, a CSV list as a CSV."""
+    from ..data.annotations import read_annotations
+
+    out = os.path.join(dst_root, os.path.basename(list_path))
+    records = read_annotations(list_path)
+    with open(out, "w", encoding="utf-8", newline="") as f:
+        if list_path.lower().endswith(".csv"):
+            import csv
+
+            writer = csv.writer(f)
+            writer.writerow(["path", "label", "start", "end"])
+            for r in records:
+                writer.writerow([output_path(r.path), r.label, r.start if r.start >= 0 else "",
+                                 r.end if r.end >= 0 else ""])
+        else:
+            f.writelines(f"{output_path(r.path)} -1 {r.label}\n" for r in records)
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = tool_parser(
+        __doc__.splitlines()[0].strip('"'),
+        epilog="With --list, a copy of the list with .mp4 paths is written beside the videos: "
+        "a text list in the gluoncv format ('relative/path -1 label', whatever format the "
+        "input list had), a CSV list as a CSV with a header (path,label,start,end).",
+    )
+    p.add_argument("--src", required=True, help="folder with the original videos")
+    p.add_argument("--dst", required=True, help="folder for the re-encoded videos")
+    p.add_argument("--list", default="", help="only the videos of this annotation list")
+    p.add_argument("--short-side", type=int, default=256)
+    p.add_argument("--gop", type=int, default=16, help="frames between keyframes")
+    p.add_argument("--crf", type=int, default=23, help="x264 quality (lower = better, bigger)")
+    p.add_argument("--preset", default="veryfast", help="x264 speed preset")
+    p.add_argument("--upscale", action="store_true", help="also enlarge smaller videos")
+    p.add_argument("--workers", type=int, default=1, help="videos encoded in parallel")
+    args = p.parse_args(argv)
+    from tqdm import tqdm
+
+    rels = _sources(args.src, args.list)
+    options = {"short_side": args.short_side, "gop": args.gop, "crf": args.crf,
+               "preset": args.preset, "upscale": args.upscale,
+               "threads": 1 if args.workers > 1 else 0}
+    todo = []
+    for rel in rels:
+        dst = os.path.join(args.dst, output_path(rel))
+        if not os.path.isfile(dst):  # finished earlier: skipped (resumable)
+            todo.append((os.path.join(args.src, rel), dst, options))
+    os.makedirs(args.dst, exist_ok=True)
+    failed = []
+    with Pool(args.workers) if args.workers > 1 else _Serial() as pool:
+        for src, error in tqdm(pool.imap_unordered(_job, todo), total=len(todo), unit="video",
+                               desc="re-encoding", dynamic_ncols=True):
+            if error:
+                failed.append(f"{os.path.relpath(src, args.src)}\t{error}\n")
+    with open(os.path.join(args.dst, "reencode_failed.txt"), "w", encoding="utf-8") as f:
+        f.writelines(sorted(failed))
+    if args.list:
+        print(f"list for the new files: {_rewrite_list(args.list, args.dst)}")
+    print(f"{len(todo) - len(failed)} re-encoded, {len(rels) - len(todo)} already done, "
+          f"{len(failed)} failed (see {os.path.join(args.dst, 'reencode_failed.txt')})")
+    return 1 if failed else 0
+
+
+class _Serial:
+    """Stands in for a Pool with one worker: runs the jobs here, in order."""
+
+    def __enter__(self) -> "_Serial":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def imap_unordered(self, fn, items):
+        return map(fn, items)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

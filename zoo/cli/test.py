@@ -1,0 +1,23 @@
+"""``zoo-test`` (``tools/test_ddp.py``): test a checkpoint with multi-view inference; writes
+test_metrics.json and predictions.csv.
+
+    zoo-test --config-file x.yaml [CONFIG.TEST.CHECKPOINT path.pth]
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+from ..engine import test_worker
+from ..engine.cli import run
+
+DESCRIPTION = "Evaluate a zoo checkpoint on the test (or validation) list."
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    return run(test_worker, DESCRIPTION, argv, splits=("test",))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
