@@ -54,3 +54,16 @@ def run_tool(tool: str, args, timeout: float = 240, env=None):
         [sys.executable, os.path.join(ROOT, "tools", tool), *args],
         cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout,
     )
+
+
+def fast_sample(values, keep: int = 3):
+    """Parameters of a test repeated over many models: ``keep`` of them, spread over the list, run
+    in the fast tier (``pytest -m "not slow"``); the others are marked ``slow``."""
+    import pytest
+
+    values = list(values)
+    step = max(1, len(values) // keep)
+    fast = set(range(0, len(values), step)[:keep])
+    return [pytest.param(*(v if isinstance(v, tuple) else (v,)),
+                         marks=() if i in fast else pytest.mark.slow)
+            for i, v in enumerate(values)]

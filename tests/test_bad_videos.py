@@ -245,6 +245,7 @@ def _read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+@pytest.mark.slow
 def test_training_epochs_finish_with_the_right_skip_count(media, tmp_path):
     model_file = tmp_path / "toy_models.py"
     model_file.write_text(TOY_MODEL)

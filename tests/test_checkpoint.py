@@ -23,6 +23,7 @@ from zoo.engine.checkpoint import (
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_kill_during_write_leaves_previous_checkpoint_loadable(tmp_path):
     path = tmp_path / "epoch_1.pth"
     atomic_save({"model": {"w": torch.ones(3)}, "epoch": 1}, str(path))

@@ -180,6 +180,7 @@ def _console_checks(r):
     return console
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("procs", ["one", "two"])
 def test_test_ddp_with_the_yaml_of_a_finetuned_run(finetuned_run, procs):
     yaml_path, run_dir, _ = finetuned_run
@@ -193,6 +194,7 @@ def test_test_ddp_with_the_yaml_of_a_finetuned_run(finetuned_run, procs):
     assert metrics["num_videos"] == 6 and metrics["views"] == 2
 
 
+@pytest.mark.slow
 def test_predict_with_the_yaml_of_a_finetuned_run(finetuned_run):
     yaml_path, run_dir, video = finetuned_run
     r = run_tool("predict.py", ["--config-file", str(yaml_path), "--checkpoint",

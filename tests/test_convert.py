@@ -142,6 +142,7 @@ def test_pyslowfast_scheme(tmp_path, name, arch, kwargs, count):
     assert torch.equal(model.head.proj.weight, state["head.projection.weight"])
 
 
+@pytest.mark.slow
 def test_mmaction2_scheme(tmp_path):
     state, expect = _source(mmaction2_key, alpha=8, k=5)  # SlowFast R50 4x16
     assert len(state) == 662 - 4 * 5  # no lateral BNs
@@ -177,6 +178,7 @@ def test_mmaction2_scheme(tmp_path):
     zoo.create_model("slowfast_4x16_resnet50", fuse_norm_act=False, pretrained=str(exact))
 
 
+@pytest.mark.slow
 def test_conversion_errors_name_the_keys(tmp_path):
     state, _ = _source(pyslowfast_key, depth=18, width=16, beta=4)
     kwargs = dict(depth=18, width=16, beta_inv=4, fusion_kernel=7, alpha=4)
@@ -285,6 +287,7 @@ def test_pytorchvideo_round_trip_slowfast_r50(tmp_path):
         assert (model(fast) - want).abs().max() < 1e-4  # single tensor: slow picked inside
 
 
+@pytest.mark.slow
 def test_pytorchvideo_slowfast_r101_16x8_small():
     slowfast = pytest.importorskip("pytorchvideo.models.slowfast")
     torch.manual_seed(0)

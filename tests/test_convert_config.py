@@ -78,6 +78,7 @@ def test_converted_kinetics_configs_build_pyslowfasts_model(tmp_path, variant):
     assert (cfg.CONFIG.VAL.FREQ, cfg.CONFIG.LOG.SAVE_FREQ, cfg.CONFIG.SEED) == (10, 1, 0)
 
 
+@pytest.mark.slow
 def test_tool_converts_and_the_result_passes_the_dry_run(tmp_path):
     src = _write(tmp_path, "SLOWFAST_8x8_R50.yaml", pyslowfast_yaml(4, 7))
     out = str(tmp_path / "slowfast_8x8.yaml")

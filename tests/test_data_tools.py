@@ -116,6 +116,7 @@ def test_reencode_is_resumable(tmp_path, capsys):
     assert not [n for n in os.listdir(dst) if n.endswith(".part.mp4")]
 
 
+@pytest.mark.slow
 def test_benchmark_script_on_a_tiny_list(tmp_path, capsys):
     for i in range(2):
         write(str(tmp_path / f"v{i}.mp4"), ramp_frames(60, 64, 64), options={"g": "8"})

@@ -94,6 +94,7 @@ def _changed(start, end):
     return _max_diff(start, end) > 1e-3
 
 
+@pytest.mark.slow
 def test_ddp_equals_single_process_without_batchnorm(tmp_path):
     single = _train(tmp_path, "single", "ddp_test_plain", 1)
     ddp = _train(tmp_path, "ddp", "ddp_test_plain", 2)
@@ -103,6 +104,7 @@ def test_ddp_equals_single_process_without_batchnorm(tmp_path):
     assert _max_diff(single, ddp) < 1e-5
 
 
+@pytest.mark.slow
 def test_ddp_with_syncbn_equals_single_process_batchnorm(tmp_path):
     single = _train(tmp_path, "single_bn", "ddp_test_bn", 1)
     synced = _train(tmp_path, "ddp_syncbn", "ddp_test_bn", 2, sync_bn=True)

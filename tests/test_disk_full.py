@@ -89,6 +89,7 @@ def test_a_full_checkpoint_disk_stops_in_one_line(tmp_path, synth_root, toy_mode
     assert state["epoch"] == 1 and state["model"]
 
 
+@pytest.mark.slow
 def test_a_read_only_output_folder_is_caught_before_training(tmp_path, synth_root,
                                                              toy_model_file):
     ro = tmp_path / "ro"
@@ -109,6 +110,7 @@ def test_a_read_only_output_folder_is_caught_before_training(tmp_path, synth_roo
     assert "epoch 1" not in t.stdout + t.stderr  # stopped before any worker trained
 
 
+@pytest.mark.slow
 def test_an_output_folder_under_a_regular_file_is_caught(tmp_path, synth_root, toy_model_file):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")

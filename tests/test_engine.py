@@ -59,6 +59,7 @@ def test_two_process_gloo_training_with_a_user_model(tmp_path, synth_root, toy_m
     assert rows[0].startswith("video,label,label_name,pred")
 
 
+@pytest.mark.slow
 def test_not_distributed_runs_without_a_process_group(tmp_path, synth_root, toy_model_file):
     out = tmp_path / "runs"
     r = run_tool("train_ddp.py", [
@@ -77,6 +78,7 @@ def test_not_distributed_runs_without_a_process_group(tmp_path, synth_root, toy_
     assert not (out / "single" / "log_rank1.txt").exists()
 
 
+@pytest.mark.slow
 def test_bad_config_fails_in_one_line(tmp_path):
     r = run_tool("train_ddp.py", ["TRAIN.EPOCH_NUMS", "3"], timeout=60)
     assert r.returncode == 2
@@ -84,6 +86,7 @@ def test_bad_config_fails_in_one_line(tmp_path):
     assert len(lines) == 1 and "did you mean CONFIG.TRAIN.EPOCH_NUM" in lines[0]
 
 
+@pytest.mark.slow
 def test_unknown_model_fails_in_one_line(tmp_path):
     r = run_tool("train_ddp.py", ["MODEL.NAME", "slowfast_4x16_resnet05",
                                   "DATA.SYNTHETIC.ENABLE", "True"], timeout=60)

@@ -12,6 +12,7 @@ from zoo.engine.metrics import classification_metrics, topk_correct
 from zoo.engine.plots import confusion_matrix
 
 
+@pytest.mark.slow
 def test_two_rank_evaluation_equals_one_rank_on_an_odd_dataset(tmp_path, synth_root,
                                                                toy_model_file):
     common = ["--extra-modules", toy_model_file, "MODEL.NAME", "toy_conv3d", *TINY_DATA,

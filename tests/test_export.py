@@ -27,6 +27,7 @@ def _randomise_bn(model: nn.Module) -> nn.Module:
     return model
 
 
+@pytest.mark.slow
 def test_export_tool_slowfast_onnx(tmp_path):
     pytest.importorskip("onnx")  # torch's ONNX exporter needs it
     ort = pytest.importorskip("onnxruntime")

@@ -83,6 +83,7 @@ def test_frame_folding_models_average_their_frames():
     assert torch.allclose(pooled_features(model, clips), want, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_tool_writes_one_npy_per_video(feat_setup):
     tmp_path, videos, cfg_path = feat_setup
     proc = run_tool("extract_features.py", ["--config-file", cfg_path])
@@ -100,6 +101,7 @@ def test_tool_writes_one_npy_per_video(feat_setup):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_tool_dry_run_names_the_output(feat_setup):
     tmp_path, _, cfg_path = feat_setup
     proc = run_tool("extract_features.py", ["--config-file", cfg_path, "--dry-run"])

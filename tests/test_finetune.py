@@ -98,6 +98,7 @@ def test_no_classifier_is_one_line_and_the_loader_says_why():
         load_state(net, other)
 
 
+@pytest.mark.slow
 def test_classifier_module_sees_through_wrappers():
     import torch
     import torch.nn as nn

@@ -53,6 +53,7 @@ def test_there_are_48_configs_six_of_them_feat():
     assert len(FEAT_CONFIGS) == 6
 
 
+@pytest.mark.slow
 def test_every_config_passes_the_dry_run(gluoncv_dir):
     checked = 0
     for stem, path in gluoncv_dir.items():
@@ -164,6 +165,7 @@ def _params(stdout: str) -> int:
     return int(m.group(2).replace(",", ""))
 
 
+@pytest.mark.slow
 def test_train_tool_dry_run(gluoncv_dir):
     proc = run_tool("train_ddp.py", ["--config-file",
                                      gluoncv_dir["slowfast_4x16_resnet50_kinetics400"],
@@ -176,6 +178,7 @@ def test_train_tool_dry_run(gluoncv_dir):
     assert "warning: missing data: CONFIG.DATA.TRAIN_ANNO_PATH" in out
 
 
+@pytest.mark.slow
 def test_test_tool_dry_run(gluoncv_dir):
     proc = run_tool("test_ddp.py", ["--config-file", gluoncv_dir["resnet50_v1b_custom"],
                                     "--dry-run"])
@@ -188,6 +191,7 @@ def test_test_tool_dry_run(gluoncv_dir):
         "checkpoints' does not exist" in out
 
 
+@pytest.mark.slow
 def test_invalid_config_fails_the_dry_run(gluoncv_dir, tmp_path):
     bad = tmp_path / "bad.yaml"
     text = open(gluoncv_dir["i3d_resnet50_v1_kinetics400"]).read()
@@ -197,6 +201,7 @@ def test_invalid_config_fails_the_dry_run(gluoncv_dir, tmp_path):
     assert "unknown config key CONFIG.TRAIN.EPOCHS" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_feature_config_dry_run(gluoncv_dir):
     proc = run_tool("extract_features.py", ["--config-file", gluoncv_dir["resnet50_v1b_feat"],
                                             "--dry-run"])

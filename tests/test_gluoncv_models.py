@@ -24,6 +24,7 @@ import os
 
 import pytest
 import torch
+from helpers import fast_sample
 
 import zoo
 from zoo.models import model_facts
@@ -145,7 +146,7 @@ def test_config_names_are_registered():
     assert set(GLUONCV_PARAMS) <= set(zoo.list_models())
 
 
-@pytest.mark.parametrize("name", sorted(CONFIG_NAMES))
+@pytest.mark.parametrize("name", fast_sample(sorted(CONFIG_NAMES)))
 def test_config_name_facts_and_classes(name):
     classes, frames, stride, crop = CONFIG_NAMES[name]
     facts = model_facts(name)
@@ -160,7 +161,7 @@ def test_config_name_facts_and_classes(name):
         assert _out_features(_meta(name)) == classes  # the suffix's count is the default
 
 
-@pytest.mark.parametrize("name", sorted(GLUONCV_PARAMS))
+@pytest.mark.parametrize("name", fast_sample(sorted(GLUONCV_PARAMS)))
 def test_params_equal_gluoncv_code(name):
     classes, params = GLUONCV_PARAMS[name]
     assert _params(_meta(name, num_classes=classes)) == params
@@ -290,6 +291,7 @@ def test_vmz_nets_layout():
     assert len(csn.state_dict()) == 932 and len(r21.state_dict()) == 1238  # as gluoncv's
 
 
+@pytest.mark.slow
 def test_alias_table_in_docs_is_fresh():
     from helpers import ROOT, run_tool
 
@@ -310,6 +312,7 @@ def test_tpn_classifier_is_the_head():
                                                      "aux_head.1.weight", "aux_head.1.bias")
 
 
+@pytest.mark.slow
 def test_nonlocal_net_inflates_like_the_plain_net(tmp_path):
     # gluoncv inflates its I3D-NL nets from ImageNet ResNets; the non-local blocks start as
     # identity, so the inflated NL net scores a clip exactly as the inflated plain net does.

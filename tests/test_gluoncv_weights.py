@@ -155,6 +155,7 @@ FAMILIES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,shape", FAMILIES)
 def test_gluoncv_layout_loads_with_identical_logits(name, shape):
     kwargs = {} if name.startswith("resnet") else {"width": 16}

@@ -52,6 +52,7 @@ def _report_layout(cfg, folder):
                    "recorded": [rec.GPU_WORLD_SIZE, rec.GPU_WORLD_RANK, rec.GPU]}, f)
 
 
+@pytest.mark.slow
 def test_two_cpu_workers_get_their_ranks_from_comm_not_from_the_config(tmp_path):
     # gluoncv YAMLs say GPU_WORLD_SIZE 8: a value in the config is a record, never the runtime.
     cfg = load_config(None, ["DDP_CONFIG.NUM_CPU_PROCS", "2", "DDP_CONFIG.DIST_BACKEND", "gloo",

@@ -308,6 +308,7 @@ def _train(tmp_path, toy_model_file, list_format: str, text: str, extra, name: s
     ], timeout=180)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("list_format", sorted(LISTS))
 def test_each_format_trains_one_epoch(tmp_path, toy_model_file, list_format):
     text, extra = LISTS[list_format]
@@ -324,6 +325,7 @@ def test_each_format_trains_one_epoch(tmp_path, toy_model_file, list_format):
     assert all(row.get("skipped_videos", 0) == 0 for row in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text, match", [
     ("a.mp4 0\nb.mp4 1 0\nc.mp4 0\nd.mp4 1\n", "train.txt:2: .*multi-label.*LIST_FORMAT"),
     ("original_vido_id video_id frame_id path labels\na 1 0 a/000001.jpg 1\n",

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torchvision
+from helpers import fast_sample
 from torch.utils.flop_counter import FlopCounterMode
 
 import zoo
@@ -94,6 +95,7 @@ def _tiny_kwargs(arch: str) -> dict:
     return kwargs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", zoo.list_models())
 def test_every_model_has_get_and_reset_classifier(name):
     from zoo.engine.finetune import classifier_module
@@ -123,7 +125,7 @@ def test_every_model_has_get_and_reset_classifier(name):
     assert changed == set(head_keys(model)) and all(after[k][0] == 7 for k in changed)
 
 
-@pytest.mark.parametrize("name", ARCHS)
+@pytest.mark.parametrize("name", fast_sample(ARCHS))
 def test_forward_backward(name):
     model = zoo.create_model(name, num_classes=NUM_CLASSES, **_small_kwargs(name)).train()
     task = model_facts(name).get("task", "video")
@@ -149,7 +151,7 @@ def test_forward_backward(name):
     assert torch.equal(out, torch.arange(7.0).expand(x.shape[0], 7))
 
 
-@pytest.mark.parametrize("name", ARCHS)
+@pytest.mark.parametrize("name", fast_sample(ARCHS))
 def test_facts_params(name):
     facts = model_facts(name)
     for key in ("task", "input_frames", "sampling_stride", "crop_size", "mean", "std", "params"):
@@ -158,7 +160,7 @@ def test_facts_params(name):
     assert _num_params(_meta_model(name, num_classes=num_classes)) == facts["params"]
 
 
-@pytest.mark.parametrize("name", ARCHS)
+@pytest.mark.parametrize("name", fast_sample(ARCHS))
 def test_facts_gflops_recount(name):
     facts = model_facts(name)
     assert measure(name)["gflops"] == pytest.approx(facts["gflops"], abs=0.051)
@@ -401,6 +403,7 @@ def test_reset_classifier_initialises_like_the_family():
     assert tpn.head.proj.out_features == 7 and tpn.head.proj.weight.requires_grad
 
 
+@pytest.mark.slow
 def test_list_models_tool_matches_docs_table():
     import os
 

@@ -87,6 +87,7 @@ def test_stop_names_iteration_and_rank_and_saves_nothing_after(tmp_path, synth_r
         assert state["epoch"] == 1 and state["iteration"] < nan_at
 
 
+@pytest.mark.slow
 def test_skip_counts_the_skipped_step_and_finishes(tmp_path, synth_root):
     r, run_dir = _train(tmp_path, synth_root, 6, 0, "skip", 1, epochs=3)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -103,6 +103,7 @@ def test_sigkill_then_auto_resume_is_bitwise_identical(tmp_path, synth_root, toy
             assert torch.equal(v, b["optimizer"]["state"][k][name]), (k, name)
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_checkpoint_from_another_config(tmp_path, synth_root, toy_model_file):
     common = ["--extra-modules", toy_model_file, "MODEL.NAME", "toy_conv3d",
               "TRAIN.EPOCH_NUM", "1", *TINY_DATA, "DATA.SYNTHETIC.ROOT", synth_root,

@@ -120,6 +120,7 @@ def assert_exact(frames: np.ndarray, reference: np.ndarray, indices: list) -> No
         assert distance[i] < 1.0, (i, distance[i])
 
 
+@pytest.mark.slow
 @needs_ffmpeg
 @needs_torchcodec
 @pytest.mark.parametrize("name", list(CASES))

@@ -102,6 +102,7 @@ def rank_log(out, rank=0) -> str:
 
 
 # --------------------------------------------------------------- data errors caught by preflight
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["one", "two"])
 def test_missing_data_path(data, tmp_path, mode):
     r = run_tool("train_ddp.py", [*args_for(data, tmp_path, data_path=tmp_path / "nowhere"),
@@ -111,6 +112,7 @@ def test_missing_data_path(data, tmp_path, mode):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_list_whose_videos_are_not_in_the_data_folder(data, tmp_path):
     other = tmp_path / "empty_folder"
     other.mkdir()
@@ -119,6 +121,7 @@ def test_list_whose_videos_are_not_in_the_data_folder(data, tmp_path):
     assert_one_error_line(r, "CONFIG.DATA.TRAIN_DATA_PATH", "v0.mp4")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["one", "two"])
 def test_empty_list(data, tmp_path, mode):
     empty = tmp_path / "empty.txt"
@@ -127,12 +130,14 @@ def test_empty_list(data, tmp_path, mode):
     assert_one_error_line(r, "empty.txt", "no videos")
 
 
+@pytest.mark.slow
 def test_missing_list(data, tmp_path):
     r = run_tool("train_ddp.py", [*args_for(data, tmp_path, train_list=tmp_path / "gone.txt"),
                                   *launch_mode("one")])
     assert_one_error_line(r, "gone.txt", "does not exist")
 
 
+@pytest.mark.slow
 def test_header_line(data, tmp_path):
     lst = tmp_path / "with_header.txt"
     lst.write_text("path num_frames label\n" + (data / "train.txt").read_text())
@@ -144,6 +149,7 @@ def test_header_line(data, tmp_path):
         assert "Traceback" not in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,batch,per_process", [("one", 7, 6), ("two", 4, 3)])
 def test_batch_size_larger_than_the_videos_per_process(data, tmp_path, mode, batch, per_process):
     r = run_tool("train_ddp.py", [*args_for(data, tmp_path), *launch_mode(mode),
@@ -178,6 +184,7 @@ def test_batch_size_check_agrees_with_torchs_sampler_and_drop_last():
                 assert refused == (len(loader) == 0), (videos, processes, batch)
 
 
+@pytest.mark.slow
 def test_label_above_num_classes(data, tmp_path):
     r = run_tool("train_ddp.py", [*args_for(data, tmp_path), *launch_mode("one"),
                                   "DATA.NUM_CLASSES", "2"])
@@ -185,6 +192,7 @@ def test_label_above_num_classes(data, tmp_path):
 
 
 # ------------------------------------------------------ errors inside the workers: log has them
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["one", "two"])
 def test_error_in_a_worker_is_one_line_with_the_traceback_in_the_rank_log(data, tmp_path, mode):
     # Nothing trained: test_ddp.py finds no checkpoint inside the worker.
@@ -194,6 +202,7 @@ def test_error_in_a_worker_is_one_line_with_the_traceback_in_the_rank_log(data, 
     assert "Traceback" in log and "FileNotFoundError" in log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["one", "two"])
 def test_a_bug_says_where_its_traceback_is(data, tmp_path, mode):
     r = run_tool("train_ddp.py", [*args_for(data, tmp_path, model="toy_buggy", module="buggy.py"),
@@ -232,6 +241,7 @@ def _assert_one_error_under_a_launcher(r, *needles):
         assert needle in errors[0], console
 
 
+@pytest.mark.slow
 def test_torchrun_preflight_error(data, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("")
@@ -239,6 +249,7 @@ def test_torchrun_preflight_error(data, tmp_path):
     _assert_one_error_under_a_launcher(r, "empty.txt", "no videos")
 
 
+@pytest.mark.slow
 def test_torchrun_worker_error(data, tmp_path):
     r = _torchrun(["test_ddp.py", *args_for(data, tmp_path)])
     _assert_one_error_under_a_launcher(r, "rank 0 of 2", "no checkpoint in")
@@ -246,6 +257,7 @@ def test_torchrun_worker_error(data, tmp_path):
         assert "FileNotFoundError" in rank_log(tmp_path, rank)
 
 
+@pytest.mark.slow
 def test_slurm_job_step_worker_error(data, tmp_path):
     port = free_port()
     procs = []

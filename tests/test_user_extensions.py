@@ -128,6 +128,7 @@ def test_a_user_hook_and_dataset_from_one_file_drive_a_two_process_run(tmp_path,
     assert [x["epoch"] for x in val] == [1, 2] and all(x["num_videos"] == NUM_VAL for x in val)
 
 
+@pytest.mark.slow
 def test_a_hook_name_the_file_lacks_fails_in_one_line(tmp_path, toy_model_file):
     r = run_tool("train_ddp.py", _args(tmp_path, toy_model_file, ["RecordStep"]))
     assert r.returncode != 0

@@ -3,6 +3,7 @@
 import json
 import os
 
+import pytest
 import torch
 import yaml
 from helpers import ROOT, TINY_DATA, run_tool
@@ -32,6 +33,7 @@ def test_user_model_builds_from_the_config():
     assert out.shape == (2, 4) and torch.isfinite(out).all()
 
 
+@pytest.mark.slow
 def test_user_model_trains_through_train_ddp(tmp_path, synth_root):
     out = tmp_path / "runs"
     r = run_tool("train_ddp.py", [
@@ -54,6 +56,7 @@ def test_user_model_trains_through_train_ddp(tmp_path, synth_root):
     assert "features.0.0.weight" in ckpt["model"] and ckpt["model"]["fc.weight"].shape == (2, 64)
 
 
+@pytest.mark.slow
 def test_without_the_config_key_the_name_is_unknown(tmp_path):
     r = run_tool("train_ddp.py", [
         "--config-file", EXAMPLE_YAML, "CONFIG.EXTRA_MODULES", "[]",
