@@ -260,6 +260,7 @@ class NodeRendezvous:
         self.token_hash = hashlib.sha256(job_token(cfg).encode()).hexdigest()[:16]
         self._strangers_seen = 0
         self._stale_job: Optional[str] = None
+        self._joined: Optional[str] = None  # node 0's identity when it differs from ours
         self.nonce = uuid.uuid4().hex
         self.store, url = open_store(topo.dist_url, host_it=topo.node_rank == 0,
                                      timeout_s=timeout_s)
@@ -356,10 +357,11 @@ class NodeRendezvous:
         if not self.store.check(["zoo/job"]):
             return None
         held = json.loads(self.store.get("zoo/job"))
-        if held["id"] == self.job:
+        if held["id"] in (self.job, self._joined):
             return held["id"]
         if held["token"] == self.token_hash and held["forming"]:
-            return held["id"]  # maybe this job with a wrong config: node 0 names the keys
+            self._joined = held["id"]  # maybe this job with a wrong config: node 0 names the keys
+            return held["id"]
         if url_is_file:  # a stale file of an earlier run: node 0 will overwrite it
             self._stale_job = held["id"]
             return None
