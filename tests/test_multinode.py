@@ -493,3 +493,21 @@ def test_a_stranger_on_the_port_is_refused_and_the_job_finishes(tmp_path, synth_
         if path.is_file():
             assert job_token.encode() not in path.read_bytes(), path
     assert job_token not in out0 + out1 + line
+
+
+def test_a_stranger_while_node_0_waits_for_nodes_is_refused_and_the_job_still_forms(
+        tmp_path, synth_root):
+    """The stranger arrives while node 0 is still waiting for node 1: it is refused and writes
+    nothing node 0 waits on; the real node 1 then joins and the job trains."""
+    port = _free_port()
+    common = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+              "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", *_toy_args(tmp_path, synth_root)]
+    node0 = _start(_tool("train_ddp.py", common), env={"ZOO_NODE_RANK": "0"})
+    _fails_fast(_tool("train_ddp.py", [*common, "DDP_CONFIG.JOB_TOKEN", "other-job"]),
+                env={"ZOO_NODE_RANK": "1"}, expect=["is held by another job", "JOB_TOKEN"])
+    assert node0.poll() is None, _finish([node0])[0][1]
+    node1 = _start(_tool("train_ddp.py", common), env={"ZOO_NODE_RANK": "1"})
+    (rc0, out0), (rc1, out1) = _finish([node0, node1], timeout=120)
+    assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
+    assert sum("another job identity" in ln for ln in out0.splitlines()) == 1, out0
+    assert "other-job" not in out0 + out1
