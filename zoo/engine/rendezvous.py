@@ -527,7 +527,8 @@ def agree_in_process_group(cfg, topo: Topology) -> None:
         gathered = [dict(g, config={}) for g in gathered]
     errors, warnings = compare_summaries(gathered, lambda i: f"rank {i} ({gathered[i]['host']})")
     if dist.get_rank() == 0:
-        for w in warnings:
+        local = "" if errors else local_differences(gathered, lambda i: f"rank {i}")
+        for w in [*warnings, local] if local else warnings:
             logger.warning("%s", w)
     if errors:
         raise LaunchError("; ".join(errors))
