@@ -341,6 +341,9 @@ class NodeRendezvous:
             return
         n = self.store.add("zoo/strangers", 0)
         for i in range(self._strangers_seen + 1, n + 1):
+            if not self.store.check([f"zoo/stranger/{i}"]):  # not written yet: next time
+                n = i - 1
+                break
             s = json.loads(self.store.get(f"zoo/stranger/{i}"))
             logger.warning(
                 "a launcher with another job identity (%s, %s) tried to join as node %s from host "
