@@ -5,6 +5,7 @@ veth pair, no default route; needs root, skipped where namespaces are refused) o
 this host told their node rank with ``ZOO_NODE_RANK`` / ``DDP_CONFIG.WORLD_RANK``.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -431,3 +432,82 @@ def test_worker_killed_mid_epoch_stops_every_node_naming_the_rank(tmp_path, synt
     assert "global rank 1 (node 1, local process 0) died with signal SIGKILL" in _error_line(out1)
     line0 = _error_line(out0)
     assert "global rank 1 (node 1" in line0 and "SIGKILL" in line0, line0
+
+
+# ------------------------------------------------------ node-local keys and job isolation (#14)
+def test_nodes_differing_only_in_base_path_train_together_with_one_warning(tmp_path, synth_root):
+    """Each node writes under its own BASE_PATH; node 0 names the key and both values once."""
+    base = [tmp_path / "out0", tmp_path / "out1"]
+    procs = _two_nodes_here(_toy_args(tmp_path, synth_root), _free_port(),
+                            node_args=tuple(("LOG.BASE_PATH", str(b)) for b in base))
+    (rc0, out0), (rc1, out1) = _finish(procs, timeout=120)
+    assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
+    [line] = [ln for ln in out0.splitlines() if "node-local key(s) differ" in ln]
+    assert "CONFIG.LOG.BASE_PATH" in line and repr(str(base[0])) in line
+    assert repr(str(base[1])) in line and "CONFIG.TRAIN" not in line
+    assert "node-local" not in out1
+    for rank, b in enumerate(base):
+        log = (b / "job" / f"log_rank{rank}.txt").read_text()
+        assert f"rank {rank}/2" in log and "training finished" in log
+        assert not (b / "job" / f"log_rank{1 - rank}.txt").exists()
+    assert (base[0] / "job" / "config.yaml").exists()
+
+
+def _wait_for_training(procs, log, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not (log.exists() and "epoch 1 iter 1/" in log.read_text()):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+            "training did not start:\n" + "\n".join(out for _, out in _finish(procs, 5))
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("job_token,stranger_token", [("alpha-1", "beta-2"), ("alpha-1", "")])
+def test_a_stranger_on_the_port_is_refused_and_the_job_finishes(tmp_path, synth_root, job_token,
+                                                                stranger_token):
+    """Another job's node 1 (another token, or the same config with no token) started on a running
+    job's port: one error line for it, one warning on node 0, and the job finishes unharmed."""
+    port = _free_port()
+    args = _toy_args(tmp_path, synth_root, model="toy_slow", model_src=SLOW_MODEL, epochs=2)
+    procs = _two_nodes_here([*args, "DDP_CONFIG.JOB_TOKEN", job_token], port)
+    _wait_for_training(procs, tmp_path / "runs" / "job" / "log_rank1.txt")
+    stranger_env = {"ZOO_NODE_RANK": "1", "ZOO_JOB_TOKEN": stranger_token}
+    common = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+              "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", *args,
+              "LOG.BASE_PATH", str(tmp_path / "stranger")]
+    line, _ = _fails_fast(_tool("train_ddp.py", common), env=stranger_env,
+                          expect=["is held by another job", f"127.0.0.1:{port}", "JOB_TOKEN"])
+    assert all(p.poll() is None for p in procs), "the running job stopped"
+    (rc0, out0), (rc1, out1) = _finish(procs, timeout=120)
+    assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
+    warned = [ln for ln in out0.splitlines() if "another job identity" in ln]
+    assert len(warned) == 1 and "was refused" in warned[0] and "node 1" in warned[0], out0
+    run = tmp_path / "runs" / "job"
+    epochs = [json.loads(ln)["epoch"] for ln in (run / "metrics.jsonl").read_text().splitlines()
+              if '"epoch"' in ln]
+    assert max(epochs) == 2, epochs
+    for rank in (0, 1):
+        assert "training finished" in (run / f"log_rank{rank}.txt").read_text()
+    assert not (tmp_path / "stranger" / "job").exists()
+    # The secret is in no file the job wrote, nor on any console.
+    for path in run.rglob("*"):
+        if path.is_file():
+            assert job_token.encode() not in path.read_bytes(), path
+    assert job_token not in out0 + out1 + line
+
+
+def test_a_stranger_while_node_0_waits_for_nodes_is_refused_and_the_job_still_forms(
+        tmp_path, synth_root):
+    """The stranger arrives while node 0 is still waiting for node 1: it is refused and writes
+    nothing node 0 waits on; the real node 1 then joins and the job trains."""
+    port = _free_port()
+    common = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+              "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", *_toy_args(tmp_path, synth_root)]
+    node0 = _start(_tool("train_ddp.py", common), env={"ZOO_NODE_RANK": "0"})
+    _fails_fast(_tool("train_ddp.py", [*common, "DDP_CONFIG.JOB_TOKEN", "other-job"]),
+                env={"ZOO_NODE_RANK": "1"}, expect=["is held by another job", "JOB_TOKEN"])
+    assert node0.poll() is None, _finish([node0])[0][1]
+    node1 = _start(_tool("train_ddp.py", common), env={"ZOO_NODE_RANK": "1"})
+    (rc0, out0), (rc1, out1) = _finish([node0, node1], timeout=120)
+    assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
+    assert sum("another job identity" in ln for ln in out0.splitlines()) == 1, out0
+    assert "other-job" not in out0 + out1

@@ -52,6 +52,11 @@ _C.DDP_CONFIG.NUM_CPU_PROCS = 1
 _C.DDP_CONFIG.THREADS_PER_PROC = 0
 # Seconds to wait for all ranks at start-up and in any collective before failing with a message.
 _C.DDP_CONFIG.INIT_TIMEOUT = 300
+# Optional secret that is part of the job's identity at the node rendezvous: a launcher whose
+# config or token differs is refused (a guard against a second job on the same DIST_URL port, not
+# against an attacker). "" = none; ZOO_JOB_TOKEN in the environment wins over this key. Only a hash
+# of it is sent; it is blanked in the config.yaml and checkpoints a run writes.
+_C.DDP_CONFIG.JOB_TOKEN = ""
 
 # --------------------------------------------------------------------------------------------------
 # CONFIG: what the job does.

@@ -8,10 +8,17 @@ size, so nodes may run different numbers of processes. Workers then join the pro
 the same store. The store also collects worker failures, so a node whose workers stopped because a
 peer vanished can name the rank that failed first.
 
-Keys (all under ``zoo/``): ``session`` (a fresh id per run: a reused file store is appended to,
-never read stale), ``<session>/count/<k>`` and ``<session>/node/<k>/<i>`` (registrations; two for
-one rank are a duplicate), ``<session>/plan``,
-``<session>/failure/<i>``, ``<session>/finished``, and ``<session>/pg/`` for the process group.
+Job identity: a hash of the config's math keys (:func:`config_items`) and of the optional secret
+(``ZOO_JOB_TOKEN``, else ``DDP_CONFIG.JOB_TOKEN``). Node 0 publishes it under the fixed key
+``zoo/job``; a launcher whose identity differs (another job started on the same port by accident)
+stops there with one line, having written nothing but a note under ``zoo/stranger/<i>`` that node 0
+logs as one warning. Every other key lives under the identity, so a stranger never reads or
+overwrites them. The token itself never leaves the process: only its hash goes into the identity.
+
+Keys (under ``zoo/<job>/``): ``session`` (a fresh id per run: a reused file store is appended to,
+never read stale); then under ``zoo/<job>/<session>/``: ``count/<k>`` and ``node/<k>/<i>``
+(registrations; two for one rank are a duplicate), ``plan``, ``failure/<i>``, ``finished``, and
+``pg/`` for the process group.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import os
 import socket
 import time
 import uuid
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -48,6 +55,35 @@ PER_NODE_KEYS = (
     "DDP_CONFIG.THREADS_PER_PROC",
 )
 
+# Keys that are node-local by nature: they may differ between nodes (node 0 logs one warning line
+# naming them) because they change where things are read or written, or what is printed, never the
+# numbers a rank computes:
+# - LOG.BASE_PATH: a node's local scratch or its own mount of the shared output folder. EXP_NAME and
+#   SAVE_DIR must agree: they name the run and its checkpoint folder, which AUTO_RESUME and a
+#   restart look in on every rank, and a different name is more likely another run than a mount.
+# - LOG.LOG_DIR (TensorBoard, rank 0 only), LOG.DISPLAY_FREQ, LOG.PROGRESS_BAR: only what is shown.
+# - DATA.*_DATA_PATH, DATA.*_ANNO_PATH, DATA.SYNTHETIC.ROOT: the same data mounted at another path.
+#   zoo does not compare the files' contents: the lists must be the same on every node.
+# - DATA.NUM_WORKERS: loader processes per rank; the samples and their order do not depend on it.
+NODE_LOCAL_KEYS = (
+    "CONFIG.LOG.BASE_PATH",
+    "CONFIG.LOG.LOG_DIR",
+    "CONFIG.LOG.DISPLAY_FREQ",
+    "CONFIG.LOG.PROGRESS_BAR",
+    "CONFIG.DATA.TRAIN_ANNO_PATH",
+    "CONFIG.DATA.TRAIN_DATA_PATH",
+    "CONFIG.DATA.VAL_ANNO_PATH",
+    "CONFIG.DATA.VAL_DATA_PATH",
+    "CONFIG.DATA.TEST_ANNO_PATH",
+    "CONFIG.DATA.TEST_DATA_PATH",
+    "CONFIG.DATA.SYNTHETIC.ROOT",
+    "CONFIG.DATA.NUM_WORKERS",
+)
+
+# The secret is never compared or sent as such: only its hash is part of the job identity.
+JOB_TOKEN_KEY = "DDP_CONFIG.JOB_TOKEN"
+JOB_TOKEN_ENV = "ZOO_JOB_TOKEN"
+
 # After a failure, how long a launcher waits for other nodes to report theirs (to name the root
 # cause), and how long node 0 keeps its store up for nodes that are still reporting.
 REPORT_GRACE_S = 3.0
@@ -55,8 +91,42 @@ REPORT_GRACE_S = 3.0
 
 # ------------------------------------------------------------------------- config agreement
 def config_items(cfg) -> Dict[str, object]:
-    """The config as flat ``{"CONFIG.TRAIN.LR": 0.1, ...}`` without the per-node keys."""
-    return {k: v for k, v in flatten_cfg(cfg).items() if k not in PER_NODE_KEYS}
+    """The config as flat ``{"CONFIG.TRAIN.LR": 0.1, ...}`` without the per-node keys, the
+    node-local keys and the job token: the keys every node must agree on."""
+    skip = (*PER_NODE_KEYS, *NODE_LOCAL_KEYS, JOB_TOKEN_KEY)
+    return {k: v for k, v in flatten_cfg(cfg).items() if k not in skip}
+
+
+def node_local_items(cfg) -> Dict[str, object]:
+    """The node-local keys (:data:`NODE_LOCAL_KEYS`) and this node's values."""
+    flat = flatten_cfg(cfg)
+    return {k: flat[k] for k in NODE_LOCAL_KEYS if k in flat}
+
+
+def job_token(cfg, env: Optional[Mapping[str, str]] = None) -> str:
+    """The job's secret: ``ZOO_JOB_TOKEN`` when set and non-empty, else ``DDP_CONFIG.JOB_TOKEN``."""
+    env = os.environ if env is None else env
+    return env.get(JOB_TOKEN_ENV) or str(cfg.DDP_CONFIG.JOB_TOKEN or "")
+
+
+def job_identity(cfg, env: Optional[Mapping[str, str]] = None) -> str:
+    """Short hash of the config's math keys and of the token's hash (the token is not recoverable
+    from it); equal for the launchers of one job, different for another config or token."""
+    token = hashlib.sha256(job_token(cfg, env).encode()).hexdigest()
+    text = config_fingerprint(config_items(cfg)) + ":" + token
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def local_differences(summaries: List[dict], label: Callable[[int], str]) -> str:
+    """One line naming the node-local keys that differ and every node's value ("" if none)."""
+    keys = [k for k in NODE_LOCAL_KEYS
+            if len({json.dumps(s.get("local", {}).get(k), default=str) for s in summaries}) > 1]
+    if not keys:
+        return ""
+    shown = "; ".join(k + " = " + ", ".join(f"{label(i)}: {s.get('local', {}).get(k)!r}"
+                                            for i, s in enumerate(summaries)) for k in keys)
+    return (f"node-local key(s) differ between nodes (allowed: paths, loader workers, logging): "
+            f"{shown}")
 
 
 def config_fingerprint(items: Dict[str, object]) -> str:
@@ -76,6 +146,7 @@ def node_summary(cfg, topo: Topology) -> dict:
         "torch": torch.__version__.split("+")[0],
         "config_hash": config_fingerprint(items),
         "config": items,
+        "local": node_local_items(cfg),
     }
 
 
@@ -185,6 +256,11 @@ class NodeRendezvous:
     def __init__(self, topo: Topology, cfg, timeout_s: float):
         self.timeout_s = timeout_s
         self.summary = node_summary(cfg, topo)
+        self.job = job_identity(cfg)
+        self.token_hash = hashlib.sha256(job_token(cfg).encode()).hexdigest()[:16]
+        self._strangers_seen = 0
+        self._stale_job: Optional[str] = None
+        self._joined: Optional[str] = None  # node 0's identity when it differs from ours
         self.nonce = uuid.uuid4().hex
         self.store, url = open_store(topo.dist_url, host_it=topo.node_rank == 0,
                                      timeout_s=timeout_s)
@@ -214,12 +290,14 @@ class NodeRendezvous:
     def _host(self) -> dict:
         """Node 0: open a session, wait for every node, check they agree, post the plan."""
         n = self.topology.num_nodes
-        self.session = uuid.uuid4().hex[:12]
-        self.store.set("zoo/session", self.session)
+        self._publish_job(forming=True)
+        self.session = f"{self.job}/{uuid.uuid4().hex[:12]}"
+        self.store.set(f"zoo/{self.job}/session", self.session)
         self._register()
         keys = [self._key(f"node/{k}/1") for k in range(n)]
         deadline = time.monotonic() + self.timeout_s
         while not self.store.check(keys):
+            self._note_strangers()
             if time.monotonic() >= deadline:
                 missing = [k for k, key in enumerate(keys) if not self.store.check([key])]
                 error = (f"node 0 waited {self.timeout_s:g}s at {self.topology.dist_url} but "
@@ -244,8 +322,63 @@ class NodeRendezvous:
         plan = {"nonces": [r["nonce"] for r in regs], "error": "; ".join(errors),
                 "warnings": warnings, "counts": counts, "offsets": offsets,
                 "world_size": sum(counts), "hosts": [r["host"] for r in regs]}
+        local = local_differences(regs, self._label(regs))
+        if local and not errors:
+            logger.warning("%s", local)
         self._post(plan)
+        self._publish_job(forming=False)
         return plan
+
+    # -- job identity
+    def _publish_job(self, forming: bool) -> None:
+        """Node 0: say which job holds this store, and whether it still accepts nodes."""
+        self.store.set("zoo/job", json.dumps({"id": self.job, "token": self.token_hash,
+                                              "forming": forming}))
+
+    def _note_strangers(self) -> None:
+        """Node 0: one warning line per launcher of another job that was refused since last time."""
+        if self.topology.node_rank != 0 or self.store is None:
+            return
+        n = self.store.add("zoo/strangers", 0)
+        for i in range(self._strangers_seen + 1, n + 1):
+            if not self.store.check([f"zoo/stranger/{i}"]):  # not written yet: next time
+                n = i - 1
+                break
+            s = json.loads(self.store.get(f"zoo/stranger/{i}"))
+            logger.warning(
+                "a launcher with another job identity (%s, %s) tried to join as node %s from host "
+                "%s and was refused; this job goes on (give each job its own DIST_URL port)",
+                s["job"], s["why"], s["node"], s["host"])
+        self._strangers_seen = max(self._strangers_seen, n)
+
+    def _check_job(self, url_is_file: bool) -> Optional[str]:
+        """Node k > 0: the namespace to join (node 0's identity), or None to keep waiting.
+
+        Raises:
+            LaunchError: node 0's store belongs to another job (TCP: it is alive, not stale).
+        """
+        if not self.store.check(["zoo/job"]):
+            return None
+        held = json.loads(self.store.get("zoo/job"))
+        if held["id"] in (self.job, self._joined):
+            return held["id"]
+        if held["token"] == self.token_hash and held["forming"]:
+            self._joined = held["id"]  # maybe this job with a wrong config: node 0 names the keys
+            return held["id"]
+        if url_is_file:  # a stale file of an earlier run: node 0 will overwrite it
+            self._stale_job = held["id"]
+            return None
+        why = ("a different DDP_CONFIG.JOB_TOKEN / ZOO_JOB_TOKEN"
+               if held["token"] != self.token_hash else "a different config, and already running")
+        k = self.topology.node_rank
+        i = self.store.add("zoo/strangers", 1)
+        self.store.set(f"zoo/stranger/{i}", json.dumps(
+            {"job": self.job, "why": why, "node": k, "host": self.summary["host"]}))
+        raise LaunchError(
+            f"node {k}: the rendezvous at {self.topology.dist_url} is held by another job "
+            f"(identity {held['id']}; this launcher's is {self.job}: {why}); use the same config "
+            "and token as that job, or give this job its own DDP_CONFIG.DIST_URL port"
+        )
 
     def _post(self, plan: dict) -> None:
         self.store.set(self._key("plan"), json.dumps(plan))
@@ -255,10 +388,12 @@ class NodeRendezvous:
         k = self.topology.node_rank
         deadline = time.monotonic() + self.timeout_s
         registered, left_out = None, False
+        is_file = self.topology.dist_url.startswith("file://")
         while True:
             try:
-                if self.store.check(["zoo/session"]):
-                    self.session = self.store.get("zoo/session").decode()
+                job = self._check_job(is_file)
+                if job and self.store.check([f"zoo/{job}/session"]):
+                    self.session = self.store.get(f"zoo/{job}/session").decode()
                     if self.session != registered:  # a new run of node 0 (or a stale file store)
                         self._register()
                         registered, left_out = self.session, False
@@ -267,12 +402,21 @@ class NodeRendezvous:
                         if self.nonce in plan["nonces"]:
                             return plan
                         left_out = True
+            except LaunchError:
+                raise
             except RuntimeError as e:  # c10d errors: node 0 went away mid-rendezvous
                 raise LaunchError(
                     f"node {k}: lost node 0's rendezvous at {self.topology.dist_url} "
                     f"({_first_line(e)}); see node 0's output"
                 ) from None
             if time.monotonic() >= deadline:
+                if self._stale_job and not registered:
+                    raise LaunchError(
+                        f"node {k}: the rendezvous file {self.topology.dist_url} holds another "
+                        f"job (identity {self._stale_job}; this launcher's is {self.job}) and node "
+                        f"0 of this job did not start within {self.timeout_s:g}s; start node 0 "
+                        "with the same config and token"
+                    )
                 if left_out:
                     raise LaunchError(
                         f"node {k}: node 0 started the job without this node (is another node "
@@ -322,6 +466,7 @@ class NodeRendezvous:
         if self._store_lost:
             return []
         try:
+            self._note_strangers()
             n = self.store.add(self._key("failures"), 0)
             return [json.loads(self.store.get(self._key(f"failure/{i}"))) for i in range(1, n + 1)]
         except Exception:
@@ -349,6 +494,7 @@ class NodeRendezvous:
         if self.store is None:
             return
         try:
+            self._note_strangers()
             if self.session:
                 done = self.store.add(self._key("finished"), 1)
                 deadline = time.monotonic() + min(REPORT_GRACE_S, self.timeout_s)
@@ -384,7 +530,8 @@ def agree_in_process_group(cfg, topo: Topology) -> None:
         gathered = [dict(g, config={}) for g in gathered]
     errors, warnings = compare_summaries(gathered, lambda i: f"rank {i} ({gathered[i]['host']})")
     if dist.get_rank() == 0:
-        for w in warnings:
+        local = "" if errors else local_differences(gathered, lambda i: f"rank {i}")
+        for w in [*warnings, local] if local else warnings:
             logger.warning("%s", w)
     if errors:
         raise LaunchError("; ".join(errors))

@@ -22,13 +22,14 @@ def with_job_layout(cfg):
     """``cfg`` with DDP_CONFIG.GPU_WORLD_SIZE / GPU_WORLD_RANK / GPU filled in from zoo.utils.comm.
 
     The code asks comm for ranks and devices; these keys only record the layout for the reader
-    of config.yaml and of a checkpoint's config.
+    of config.yaml and of a checkpoint's config. DDP_CONFIG.JOB_TOKEN is blanked.
     """
     cfg = cfg.clone()
     cfg.defrost()
     cfg.DDP_CONFIG.GPU_WORLD_SIZE = comm.get_world_size()
     cfg.DDP_CONFIG.GPU_WORLD_RANK = comm.get_rank()
     cfg.DDP_CONFIG.GPU = comm.get_device_index()
+    cfg.DDP_CONFIG.JOB_TOKEN = ""  # a secret: never written to config.yaml or a checkpoint
     cfg.freeze()
     return cfg
 
