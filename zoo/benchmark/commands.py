@@ -93,6 +93,8 @@ def cmd_compare(args) -> list:
 def cmd_scaling(args) -> list:
     from .scaling import scaling_throughput
 
+    if args.nodes == 2:
+        return _scaling_two_nodes(args)
     device = _device(args)
     machine = common.machine_info(device)
     rows = scaling_throughput(args.config_file, args.opts, args.procs, args.threads_per_proc,
@@ -109,6 +111,31 @@ def cmd_scaling(args) -> list:
                         f"{os.path.basename(args.config_file)}: {what}",
                         footer=plots.machine_footer(machine))
     return paths + [png]
+
+
+def _scaling_two_nodes(args) -> list:
+    from .link import LinkError
+    from .scaling_nodes import two_node_scaling
+
+    machine = common.machine_info(torch.device("cpu"))
+    try:
+        rows = two_node_scaling(args.config_file, args.opts, args.compression,
+                                args.threads_per_proc, args.steps, args.warmup, args.repeats,
+                                args.link_rate, args.link_delay_ms, args.extra_modules)
+    except LinkError as e:
+        sys.exit(f"error: {e}")
+    link = rows[0]
+    print(f"link: {link['link_rate']}, {link['link_delay_ms']} ms one way, measured "
+          f"{link['link_measured_mb_per_s']} MB/s per TCP stream"
+          + (f"; {link['link_note']}" if link["link_note"] else ""))
+    paths = _finish(args, "scaling_nodes", rows, machine, [
+        "nodes", "compression", "threads_per_proc", "batch_per_proc", "clips_per_s",
+        "efficiency", "last_loss", "loss_vs_none", "clips_per_s_all_runs"],
+        {"config_file": os.path.relpath(args.config_file), "opts": list(args.opts)})
+    best = max(rows[1:], key=lambda r: r["efficiency"])
+    print(f"best two-node setting: GRAD_COMPRESSION {best['compression']}, "
+          f"{best['efficiency'] * 100:.0f}% scaling efficiency")
+    return paths
 
 
 def cmd_data(args) -> list:

@@ -24,6 +24,7 @@ from typing import List, Optional
 from ..benchmark import commands, common
 from ..benchmark.data import DECODERS
 from ..engine.cli import add_config_arguments, tool_parser
+from ..engine.ddp_comm import COMPRESSIONS
 
 DESCRIPTION = ("Benchmarks: train-step speed, zoo vs PyTorchVideo, DDP scaling, loader speed, "
                "time to start.")
@@ -82,6 +83,14 @@ def _add_scaling(sub) -> None:
     s.add_argument("--steps", type=int, default=40, help="timed steps per run")
     s.add_argument("--warmup", type=int, default=5, help="untimed steps per run")
     s.add_argument("--repeats", type=int, default=5, help="runs per count (median reported)")
+    s.add_argument("--nodes", type=int, choices=(1, 2), default=1,
+                   help="2: one node against two network-namespace nodes (one process each) "
+                        "over a tc-shaped veth link (root; --procs is then ignored)")
+    s.add_argument("--compression", nargs="+", default=["none", "bf16"], choices=COMPRESSIONS,
+                   help="with --nodes 2: the DDP_CONFIG.GRAD_COMPRESSION settings to run")
+    s.add_argument("--link-rate", default="1gbit", help="with --nodes 2: tc rate of the link")
+    s.add_argument("--link-delay-ms", type=float, default=0.5,
+                   help="with --nodes 2: one-way delay (tc netem, where the kernel has it)")
     add_config_arguments(s, default=QUICKSTART)
     s.set_defaults(func=commands.cmd_scaling)
 

@@ -57,6 +57,17 @@ _C.DDP_CONFIG.INIT_TIMEOUT = 300
 # against an attacker). "" = none; ZOO_JOB_TOKEN in the environment wins over this key. Only a hash
 # of it is sent; it is blanked in the config.yaml and checkpoints a run writes.
 _C.DDP_CONFIG.JOB_TOKEN = ""
+# Gradient compression between ranks: "none"; "bf16" or "fp16" (each bucket sent in 16 bits: half
+# the bytes); "powersgd" (low-rank factors with error feedback: far fewer bytes, lossy). It pays
+# only on a slow link between nodes; see zoo/engine/ddp_comm.py and docs/benchmarks.md.
+_C.DDP_CONFIG.GRAD_COMPRESSION = "none"
+# Size in MB of DDP's gradient buckets (torch's default 25): each bucket is all-reduced as soon as
+# its gradients are ready, overlapping the rest of the backward pass.
+_C.DDP_CONFIG.BUCKET_CAP_MB = 25.0
+# PowerSGD only: the rank of the low-rank approximation (higher = closer to the full gradient).
+_C.DDP_CONFIG.POWERSGD_RANK = 1
+# PowerSGD only: optimizer steps all-reduced in full before compression starts (at least 2).
+_C.DDP_CONFIG.POWERSGD_START_STEP = 10
 
 # --------------------------------------------------------------------------------------------------
 # CONFIG: what the job does.

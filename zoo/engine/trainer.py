@@ -18,6 +18,7 @@ from ..models import build_model
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
 from .checkpoint import find_resume_checkpoint, load_training_state, unwrap
+from .ddp_comm import ddp_options, register_compression
 from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .hooks import HookBase, default_hooks, load_user_hooks
 from .metrics import MetricsWriter
@@ -50,8 +51,10 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Modul
     # forward_sync_buffers (it still syncs buffers once at construction, which is harmless here).
     no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in _DDP_ARGS
                else {"broadcast_buffers": False})
-    return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
-                                   **no_sync)
+    ddp = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
+                                  **no_sync, **ddp_options(cfg))
+    register_compression(ddp, cfg)
+    return ddp
 
 
 _DDP_ARGS = inspect.signature(DistributedDataParallel.__init__).parameters
