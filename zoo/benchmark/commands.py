@@ -60,6 +60,31 @@ def cmd_train(args) -> list:
     return paths + [png]
 
 
+def cmd_profile(args) -> list:
+    from .profile import step_profile
+
+    device = _device(args)
+    torch.set_num_threads(args.threads or available_cpus())
+    machine = common.machine_info(device)
+    kwargs = dict(zip(args.kwargs[0::2], [_literal(v) for v in args.kwargs[1::2]]))
+    rows, info = step_profile(args.model, args.frames, args.size, args.batch, args.precision,
+                              args.memory_format, args.warmup, args.runs, device,
+                              args.num_classes, kwargs)
+    name = f"profile_{info['precision']}"
+    paths = common.write_results(args.out, name, rows, machine, info)
+    print(f"{args.model}, batch {args.batch}, {args.frames}x{args.size}², {info['precision']}"
+          f"{' + channels-last' if info['channels_last'] else ''}, {info['threads']} threads: "
+          f"{info['step_ms']:.1f} ms per profiled step, operators' self time "
+          f"{info['self_ms_per_step']:.1f} ms")
+    print(common.format_table([{"category": c, "ms_per_step": ms,
+                                "percent": round(100 * ms / info["self_ms_per_step"], 1)}
+                               for c, ms in info["categories"].items()],
+                              ["category", "ms_per_step", "percent"]))
+    print(common.format_table(rows[:args.top], ["operator", "category", "ms_per_step", "percent",
+                                                "calls_per_step"]))
+    return paths
+
+
 def cmd_compare(args) -> list:
     from .compare import compare_pytorchvideo
 
@@ -79,6 +104,9 @@ def cmd_compare(args) -> list:
           f"{ratios['loss_rel_diff_defaults']:.2g})")
     print(f"zoo defaults / PyTorchVideo with the same settings: "
           f"{ratios['zoo_defaults_vs_ptv_same_settings']:.2f}x")
+    print(f"zoo bf16 + channels-last / PyTorchVideo bf16 + channels-last: "
+          f"{ratios['zoo_bf16_vs_ptv_bf16']:.2f}x (loss relative difference "
+          f"{ratios['loss_rel_diff_bf16_vs_ptv_bf16']:.2g})")
     png = os.path.join(args.out, "compare.png")
     plots.bar_chart(png, [r["variant"] for r in rows], [r["clips_per_s"] for r in rows],
                     "SlowFast-R50 8x8 train step (forward + backward + SGD step)\n"

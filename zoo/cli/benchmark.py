@@ -64,6 +64,19 @@ def _add_train(sub) -> None:
     t.set_defaults(func=commands.cmd_train)
 
 
+def _add_profile(sub) -> None:
+    p = sub.add_parser("profile", help="per-operator time of zoo's train step (torch.profiler)")
+    _step_args(p, warmup=2, runs=3, frames=32, size=224, batch=1)
+    p.add_argument("--model", default="slowfast_8x8_resnet50")
+    p.add_argument("--kwargs", nargs="*", default=[], metavar="KEY VALUE",
+                   help="builder arguments, e.g. width 16")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--memory-format", default="auto",
+                   choices=["auto", "channels_last", "contiguous"])
+    p.add_argument("--top", type=int, default=25, help="operators printed (all are saved)")
+    p.set_defaults(func=commands.cmd_profile)
+
+
 def _add_compare(sub) -> None:
     c = sub.add_parser("compare", help="zoo SlowFast-R50 vs PyTorchVideo's create_slowfast")
     # A fresh process needs ~3 steps before glibc's allocator settles (see docs/benchmarks.md).
@@ -134,7 +147,7 @@ def _add_startup(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = tool_parser(DESCRIPTION, __doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    for add in (_add_train, _add_compare, _add_scaling, _add_data, _add_startup):
+    for add in (_add_train, _add_profile, _add_compare, _add_scaling, _add_data, _add_startup):
         add(sub)
     return p
 
