@@ -142,6 +142,31 @@ def test_train_and_compare(tmp_path):
     assert (out / "compare.png").stat().st_size > 0
 
 
+def test_profile_splits_a_step_into_operators_and_categories(tmp_path):
+    from zoo.benchmark.profile import category
+
+    assert category("aten::convolution_backward") == "convolution backward"
+    assert category("ConvolutionBackward0") == "convolution backward"
+    assert category("aten::mkldnn_convolution") == "convolution forward"
+    assert category("NativeBatchNormBackward0") == "batch norm"
+    assert category("aten::copy_") == "layout and copies"
+    out = tmp_path / "p"
+    r = run_tool("benchmark.py", [
+        "profile", "--model", "slowfast_tiny_resnet18", "--frames", "8", "--size", "32",
+        "--batch", "2", "--num-classes", "3", "--precision", "fp32", "--warmup", "1",
+        "--runs", "2", "--threads", "1", "--out", str(out)], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows, data = _read(out, "profile_fp32")
+    info = data  # the settings and totals are saved beside the rows
+    assert abs(sum(float(row["percent"]) for row in rows) - 100) < 0.5
+    assert {"convolution forward", "convolution backward", "batch norm"} <= set(
+        info["categories"])
+    assert abs(sum(info["categories"].values()) - info["self_ms_per_step"]) < 0.05 * len(rows)
+    # the operators' self time is part of the profiled step's wall time
+    assert 0 < info["self_ms_per_step"] <= info["step_ms"] * 1.05
+    assert "convolution backward" in r.stdout
+
+
 @pytest.mark.slow
 def test_scaling_data_startup(tmp_path, synth_root):
     out = tmp_path / "b"

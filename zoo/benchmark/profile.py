@@ -44,6 +44,7 @@ CATEGORIES: Sequence[Tuple[str, str]] = (
     ("mm", "matmul"),
     ("linear", "matmul"),
     ("relu", "element-wise"),
+    ("clamp", "element-wise"),  # ReLU's in-place kernel
     ("threshold", "element-wise"),
     ("add", "element-wise"),
     ("mul", "element-wise"),
