@@ -31,8 +31,10 @@ expose ``num_classes_found`` (largest label + 1) so a too-small ``NUM_CLASSES`` 
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import random
+import signal
 from typing import Any, Dict
 
 import numpy as np
@@ -178,18 +180,27 @@ def build_dataset(cfg: CfgNode, split: str) -> Dataset:
 class EpochSampler(Sampler):
     """Wraps a sampler that has ``set_epoch`` and yields ``(epoch, index)`` pairs, so a dataset
     can derive each item's augmentation from (seed, epoch, index) - also inside persistent data
-    workers, which never see ``set_epoch`` calls made in the main process."""
+    workers, which never see ``set_epoch`` calls made in the main process.
+
+    ``set_epoch(epoch, skip)`` makes the next pass over the epoch leave out its first ``skip``
+    indices: a run resumed mid-epoch continues with exactly the batches it had not trained, and
+    the skipped videos are never decoded (only their indices are drawn).
+    """
 
     def __init__(self, sampler: DistributedSampler) -> None:
         self.sampler = sampler
         self.epoch = 0
+        self.skip = 0
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
         self.epoch = epoch
+        self.skip = skip
         self.sampler.set_epoch(epoch)
 
     def __iter__(self):
-        return ((self.epoch, i) for i in self.sampler)
+        # The skip applies to one pass only (precise BN re-reads the epoch from its start).
+        epoch, skip, self.skip = self.epoch, self.skip, 0
+        return ((epoch, i) for i in itertools.islice(self.sampler, skip, None))
 
     def __len__(self) -> int:
         return len(self.sampler)
@@ -203,6 +214,11 @@ def _seed_worker(worker_id: int, base_seed: int) -> None:
     torch.manual_seed(seed)
     # Workers already run in parallel; intra-op threads on top would oversubscribe the cores.
     torch.set_num_threads(1)
+    # Preemption signals (SIGTERM, SIGUSR1; zoo/engine/preemption.py) are for the training
+    # process, which stops its workers itself: a worker killed by one first would turn the
+    # orderly stop and its checkpoint into a "worker died" failure.
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def build_loader(cfg: CfgNode, split: str) -> DataLoader:
@@ -257,4 +273,8 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
         drop_last=train,
         # A worker stuck inside C code (which no signal interrupts) becomes an error, not a hang.
         timeout=float(data.LOADER_TIMEOUT) if num_workers > 0 else 0,
+        # Each new iterator draws a seed for its workers: from this generator, not torch's global
+        # one, which the model's own randomness (dropout) uses and a checkpoint restores; so a
+        # resumed run (which starts its iterators at other moments) replays the same stream.
+        generator=torch.Generator().manual_seed(seed + rank),
     )

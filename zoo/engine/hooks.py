@@ -116,7 +116,8 @@ class ProgressBar(HookBase):
             from tqdm import tqdm
 
             t.progress_bar = tqdm(total=t.iters_per_epoch, desc=f"epoch {t.epoch + 1}/{t.epochs}",
-                                  dynamic_ncols=True, leave=False)
+                                  dynamic_ncols=True, leave=False,
+                                  initial=t.start_iter if t.epoch == t.start_epoch else 0)
 
     def after_step(self) -> None:
         if self.trainer.progress_bar is not None:
@@ -142,7 +143,8 @@ class MetricsLogger(HookBase):
         self.display_freq = display_freq
 
     def before_train(self) -> None:
-        self.trainer.writer.start(self.trainer.start_epoch)
+        t = self.trainer
+        t.writer.start(t.start_epoch, t.iteration if t.start_iter else 0)
 
     def after_train(self) -> None:
         self.trainer.writer.close()
@@ -154,7 +156,7 @@ class MetricsLogger(HookBase):
 
     def after_step(self) -> None:
         t = self.trainer
-        if t.epoch == t.start_epoch and t.inner_iter == 0:
+        if t.epoch == t.start_epoch and t.inner_iter == t.start_iter:
             since = seconds_since_launch()
             t.logger.info("first iteration done%s", f", {since:.1f}s after launch" if since else "")
         self.loss_sum += t.loss
