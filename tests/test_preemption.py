@@ -134,7 +134,8 @@ def test_sigterm_mid_epoch_checkpoints_exits_75_and_resumes_bitwise(tmp_path, sy
     assert (f"continuing at epoch 2, batch {stop_at - steps_per_epoch + 1} of {steps_per_epoch}"
             in log), log[-3000:]
     # The epoch-end checkpoint made the mid-epoch one obsolete.
-    assert sorted(os.listdir(run_dir / "checkpoints")) == ["epoch_1.pth", "epoch_2.pth"]
+    assert sorted(os.listdir(run_dir / "checkpoints")) == ["best.pth", "epoch_1.pth",
+                                                           "epoch_2.pth"]
     _weights_equal(tmp_path / "straight" / "checkpoints" / "epoch_2.pth",
                    run_dir / "checkpoints" / "epoch_2.pth")
     # metrics.jsonl holds every training step once: those before the stop and those after.
@@ -218,6 +219,7 @@ def test_grace_runs_out_exits_75_saying_no_checkpoint_was_written():
 
 
 def test_mid_epoch_checkpoints_sort_after_their_epoch_and_are_never_epoch_files(tmp_path):
+    from zoo.config import get_cfg
     from zoo.engine.checkpoint import (
         epoch_checkpoints,
         find_resume_checkpoint,
@@ -226,7 +228,6 @@ def test_mid_epoch_checkpoints_sort_after_their_epoch_and_are_never_epoch_files(
         save_preempt_checkpoint,
     )
     from zoo.engine.tester import find_test_checkpoint
-    from zoo.config import get_cfg
 
     d = str(tmp_path)
     save_checkpoint(d, {"epoch": 1}, 1, keep_last=1)

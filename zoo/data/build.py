@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import os
 import random
 import signal
@@ -206,19 +207,27 @@ class EpochSampler(Sampler):
         return len(self.sampler)
 
 
-def _seed_worker(worker_id: int, base_seed: int) -> None:
-    """Give each data worker its own reproducible seed: SEED + rank * 1000 + worker id."""
+def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0) -> None:
+    """Give each data worker its own reproducible seed: SEED + rank * 1000 + worker id; with
+    ``signal_grace`` > 0, let it outlive a preemption signal by that many seconds."""
     seed = base_seed + worker_id
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     # Workers already run in parallel; intra-op threads on top would oversubscribe the cores.
     torch.set_num_threads(1)
-    # Preemption signals (SIGTERM, SIGUSR1; zoo/engine/preemption.py) are for the training
-    # process, which stops its workers itself: a worker killed by one first would turn the
-    # orderly stop and its checkpoint into a "worker died" failure.
-    for sig in (signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_IGN)
+    if signal_grace > 0:
+        # A scheduler signals every process of the job (SIGTERM, or Slurm's --signal SIGUSR1),
+        # these workers too. The training process then needs them for a step or two more before
+        # it stops with a checkpoint (zoo/engine/preemption.py): a worker dying at once would turn
+        # that into a "worker died" failure. So the signal only sets a deadline (SIGALRM ends the
+        # worker) a little after the trainer's own, in case nothing stops this worker first (the
+        # trainer stops its workers itself, and a worker whose parent died stops by itself).
+        def outlive(signum, frame):
+            signal.alarm(int(math.ceil(signal_grace)) + 5)
+
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, outlive)
 
 
 def build_loader(cfg: CfgNode, split: str) -> DataLoader:
@@ -268,7 +277,9 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
         sampler=sampler,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
-        worker_init_fn=functools.partial(_seed_worker, base_seed=seed + rank * 1000),
+        worker_init_fn=functools.partial(
+            _seed_worker, base_seed=seed + rank * 1000,
+            signal_grace=float(cfg.CONFIG.TRAIN.PREEMPT_GRACE) if train else 0.0),
         pin_memory=torch.cuda.is_available(),
         drop_last=train,
         # A worker stuck inside C code (which no signal interrupts) becomes an error, not a hang.

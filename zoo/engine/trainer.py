@@ -298,6 +298,17 @@ class Trainer:
         raise Preempted(f"preempted at iteration {self.iteration}; resume with "
                         "CONFIG.TRAIN.AUTO_RESUME True")
 
+    def stop_data_workers(self) -> None:
+        """Shut the loaders' persistent data workers down now, the way their iterator does when
+        it is freed. Otherwise they may still run when this process exits, and multiprocessing
+        then ends them with SIGTERM, which training data workers outlive (see
+        ``zoo.data.build._seed_worker``): the exit would wait for their deadline."""
+        for loader in (self.train_loader, self.val_loader):
+            iterator = getattr(loader, "_iterator", None)  # persistent workers live there
+            if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+                iterator._shutdown_workers()
+                loader._iterator = None
+
     def run_step(self) -> None:
         """Forward and backward one batch (the optimizer steps every ACCUM_STEPS of them)."""
         clips, labels = self.batch[0], self.batch[1]
@@ -313,4 +324,8 @@ def train_worker(cfg) -> None:
     with 75 (see zoo/engine/preemption.py); the watch is installed before anything is built.
     """
     with watching(cfg.CONFIG.TRAIN.PREEMPT_GRACE) as watch:
-        Trainer(cfg).train(preemption=watch)
+        trainer = Trainer(cfg)
+        try:
+            trainer.train(preemption=watch)
+        finally:
+            trainer.stop_data_workers()
