@@ -120,6 +120,9 @@ class Trainer:
             same step, with a mid-epoch checkpoint (see zoo/engine/preemption.py).
     """
 
+    start_iter = 0  # class defaults: hooks and tests may build a trainer without __init__
+    preemption: Optional[PreemptionWatch] = None
+
     def __init__(self, cfg, hooks: Sequence[HookBase] = ()) -> None:
         self.cfg = cfg
         self.logger, self.device, self.out_dir = worker_setup(cfg)
