@@ -296,3 +296,43 @@ def test_sampler_offset_skips_batches_without_reading_them():
     assert sorted(data.read) == sorted(i for b in full[2:] for i in b)  # nothing else was read
     # The offset holds for one pass: the next one (precise BN) reads the epoch from its start.
     assert [b.tolist() for b in loader] == full
+
+
+def _worker_that_stops_on_usr1(ready):
+    signal.signal(signal.SIGUSR1, lambda signum, frame: os._exit(PREEMPTED_EXIT_CODE))
+    ready.set()
+    time.sleep(60)
+
+
+def test_the_launcher_forwards_the_signal_waits_for_its_workers_and_exits_75():
+    import multiprocessing
+
+    from zoo.engine.preemption import Preempted, launcher_signals
+
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    worker = ctx.Process(target=_worker_that_stops_on_usr1, args=(ready,))
+    worker.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(Preempted) as stopped:
+            with launcher_signals(grace_s=20):
+                os.kill(os.getpid(), signal.SIGUSR1)  # only the launcher gets it
+                time.sleep(30)  # the handler ends this wait once the worker is gone
+        assert stopped.value.code == PREEMPTED_EXIT_CODE
+        assert str(stopped.value) == "preempted by SIGUSR1: workers exited with 75"
+        assert worker.exitcode == PREEMPTED_EXIT_CODE  # it got the forwarded signal
+    finally:
+        if worker.is_alive():
+            worker.kill()
+        worker.join()
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+
+
+def test_a_launcher_signalled_before_any_worker_started_exits_75_at_once():
+    from zoo.engine.preemption import Preempted, launcher_signals
+
+    with pytest.raises(Preempted, match="before any worker started"):
+        with launcher_signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)

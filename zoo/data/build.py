@@ -279,7 +279,8 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
         persistent_workers=num_workers > 0,
         worker_init_fn=functools.partial(
             _seed_worker, base_seed=seed + rank * 1000,
-            signal_grace=float(cfg.CONFIG.TRAIN.PREEMPT_GRACE) if train else 0.0),
+            # The loaders a training run reads (a signal may come during validation too).
+            signal_grace=float(cfg.CONFIG.TRAIN.PREEMPT_GRACE) if split != "test" else 0.0),
         pin_memory=torch.cuda.is_available(),
         drop_last=train,
         # A worker stuck inside C code (which no signal interrupts) becomes an error, not a hang.
