@@ -308,8 +308,8 @@ def test_sampler_offset_skips_batches_without_reading_them():
     assert [b.tolist() for b in loader] == full
 
 
-def _worker_that_stops_on_usr1(ready):
-    signal.signal(signal.SIGUSR1, lambda signum, frame: os._exit(PREEMPTED_EXIT_CODE))
+def _worker_that_stops_on_usr1(ready, code=PREEMPTED_EXIT_CODE):
+    signal.signal(signal.SIGUSR1, lambda signum, frame: os._exit(code))
     ready.set()
     time.sleep(60)
 
@@ -337,6 +337,27 @@ def test_the_launcher_forwards_the_signal_waits_for_its_workers_and_exits_75():
             worker.kill()
         worker.join()
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+
+
+def test_a_signal_after_the_workers_finished_training_is_not_a_preemption():
+    import multiprocessing
+
+    from zoo.engine.preemption import launcher_signals
+
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    worker = ctx.Process(target=_worker_that_stops_on_usr1, args=(ready, 0))
+    worker.start()
+    try:
+        assert ready.wait(30)
+        with launcher_signals(grace_s=20):
+            os.kill(os.getpid(), signal.SIGUSR1)
+            worker.join(30)  # the handler already joined it; no Preempted was raised
+        assert worker.exitcode == 0
+    finally:
+        if worker.is_alive():
+            worker.kill()
+        worker.join()
 
 
 def test_a_launcher_signalled_before_any_worker_started_exits_75_at_once():

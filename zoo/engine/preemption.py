@@ -214,11 +214,6 @@ class PreemptionWatch:
     def checkpoint_written(self, written: bool) -> None:
         self.saved = written
 
-    def seconds_left(self) -> float:
-        if self.received_at is None:
-            return self.grace_s
-        return self.grace_s - (time.monotonic() - self.received_at)
-
 
 @contextmanager
 def watching(grace_s: float) -> Iterator[PreemptionWatch]:
@@ -258,7 +253,13 @@ class _LauncherGuard:
         wait_s = self.grace_s + LAUNCHER_MARGIN_S
         logger.info("launcher got %s: forwarded it to %d worker(s); waiting up to %.0fs for their "
                     "checkpoint and exit", name, len(workers), wait_s)
-        raise Preempted(f"preempted by {name}: " + wait_for_workers(workers, wait_s))
+        ended = wait_for_workers(workers, wait_s)
+        if all(p.exitcode == 0 for p in workers):
+            # They had finished training when the signal came: the job is done, not preempted
+            # (the launch returns normally; the joins see the exits).
+            logger.info("launcher got %s after training finished; exiting normally", name)
+            return
+        raise Preempted(f"preempted by {name}: {ended}")
 
 
 def wait_for_workers(workers: Sequence, wait_s: float) -> str:
