@@ -211,7 +211,8 @@ class Trainer:
         if self.start_iter:
             n = self.start_iter
             where = (f", batch {n + 1} of {self.iters_per_epoch} (the {n} batches already trained "
-                     "are skipped, not decoded)")
+                     "are skipped, not decoded)" if n < self.iters_per_epoch else
+                     ", after its last batch (its end-of-epoch validation and checkpoint follow)")
         self.logger.info("resumed from %s: continuing at epoch %d%s", path, self.start_epoch + 1,
                          where)
 
