@@ -154,6 +154,12 @@ _C.CONFIG.TRAIN.PRECISE_BN_ITERS = 0
 # "skip" drops that optimizer step (weights, optimizer state and EMA unchanged; the LR schedule
 # still advances) and counts it in the log and metrics.jsonl. See docs/training.md.
 _C.CONFIG.TRAIN.NONFINITE = "stop"
+# Seconds from a preemption signal (SIGTERM or SIGUSR1: Slurm's --signal, a spot-instance notice)
+# to the exit with code 75: every rank stops after the next step, rank 0 writes a mid-epoch
+# checkpoint that AUTO_RESUME continues from exactly; past this time the processes exit without
+# one. 60 s covers a step plus writing a large model's checkpoint to network storage, and fits in
+# Slurm's --signal lead time (see docs/preemption.md and examples/slurm/).
+_C.CONFIG.TRAIN.PREEMPT_GRACE = 60.0
 # Extra trainer hooks, run after the built-in ones (progress bar, metrics, precise BN, validation,
 # checkpoints): entries "path/to/file.py:ClassName" (a user file, loaded like EXTRA_MODULES) or
 # "package.module:ClassName"; each class subclasses zoo.engine.hooks.HookBase and is built with no

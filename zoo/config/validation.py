@@ -84,6 +84,7 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("CONFIG.TRAIN.EMA_DECAY", lambda v: 0 <= v < 1, "a number in [0, 1) (0 = off)"),
     ("CONFIG.TRAIN.PRECISE_BN_ITERS", _non_negative, "an integer >= 0 (0 = off)"),
     ("CONFIG.TRAIN.NONFINITE", lambda v: v in ("stop", "skip"), "one of stop, skip"),
+    ("CONFIG.TRAIN.PREEMPT_GRACE", _positive, "a number of seconds > 0"),
     (
         "CONFIG.TRAIN.HOOKS",
         lambda v: all(str(e).rpartition(":")[0] and str(e).rpartition(":")[2].isidentifier()

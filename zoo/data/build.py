@@ -31,8 +31,11 @@ expose ``num_classes_found`` (largest label + 1) so a too-small ``NUM_CLASSES`` 
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 import os
 import random
+import signal
 from typing import Any, Dict
 
 import numpy as np
@@ -178,31 +181,53 @@ def build_dataset(cfg: CfgNode, split: str) -> Dataset:
 class EpochSampler(Sampler):
     """Wraps a sampler that has ``set_epoch`` and yields ``(epoch, index)`` pairs, so a dataset
     can derive each item's augmentation from (seed, epoch, index) - also inside persistent data
-    workers, which never see ``set_epoch`` calls made in the main process."""
+    workers, which never see ``set_epoch`` calls made in the main process.
+
+    ``set_epoch(epoch, skip)`` makes the next pass over the epoch leave out its first ``skip``
+    indices: a run resumed mid-epoch continues with exactly the batches it had not trained, and
+    the skipped videos are never decoded (only their indices are drawn).
+    """
 
     def __init__(self, sampler: DistributedSampler) -> None:
         self.sampler = sampler
         self.epoch = 0
+        self.skip = 0
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
         self.epoch = epoch
+        self.skip = skip
         self.sampler.set_epoch(epoch)
 
     def __iter__(self):
-        return ((self.epoch, i) for i in self.sampler)
+        # The skip applies to one pass only (precise BN re-reads the epoch from its start).
+        epoch, skip, self.skip = self.epoch, self.skip, 0
+        return ((epoch, i) for i in itertools.islice(self.sampler, skip, None))
 
     def __len__(self) -> int:
         return len(self.sampler)
 
 
-def _seed_worker(worker_id: int, base_seed: int) -> None:
-    """Give each data worker its own reproducible seed: SEED + rank * 1000 + worker id."""
+def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0) -> None:
+    """Give each data worker its own reproducible seed: SEED + rank * 1000 + worker id; with
+    ``signal_grace`` > 0, let it outlive a preemption signal by that many seconds."""
     seed = base_seed + worker_id
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     # Workers already run in parallel; intra-op threads on top would oversubscribe the cores.
     torch.set_num_threads(1)
+    if signal_grace > 0:
+        # A scheduler signals every process of the job (SIGTERM, or Slurm's --signal SIGUSR1),
+        # these workers too. The training process then needs them for a step or two more before
+        # it stops with a checkpoint (zoo/engine/preemption.py): a worker dying at once would turn
+        # that into a "worker died" failure. So the signal only sets a deadline (SIGALRM ends the
+        # worker) a little after the trainer's own, in case nothing stops this worker first (the
+        # trainer stops its workers itself, and a worker whose parent died stops by itself).
+        def outlive(signum, frame):
+            signal.alarm(int(math.ceil(signal_grace)) + 5)
+
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, outlive)
 
 
 def build_loader(cfg: CfgNode, split: str) -> DataLoader:
@@ -252,9 +277,16 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
         sampler=sampler,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
-        worker_init_fn=functools.partial(_seed_worker, base_seed=seed + rank * 1000),
+        worker_init_fn=functools.partial(
+            _seed_worker, base_seed=seed + rank * 1000,
+            # The loaders a training run reads (a signal may come during validation too).
+            signal_grace=float(cfg.CONFIG.TRAIN.PREEMPT_GRACE) if split != "test" else 0.0),
         pin_memory=torch.cuda.is_available(),
         drop_last=train,
         # A worker stuck inside C code (which no signal interrupts) becomes an error, not a hang.
         timeout=float(data.LOADER_TIMEOUT) if num_workers > 0 else 0,
+        # Each new iterator draws a seed for its workers: from this generator, not torch's global
+        # one, which the model's own randomness (dropout) uses and a checkpoint restores; so a
+        # resumed run (which starts its iterators at other moments) replays the same stream.
+        generator=torch.Generator().manual_seed(seed + rank),
     )
