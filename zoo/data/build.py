@@ -234,6 +234,27 @@ def _seed_worker(worker_id: int, base_seed: int) -> None:
     torch.set_num_threads(1)
 
 
+def _videos_per_batch(batch_size: int, clips_per_video: int, per_rank: int,
+                      world_size: int) -> int:
+    """Videos in a training batch of ``batch_size`` clips; raises ConfigError when no full batch
+    exists."""
+    if batch_size % clips_per_video:
+        raise ConfigError(
+            f"CONFIG.TRAIN.BATCH_SIZE = {batch_size} is not a multiple of "
+            f"CONFIG.DATA.CLIPS_PER_VIDEO = {clips_per_video}: make it one"
+        )
+    videos = batch_size // clips_per_video
+    if per_rank < videos:
+        what = f"{per_rank} training videos" if clips_per_video == 1 else (
+            f"{per_rank * clips_per_video} training clips ({per_rank} videos x "
+            f"CONFIG.DATA.CLIPS_PER_VIDEO {clips_per_video})")
+        raise ConfigError(
+            f"CONFIG.TRAIN.BATCH_SIZE = {batch_size} is larger than the {what} each of the "
+            f"{world_size} process(es) gets, so no full batch exists: lower it"
+        )
+    return videos
+
+
 def build_loader(cfg: CfgNode, split: str) -> DataLoader:
     """A DataLoader for ``split``, sharded over ranks when a process group has several ranks.
 
@@ -256,13 +277,6 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
         "val": cfg.CONFIG.VAL.BATCH_SIZE,
         "test": cfg.CONFIG.TEST.BATCH_SIZE,
     }[split]
-    clips_per_video = int(cfg.CONFIG.DATA.CLIPS_PER_VIDEO) if train else 1
-    if batch_size % clips_per_video:
-        raise ConfigError(
-            f"CONFIG.TRAIN.BATCH_SIZE = {batch_size} is not a multiple of "
-            f"CONFIG.DATA.CLIPS_PER_VIDEO = {clips_per_video}: make it one"
-        )
-    videos_per_batch = batch_size // clips_per_video
     world_size, rank = comm.get_world_size(), comm.get_rank()
     seed = int(cfg.CONFIG.SEED)
     sampler = None
@@ -277,14 +291,9 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
             dataset, num_replicas=world_size, rank=rank, shuffle=False, seed=seed, drop_last=False
         )
     per_rank = len(sampler) if sampler is not None else len(dataset)
-    if train and per_rank < videos_per_batch:
-        what = f"{per_rank} training videos" if clips_per_video == 1 else (
-            f"{per_rank * clips_per_video} training clips ({per_rank} videos x "
-            f"CONFIG.DATA.CLIPS_PER_VIDEO {clips_per_video})")
-        raise ConfigError(
-            f"CONFIG.TRAIN.BATCH_SIZE = {batch_size} is larger than the {what} each of the "
-            f"{world_size} process(es) gets, so no full batch exists: lower it"
-        )
+    clips_per_video = int(cfg.CONFIG.DATA.CLIPS_PER_VIDEO) if train else 1
+    videos_per_batch = (_videos_per_batch(batch_size, clips_per_video, per_rank, world_size)
+                        if train else batch_size)
     data = cfg.CONFIG.DATA
     num_workers = int(data.NUM_WORKERS)
     return GuardedLoader(
