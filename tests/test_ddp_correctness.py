@@ -8,7 +8,6 @@ import logging
 import pytest
 import torch
 import torch.nn as nn
-
 from helpers import TINY_DATA
 
 from zoo.config import load_config
