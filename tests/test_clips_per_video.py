@@ -80,7 +80,8 @@ def test_clips_have_their_own_windows_and_come_from_one_decode(ramp, monkeypatch
     for epoch in range(3):
         decoded.clear()
         clips, label, index, n_bad = ds[(epoch, 1)]
-        assert clips.shape == (4, 3, CLIP_LEN, 28, 28) and (label, index, n_bad) == (1, 1, 0)
+        assert isinstance(clips, tuple) and (label, index, n_bad) == (1, 1, 0)
+        assert torch.stack(clips).shape == (4, 3, CLIP_LEN, 28, 28)
         frames = [_frame_numbers(c) for c in clips]
         for f in frames:  # each clip is a dense window of the video
             assert f == list(range(f[0], f[0] + CLIP_LEN * STRIDE, STRIDE)), f
@@ -127,10 +128,10 @@ def test_one_clip_per_video_and_val_test_are_unchanged(ramp):
 
 def test_items_depend_on_epoch_and_index_only(ramp):
     ds = _dataset(ramp["list"], ramp["root"], "train", clips_per_video=2)
-    a = ds[(3, 0)][0]
+    a = torch.stack(ds[(3, 0)][0])
     torch.manual_seed(99)  # the global RNG plays no part
-    assert torch.equal(a, ds[(3, 0)][0])
-    assert not torch.equal(a, ds[(4, 0)][0])
+    assert torch.equal(a, torch.stack(ds[(3, 0)][0]))
+    assert not torch.equal(a, torch.stack(ds[(4, 0)][0]))
 
 
 def test_loader_batch_counts_clips(mini):
@@ -148,20 +149,23 @@ def test_loader_batch_counts_clips(mini):
             index = int(indices[video])
             item, label, _, _ = dataset[(1, index)]
             assert indices[video + 1] == index and labels[video] == labels[video + 1] == label
-            assert torch.equal(clips[video:video + 2], item)
+            assert torch.equal(clips[video:video + 2], torch.stack(item))
             seen.append(index)
     assert sorted(seen) == list(range(6))
 
 
 def test_collate_keeps_skipped_video_counts_and_refuses_single_clips():
-    item = (torch.zeros(2, 3, 4, 8, 8), 1, 7, 1)
-    other = (torch.ones(2, 3, 4, 8, 8), 0, 3, 0)
+    item = ((torch.zeros(3, 4, 8, 8), torch.zeros(3, 4, 8, 8)), 1, 7, 1)
+    other = ((torch.ones(3, 4, 8, 8), torch.ones(3, 4, 8, 8)), 0, 3, 0)
     clips, labels, indices, n_bad = collate_clips([item, other], clips_per_video=2)
     assert clips.shape == (4, 3, 4, 8, 8) and clips[2:].eq(1).all() and clips[:2].eq(0).all()
     assert labels.tolist() == [1, 1, 0, 0] and indices.tolist() == [7, 7, 3, 3]
     assert n_bad.tolist() == [1, 0, 0, 0]  # sums to the videos skipped
-    with pytest.raises(ConfigError, match="CLIPS_PER_VIDEO = 2 but the training dataset"):
+    with pytest.raises(ConfigError, match=r"CLIPS_PER_VIDEO = 2 but the training dataset "
+                                          r"returned one Tensor of shape \(3, 4, 8, 8\) per item"):
         collate_clips([(torch.zeros(3, 4, 8, 8), 1, 7, 0)] * 2, clips_per_video=2)
+    with pytest.raises(ConfigError, match="returned 3 clips per item, not a tuple of 2"):
+        collate_clips([((torch.zeros(3, 4, 8, 8),) * 3, 1, 7, 0)], clips_per_video=2)
 
 
 def test_config_errors(mini):

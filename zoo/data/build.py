@@ -24,11 +24,11 @@ user's own entry may be any callable that takes these keywords (one that ignores
 should take ``**kwargs``).
 
 Items must be ``(clip, label, index, n_bad)``: ``clip`` is float ``(C, T, H, W)`` for train/val and
-``(V, C, T, H, W)`` with ``V = test_num_segment * test_num_crop`` for test (and ``(N, C, T, H, W)``
-for train with ``clips_per_video`` N > 1: :func:`collate_clips` makes a batch of clips of them);
-``label`` and ``index`` are ints; ``n_bad`` counts the unreadable videos skipped to produce the
-item. A dataset should also
-expose ``num_classes_found`` (largest label + 1) so a too-small ``NUM_CLASSES`` is caught early.
+``(V, C, T, H, W)`` with ``V = test_num_segment * test_num_crop`` for test (for train with
+``clips_per_video`` N > 1, a tuple of N ``(C, T, H, W)`` clips, which :func:`collate_clips` makes
+a batch of clips of); ``label`` and ``index`` are ints; ``n_bad`` counts the unreadable videos
+skipped to produce the item. A dataset should also expose ``num_classes_found`` (largest label
++ 1) so a too-small ``NUM_CLASSES`` is caught early.
 """
 
 from __future__ import annotations
@@ -203,25 +203,30 @@ class EpochSampler(Sampler):
 def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int) -> Tuple[torch.Tensor, ...]:
     """Collate training items of ``clips_per_video`` clips each into one batch of clips.
 
-    Items are ``(clips (N, C, T, H, W), label, index, n_bad)``. The batch is ``(clips (B * N, C,
-    T, H, W), labels, indices, n_bad)`` with the clips of a video next to each other, its label
-    and index repeated N times, and its ``n_bad`` on its first clip only (0 on the others), so
-    that the sum still counts skipped videos.
+    Items are ``(clips, label, index, n_bad)`` with ``clips`` a tuple of N ``(C, T, H, W)``
+    tensors. The batch is ``(clips (B * N, C, T, H, W), labels, indices, n_bad)`` with the clips
+    of a video next to each other, its label and index repeated N times, and its ``n_bad`` on its
+    first clip only (0 on the others), so that the sum still counts skipped videos.
 
     Raises:
         ConfigError: An item is not N clips (a dataset that ignores ``clips_per_video``).
     """
-    clips, labels, indices, n_bad = default_collate(batch)[:4]
     n = clips_per_video
-    if clips.dim() != 6 or clips.shape[1] != n:
-        raise ConfigError(
-            f"CONFIG.DATA.CLIPS_PER_VIDEO = {n} but the training dataset returned items of shape "
-            f"{tuple(clips.shape[1:])}, not ({n}, C, T, H, W): make the dataset honour its "
-            "clips_per_video argument (ClipSettings) or set CLIPS_PER_VIDEO 1"
-        )
+    for item in batch:
+        if not isinstance(item[0], (tuple, list)) or len(item[0]) != n:
+            what = (f"{len(item[0])} clips" if isinstance(item[0], (tuple, list)) else
+                    f"one {type(item[0]).__name__} of shape {tuple(getattr(item[0], 'shape', ()))}")
+            raise ConfigError(
+                f"CONFIG.DATA.CLIPS_PER_VIDEO = {n} but the training dataset returned {what} per "
+                f"item, not a tuple of {n} clips: make the dataset honour its clips_per_video "
+                "argument (ClipSettings) or set CLIPS_PER_VIDEO 1"
+            )
+    # One copy of every clip into the batch (in shared memory inside a loader worker).
+    clips = default_collate([clip for item in batch for clip in item[0]])
+    labels, indices, n_bad = default_collate([item[1:4] for item in batch])
     bad = torch.zeros(len(n_bad) * n, dtype=n_bad.dtype)
     bad[::n] = n_bad
-    return (clips.flatten(0, 1), labels.repeat_interleave(n), indices.repeat_interleave(n), bad)
+    return clips, labels.repeat_interleave(n), indices.repeat_interleave(n), bad
 
 
 def _seed_worker(worker_id: int, base_seed: int) -> None:

@@ -118,8 +118,8 @@ class ClipDataset(Dataset):
     Items are ``(clip, label, index, n_bad)``. For "train" and "val", ``clip`` is float
     ``(C, T, H, W)``; for "test" it is ``(V, C, T, H, W)`` with ``V = test_num_segment *
     test_num_crop`` views (segment-major), all cut from one decode of the video. With
-    ``clips_per_video`` N > 1 a "train" clip is ``(N, C, T, H, W)``: N clips, each with its own
-    random window and augmentation, cut from one decode of the union of their frames
+    ``clips_per_video`` N > 1 a "train" clip is a tuple of N ``(C, T, H, W)`` clips, each with
+    its own random window and augmentation, cut from one decode of the union of their frames
     (:func:`zoo.data.build.collate_clips` flattens them into a batch of clips). A video that
     cannot be read (a :class:`~zoo.data.decode_base.DecodeError` from its reader: missing, empty,
     not a video, no video stream, an undecodable needed frame, far fewer frames than claimed, or
@@ -348,20 +348,22 @@ class ClipDataset(Dataset):
         if self.split == "train":
             if views is None:
                 return self._train_clip(frames, generator)
-            # Each clip is augmented on its own, in order, from the one generator of the item.
-            return torch.stack([self._train_clip(frames[torch.as_tensor(rows)], generator)
-                                for rows in views])
+            # Each clip is augmented on its own, in order, from the one generator of the item. A
+            # tuple, not a stacked tensor: the collate copies every clip into the batch once.
+            return tuple(self._train_clip(frames, generator, torch.as_tensor(rows))
+                         for rows in views)
         if self.split == "val":
             return transforms.val_transform(frames, s.crop_size, s.short_side_size, s.mean, s.std)
         return transforms.test_views(
             frames, views, s.crop_size, s.short_side_size, s.test_num_crop, s.mean, s.std,
         )
 
-    def _train_clip(self, frames: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    def _train_clip(self, frames: torch.Tensor, generator: torch.Generator,
+                    rows: Optional[torch.Tensor] = None) -> torch.Tensor:
         s = self.settings
         return transforms.train_transform(
             frames, s.crop_size, s.train_short_side_range, s.random_flip, s.mean, s.std,
-            generator=generator, jitter=s.color_jitter,
+            generator=generator, jitter=s.color_jitter, rows=rows,
         )
 
     def _test_segments(self, num_frames: int) -> np.ndarray:
