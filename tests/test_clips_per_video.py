@@ -91,28 +91,47 @@ def test_clips_have_their_own_windows_and_come_from_one_decode(ramp, monkeypatch
     assert len(windows) > 4  # the clips' windows are drawn independently, not shared
 
 
+def test_shared_window_decodes_one_window_for_all_clips(ramp, monkeypatch):
+    decoded = []
+    original = VideoFile.decode
+
+    def recording_decode(self, indices):
+        decoded.append(list(indices))
+        return original(self, indices)
+
+    monkeypatch.setattr(VideoFile, "decode", recording_decode)
+    ds = _dataset(ramp["list"], ramp["root"], "train", clips_per_video=4, clips_window="shared")
+    clips = ds[(2, 0)][0]
+    frames = [_frame_numbers(c) for c in clips]
+    assert len(clips) == 4 and all(f == frames[0] for f in frames)
+    assert decoded == [frames[0]]  # (that the augmentations differ: the reference test above)
+
+
 def _naive_frames(path: str) -> torch.Tensor:
     with av.open(path) as container:
         return torch.from_numpy(np.stack([f.to_ndarray(format="rgb24")
                                           for f in container.decode(video=0)]))
 
 
-def test_each_clip_is_augmented_on_its_own(ramp):
-    """Reference: a full decode with PyAV and, for each clip in turn, its window and its
-    augmentation drawn from the item's generator (windows first, then the transforms)."""
+@pytest.mark.parametrize("window", ["independent", "shared"])
+def test_each_clip_is_augmented_on_its_own(ramp, window):
+    """Reference: a full decode with PyAV and, for each clip in turn, its window (one for all
+    with "shared") and its augmentation drawn from the item's generator (windows first, then the
+    transforms)."""
     ds = _dataset(ramp["list"], ramp["root"], "train", clips_per_video=3,
-                  color_jitter=[0.4, 0.4, 0.4, 0.0])
+                  color_jitter=[0.4, 0.4, 0.4, 0.0], clips_window=window)
     clips = ds[(5, 0)][0]
     full = _naive_frames(ds.paths[0])
     generator = ds._item_generator(5, 0)
     windows = [sampling.clip_indices(FRAMES, CLIP_LEN, STRIDE, train=True, generator=generator)
-               for _ in range(3)]
+               for _ in range(3 if window == "independent" else 1)] * (1 if window ==
+                                                                       "independent" else 3)
     for clip, window in zip(clips, windows):
         expected = transforms.train_transform(
             full[torch.as_tensor(window)], 28, [32, 40], True, MEAN, STD, generator=generator,
             jitter=[0.4, 0.4, 0.4, 0.0])
         assert torch.allclose(clip, expected, atol=0.05)
-    assert not torch.allclose(clips[0], clips[1], atol=0.5)  # other crops, flips, jitter
+    assert (clips[0] - clips[1]).abs().max() > 0.05  # other crops, flips, jitter
 
 
 def test_one_clip_per_video_and_val_test_are_unchanged(ramp):
@@ -174,6 +193,9 @@ def test_config_errors(mini):
         _cfg(mini, "TRAIN.BATCH_SIZE", "6", "DATA.CLIPS_PER_VIDEO", "4")
     with pytest.raises(ConfigError, match="CLIPS_PER_VIDEO = 0 is not allowed"):
         _cfg(mini, "DATA.CLIPS_PER_VIDEO", "0")
+    with pytest.raises(ConfigError, match="CLIPS_WINDOW = 'same' is not allowed: expected "
+                                          "independent or shared"):
+        _cfg(mini, "DATA.CLIPS_WINDOW", "same")
     with pytest.raises(ConfigError, match=r"BATCH_SIZE = 16 is larger than the 12 training clips "
                                           r"\(6 videos x CONFIG.DATA.CLIPS_PER_VIDEO 2\)"):
         build_loader(_cfg(mini, "TRAIN.BATCH_SIZE", "16", "DATA.CLIPS_PER_VIDEO", "2"), "train")

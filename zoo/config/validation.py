@@ -116,6 +116,8 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ),
     ("CONFIG.DATA.NUM_SEGMENT", _positive, "an integer >= 1"),
     ("CONFIG.DATA.CLIPS_PER_VIDEO", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.CLIPS_WINDOW", lambda v: v in ("independent", "shared"),
+     "independent or shared"),
     (
         "CONFIG.DATA.DECODER",
         lambda v: bool(v),

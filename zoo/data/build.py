@@ -15,8 +15,8 @@
   ``decode_threads``, ``decode_timeout`` (seconds, 0 = none), ``max_tries``, ``color_jitter``
   (4 floats), ``frame_template`` (frame file names of the "frames" decoder, e.g.
   ``img_{:05d}.jpg``), ``frame_size`` ([height, width], only when
-  ``KEEP_ASPECT_RATIO`` is False), and ``clips_per_video`` (only for "train" when
-  ``CLIPS_PER_VIDEO`` > 1).
+  ``KEEP_ASPECT_RATIO`` is False), and ``clips_per_video`` and ``clips_window`` ("independent" or
+  "shared"; both only for "train" when ``CLIPS_PER_VIDEO`` > 1).
 
 Every built-in entry is a records provider composed with the one ``ClipDataset``
 (``zoo.data.video_dataset.register_dataset``); an unknown keyword is a TypeError there. A
@@ -126,6 +126,7 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
         kwargs["frame_size"] = [int(data.NEW_HEIGHT), int(data.NEW_WIDTH)]
     if split == "train" and int(data.CLIPS_PER_VIDEO) > 1:
         kwargs["clips_per_video"] = int(data.CLIPS_PER_VIDEO)  # likewise
+        kwargs["clips_window"] = str(data.CLIPS_WINDOW)
     return kwargs
 
 

@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 Item = Tuple[torch.Tensor, int, int, int]
 # Test items: the view rows into the decoded frames, ``(test_num_segment, frames per view)``.
-Views = Optional[List[List[int]]]
+Views = Optional[List[Optional[List[int]]]]
 
 
 def _reader_errors() -> Tuple[Type[BaseException], ...]:
@@ -80,6 +80,9 @@ class ClipSettings:
             decoded.
         clips_per_video: Training clips per item, each sampled and augmented on its own from
             one decode of the video (``CONFIG.DATA.CLIPS_PER_VIDEO``); val/test ignore it.
+        clips_window: "independent" (each of the clips draws its own window) or "shared" (one
+            window, N augmentations of it: PySlowFast's AUG.NUM_SAMPLE)
+            (``CONFIG.DATA.CLIPS_WINDOW``).
     """
 
     clip_len: int
@@ -103,6 +106,7 @@ class ClipSettings:
     frame_template: str = DEFAULT_FRAME_TEMPLATE
     frame_size: Sequence[int] = ()
     clips_per_video: int = 1
+    clips_window: str = "independent"
 
     def __post_init__(self) -> None:
         # Sequences become tuples (the settings are shared by every loader worker, never edited).
@@ -119,7 +123,8 @@ class ClipDataset(Dataset):
     ``(C, T, H, W)``; for "test" it is ``(V, C, T, H, W)`` with ``V = test_num_segment *
     test_num_crop`` views (segment-major), all cut from one decode of the video. With
     ``clips_per_video`` N > 1 a "train" clip is a tuple of N ``(C, T, H, W)`` clips, each with
-    its own random window and augmentation, cut from one decode of the union of their frames
+    its own augmentation and (``clips_window`` "independent") its own random window, cut from one
+    decode of the union of their frames
     (:func:`zoo.data.build.collate_clips` flattens them into a batch of clips). A video that
     cannot be read (a :class:`~zoo.data.decode_base.DecodeError` from its reader: missing, empty,
     not a video, no video stream, an undecodable needed frame, far fewer frames than claimed, or
@@ -307,7 +312,8 @@ class ClipDataset(Dataset):
 
         Returns:
             ``(frames, views)``: uint8 ``(T, H, W, 3)``; for test items and for training items
-            of several clips ``views`` holds each view's (clip's) rows of ``frames``, else None.
+            of several clips ``views`` holds each view's (clip's) rows of ``frames`` (None = all
+            of them, in order), else None.
 
         Raises:
             DecodeError: The video cannot be read (a file system or FFmpeg error that a reader
@@ -322,13 +328,17 @@ class ClipDataset(Dataset):
                     if self.split == "test":
                         segments = self._test_segments(end - first) + first
                     else:
-                        # One clip per item, or several (each with its own random window).
+                        # One clip per item, or several: each with its own random window, or
+                        # all from one window ("shared": only their augmentations differ).
+                        count = self._clips()
+                        windows = 1 if s.clips_window == "shared" else count
                         segments = np.stack([sampling.clip_indices(
                             end - first, s.clip_len, s.frame_rate, s.sampling, s.num_segment,
                             train=self.split == "train", generator=generator,
-                        ) for _ in range(self._clips())]) + first
-                        if len(segments) == 1:
-                            return video.decode(segments[0].tolist()), None
+                        ) for _ in range(windows)]) + first
+                        if windows == 1:
+                            frames = video.decode(segments[0].tolist())
+                            return frames, (None if count == 1 else [None] * count)
                     # Decode the union of every view's frames once, then index rows of it.
                     union, rows = np.unique(segments, return_inverse=True)
                     views = rows.reshape(segments.shape).tolist()
@@ -350,8 +360,9 @@ class ClipDataset(Dataset):
                 return self._train_clip(frames, generator)
             # Each clip is augmented on its own, in order, from the one generator of the item. A
             # tuple, not a stacked tensor: the collate copies every clip into the batch once.
-            return tuple(self._train_clip(frames, generator, torch.as_tensor(rows))
-                         for rows in views)
+            return tuple(self._train_clip(
+                frames, generator, None if rows is None else torch.as_tensor(rows))
+                for rows in views)
         if self.split == "val":
             return transforms.val_transform(frames, s.crop_size, s.short_side_size, s.mean, s.std)
         return transforms.test_views(
