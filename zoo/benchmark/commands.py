@@ -133,18 +133,19 @@ def cmd_data(args) -> list:
     cfg = with_extra_modules(load_config(args.config_file, opts), args.extra_modules)
     import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
     rows = loader_throughput(cfg, args.workers, args.batches, args.warmup, args.split,
-                             args.clips_per_video, args.rounds)
+                             args.clips_per_video, args.rounds, args.clips_window)
     summary = median_rows(rows)
     extra = {"config_file": os.path.relpath(args.config_file), "opts": opts, "summary": summary}
     if args.decoders is not None:
         extra["decoders"] = _decoder_benchmark(args.decoders)
     paths = _finish(args, "data", rows, machine, ["split", "num_workers", "clips_per_video",
-                    "round", "batch", "clip_shape", "clips_per_s", "skipped_videos"], extra)
-    print(common.format_table(summary, ["num_workers", "clips_per_video", "median_clips_per_s",
-                                        "rounds", "vs_1_clip"]))
+                    "clips_window", "round", "batch", "clip_shape", "clips_per_s",
+                    "skipped_videos"], extra)
+    print(common.format_table(summary, ["num_workers", "clips_per_video", "clips_window",
+                                        "median_clips_per_s", "rounds", "vs_1_clip"]))
     png = os.path.join(args.out, "data.png")
-    plots.bar_chart(png, [f"zoo loader, {r['num_workers']} workers, {r['clips_per_video']} "
-                          "clips/video" for r in summary],
+    plots.bar_chart(png, [f"{r['num_workers']} workers, {r['clips_per_video']} clips/video "
+                          f"{r['clips_window']}" for r in summary],
                     [r["median_clips_per_s"] for r in summary],
                     f"{os.path.basename(args.config_file)}: {args.split} loader",
                     "clips/s (higher is better)", footer=plots.machine_footer(machine))

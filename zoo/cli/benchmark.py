@@ -106,6 +106,8 @@ def _add_data(sub) -> None:
     d.add_argument("--split", default="train", choices=["train", "val", "test"])
     d.add_argument("--clips-per-video", type=int, nargs="+", default=[],
                    help="DATA.CLIPS_PER_VIDEO values to compare (default: the config's)")
+    d.add_argument("--clips-window", nargs="+", default=[], choices=["independent", "shared"],
+                   help="DATA.CLIPS_WINDOW values to compare for more than 1 clip per video")
     d.add_argument("--rounds", type=int, default=1,
                    help="measurements per setting, in alternating order (A B B A ...)")
     d.add_argument("--generate", type=int, default=0, metavar="N",
