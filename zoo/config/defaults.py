@@ -260,8 +260,8 @@ _C.CONFIG.DATA.FRAME_TEMPLATE = "img_{:05d}.jpg"
 # Decoder threads per video; 0 = automatic (FFmpeg's threads for frames of 256x256 and more, else
 # 1).
 _C.CONFIG.DATA.DECODE_THREADS = 0
-# Seconds allowed to open and decode one video (x TEST_NUM_SEGMENT at test time); a video over it
-# counts as unreadable. 0 = no limit.
+# Seconds allowed to open and decode one video (x TEST_NUM_SEGMENT at test time, x CLIPS_PER_VIDEO
+# in training); a video over it counts as unreadable. 0 = no limit.
 _C.CONFIG.DATA.DECODE_TIMEOUT = 30.0
 # Videos tried for one item (the item's own, then random stand-ins) before the job stops.
 _C.CONFIG.DATA.MAX_TRIES = 10

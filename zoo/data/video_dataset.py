@@ -69,7 +69,7 @@ class ClipSettings:
         decoder: Reader name (see ``zoo.data.decoders.DECODERS``).
         decode_threads: Decoder threads per video, 0 = automatic.
         decode_timeout: Seconds allowed to open and decode one video (x ``test_num_segment`` for
-            test items); 0 = no limit.
+            test items, x ``clips_per_video`` for training items); 0 = no limit.
         sampling: "dense", "tsn" or "uniform" (see :mod:`zoo.data.sampling`).
         num_segment: Segments of the "tsn" scheme.
         color_jitter: ``(brightness, contrast, saturation, hue)`` for training clips.
