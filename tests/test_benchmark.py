@@ -182,10 +182,17 @@ def test_scaling_data_startup(tmp_path, synth_root):
     assert (out / "scaling.png").stat().st_size > 0
 
     r = run_tool("benchmark.py", ["data", "--workers", "0", "--batches", "2", "--warmup", "1",
+                                  "--clips-per-video", "1", "2", "--rounds", "2",
                                   "--out", str(out), *tiny], timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    rows, _ = _read(out, "data")
+    rows, data = _read(out, "data")
     assert rows[0]["num_workers"] == "0" and rows[0]["clip_shape"] == "3x8x28x28"
+    # Alternating order (A B, B A), every clip count timed on batches of BATCH_SIZE clips.
+    assert [(row["round"], row["clips_per_video"]) for row in rows] == [
+        ("1", "1"), ("1", "2"), ("2", "2"), ("2", "1")]
+    assert all(row["batch"] == "2" for row in rows)
+    summary = {s["clips_per_video"]: s for s in data["summary"]}
+    assert summary[1]["vs_1_clip"] == 1.0 and summary[2]["vs_1_clip"] > 0
 
     r = run_tool("benchmark.py", ["startup", "--runs", "1", "--cache", synth_root,
                                   "--out", str(out), *tiny, "DDP_CONFIG.NUM_CPU_PROCS", "1"],

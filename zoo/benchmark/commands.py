@@ -166,24 +166,42 @@ def _scaling_two_nodes(args) -> list:
     return paths
 
 
+def _generated_list(args) -> list:
+    """Overrides that train on ``--generate`` N 340x256 videos with keyframes every ``--gop``
+    frames (made once under ``--out``)."""
+    from . import data
+
+    folder = os.path.join(args.out, f"videos_340x256_gop{args.gop}_{args.generate}")
+    list_path = data.generate(folder, args.generate, args.gop)
+    return ["DATA.SYNTHETIC.ENABLE", "False", "DATA.TRAIN_ANNO_PATH", list_path,
+            "DATA.TRAIN_DATA_PATH", folder, "DATA.NUM_CLASSES", "1"]
+
+
 def cmd_data(args) -> list:
     from ..config import load_config
     from ..engine.cli import with_extra_modules
     from ..utils.env import import_extra_modules
-    from .loader import loader_throughput
+    from .loader import loader_throughput, median_rows
 
     machine = common.machine_info(torch.device("cpu"))
-    cfg = with_extra_modules(load_config(args.config_file, args.opts), args.extra_modules)
+    opts = (_generated_list(args) if args.generate else []) + list(args.opts)
+    cfg = with_extra_modules(load_config(args.config_file, opts), args.extra_modules)
     import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
-    rows = loader_throughput(cfg, args.workers, args.batches, args.warmup, args.split)
-    extra = {"config_file": os.path.relpath(args.config_file), "opts": list(args.opts)}
+    rows = loader_throughput(cfg, args.workers, args.batches, args.warmup, args.split,
+                             args.clips_per_video, args.rounds, args.clips_window)
+    summary = median_rows(rows)
+    extra = {"config_file": os.path.relpath(args.config_file), "opts": opts, "summary": summary}
     if args.decoders is not None:
         extra["decoders"] = _decoder_benchmark(args.decoders)
-    paths = _finish(args, "data", rows, machine, ["split", "num_workers", "batch", "clip_shape",
-                    "clips_per_s", "skipped_videos"], extra)
+    paths = _finish(args, "data", rows, machine, ["split", "num_workers", "clips_per_video",
+                    "clips_window", "round", "batch", "clip_shape", "clips_per_s",
+                    "skipped_videos"], extra)
+    print(common.format_table(summary, ["num_workers", "clips_per_video", "clips_window",
+                                        "median_clips_per_s", "rounds", "vs_1_clip"]))
     png = os.path.join(args.out, "data.png")
-    plots.bar_chart(png, [f"zoo loader, {r['num_workers']} workers" for r in rows],
-                    [r["clips_per_s"] for r in rows],
+    plots.bar_chart(png, [f"{r['num_workers']} workers, {r['clips_per_video']} clips/video "
+                          f"{r['clips_window']}" for r in summary],
+                    [r["median_clips_per_s"] for r in summary],
                     f"{os.path.basename(args.config_file)}: {args.split} loader",
                     "clips/s (higher is better)", footer=plots.machine_footer(machine))
     return paths + [png]

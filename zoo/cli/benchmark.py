@@ -6,6 +6,7 @@ loader speed, time to start.
     zoo-benchmark train --model slowfast_tiny_resnet18 --frames 16 --size 56 \\
         --batch 8 --precision fp32 bf16 --memory-format contiguous channels_last
     zoo-benchmark data --workers 0 2       # loader clips/s of the quick start
+    zoo-benchmark data --generate 8 --clips-per-video 1 4 --rounds 4   # see docs/benchmarks.md
     zoo-benchmark startup                  # quick start: command -> first iteration
 
 Each writes NAME.csv, NAME.json (with the machine and its load average) and NAME.png under
@@ -125,6 +126,16 @@ def _add_data(sub) -> None:
     d.add_argument("--batches", type=int, default=20, help="timed batches per value")
     d.add_argument("--warmup", type=int, default=3, help="untimed batches per value")
     d.add_argument("--split", default="train", choices=["train", "val", "test"])
+    d.add_argument("--clips-per-video", type=int, nargs="+", default=[],
+                   help="DATA.CLIPS_PER_VIDEO values to compare (default: the config's)")
+    d.add_argument("--clips-window", nargs="+", default=[], choices=["independent", "shared"],
+                   help="DATA.CLIPS_WINDOW values to compare for more than 1 clip per video")
+    d.add_argument("--rounds", type=int, default=1,
+                   help="measurements per setting, in alternating order (A B B A ...)")
+    d.add_argument("--generate", type=int, default=0, metavar="N",
+                   help="train on N generated 10-s 340x256 H.264 videos (kept under --out) "
+                   "instead of the config's list")
+    d.add_argument("--gop", type=int, default=250, help="keyframe interval of --generate")
     d.add_argument("--decoders", default=None, type=_decoders, metavar="all|NAME,NAME",
                    help="also measure decoding speed per decoder (one worker; what "
                    "zoo-benchmark-data measures) on 8 generated videos, for these decoders")

@@ -255,6 +255,17 @@ _C.CONFIG.DATA.NUM_WORKERS = 2
 _C.CONFIG.DATA.SAMPLING = "dense"
 # Segments of the "tsn" sampling (clips have NUM_SEGMENT x CLIP_LEN frames).
 _C.CONFIG.DATA.NUM_SEGMENT = 1
+# Training clips per video per item: N > 1 samples N clips (each its own crop, flip and jitter,
+# and with CLIPS_WINDOW "independent" its own random window) from ONE open and decode of the video
+# (repeated augmentation; PySlowFast's AUG.NUM_SAMPLE). TRAIN.BATCH_SIZE counts clips, so it must
+# be a multiple of N (a step then holds BATCH_SIZE / N videos) and an epoch, still one pass over
+# the videos, has N x as many clips and steps. Validation and test are unaffected (they keep their
+# own views).
+_C.CONFIG.DATA.CLIPS_PER_VIDEO = 1
+# With CLIPS_PER_VIDEO > 1: "independent" (each clip draws its own window; the union of the
+# windows is decoded once) or "shared" (one window, decoded once, augmented N times: exactly
+# PySlowFast's AUG.NUM_SAMPLE, and the cheaper of the two).
+_C.CONFIG.DATA.CLIPS_WINDOW = "independent"
 # Video reader: "auto" (per file, the fastest reader that is exact for its container; see
 # docs/datasets.md), "pyav" (seeks, decodes only the needed frames), "opencv", "torchcodec" or
 # "decord" (if installed), or "frames" (the list's paths are folders of extracted frames).
@@ -266,8 +277,8 @@ _C.CONFIG.DATA.FRAME_TEMPLATE = "img_{:05d}.jpg"
 # Decoder threads per video; 0 = automatic (FFmpeg's threads for frames of 256x256 and more, else
 # 1).
 _C.CONFIG.DATA.DECODE_THREADS = 0
-# Seconds allowed to open and decode one video (x TEST_NUM_SEGMENT at test time); a video over it
-# counts as unreadable. 0 = no limit.
+# Seconds allowed to open and decode one video (x TEST_NUM_SEGMENT at test time, x CLIPS_PER_VIDEO
+# in training); a video over it counts as unreadable. 0 = no limit.
 _C.CONFIG.DATA.DECODE_TIMEOUT = 30.0
 # Videos tried for one item (the item's own, then random stand-ins) before the job stops.
 _C.CONFIG.DATA.MAX_TRIES = 10

@@ -121,6 +121,9 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
         "one of dense, tsn, uniform",
     ),
     ("CONFIG.DATA.NUM_SEGMENT", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.CLIPS_PER_VIDEO", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.CLIPS_WINDOW", lambda v: v in ("independent", "shared"),
+     "independent or shared"),
     (
         "CONFIG.DATA.DECODER",
         lambda v: bool(v),
@@ -175,6 +178,12 @@ def validate_config(cfg: CfgNode) -> None:
             f"CONFIG.DATA.CROP_SIZE = {data.CROP_SIZE} is larger than "
             f"CONFIG.DATA.SHORT_SIDE_SIZE = {data.SHORT_SIDE_SIZE}: the crop must fit inside the "
             "resized frame"
+        )
+    if cfg.CONFIG.TRAIN.BATCH_SIZE % data.CLIPS_PER_VIDEO:
+        raise ConfigError(
+            f"CONFIG.TRAIN.BATCH_SIZE = {cfg.CONFIG.TRAIN.BATCH_SIZE} is not a multiple of "
+            f"CONFIG.DATA.CLIPS_PER_VIDEO = {data.CLIPS_PER_VIDEO}: the batch counts clips, "
+            f"{data.CLIPS_PER_VIDEO} from each video; make BATCH_SIZE a multiple of it"
         )
     if data.CROP_SIZE > data.TRAIN_SHORT_SIDE_RANGE[0]:
         raise ConfigError(
