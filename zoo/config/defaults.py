@@ -57,6 +57,12 @@ _C.DDP_CONFIG.INIT_TIMEOUT = 300
 # against an attacker). "" = none; ZOO_JOB_TOKEN in the environment wins over this key. Only a hash
 # of it is sent; it is blanked in the config.yaml and checkpoints a run writes.
 _C.DDP_CONFIG.JOB_TOKEN = ""
+# How many times the DDP_CONFIG launcher re-forms the job after a worker or a node fails: every
+# node stops its workers, the nodes meet again and the workers resume from the newest complete
+# checkpoint (AUTO_RESUME is implied on a restart). 0 = stop at the first failure, naming the rank.
+# A worker that exits after a preemption signal (code 75) is never restarted. Under torchrun use
+# its --max-restarts instead.
+_C.DDP_CONFIG.MAX_RESTARTS = 0
 
 # --------------------------------------------------------------------------------------------------
 # CONFIG: what the job does.

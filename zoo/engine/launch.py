@@ -1,17 +1,31 @@
 """Start the processes of one job and join them into a process group.
 
-``launch(main_func, cfg)`` is called on every node with the same config:
+``launch(main_func, cfg)`` is called on every node with the same config and goes through three
+steps, once each:
 
-1. ``resolve_topology`` (topology.py) finds ranks set by torchrun / Slurm, else this node's rank
-   from a scheduler's ``NODE_RANK`` or from DDP_CONFIG (override, AUTO_RANK_MATCH, WORLD_RANK).
-2. If a launcher already started this process as one rank, it joins the group here, checks that all
-   ranks run the same config and zoo version, and calls ``main_func``: nothing is spawned.
-3. Otherwise the node rendezvous (rendezvous.py) checks the nodes agree and gives this node its
-   global ranks; one worker per GPU (or ``NUM_CPU_PROCS`` on CPU) is spawned, records its device
-   in ``zoo.utils.comm``, joins the group and calls ``main_func(cfg)``. Ranks and the device are
-   asked from ``zoo.utils.comm``; the config is passed on unchanged.
+1. Resolve: ``resolve_topology`` (topology.py) finds ranks set by torchrun / Slurm, else this
+   node's rank from a scheduler's ``NODE_RANK`` or from DDP_CONFIG (override, AUTO_RANK_MATCH,
+   WORLD_RANK). If a launcher already started this process as one rank, it joins the group here,
+   checks that all ranks run the same config and zoo version, and calls ``main_func``: nothing is
+   spawned, and restarts are that launcher's (torchrun ``--max-restarts``).
+2. Rendezvous: ``NodeRendezvous`` (rendezvous.py) checks the nodes agree and gives this node its
+   global ranks.
+3. Start workers (:func:`_supervise`): one worker per GPU (or ``NUM_CPU_PROCS`` on CPU) is
+   spawned, records its device in ``zoo.utils.comm``, joins the group and calls
+   ``main_func(cfg)``. Ranks and the device are asked from ``zoo.utils.comm``.
    A failed worker stops this node; the failure is posted to the other nodes, whose workers stop
    at the latest after ``INIT_TIMEOUT`` (the process group's timeout), naming the rank that failed.
+   With ``DDP_CONFIG.MAX_RESTARTS`` n > 0 every node then meets again (a new rendezvous round) and
+   starts its workers again, up to n times, with ``TRAIN.AUTO_RESUME`` implied so they continue
+   from the newest complete checkpoint. A worker that exits with ``PREEMPTED_EXIT_CODE`` is not
+   restarted.
+
+Why zoo supervises its own workers instead of running torch.distributed.elastic's agent: the
+elastic rendezvous numbers nodes in join order (AUTO_RANK_MATCH / WORLD_URLS / ZOO_NODE_RANK fix
+them), its static variant cannot re-form the group when node 0 goes away, the config-agreement
+and job-identity round would be a custom rendezvous handler anyway, and its agent restarts on any
+exit code (a preempted worker must not be restarted). torch.multiprocessing still starts and
+stops the processes.
 
 With ``DISTRIBUTED False`` it is a plain call in this process with no process group.
 """
@@ -23,6 +37,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import traceback
 from typing import Any, Callable, Optional
 
@@ -43,13 +58,34 @@ __all__ = ["LaunchError", "Topology", "launch", "resolve_topology"]
 logger = logging.getLogger(__name__)
 
 
+# A worker that exits with this code was preempted (SIGTERM / SIGUSR1 from a scheduler): it has
+# saved its state and the scheduler requeues the job, so a restart here would fight the scheduler.
+# The same value as zoo.engine.preemption.PREEMPTED_EXIT_CODE.
+PREEMPTED_EXIT_CODE = 75
+
+
+def _restartable(kind: str) -> bool:
+    """Whether a failure of this kind may restart the job: the one place that decides it."""
+    return kind != "preempted"
+
+
 class _WorkerFailure(Exception):
-    """A local worker failed: ``kind`` is "died" (signal or exit code) or "error" (it raised)."""
+    """A local worker failed: ``kind`` is "died" (signal or exit code), "error" (it raised) or
+    "preempted" (it exited with PREEMPTED_EXIT_CODE)."""
 
     def __init__(self, local_rank: int, kind: str, message: str, traceback: str = ""):
         super().__init__(message)
         self.local_rank, self.kind, self.message, self.traceback = (
             local_rank, kind, message, traceback)
+
+
+class _RemoteFailure(Exception):
+    """Another node posted a failure (``root``, see NodeRendezvous.root_cause); ours stopped."""
+
+    def __init__(self, root: dict):
+        super().__init__(f"global rank {root['rank']} (node {root['node']}, {root['host']}) "
+                         f"{root['message']}; stopped this node's workers")
+        self.root = root
 
 
 def _threads_for(cfg, local_procs: int) -> int:
@@ -136,10 +172,24 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, cfg, topo: Topolo
 def _worker(local_rank: int, main_func: Callable, cfg, topo: Topology, session: str,
             args: tuple) -> None:
     """Entry point of a spawned worker process."""
+    _die_with_launcher()
     rank = topo.rank_offset + local_rank
     os.environ.update(LOCAL_RANK=str(local_rank), RANK=str(rank), WORLD_SIZE=str(topo.world_size))
     store = worker_store(topo.dist_url, session, float(cfg.DDP_CONFIG.INIT_TIMEOUT))
     _run_rank(rank, local_rank, main_func, cfg, topo, store, args)
+
+
+def _die_with_launcher() -> None:
+    """Linux: the kernel kills this worker when its launcher dies (SIGKILL leaves no time to stop
+    it), so an orphan never trains on beside the workers of a restarted launcher."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _last_line(traceback_text: str, keep_type: bool = False) -> str:
@@ -169,7 +219,7 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
 
     Raises:
         _WorkerFailure: for the local worker that failed first.
-        LaunchError: another node posted a failure; this node's workers were stopped.
+        _RemoteFailure: another node posted a failure; this node's workers were stopped.
     """
     ctx = mp.start_processes(_worker, nprocs=topo.local_procs,
                              args=(main_func, cfg, topo, rdzv.session, args),
@@ -183,10 +233,7 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
             root = rdzv.remote_failure() if topo.num_nodes > 1 else None
             if root:
                 _stop(ctx)
-                raise LaunchError(
-                    f"global rank {root['rank']} (node {root['node']}, {root['host']}) "
-                    f"{root['message']}; stopped this node's workers"
-                )
+                raise _RemoteFailure(root)
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
         # join() stops the other workers with SIGTERM; a worker killed by any other signal is
         # the likelier root cause than one that raised because its peer vanished.
@@ -198,7 +245,8 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
         if isinstance(e, mp.ProcessExitedException):
             by_signal = e.exit_code < 0
             text = _exit_text(-e.exit_code if by_signal else e.exit_code, by_signal)
-            raise _WorkerFailure(e.error_index, "died", text) from None
+            kind = "preempted" if e.exit_code == PREEMPTED_EXIT_CODE else "died"
+            raise _WorkerFailure(e.error_index, kind, text) from None
         text = str(e).strip()
         expected = "LaunchError: " in _last_line(text, keep_type=True)  # its message says it all
         unexpected = "" if expected else "unexpected "
@@ -254,10 +302,28 @@ def _run_here(main_func: Callable, cfg, args: tuple) -> Any:
         comm.set_device_index(None)
 
 
+def resume_config(cfg):
+    """The config a restarted worker runs: ``TRAIN.AUTO_RESUME`` on and ``RESUME_EPOCH`` -1, so it
+    continues from the newest complete checkpoint (both keys may change between a run and its
+    resumption, so the checkpoint's config still matches)."""
+    new = cfg.clone()
+    new.defrost()
+    new.CONFIG.TRAIN.AUTO_RESUME = True
+    new.CONFIG.TRAIN.RESUME_EPOCH = -1
+    if cfg.is_frozen():
+        new.freeze()
+    return new
+
+
 def _run_assigned(main_func: Callable, cfg, topo: Topology, args: tuple, timeout_s: float) -> Any:
     """torchrun / Slurm started this process as one rank: join the group, spawn nothing."""
     logger.info("%s started this process as rank %d of %d (%s); not spawning workers",
                 topo.source, topo.rank, topo.world_size, topo.how)
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
+        # torchrun --max-restarts started us again after a failure: continue, as our own restarts do
+        logger.info("torchrun restart %s: resuming from the newest checkpoint",
+                    os.environ["TORCHELASTIC_RESTART_COUNT"])
+        cfg = resume_config(cfg)
     store = None
     if topo.dist_url != "env://":  # Slurm: rank 0 hosts the store on the first node
         store, _ = open_store(topo.dist_url, host_it=topo.rank == 0, timeout_s=timeout_s)
@@ -267,6 +333,60 @@ def _run_assigned(main_func: Callable, cfg, topo: Topology, args: tuple, timeout
                          check_agreement=topo.world_size > 1)
     except LaunchError as e:
         raise LaunchError(f"rank {topo.rank} of {topo.world_size}: {e}") from None
+
+
+def _log_layout(topo: Topology) -> None:
+    logger.info(
+        "node %d/%d (%s): %d %s process(es), global ranks %d..%d of %d, backend %s, "
+        "rendezvous %s", topo.node_rank, topo.num_nodes, topo.how, topo.local_procs,
+        "GPU" if topo.use_cuda else "CPU", topo.rank_offset,
+        topo.rank_offset + topo.local_procs - 1, topo.world_size, topo.backend, topo.dist_url,
+    )
+
+
+def _run_workers(main_func: Callable, cfg, rdzv: NodeRendezvous, args: tuple) -> Any:
+    """One attempt: this node's workers in the group ``rdzv`` formed last.
+
+    Raises:
+        _WorkerFailure, _RemoteFailure: as :func:`_spawn`.
+    """
+    topo = rdzv.topology
+    if topo.local_procs == 1 and topo.num_nodes == 1 and not cfg.DDP_CONFIG.MAX_RESTARTS:
+        # Nothing to spawn: run the single worker here, still inside a (1-rank) process group.
+        # (With restarts it is spawned: a crash of this process could not be restarted.)
+        store = worker_store(topo.dist_url, rdzv.session, rdzv.timeout_s)
+        try:
+            return _run_rank(0, 0, main_func, cfg, topo, store, args)
+        finally:
+            del store  # release the store before the rendezvous closes (and a file store goes)
+    _spawn(main_func, cfg, topo, rdzv, args)
+    return None
+
+
+def _supervise(main_func: Callable, cfg, rdzv: NodeRendezvous, args: tuple) -> Any:
+    """Start this node's workers; after a failure, while ``DDP_CONFIG.MAX_RESTARTS`` allows, meet
+    the other nodes again (a new rendezvous round) and start them again from the newest checkpoint.
+
+    Raises:
+        LaunchError: a failure that may not be restarted, or one after the last restart (the
+            rank that failed is named).
+    """
+    max_restarts = cfg.DDP_CONFIG.MAX_RESTARTS
+    while True:
+        _log_layout(rdzv.topology)
+        try:
+            return _run_workers(main_func, resume_config(cfg) if rdzv.restarts else cfg, rdzv,
+                                args)
+        except _WorkerFailure as f:
+            text, kind = _explain(f, rdzv, rdzv.topology, cfg), f.kind
+        except _RemoteFailure as r:
+            text, kind = str(r), r.root["kind"]
+        if not _restartable(kind) or rdzv.restarts >= max_restarts:
+            used = f" (after {rdzv.restarts} of {max_restarts} restarts)" if max_restarts else ""
+            raise LaunchError(text + used)
+        logger.warning("%s; restart %d of %d: the nodes meet again and resume from the newest "
+                       "checkpoint", text, rdzv.restarts + 1, max_restarts)
+        rdzv.reform()
 
 
 def launch(main_func: Callable, cfg, args: tuple = (), node_rank: Optional[int] = None) -> Any:
@@ -282,35 +402,17 @@ def launch(main_func: Callable, cfg, args: tuple = (), node_rank: Optional[int] 
 
     Raises:
         LaunchError: the topology is impossible, nodes disagree, or a worker failed (its rank is
-            named, and the rank that failed first anywhere in the job when another node knows it).
+            named, and the rank that failed first anywhere in the job when another node knows it)
+            and no restart is left.
     """
     if not cfg.DDP_CONFIG.DISTRIBUTED:
         return _run_here(main_func, cfg, args)
-    topo = resolve_topology(cfg, node_rank)
+    topo = resolve_topology(cfg, node_rank)  # 1. resolve
     # Workers inherit this: c10d's C++ warnings (retries, peers that closed) only repeat our errors.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     _pin_gloo_interface(topo, cfg)
     timeout_s = float(cfg.DDP_CONFIG.INIT_TIMEOUT)
     if topo.assigned:
         return _run_assigned(main_func, cfg, topo, args, timeout_s)
-
-    with NodeRendezvous(topo, cfg, timeout_s) as rdzv:
-        topo = rdzv.topology
-        logger.info(
-            "node %d/%d (%s): %d %s process(es), global ranks %d..%d of %d, backend %s, "
-            "rendezvous %s", topo.node_rank, topo.num_nodes, topo.how, topo.local_procs,
-            "GPU" if topo.use_cuda else "CPU", topo.rank_offset,
-            topo.rank_offset + topo.local_procs - 1, topo.world_size, topo.backend, topo.dist_url,
-        )
-        if topo.local_procs == 1 and topo.num_nodes == 1:
-            # Nothing to spawn: run the single worker here, still inside a (1-rank) process group.
-            store = worker_store(topo.dist_url, rdzv.session, timeout_s)
-            try:
-                return _run_rank(0, 0, main_func, cfg, topo, store, args)
-            finally:
-                del store  # release the store before the rendezvous closes (and a file store goes)
-        try:
-            _spawn(main_func, cfg, topo, rdzv, args)
-        except _WorkerFailure as f:
-            raise LaunchError(_explain(f, rdzv, topo, cfg)) from None
-    return None
+    with NodeRendezvous(topo, cfg, timeout_s) as rdzv:  # 2. rendezvous
+        return _supervise(main_func, cfg, rdzv, args)  # 3. start workers (again after a failure)
