@@ -19,7 +19,8 @@ import torch
 from helpers import ROOT
 from test_multinode import _finish, _free_port, _start, _tool, _toy_args
 
-pytestmark = [pytest.mark.multinode, pytest.mark.slow]
+pytestmark = pytest.mark.slow
+MULTINODE = pytest.mark.multinode  # several processes per test, network namespaces
 
 two_netns = test_multinode.two_netns  # the fixture: two network namespaces on a veth pair
 
@@ -48,8 +49,9 @@ class KillOnce(HookBase):
 
 def _job_args(tmp_path, synth_root, exp):
     args = _toy_args(tmp_path, synth_root, epochs=EPOCHS)
+    # One thread per rank everywhere, so that one node with 2 processes computes as 2 nodes do.
     return [*args, "LOG.EXP_NAME", exp, "DDP_CONFIG.MAX_RESTARTS", "2",
-            "DDP_CONFIG.INIT_TIMEOUT", "60"]
+            "DDP_CONFIG.INIT_TIMEOUT", "60", "DDP_CONFIG.THREADS_PER_PROC", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +104,7 @@ def _assert_same_weights(reference, tmp_path):
     assert "continuing at epoch 2" in log, log[-3000:]
 
 
+@MULTINODE
 def test_a_killed_worker_restarts_the_job_and_it_ends_bitwise_equal(
         two_netns, tmp_path, synth_root, reference):
     (ns0, _), (ns1, _) = two_netns
@@ -118,6 +121,7 @@ def test_a_killed_worker_restarts_the_job_and_it_ends_bitwise_equal(
     _assert_same_weights(reference, tmp_path)
 
 
+@MULTINODE
 def test_a_killed_node_rejoins_when_its_command_is_run_again(
         two_netns, tmp_path, synth_root, reference):
     (ns0, _), (ns1, _) = two_netns
@@ -138,3 +142,52 @@ def test_a_killed_node_rejoins_when_its_command_is_run_again(
     assert "global rank 0 (node 0" in line0, line0  # its peer vanished mid-collective
     assert "restart 1 of 2" not in out1  # the re-run node joins the restarted group
     _assert_same_weights(reference, tmp_path)
+
+
+# A hook that raises in epoch 2 on rank 1: a RuntimeError once (marker file), or a user error
+# (ConfigError: the message says what to change) every time.
+RAISE_HOOK = """
+import os
+
+from zoo.config import ConfigError
+from zoo.engine.hooks import HookBase
+from zoo.utils import comm
+
+
+class RaiseOnce(HookBase):
+    def after_step(self):
+        if self.trainer.iteration == {kill_at} and comm.get_rank() == 1:
+            if {user_error}:
+                raise ConfigError("CONFIG.TEST_KEY is wrong; set it right")
+            if not os.path.exists({marker!r}):
+                open({marker!r}, "w").close()
+                raise RuntimeError("a one-off failure")
+"""
+
+
+def _one_node_run(tmp_path, synth_root, user_error):
+    hook = tmp_path / "raise_hook.py"
+    hook.write_text(RAISE_HOOK.format(kill_at=KILL_AT, user_error=user_error,
+                                      marker=str(tmp_path / "raised_once")))
+    args = [*_job_args(tmp_path, synth_root, "job"), "DDP_CONFIG.NUM_CPU_PROCS", "2",
+            "DDP_CONFIG.MAX_RESTARTS", "1", "TRAIN.HOOKS", repr([f"{hook}:RaiseOnce"])]
+    return _finish([_start(_tool("train_ddp.py", args))], timeout=240)[0]
+
+
+def test_one_node_restarts_after_an_unexpected_error_and_ends_bitwise_equal(
+        tmp_path, synth_root, reference):
+    rc, out = _one_node_run(tmp_path, synth_root, user_error=False)
+    assert rc == 0, out
+    [line] = [ln for ln in out.splitlines() if "restart 1 of 1" in ln]
+    assert "global rank 1 (node 0, local process 1) failed: unexpected RuntimeError: a one-off " \
+           "failure" in line, line
+    _assert_same_weights(reference, tmp_path)
+
+
+def test_a_user_error_is_not_restarted(tmp_path, synth_root):
+    rc, out = _one_node_run(tmp_path, synth_root, user_error=True)
+    assert rc != 0
+    assert "restart 1 of" not in out
+    [line] = [ln for ln in out.splitlines() if "error:" in ln]
+    assert "global rank 1" in line and "CONFIG.TEST_KEY is wrong; set it right" in line, line
+    assert "(not restarted: it would fail the same way again)" in line

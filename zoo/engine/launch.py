@@ -65,8 +65,13 @@ PREEMPTED_EXIT_CODE = 75
 
 
 def _restartable(kind: str) -> bool:
-    """Whether a failure of this kind may restart the job: the one place that decides it."""
-    return kind != "preempted"
+    """Whether a failure of this kind may restart the job: the one place that decides it. Not a
+    preempted worker (above), nor a user error (it would fail the same way again)."""
+    return kind not in ("preempted", "user")
+
+
+class _UserStop(LaunchError):
+    """A worker stops on a user error (the message says what to change): never restarted."""
 
 
 class _WorkerFailure(Exception):
@@ -159,7 +164,7 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, cfg, topo: Topolo
         text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
         if is_user_error(e):
             write_to_log_file(text, None, rank)
-            raise LaunchError(one_line(e)) from None
+            raise _UserStop(one_line(e)) from None
         write_to_log_file(text, output_dir(cfg), rank)
         e.zoo_traceback_logged = True  # report_failure need not write it again
         raise
@@ -198,7 +203,7 @@ def _last_line(traceback_text: str, keep_type: bool = False) -> str:
     last = lines[-1] if lines else "unknown error"
     if keep_type:
         return last
-    last = re.sub(r"^[\w.]*LaunchError: ", "", last)
+    last = re.sub(r"^[\w.]*(?:LaunchError|_UserStop): ", "", last)
     last = re.sub(r"\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\] ", "", last)
     return last.split(". This is typically caused by")[0]
 
@@ -248,10 +253,28 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
             kind = "preempted" if e.exit_code == PREEMPTED_EXIT_CODE else "died"
             raise _WorkerFailure(e.error_index, kind, text) from None
         text = str(e).strip()
-        expected = "LaunchError: " in _last_line(text, keep_type=True)  # its message says it all
+        peer = _lost_peer(_last_line(text), cfg, topo.num_nodes)
+        if peer:  # not a bug of ours: a process on another node stopped or died
+            raise _WorkerFailure(e.error_index, "error", f"lost its connection to {peer}, which "
+                                 "stopped or died") from None
+        last = _last_line(text, keep_type=True)
+        expected = re.search(r"(LaunchError|_UserStop): ", last)  # its message says it all
         unexpected = "" if expected else "unexpected "
-        raise _WorkerFailure(e.error_index, "error", f"failed: {unexpected}{_last_line(text)}",
+        kind = "user" if "_UserStop: " in last else "error"
+        raise _WorkerFailure(e.error_index, kind, f"failed: {unexpected}{_last_line(text)}",
                              traceback="" if expected else text) from None
+
+
+def _lost_peer(message: str, cfg, num_nodes: int) -> str:
+    """``"node 1 (10.0.0.2)"`` when ``message`` is a backend's "a peer closed the connection"
+    error (the node is named when exactly one WORLD_URLS entry has that address), else ""."""
+    m = re.search(r"Connection (?:closed|reset) by peer \[?([^\]\s]+?)\]?:\d+", message)
+    if not m:
+        return ""
+    addr = m.group(1)
+    urls = list(cfg.DDP_CONFIG.WORLD_URLS) if len(cfg.DDP_CONFIG.WORLD_URLS) == num_nodes else []
+    nodes = [k for k, url in enumerate(urls) if addr == url or addr in net.resolve(url)]
+    return f"node {nodes[0]} ({addr})" if len(nodes) == 1 else f"the process at {addr}"
 
 
 def _exit_text(code: int, by_signal: bool) -> str:
@@ -381,9 +404,13 @@ def _supervise(main_func: Callable, cfg, rdzv: NodeRendezvous, args: tuple) -> A
             text, kind = _explain(f, rdzv, rdzv.topology, cfg), f.kind
         except _RemoteFailure as r:
             text, kind = str(r), r.root["kind"]
-        if not _restartable(kind) or rdzv.restarts >= max_restarts:
-            used = f" (after {rdzv.restarts} of {max_restarts} restarts)" if max_restarts else ""
-            raise LaunchError(text + used)
+        if not max_restarts:
+            raise LaunchError(text)
+        if not _restartable(kind):
+            why = "preempted" if kind == "preempted" else "it would fail the same way again"
+            raise LaunchError(f"{text} (not restarted: {why})")
+        if rdzv.restarts >= max_restarts:
+            raise LaunchError(f"{text} (after {rdzv.restarts} of {max_restarts} restarts)")
         logger.warning("%s; restart %d of %d: the nodes meet again and resume from the newest "
                        "checkpoint", text, rdzv.restarts + 1, max_restarts)
         rdzv.reform()
