@@ -19,7 +19,7 @@ import torch
 from helpers import ROOT
 from test_multinode import _finish, _free_port, _start, _tool, _toy_args
 
-pytestmark = pytest.mark.slow
+SLOW = pytest.mark.slow  # each test trains a few epochs in spawned processes
 MULTINODE = pytest.mark.multinode  # several processes per test, network namespaces
 
 two_netns = test_multinode.two_netns  # the fixture: two network namespaces on a veth pair
@@ -38,7 +38,7 @@ from zoo.utils import comm
 
 class KillOnce(HookBase):
     def after_step(self):
-        if (self.trainer.iteration == {kill_at} and comm.get_rank() == 1
+        if (self.trainer.iteration == {kill_at} and comm.get_rank() == {victim}
                 and not os.path.exists({marker!r})):
             open({marker!r}, "w").close()
             if {whole_node}:
@@ -70,12 +70,14 @@ def reference(tmp_path_factory, synth_root):
                       weights_only=True)
 
 
-def _netns_job(two_netns, tmp_path, synth_root, whole_node):
-    """Arguments of the interrupted job, with the kill hook; returns (args, marker)."""
+def _netns_job(two_netns, tmp_path, synth_root, whole_node, victim=1):
+    """Arguments of the interrupted job, with the kill hook for global rank ``victim`` (node
+    ``victim``: one process per node); returns (args, marker)."""
     (_, ip0), (_, ip1) = two_netns
     marker = tmp_path / "killed_once"
     hook = tmp_path / "kill_hook.py"
-    hook.write_text(KILL_HOOK.format(kill_at=KILL_AT, marker=str(marker), whole_node=whole_node))
+    hook.write_text(KILL_HOOK.format(kill_at=KILL_AT, marker=str(marker), whole_node=whole_node,
+                                     victim=victim))
     args = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", repr([ip0, ip1]),
             "DDP_CONFIG.DIST_URL", f"tcp://{ip0}:29500", "DDP_CONFIG.AUTO_RANK_MATCH", "True",
             *_job_args(tmp_path, synth_root, "job"), "TRAIN.HOOKS", repr([f"{hook}:KillOnce"])]
@@ -104,6 +106,7 @@ def _assert_same_weights(reference, tmp_path):
     assert "continuing at epoch 2" in log, log[-3000:]
 
 
+@SLOW
 @MULTINODE
 def test_a_killed_worker_restarts_the_job_and_it_ends_bitwise_equal(
         two_netns, tmp_path, synth_root, reference):
@@ -121,26 +124,32 @@ def test_a_killed_worker_restarts_the_job_and_it_ends_bitwise_equal(
     _assert_same_weights(reference, tmp_path)
 
 
+@SLOW
 @MULTINODE
+@pytest.mark.parametrize("victim", [1, 0])
 def test_a_killed_node_rejoins_when_its_command_is_run_again(
-        two_netns, tmp_path, synth_root, reference):
-    (ns0, _), (ns1, _) = two_netns
-    args, marker = _netns_job(two_netns, tmp_path, synth_root, whole_node=True)
-    node0, node1 = _start_node(args, ns0), _start_node(args, ns1)
+        two_netns, tmp_path, synth_root, reference, victim):
+    """Node ``victim``'s launcher and workers are SIGKILLed; the other node waits for it (node 0
+    in its next rendezvous round; node 1 reconnecting to node 0's port) until it is re-run."""
+    args, marker = _netns_job(two_netns, tmp_path, synth_root, whole_node=True, victim=victim)
+    netns = [ns for ns, _ in two_netns]
+    nodes = [_start_node(args, ns) for ns in netns]
     deadline = time.monotonic() + 240
-    while node1.poll() is None:
-        assert time.monotonic() < deadline and node0.poll() is None, \
-            "\n".join(out for _, out in _finish([node0, node1], 5))
+    while nodes[victim].poll() is None:
+        assert time.monotonic() < deadline and nodes[1 - victim].poll() is None, \
+            "\n".join(out for _, out in _finish(nodes, 5))
         time.sleep(0.2)
-    [(rc1, out1)] = _finish([node1])
-    assert rc1 == -signal.SIGKILL and marker.exists(), out1
-    assert node0.poll() is None, "node 0 gave up instead of waiting for node 1"
-    again = _start_node(args, ns1)  # the same command on the same node
-    (rc0, out0), (rc1, out1) = _finish([node0, again], timeout=300)
-    assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1 (re-run):\n{out1}"
-    [line0] = [ln for ln in out0.splitlines() if "restart 1 of 2" in ln]
-    assert "global rank 0 (node 0" in line0, line0  # its peer vanished mid-collective
-    assert "restart 1 of 2" not in out1  # the re-run node joins the restarted group
+    [(rc, out)] = _finish([nodes[victim]])
+    assert rc == -signal.SIGKILL and marker.exists(), out
+    assert nodes[1 - victim].poll() is None, f"node {1 - victim} gave up instead of waiting"
+    nodes[victim] = _start_node(args, netns[victim])  # the same command on the same node
+    (rc0, out0), (rc1, out1) = _finish(nodes, timeout=300)
+    assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
+    survivor, rerun = (out0, out1) if victim == 1 else (out1, out0)
+    [line] = [ln for ln in survivor.splitlines() if "restart 1 of 2" in ln]
+    # Its worker lost the connection to the dead node mid-collective; the line names that node.
+    assert f"lost its connection to node {victim} ({two_netns[victim][1]})" in line, line
+    assert "restart 1 of 2" not in rerun  # the re-run node joins the restarted group
     _assert_same_weights(reference, tmp_path)
 
 
@@ -174,6 +183,7 @@ def _one_node_run(tmp_path, synth_root, user_error):
     return _finish([_start(_tool("train_ddp.py", args))], timeout=240)[0]
 
 
+@SLOW
 def test_one_node_restarts_after_an_unexpected_error_and_ends_bitwise_equal(
         tmp_path, synth_root, reference):
     rc, out = _one_node_run(tmp_path, synth_root, user_error=False)
@@ -184,6 +194,7 @@ def test_one_node_restarts_after_an_unexpected_error_and_ends_bitwise_equal(
     _assert_same_weights(reference, tmp_path)
 
 
+@SLOW
 def test_a_user_error_is_not_restarted(tmp_path, synth_root):
     rc, out = _one_node_run(tmp_path, synth_root, user_error=True)
     assert rc != 0
@@ -191,3 +202,32 @@ def test_a_user_error_is_not_restarted(tmp_path, synth_root):
     [line] = [ln for ln in out.splitlines() if "error:" in ln]
     assert "global rank 1" in line and "CONFIG.TEST_KEY is wrong; set it right" in line, line
     assert "(not restarted: it would fail the same way again)" in line
+
+
+# ------------------------------------------------------------------------------ fast checks
+def test_a_restart_resumes_from_the_newest_checkpoint_whatever_the_config_says():
+    from zoo.config import load_config
+    from zoo.engine.launch import resume_config
+
+    cfg = load_config(None, ["TRAIN.AUTO_RESUME", "False", "TRAIN.RESUME_EPOCH", "3"])
+    new = resume_config(cfg)
+    assert (new.CONFIG.TRAIN.AUTO_RESUME, new.CONFIG.TRAIN.RESUME_EPOCH) == (True, -1)
+    assert (cfg.CONFIG.TRAIN.AUTO_RESUME, cfg.CONFIG.TRAIN.RESUME_EPOCH) == (False, 3)
+    assert new.is_frozen() == cfg.is_frozen()
+
+
+@pytest.mark.parametrize("urls,message,named", [
+    (["10.0.0.1", "10.0.0.2"], "RuntimeError: Connection closed by peer [10.0.0.2]:4242",
+     "node 1 (10.0.0.2)"),
+    (["10.0.0.1", "10.0.0.2"], "Connection reset by peer [10.0.0.1]:1", "node 0 (10.0.0.1)"),
+    # two entries with that address: which node is not known
+    (["127.0.0.1", "127.0.0.1"], "Connection closed by peer [127.0.0.1]:9",
+     "the process at 127.0.0.1"),
+    (["10.0.0.1", "10.0.0.2"], "RuntimeError: CUDA out of memory", ""),
+])
+def test_a_lost_peer_is_named_by_its_world_urls_entry(urls, message, named):
+    from zoo.config import load_config
+    from zoo.engine.launch import _lost_peer
+
+    cfg = load_config(None, ["DDP_CONFIG.WORLD_URLS", repr(urls), "DDP_CONFIG.WORLD_SIZE", "2"])
+    assert _lost_peer(message, cfg, 2) == named

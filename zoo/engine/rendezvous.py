@@ -452,10 +452,26 @@ class NodeRendezvous:
             time.sleep(0.2)
 
     def _reopen(self, deadline: float) -> None:
-        """Connect to node 0's store again (a re-run node 0 listens on the same port)."""
+        """Connect to node 0's store again (a re-run node 0 listens on the same port).
+
+        Raises:
+            LaunchError: node 0 did not come back before ``deadline``.
+        """
         self.store = None
-        left = max(1.0, deadline - time.monotonic())
-        self.store, _ = open_store(self.topology.dist_url, host_it=False, timeout_s=left)
+        while True:
+            left = max(1.0, deadline - time.monotonic())
+            try:
+                self.store, _ = open_store(self.topology.dist_url, host_it=False, timeout_s=left)
+                break
+            except LaunchError:
+                raise
+            except RuntimeError as e:  # the port answered but the store is not up yet
+                if time.monotonic() >= deadline:
+                    raise LaunchError(
+                        f"node {self.topology.node_rank}: lost node 0's rendezvous at "
+                        f"{self.topology.dist_url} and it did not come back ({_first_line(e)}); "
+                        "run the same command on node 0 again") from None
+                time.sleep(0.5)
         self._store_lost = False
 
     def _form(self, after: str = "") -> None:
