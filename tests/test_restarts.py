@@ -219,7 +219,8 @@ def test_a_restart_resumes_from_the_newest_checkpoint_whatever_the_config_says()
 @pytest.mark.parametrize("urls,message,named", [
     (["10.0.0.1", "10.0.0.2"], "RuntimeError: Connection closed by peer [10.0.0.2]:4242",
      "node 1 (10.0.0.2)"),
-    (["10.0.0.1", "10.0.0.2"], "Connection reset by peer [10.0.0.1]:1", "node 0 (10.0.0.1)"),
+    (["10.0.0.1", "10.0.0.2"], "RuntimeError: Read error [10.0.0.1]:29337: Connection reset by "
+     "peer", "node 0 (10.0.0.1)"),
     # two entries with that address: which node is not known
     (["127.0.0.1", "127.0.0.1"], "Connection closed by peer [127.0.0.1]:9",
      "the process at 127.0.0.1"),

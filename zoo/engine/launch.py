@@ -268,8 +268,10 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
 def _lost_peer(message: str, cfg, num_nodes: int) -> str:
     """``"node 1 (10.0.0.2)"`` when ``message`` is a backend's "a peer closed the connection"
     error (the node is named when exactly one WORLD_URLS entry has that address), else ""."""
-    m = re.search(r"Connection (?:closed|reset) by peer \[?([^\]\s]+?)\]?:\d+", message)
-    if not m:
+    # gloo says e.g. "Connection closed by peer [10.0.0.2]:4242" or "Read error [10.0.0.2]:4242:
+    # Connection reset by peer".
+    m = re.search(r"\[([^\]\s]+)\]:\d+", message)
+    if not m or not re.search(r"Connection (?:closed|reset) by peer|Broken pipe", message):
         return ""
     addr = m.group(1)
     urls = list(cfg.DDP_CONFIG.WORLD_URLS) if len(cfg.DDP_CONFIG.WORLD_URLS) == num_nodes else []
