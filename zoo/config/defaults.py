@@ -68,6 +68,12 @@ _C.DDP_CONFIG.BUCKET_CAP_MB = 25.0
 _C.DDP_CONFIG.POWERSGD_RANK = 1
 # PowerSGD only: optimizer steps all-reduced in full before compression starts (at least 2).
 _C.DDP_CONFIG.POWERSGD_START_STEP = 10
+# How many times the DDP_CONFIG launcher re-forms the job after a worker or a node fails: every
+# node stops its workers, the nodes meet again and the workers resume from the newest complete
+# checkpoint (AUTO_RESUME is implied on a restart). 0 = stop at the first failure, naming the rank.
+# A worker that exits after a preemption signal (code 75) is never restarted. Under torchrun use
+# its --max-restarts instead.
+_C.DDP_CONFIG.MAX_RESTARTS = 0
 
 # --------------------------------------------------------------------------------------------------
 # CONFIG: what the job does.

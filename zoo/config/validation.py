@@ -53,6 +53,7 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("DDP_CONFIG.BUCKET_CAP_MB", lambda v: v > 0, "a number of MB > 0"),
     ("DDP_CONFIG.POWERSGD_RANK", _positive, "an integer >= 1"),
     ("DDP_CONFIG.POWERSGD_START_STEP", lambda v: v >= 2, "an integer >= 2"),
+    ("DDP_CONFIG.MAX_RESTARTS", _non_negative, "an integer >= 0 (0 = fail fast)"),
     ("CONFIG.TRAIN.EPOCH_NUM", _positive, "an integer >= 1"),
     ("CONFIG.TRAIN.BATCH_SIZE", _positive, "an integer >= 1"),
     ("CONFIG.TRAIN.LR", _non_negative, "a number >= 0"),

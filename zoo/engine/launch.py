@@ -1,17 +1,31 @@
 """Start the processes of one job and join them into a process group.
 
-``launch(main_func, cfg)`` is called on every node with the same config:
+``launch(main_func, cfg)`` is called on every node with the same config and goes through three
+steps, once each:
 
-1. ``resolve_topology`` (topology.py) finds ranks set by torchrun / Slurm, else this node's rank
-   from a scheduler's ``NODE_RANK`` or from DDP_CONFIG (override, AUTO_RANK_MATCH, WORLD_RANK).
-2. If a launcher already started this process as one rank, it joins the group here, checks that all
-   ranks run the same config and zoo version, and calls ``main_func``: nothing is spawned.
-3. Otherwise the node rendezvous (rendezvous.py) checks the nodes agree and gives this node its
-   global ranks; one worker per GPU (or ``NUM_CPU_PROCS`` on CPU) is spawned, records its device
-   in ``zoo.utils.comm``, joins the group and calls ``main_func(cfg)``. Ranks and the device are
-   asked from ``zoo.utils.comm``; the config is passed on unchanged.
+1. Resolve: ``resolve_topology`` (topology.py) finds ranks set by torchrun / Slurm, else this
+   node's rank from a scheduler's ``NODE_RANK`` or from DDP_CONFIG (override, AUTO_RANK_MATCH,
+   WORLD_RANK). If a launcher already started this process as one rank, it joins the group here,
+   checks that all ranks run the same config and zoo version, and calls ``main_func``: nothing is
+   spawned, and restarts are that launcher's (torchrun ``--max-restarts``).
+2. Rendezvous: ``NodeRendezvous`` (rendezvous.py) checks the nodes agree and gives this node its
+   global ranks.
+3. Start workers (:func:`_supervise`): one worker per GPU (or ``NUM_CPU_PROCS`` on CPU) is
+   spawned, records its device in ``zoo.utils.comm``, joins the group and calls
+   ``main_func(cfg)``. Ranks and the device are asked from ``zoo.utils.comm``.
    A failed worker stops this node; the failure is posted to the other nodes, whose workers stop
    at the latest after ``INIT_TIMEOUT`` (the process group's timeout), naming the rank that failed.
+   With ``DDP_CONFIG.MAX_RESTARTS`` n > 0 every node then meets again (a new rendezvous round) and
+   starts its workers again, up to n times, with ``TRAIN.AUTO_RESUME`` implied so they continue
+   from the newest complete checkpoint. A worker that exits with ``PREEMPTED_EXIT_CODE`` is not
+   restarted.
+
+Why zoo supervises its own workers instead of running torch.distributed.elastic's agent: the
+elastic rendezvous numbers nodes in join order (AUTO_RANK_MATCH / WORLD_URLS / ZOO_NODE_RANK fix
+them), its static variant cannot re-form the group when node 0 goes away, the config-agreement
+and job-identity round would be a custom rendezvous handler anyway, and its agent restarts on any
+exit code (a preempted worker must not be restarted). torch.multiprocessing still starts and
+stops the processes.
 
 With ``DISTRIBUTED False`` it is a plain call in this process with no process group.
 """
@@ -23,6 +37,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import traceback
 from typing import Any, Callable, Optional
 
@@ -34,7 +49,7 @@ from ..utils import comm, net
 from ..utils.env import available_cpus, set_num_threads
 from ..utils.logger import write_to_log_file
 from .errors import is_user_error, one_line
-from .preemption import raise_if_workers_preempted
+from .preemption import PREEMPTED_EXIT_CODE, raise_if_workers_preempted
 from .rendezvous import NodeRendezvous, agree_in_process_group, open_store, worker_store
 from .setup import output_dir
 from .topology import LaunchError, Topology, parse_tcp_url, resolve_topology
@@ -44,13 +59,37 @@ __all__ = ["LaunchError", "Topology", "launch", "resolve_topology"]
 logger = logging.getLogger(__name__)
 
 
+# A worker that exits with this code was preempted (SIGTERM / SIGUSR1 from a scheduler): it has
+# saved its state and the scheduler requeues the job, so a restart here would fight the scheduler.
+
+
+def _restartable(kind: str) -> bool:
+    """Whether a failure of this kind may restart the job: the one place that decides it. Not a
+    preempted worker (above), nor a user error (it would fail the same way again)."""
+    return kind not in ("preempted", "user")
+
+
+class _UserStop(LaunchError):
+    """A worker stops on a user error (the message says what to change): never restarted."""
+
+
 class _WorkerFailure(Exception):
-    """A local worker failed: ``kind`` is "died" (signal or exit code) or "error" (it raised)."""
+    """A local worker failed: ``kind`` is "died" (signal or exit code), "error" (it raised) or
+    "preempted" (it exited with PREEMPTED_EXIT_CODE)."""
 
     def __init__(self, local_rank: int, kind: str, message: str, traceback: str = ""):
         super().__init__(message)
         self.local_rank, self.kind, self.message, self.traceback = (
             local_rank, kind, message, traceback)
+
+
+class _RemoteFailure(Exception):
+    """Another node posted a failure (``root``, see NodeRendezvous.root_cause); ours stopped."""
+
+    def __init__(self, root: dict):
+        super().__init__(f"global rank {root['rank']} (node {root['node']}, {root['host']}) "
+                         f"{root['message']}; stopped this node's workers")
+        self.root = root
 
 
 def _threads_for(cfg, local_procs: int) -> int:
@@ -124,7 +163,7 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, cfg, topo: Topolo
         text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
         if is_user_error(e):
             write_to_log_file(text, None, rank)
-            raise LaunchError(one_line(e)) from None
+            raise _UserStop(one_line(e)) from None
         write_to_log_file(text, output_dir(cfg), rank)
         e.zoo_traceback_logged = True  # report_failure need not write it again
         raise
@@ -137,10 +176,24 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, cfg, topo: Topolo
 def _worker(local_rank: int, main_func: Callable, cfg, topo: Topology, session: str,
             args: tuple) -> None:
     """Entry point of a spawned worker process."""
+    _die_with_launcher()
     rank = topo.rank_offset + local_rank
     os.environ.update(LOCAL_RANK=str(local_rank), RANK=str(rank), WORLD_SIZE=str(topo.world_size))
     store = worker_store(topo.dist_url, session, float(cfg.DDP_CONFIG.INIT_TIMEOUT))
     _run_rank(rank, local_rank, main_func, cfg, topo, store, args)
+
+
+def _die_with_launcher() -> None:
+    """Linux: the kernel kills this worker when its launcher dies (SIGKILL leaves no time to stop
+    it), so an orphan never trains on beside the workers of a restarted launcher."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _last_line(traceback_text: str, keep_type: bool = False) -> str:
@@ -149,7 +202,7 @@ def _last_line(traceback_text: str, keep_type: bool = False) -> str:
     last = lines[-1] if lines else "unknown error"
     if keep_type:
         return last
-    last = re.sub(r"^[\w.]*LaunchError: ", "", last)
+    last = re.sub(r"^[\w.]*(?:LaunchError|_UserStop): ", "", last)
     last = re.sub(r"\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\] ", "", last)
     return last.split(". This is typically caused by")[0]
 
@@ -170,7 +223,7 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
 
     Raises:
         _WorkerFailure: for the local worker that failed first.
-        LaunchError: another node posted a failure; this node's workers were stopped.
+        _RemoteFailure: another node posted a failure; this node's workers were stopped.
     """
     ctx = mp.start_processes(_worker, nprocs=topo.local_procs,
                              args=(main_func, cfg, topo, rdzv.session, args),
@@ -184,10 +237,7 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
             root = rdzv.remote_failure() if topo.num_nodes > 1 else None
             if root:
                 _stop(ctx)
-                raise LaunchError(
-                    f"global rank {root['rank']} (node {root['node']}, {root['host']}) "
-                    f"{root['message']}; stopped this node's workers"
-                )
+                raise _RemoteFailure(root)
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
         # A worker that exited 75 was preempted: not a failure (see zoo/engine/preemption.py).
         raise_if_workers_preempted(ctx.processes, float(cfg.CONFIG.TRAIN.PREEMPT_GRACE))
@@ -201,12 +251,33 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
         if isinstance(e, mp.ProcessExitedException):
             by_signal = e.exit_code < 0
             text = _exit_text(-e.exit_code if by_signal else e.exit_code, by_signal)
-            raise _WorkerFailure(e.error_index, "died", text) from None
+            kind = "preempted" if e.exit_code == PREEMPTED_EXIT_CODE else "died"
+            raise _WorkerFailure(e.error_index, kind, text) from None
         text = str(e).strip()
-        expected = "LaunchError: " in _last_line(text, keep_type=True)  # its message says it all
+        peer = _lost_peer(_last_line(text), cfg, topo.num_nodes)
+        if peer:  # not a bug of ours: a process on another node stopped or died
+            raise _WorkerFailure(e.error_index, "error", f"lost its connection to {peer}, which "
+                                 "stopped or died") from None
+        last = _last_line(text, keep_type=True)
+        expected = re.search(r"(LaunchError|_UserStop): ", last)  # its message says it all
         unexpected = "" if expected else "unexpected "
-        raise _WorkerFailure(e.error_index, "error", f"failed: {unexpected}{_last_line(text)}",
+        kind = "user" if "_UserStop: " in last else "error"
+        raise _WorkerFailure(e.error_index, kind, f"failed: {unexpected}{_last_line(text)}",
                              traceback="" if expected else text) from None
+
+
+def _lost_peer(message: str, cfg, num_nodes: int) -> str:
+    """``"node 1 (10.0.0.2)"`` when ``message`` is a backend's "a peer closed the connection"
+    error (the node is named when exactly one WORLD_URLS entry has that address), else ""."""
+    # gloo says e.g. "Connection closed by peer [10.0.0.2]:4242" or "Read error [10.0.0.2]:4242:
+    # Connection reset by peer".
+    m = re.search(r"\[([^\]\s]+)\]:\d+", message)
+    if not m or not re.search(r"Connection (?:closed|reset) by peer|Broken pipe", message):
+        return ""
+    addr = m.group(1)
+    urls = list(cfg.DDP_CONFIG.WORLD_URLS) if len(cfg.DDP_CONFIG.WORLD_URLS) == num_nodes else []
+    nodes = [k for k, url in enumerate(urls) if addr == url or addr in net.resolve(url)]
+    return f"node {nodes[0]} ({addr})" if len(nodes) == 1 else f"the process at {addr}"
 
 
 def _exit_text(code: int, by_signal: bool) -> str:
@@ -257,10 +328,28 @@ def _run_here(main_func: Callable, cfg, args: tuple) -> Any:
         comm.set_device_index(None)
 
 
+def resume_config(cfg):
+    """The config a restarted worker runs: ``TRAIN.AUTO_RESUME`` on and ``RESUME_EPOCH`` -1, so it
+    continues from the newest complete checkpoint (both keys may change between a run and its
+    resumption, so the checkpoint's config still matches)."""
+    new = cfg.clone()
+    new.defrost()
+    new.CONFIG.TRAIN.AUTO_RESUME = True
+    new.CONFIG.TRAIN.RESUME_EPOCH = -1
+    if cfg.is_frozen():
+        new.freeze()
+    return new
+
+
 def _run_assigned(main_func: Callable, cfg, topo: Topology, args: tuple, timeout_s: float) -> Any:
     """torchrun / Slurm started this process as one rank: join the group, spawn nothing."""
     logger.info("%s started this process as rank %d of %d (%s); not spawning workers",
                 topo.source, topo.rank, topo.world_size, topo.how)
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
+        # torchrun --max-restarts started us again after a failure: continue, as our own restarts do
+        logger.info("torchrun restart %s: resuming from the newest checkpoint",
+                    os.environ["TORCHELASTIC_RESTART_COUNT"])
+        cfg = resume_config(cfg)
     store = None
     if topo.dist_url != "env://":  # Slurm: rank 0 hosts the store on the first node
         store, _ = open_store(topo.dist_url, host_it=topo.rank == 0, timeout_s=timeout_s)
@@ -270,6 +359,64 @@ def _run_assigned(main_func: Callable, cfg, topo: Topology, args: tuple, timeout
                          check_agreement=topo.world_size > 1)
     except LaunchError as e:
         raise LaunchError(f"rank {topo.rank} of {topo.world_size}: {e}") from None
+
+
+def _log_layout(topo: Topology) -> None:
+    logger.info(
+        "node %d/%d (%s): %d %s process(es), global ranks %d..%d of %d, backend %s, "
+        "rendezvous %s", topo.node_rank, topo.num_nodes, topo.how, topo.local_procs,
+        "GPU" if topo.use_cuda else "CPU", topo.rank_offset,
+        topo.rank_offset + topo.local_procs - 1, topo.world_size, topo.backend, topo.dist_url,
+    )
+
+
+def _run_workers(main_func: Callable, cfg, rdzv: NodeRendezvous, args: tuple) -> Any:
+    """One attempt: this node's workers in the group ``rdzv`` formed last.
+
+    Raises:
+        _WorkerFailure, _RemoteFailure: as :func:`_spawn`.
+    """
+    topo = rdzv.topology
+    if topo.local_procs == 1 and topo.num_nodes == 1 and not cfg.DDP_CONFIG.MAX_RESTARTS:
+        # Nothing to spawn: run the single worker here, still inside a (1-rank) process group.
+        # (With restarts it is spawned: a crash of this process could not be restarted.)
+        store = worker_store(topo.dist_url, rdzv.session, rdzv.timeout_s)
+        try:
+            return _run_rank(0, 0, main_func, cfg, topo, store, args)
+        finally:
+            del store  # release the store before the rendezvous closes (and a file store goes)
+    _spawn(main_func, cfg, topo, rdzv, args)
+    return None
+
+
+def _supervise(main_func: Callable, cfg, rdzv: NodeRendezvous, args: tuple) -> Any:
+    """Start this node's workers; after a failure, while ``DDP_CONFIG.MAX_RESTARTS`` allows, meet
+    the other nodes again (a new rendezvous round) and start them again from the newest checkpoint.
+
+    Raises:
+        LaunchError: a failure that may not be restarted, or one after the last restart (the
+            rank that failed is named).
+    """
+    max_restarts = cfg.DDP_CONFIG.MAX_RESTARTS
+    while True:
+        _log_layout(rdzv.topology)
+        try:
+            return _run_workers(main_func, resume_config(cfg) if rdzv.restarts else cfg, rdzv,
+                                args)
+        except _WorkerFailure as f:
+            text, kind = _explain(f, rdzv, rdzv.topology, cfg), f.kind
+        except _RemoteFailure as r:
+            text, kind = str(r), r.root["kind"]
+        if not max_restarts:
+            raise LaunchError(text)
+        if not _restartable(kind):
+            why = "preempted" if kind == "preempted" else "it would fail the same way again"
+            raise LaunchError(f"{text} (not restarted: {why})")
+        if rdzv.restarts >= max_restarts:
+            raise LaunchError(f"{text} (after {rdzv.restarts} of {max_restarts} restarts)")
+        logger.warning("%s; restart %d of %d: the nodes meet again and resume from the newest "
+                       "checkpoint", text, rdzv.restarts + 1, max_restarts)
+        rdzv.reform()
 
 
 def launch(main_func: Callable, cfg, args: tuple = (), node_rank: Optional[int] = None) -> Any:
@@ -285,35 +432,17 @@ def launch(main_func: Callable, cfg, args: tuple = (), node_rank: Optional[int] 
 
     Raises:
         LaunchError: the topology is impossible, nodes disagree, or a worker failed (its rank is
-            named, and the rank that failed first anywhere in the job when another node knows it).
+            named, and the rank that failed first anywhere in the job when another node knows it)
+            and no restart is left.
     """
     if not cfg.DDP_CONFIG.DISTRIBUTED:
         return _run_here(main_func, cfg, args)
-    topo = resolve_topology(cfg, node_rank)
+    topo = resolve_topology(cfg, node_rank)  # 1. resolve
     # Workers inherit this: c10d's C++ warnings (retries, peers that closed) only repeat our errors.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     _pin_gloo_interface(topo, cfg)
     timeout_s = float(cfg.DDP_CONFIG.INIT_TIMEOUT)
     if topo.assigned:
         return _run_assigned(main_func, cfg, topo, args, timeout_s)
-
-    with NodeRendezvous(topo, cfg, timeout_s) as rdzv:
-        topo = rdzv.topology
-        logger.info(
-            "node %d/%d (%s): %d %s process(es), global ranks %d..%d of %d, backend %s, "
-            "rendezvous %s", topo.node_rank, topo.num_nodes, topo.how, topo.local_procs,
-            "GPU" if topo.use_cuda else "CPU", topo.rank_offset,
-            topo.rank_offset + topo.local_procs - 1, topo.world_size, topo.backend, topo.dist_url,
-        )
-        if topo.local_procs == 1 and topo.num_nodes == 1:
-            # Nothing to spawn: run the single worker here, still inside a (1-rank) process group.
-            store = worker_store(topo.dist_url, rdzv.session, timeout_s)
-            try:
-                return _run_rank(0, 0, main_func, cfg, topo, store, args)
-            finally:
-                del store  # release the store before the rendezvous closes (and a file store goes)
-        try:
-            _spawn(main_func, cfg, topo, rdzv, args)
-        except _WorkerFailure as f:
-            raise LaunchError(_explain(f, rdzv, topo, cfg)) from None
-    return None
+    with NodeRendezvous(topo, cfg, timeout_s) as rdzv:  # 2. rendezvous
+        return _supervise(main_func, cfg, rdzv, args)  # 3. start workers (again after a failure)

@@ -15,10 +15,20 @@ stops there with one line, having written nothing but a note under ``zoo/strange
 logs as one warning. Every other key lives under the identity, so a stranger never reads or
 overwrites them. The token itself never leaves the process: only its hash goes into the identity.
 
-Keys (under ``zoo/<job>/``): ``session`` (a fresh id per run: a reused file store is appended to,
-never read stale); then under ``zoo/<job>/<session>/``: ``count/<k>`` and ``node/<k>/<i>``
-(registrations; two for one rank are a duplicate), ``plan``, ``failure/<i>``, ``finished``, and
-``pg/`` for the process group.
+Keys (under ``zoo/<job>/``): ``session`` (``<job>/<run>/r<n>``: a fresh run id per start of node
+0, so a reused file store is appended to, never read stale, and a round number ``n`` that node 0
+raises each time the group is re-formed after a failure, see ``DDP_CONFIG.MAX_RESTARTS``); then
+under ``zoo/<session>/``: ``count/<k>`` and ``node/<k>/<i>`` (registrations; two for one rank are
+a duplicate), ``plan``, ``failure/<i>``, ``finished``, and ``pg/`` for the process group. Each
+round has its own keys, so a restarted group never reads a failure or a process-group key of the
+round before.
+
+Restarts: after a failure every node's launcher stops its workers and calls :meth:`NodeRendezvous.
+reform`; node 0 opens the next round and the others register there again. A node whose launcher
+died starts from scratch, reads the current session and registers in it like the others; when
+node 0's launcher died, the others reconnect to the port until the re-run node 0 opens a new run.
+Every registration carries how many restarts its node has seen; the plan takes the largest, so a
+re-run launcher learns the job is a restart (and its workers resume).
 """
 
 from __future__ import annotations
@@ -268,6 +278,11 @@ class NodeRendezvous:
         self.session = ""
         self.plan: dict = {}
         self._store_lost = False
+        # Restarts this job has seen (the plan's count), node 0's run id and its next round number.
+        self.restarts = 0
+        self._run, self._round = "", 0
+        # With restarts allowed, a node that lost node 0's store waits for a re-run node 0.
+        self.reconnect = bool(getattr(cfg.DDP_CONFIG, "MAX_RESTARTS", 0))
 
     # -- the handshake
     def _key(self, name: str) -> str:
@@ -277,8 +292,8 @@ class NodeRendezvous:
         """Add this node's record under the current session (several per rank = a duplicate)."""
         k = self.topology.node_rank
         i = self.store.add(self._key(f"count/{k}"), 1)
-        self.store.set(self._key(f"node/{k}/{i}"), json.dumps(dict(self.summary, nonce=self.nonce),
-                                                              default=str))
+        record = dict(self.summary, nonce=self.nonce, restarts=self.restarts)
+        self.store.set(self._key(f"node/{k}/{i}"), json.dumps(record, default=str))
 
     def _records(self, k: int) -> List[dict]:
         n = self.store.add(self._key(f"count/{k}"), 0)
@@ -291,7 +306,9 @@ class NodeRendezvous:
         """Node 0: open a session, wait for every node, check they agree, post the plan."""
         n = self.topology.num_nodes
         self._publish_job(forming=True)
-        self.session = f"{self.job}/{uuid.uuid4().hex[:12]}"
+        self._run = self._run or f"{self.job}/{uuid.uuid4().hex[:12]}"
+        self.session = f"{self._run}/r{self._round}"
+        self._round += 1
         self.store.set(f"zoo/{self.job}/session", self.session)
         self._register()
         keys = [self._key(f"node/{k}/1") for k in range(n)]
@@ -321,7 +338,8 @@ class NodeRendezvous:
         offsets = [sum(counts[:k]) for k in range(n)]
         plan = {"nonces": [r["nonce"] for r in regs], "error": "; ".join(errors),
                 "warnings": warnings, "counts": counts, "offsets": offsets,
-                "world_size": sum(counts), "hosts": [r["host"] for r in regs]}
+                "world_size": sum(counts), "hosts": [r["host"] for r in regs],
+                "restarts": max(r.get("restarts", 0) for r in regs)}
         local = local_differences(regs, self._label(regs))
         if local and not errors:
             logger.warning("%s", local)
@@ -383,21 +401,22 @@ class NodeRendezvous:
     def _post(self, plan: dict) -> None:
         self.store.set(self._key("plan"), json.dumps(plan))
 
-    def _join(self) -> dict:
-        """Node k > 0: register under node 0's current session and wait for a plan that has us."""
+    def _join(self, after: str = "") -> dict:
+        """Node k > 0: register under node 0's current session (not ``after``, the round that
+        failed) and wait for a plan that has us."""
         k = self.topology.node_rank
         deadline = time.monotonic() + self.timeout_s
-        registered, left_out = None, False
+        registered, left_out = after or None, False
         is_file = self.topology.dist_url.startswith("file://")
         while True:
             try:
                 job = self._check_job(is_file)
                 if job and self.store.check([f"zoo/{job}/session"]):
                     self.session = self.store.get(f"zoo/{job}/session").decode()
-                    if self.session != registered:  # a new run of node 0 (or a stale file store)
+                    if self.session != registered:  # a new round or run of node 0 (or stale file)
                         self._register()
                         registered, left_out = self.session, False
-                    if self.store.check([self._key("plan")]):
+                    if self.session != after and self.store.check([self._key("plan")]):
                         plan = json.loads(self.store.get(self._key("plan")))
                         if self.nonce in plan["nonces"]:
                             return plan
@@ -405,6 +424,9 @@ class NodeRendezvous:
             except LaunchError:
                 raise
             except RuntimeError as e:  # c10d errors: node 0 went away mid-rendezvous
+                if self.reconnect and time.monotonic() < deadline:
+                    self._reopen(deadline)  # node 0's launcher died: wait for its re-run
+                    continue
                 raise LaunchError(
                     f"node {k}: lost node 0's rendezvous at {self.topology.dist_url} "
                     f"({_first_line(e)}); see node 0's output"
@@ -429,22 +451,58 @@ class NodeRendezvous:
                 )
             time.sleep(0.2)
 
-    def __enter__(self) -> "NodeRendezvous":
+    def _reopen(self, deadline: float) -> None:
+        """Connect to node 0's store again (a re-run node 0 listens on the same port).
+
+        Raises:
+            LaunchError: node 0 did not come back before ``deadline``.
+        """
+        self.store = None
+        while True:
+            left = max(1.0, deadline - time.monotonic())
+            try:
+                self.store, _ = open_store(self.topology.dist_url, host_it=False, timeout_s=left)
+                break
+            except LaunchError:
+                raise
+            except RuntimeError as e:  # the port answered but the store is not up yet
+                if time.monotonic() >= deadline:
+                    raise LaunchError(
+                        f"node {self.topology.node_rank}: lost node 0's rendezvous at "
+                        f"{self.topology.dist_url} and it did not come back ({_first_line(e)}); "
+                        "run the same command on node 0 again") from None
+                time.sleep(0.5)
+        self._store_lost = False
+
+    def _form(self, after: str = "") -> None:
+        """One round of the handshake: sets ``plan``, ``topology`` and ``restarts``."""
         try:
-            plan = self._host() if self.topology.node_rank == 0 else self._join()
+            plan = self._host() if self.topology.node_rank == 0 else self._join(after)
         except BaseException:
             self.close()
             raise
         if plan["error"]:
             self.close()
             raise LaunchError(plan["error"])
-        for w in plan["warnings"]:
-            logger.warning("%s", w)
-        self.plan = plan
+        if not after:  # the same warnings again on every restart would only repeat them
+            for w in plan["warnings"]:
+                logger.warning("%s", w)
+        self.plan, self.restarts = plan, plan.get("restarts", 0)
         k = self.topology.node_rank
         self.topology = dataclasses.replace(
             self.topology, world_size=plan["world_size"], rank_offset=plan["offsets"][k]
         )
+
+    def reform(self) -> None:
+        """After a failure: meet the other nodes again in a new round (node 0 opens it), as the
+        job's next restart. Raises LaunchError as the first round does."""
+        failed, self.restarts = self.session, self.restarts + 1
+        if self.topology.node_rank != 0 and (self.store is None or self._store_lost):
+            self._reopen(time.monotonic() + self.timeout_s)
+        self._form(after=failed)
+
+    def __enter__(self) -> "NodeRendezvous":
+        self._form()
         return self
 
     def __exit__(self, *exc) -> None:
