@@ -286,6 +286,22 @@ def _videos_per_batch(batch_size: int, clips_per_video: int, per_rank: int,
     return videos
 
 
+def _sampler(dataset, train: bool, seed: int):
+    """Training: an :class:`EpochSampler` (the order of epoch e is a function of (SEED, e) even
+    with one process, so a resumed run replays exactly the epochs it missed). Evaluation: the
+    videos in order, sharded when there are several ranks; None for one rank."""
+    world_size, rank = comm.get_world_size(), comm.get_rank()
+    if train:
+        return EpochSampler(DistributedSampler(
+            dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=False
+        ))
+    if world_size > 1:
+        return DistributedSampler(
+            dataset, num_replicas=world_size, rank=rank, shuffle=False, seed=seed, drop_last=False
+        )
+    return None
+
+
 def build_loader(cfg: CfgNode, split: str) -> DataLoader:
     """A DataLoader for ``split``, sharded over ranks when a process group has several ranks.
 
@@ -310,17 +326,7 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
     }[split]
     world_size, rank = comm.get_world_size(), comm.get_rank()
     seed = int(cfg.CONFIG.SEED)
-    sampler = None
-    if train:
-        # The order of epoch e is a function of (SEED, e) even with one process, so a resumed
-        # run replays exactly the epochs it missed.
-        sampler = EpochSampler(DistributedSampler(
-            dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=False
-        ))
-    elif world_size > 1:
-        sampler = DistributedSampler(
-            dataset, num_replicas=world_size, rank=rank, shuffle=False, seed=seed, drop_last=False
-        )
+    sampler = _sampler(dataset, train, seed)
     per_rank = len(sampler) if sampler is not None else len(dataset)
     clips_per_video = int(cfg.CONFIG.DATA.CLIPS_PER_VIDEO) if train else 1
     videos_per_batch = (_videos_per_batch(batch_size, clips_per_video, per_rank, world_size)
