@@ -19,6 +19,7 @@ from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
 from .checkpoint import find_resume_checkpoint, load_training_state, unwrap
 from .finetune import classifier_module, freeze_backbone, freeze_bn
+from .heartbeat import note_step
 from .hooks import HookBase, default_hooks, load_user_hooks
 from .metrics import MetricsWriter
 from .precision import execution_settings, memory_format, route_cpu_convs
@@ -224,6 +225,7 @@ class Trainer:
             self._call("before_step")
             self.run_step()
             self._call("after_step")
+            note_step(self.epoch + 1, self.inner_iter + 1)  # what a hang report names
         self._call("after_epoch")
         comm.synchronize()
 
