@@ -102,8 +102,9 @@ def describe(rank: int, beat: Optional[dict], silent_s: float) -> str:
         return (f"rank {rank} sent no heartbeat for {silent_s:.0f} s, none since the job started "
                 "(DDP_CONFIG.HANG_TIMEOUT)")
     where = f"node {beat['node']}, {beat['host']}"
-    step = (f"its last step was epoch {beat['epoch']} iter {beat['iter']}" if beat["epoch"]
-            else "it had not finished a training step yet")
+    # The beat carries the step finished by the time it was sent: at most one interval old.
+    step = (f"the last step it reported was epoch {beat['epoch']} iter {beat['iter']}"
+            if beat["epoch"] else "it had reported no finished training step")
     return (f"rank {rank} ({where}) sent no heartbeat for {silent_s:.0f} s; {step} "
             "(DDP_CONFIG.HANG_TIMEOUT)")
 
@@ -150,12 +151,14 @@ class Heartbeat:
         self._send(done=True)
 
     # -- one round
-    def _send(self, done: bool) -> None:
+    def _beat_text(self, done: bool) -> str:
         self._seq += 1
-        beat = {"seq": self._seq, "node": self.node, "host": self.host, "epoch": self.step[0],
-                "iter": self.step[1], "done": done}
+        return json.dumps({"seq": self._seq, "node": self.node, "host": self.host,
+                           "epoch": self.step[0], "iter": self.step[1], "done": done})
+
+    def _send(self, done: bool) -> None:
         try:
-            self.store.set(f"beat/{self.rank}", json.dumps(beat))
+            self.store.set(f"beat/{self.rank}", self._beat_text(done))
         except Exception as e:  # the store went away; the launcher's own checks handle that
             self._log_store_error(e)
 
@@ -170,17 +173,18 @@ class Heartbeat:
         while not self._stop.wait(self.interval):
             now = time.monotonic()
             if now - last_round > 2 * self.interval + 2:
-                # This process itself was paused (or the store was slow): the watched rank's
-                # silence cannot be judged from here; start its clock again.
+                # This process itself was paused, or the store was slow: the watched rank may have
+                # beaten meanwhile unseen, so its silence is judged from now on.
                 self._changed = now
             last_round = now
-            self._send(done=False)
             try:
+                self.store.set(f"beat/{self.rank}", self._beat_text(done=False))
                 report = read_report_from(self.store)
                 if report is None:
                     report = self._watch(now)
-            except Exception as e:
+            except Exception as e:  # the store did not answer: nothing was seen this round
                 self._log_store_error(e)
+                self._changed = time.monotonic()
                 continue
             if report is not None:
                 self._end(report)

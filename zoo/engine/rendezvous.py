@@ -460,8 +460,8 @@ class NodeRendezvous:
         return _pg_prefix(self.session, self.store) if self.store is not None else None
 
     def record_failure(self, rank: int, kind: str, message: str) -> None:
-        """Tell the other nodes that ``rank`` failed (kind "died": killed or exited; "error"; "hung":
-        ``message`` is the heartbeat's report line, naming the silent rank)."""
+        """Tell the other nodes that ``rank`` failed (kind "died": killed or exited; "error";
+        "hung": ``message`` is the heartbeat's report line, naming the silent rank)."""
         record = {"rank": rank, "node": self.topology.node_rank, "host": self.summary["host"],
                   "kind": kind, "message": message}
         try:
