@@ -28,7 +28,7 @@ class _Beating(heartbeat.Heartbeat):
         self.ended_at = None
 
     def _end(self, report):
-        self.ended, self.ended_at = report, time.monotonic()
+        self.report, self.ended, self.ended_at = report, report["line"], time.monotonic()
         self._stop.set()  # one report per rank, like a process that exits
 
 
@@ -78,6 +78,8 @@ def test_a_silent_rank_is_named_with_its_node_host_and_last_step(store):
         # Within HANG_TIMEOUT plus two beat intervals (and some slack for a loaded machine).
         assert ranks[0].ended_at - frozen_at < TIMEOUT_S + 2 * ranks[0].interval + 1.0
         assert heartbeat.read_report(store) == ranks[0].ended  # what zoo's launcher prints
+        # What the ranks of its node need to kill it: its pid (here: this process).
+        assert ranks[2].report["pid"] == os.getpid() and ranks[2].report["node"] == 0
     finally:
         for hb in ranks:
             hb._stop.set()
@@ -140,6 +142,37 @@ def test_a_watcher_that_was_held_up_itself_does_not_blame_its_neighbour(store):
         for hb in ranks:
             hb._stop.set()
             hb.store = getattr(hb.store, "store", hb.store)
+
+
+KILL_SIBLING = """
+import importlib.util, os, subprocess, sys, time
+if sys.argv[1] == "parent":
+    a = subprocess.Popen([sys.executable, "-c", sys.argv[2], "sleeper"])
+    b = subprocess.run([sys.executable, "-c", sys.argv[2], "killer", str(a.pid)])
+    print("sleeper", a.wait(timeout=30), "killer", b.returncode)
+elif sys.argv[1] == "sleeper":
+    time.sleep(30)
+else:
+    # heartbeat.py by its path: importing zoo.engine (and torch) would take seconds.
+    spec = importlib.util.spec_from_file_location("hb", "zoo/engine/heartbeat.py")
+    hb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hb)
+    kill_if_sibling = hb.kill_if_sibling
+    # Not itself, not its parent (not a sibling), but its sibling: killed.
+    assert not kill_if_sibling(os.getpid()) and not kill_if_sibling(os.getppid())
+    sys.exit(0 if kill_if_sibling(int(sys.argv[2])) else 3)
+"""
+
+
+def test_only_a_sibling_worker_is_killed():
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    out = subprocess.run([sys.executable, "-c", KILL_SIBLING, "parent", KILL_SIBLING], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == f"sleeper {-signal.SIGKILL} killer 0", out.stdout + out.stderr
 
 
 def test_hang_timeout_zero_or_one_rank_starts_nothing(store):

@@ -8,9 +8,11 @@ Every rank of a multi-process job runs one daemon thread that, every few seconds
 3. checks whether any rank has posted a hang report (one ``check``).
 
 A watched beat that has not changed for ``HANG_TIMEOUT`` seconds, by the watcher's own clock (so
-clocks of different hosts never get compared), makes the watcher post one report line under
-``report`` (``compare_set``: the first report wins) and end its process with
-:data:`HANG_EXIT_CODE`; every other rank sees the report at its next beat and ends the same way.
+clocks of different hosts never get compared), makes the watcher post one report under ``report``
+(``compare_set``: the first report wins) and end its process with :data:`HANG_EXIT_CODE`; every
+other rank sees the report at its next beat and ends the same way. The ranks on the silent rank's
+node SIGKILL it first when it is their sibling (:func:`kill_if_sibling`): a SIGSTOPped process
+waits out every SIGTERM.
 Under zoo's launcher the launcher reads the report (:func:`read_report`) and prints it as the
 job's root cause; under torchrun / Slurm the first process of each node prints it.
 
@@ -31,6 +33,7 @@ import datetime
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
@@ -81,12 +84,10 @@ def read_report(store) -> Optional[str]:
     import torch.distributed as dist
 
     try:
-        hb = dist.PrefixStore(_attempt_prefix(), store)
-        if hb.check([REPORT_KEY]):
-            return hb.get(REPORT_KEY).decode()
+        report = read_report_from(dist.PrefixStore(_attempt_prefix(), store))
     except Exception:  # the store is gone: there is nothing to read
-        pass
-    return None
+        return None
+    return report["line"] if report else None
 
 
 def note_step(epoch: int, iteration: int) -> None:
@@ -126,7 +127,7 @@ class Heartbeat:
         self.timeout_s, self.announce = timeout_s, announce
         self.interval = beat_interval(timeout_s)
         self.store = heartbeat_store(store, timeout_s)
-        self.host = socket.gethostname()
+        self.host, self.pid = socket.gethostname(), os.getpid()
         self.step = (0, 0)
         self._seq = 0
         self._stop = threading.Event()
@@ -153,7 +154,7 @@ class Heartbeat:
     # -- one round
     def _beat_text(self, done: bool) -> str:
         self._seq += 1
-        return json.dumps({"seq": self._seq, "node": self.node, "host": self.host,
+        return json.dumps({"seq": self._seq, "node": self.node, "host": self.host, "pid": self.pid,
                            "epoch": self.step[0], "iter": self.step[1], "done": done})
 
     def _send(self, done: bool) -> None:
@@ -204,27 +205,54 @@ class Heartbeat:
             silent = now - self._changed
             if silent < self.timeout_s:
                 return None
-            line = describe(self._target, self._beat, silent)
+            beat = self._beat or {}
+            report = {"line": describe(self._target, self._beat, silent), "rank": self._target,
+                      "node": beat.get("node"), "host": beat.get("host"), "pid": beat.get("pid")}
             # The first report wins: a second watcher that caught another rank reads it back.
-            return self.store.compare_set(REPORT_KEY, "", line).decode()
+            return json.loads(self.store.compare_set(REPORT_KEY, "", json.dumps(report)))
         return None
 
-    def _end(self, report: str) -> None:
-        """End this process: the job has a hung rank (ours is blocked waiting for it, or next)."""
+    def _end(self, report: dict) -> None:
+        """End this process: the job has a hung rank (ours is blocked waiting for it, or next).
+        The ranks on the silent rank's node kill it first, if it is their sibling."""
         from ..utils.logger import write_to_log_file
 
-        write_to_log_file(f"hung rank: {report}; ending this process (rank {self.rank})")
-        if self.announce and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            print(f"error: {report}", file=sys.stderr, flush=True)
+        line = report["line"]
+        killed = (report["pid"] and report["node"] == self.node and report["host"] == self.host
+                  and kill_if_sibling(report["pid"]))
+        write_to_log_file(f"hung rank: {line}; ending this process (rank {self.rank})"
+                          + (f", after killing rank {report['rank']}" if killed else ""))
+        local = os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0"))
+        if self.announce and local == "0":  # one line per node, as zoo.engine.cli does
+            print(f"error: {line}", file=sys.stderr, flush=True)
         logging.shutdown()
         os._exit(HANG_EXIT_CODE)
 
 
-def read_report_from(hb_store) -> Optional[str]:
-    """The report under an already-prefixed heartbeat store, else None."""
+def read_report_from(hb_store) -> Optional[dict]:
+    """The report (``line``, and the silent rank's ``rank``, ``node``, ``host``, ``pid``) under an
+    already-prefixed heartbeat store, else None."""
     if hb_store.check([REPORT_KEY]):
-        return hb_store.get(REPORT_KEY).decode()
+        return json.loads(hb_store.get(REPORT_KEY))
     return None
+
+
+def kill_if_sibling(pid: int) -> bool:
+    """SIGKILL ``pid`` if it is a process of this machine started by our parent (the launcher or
+    torchrun's agent), i.e. a stopped worker of this node; True if it was killed.
+
+    A SIGSTOPped process ignores the SIGTERM launchers send first (it stays pending), and torchrun
+    waits 30 s before its SIGKILL; the parent check makes sure no unrelated process is touched.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        if ppid != os.getppid() or pid == os.getpid():
+            return False
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def start(cfg, store, rank: int, world_size: int, node: int, announce: bool) -> Optional[Heartbeat]:
