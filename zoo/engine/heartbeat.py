@@ -270,6 +270,9 @@ def start(cfg, store, rank: int, world_size: int, node: int, announce: bool) -> 
                        "rank will end the job through the collective timeout, without its name",
                        timeout_s, float(cfg.DDP_CONFIG.INIT_TIMEOUT))
     _current = Heartbeat(store, rank, world_size, node, timeout_s, announce).start()
+    if rank == 0:
+        logger.info("heartbeat: every %.1f s through the job's store; a rank silent for %g s ends "
+                    "the job (DDP_CONFIG.HANG_TIMEOUT)", _current.interval, timeout_s)
     return _current
 
 
