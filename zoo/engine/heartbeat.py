@@ -74,8 +74,11 @@ def heartbeat_store(store, timeout_s: float):
     with a timeout of ``timeout_s``, under the heartbeat's prefix."""
     import torch.distributed as dist
 
-    own = store.clone()
-    own.set_timeout(datetime.timedelta(seconds=max(1.0, timeout_s)))
+    try:
+        own = store.clone()
+        own.set_timeout(datetime.timedelta(seconds=max(1.0, timeout_s)))
+    except (RuntimeError, AttributeError):  # a store type without clone: share it (thread-safe)
+        own = store
     return dist.PrefixStore(_attempt_prefix(), own)
 
 
@@ -190,7 +193,7 @@ class Heartbeat:
             if report is not None:
                 self._end(report)
 
-    def _watch(self, now: float) -> Optional[str]:
+    def _watch(self, now: float) -> Optional[dict]:
         """Look at the watched rank's beat; returns the posted report once it is silent too long."""
         while self._target != self.rank:
             key = f"beat/{self._target}"
@@ -247,7 +250,8 @@ def kill_if_sibling(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        if ppid != os.getppid() or pid == os.getpid():
+        # Orphans (parent 1, a reaper) have no launcher in common with us: kill nothing then.
+        if ppid != os.getppid() or ppid == 1 or pid == os.getpid():
             return False
         os.kill(pid, signal.SIGKILL)
         return True
