@@ -4,8 +4,10 @@ Every rank of a multi-process job runs one daemon thread that, every few seconds
 
 1. writes its beat, ``beat/<rank>`` = ``{seq, node, host, epoch, iter, done}`` (one ``set``);
 2. reads the beat of the next live rank in a ring (``rank + 1``, skipping ranks that finished), so
-   every rank is watched by exactly one other and the store sees O(ranks) requests per interval;
+   every rank is watched by exactly one other (one ``get``);
 3. checks whether any rank has posted a hang report (one ``check``).
+
+Three small requests per rank per interval: the store's load grows with the number of ranks only.
 
 A watched beat that has not changed for ``HANG_TIMEOUT`` seconds, by the watcher's own clock (so
 clocks of different hosts never get compared), makes the watcher post one report under ``report``
@@ -197,7 +199,8 @@ class Heartbeat:
         """Look at the watched rank's beat; returns the posted report once it is silent too long."""
         while self._target != self.rank:
             key = f"beat/{self._target}"
-            raw = self.store.get(key) if self.store.check([key]) else None
+            # check() only until the key exists: then one get() per round.
+            raw = self.store.get(key) if self._seen or self.store.check([key]) else None
             if raw is not None and raw != self._seen:
                 self._seen, self._beat, self._changed = raw, json.loads(raw), now
             if self._beat is not None and self._beat["done"]:
