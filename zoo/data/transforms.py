@@ -37,10 +37,17 @@ def _source_side(height: int, width: int, crop_size: int, short_side: float) -> 
     return side
 
 
-def crop_resize(clip: torch.Tensor, box: Box, size: int) -> torch.Tensor:
-    """Cut ``box`` out of ``(T, C, H, W)`` and resize it to ``size`` x ``size`` (antialiased)."""
+def crop_resize(clip: torch.Tensor, box: Box, size: int,
+                rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Cut ``box`` out of ``(T, C, H, W)`` and resize it to ``size`` x ``size`` (antialiased).
+
+    ``rows`` (int64), when given, picks the frames of the clip from ``clip`` after the cut, so
+    that only the box of each picked frame is copied.
+    """
     top, left, height, width = box
     region = clip[..., top : top + height, left : left + width]
+    if rows is not None:
+        region = region.index_select(0, rows)
     if height == size and width == size:
         return region
     return F.interpolate(
@@ -64,10 +71,12 @@ def resize_frames(frames: torch.Tensor, height: int, width: int) -> torch.Tensor
 def normalize(clip: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
     """Map uint8 (or 0..255 float) ``(T, C, H, W)`` to ``(x / 255 - mean) / std`` as float
     ``(C, T, H, W)``."""
-    scale = torch.tensor([1.0 / (255.0 * s) for s in std]).view(1, -1, 1, 1)
-    shift = torch.tensor([m / s for m, s in zip(mean, std)]).view(1, -1, 1, 1)
-    out = clip.to(torch.float32) * scale
-    return out.sub_(shift).transpose(0, 1).contiguous()
+    scale = torch.tensor([1.0 / (255.0 * s) for s in std]).view(-1, 1, 1, 1)
+    shift = torch.tensor([m / s for m, s in zip(mean, std)]).view(-1, 1, 1, 1)
+    # Reorder to (C, T, H, W) while the pixels are still bytes: the same arithmetic as converting
+    # first, but the channels-last -> planar copy moves a quarter of the data (~4x faster).
+    out = clip.transpose(0, 1).contiguous().to(torch.float32)
+    return out.mul_(scale).sub_(shift)
 
 
 def color_jitter(clip: torch.Tensor, strength: Sequence[float],
@@ -104,6 +113,7 @@ def train_transform(
     std: Sequence[float],
     generator: Optional[torch.Generator] = None,
     jitter: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
+    rows: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Scale jitter, a random square crop, an optional left-right flip and colour jitter.
 
@@ -116,6 +126,8 @@ def train_transform(
         std: Per-channel std on the 0..1 scale.
         generator: Torch RNG; None = the global one (seeded per data worker).
         jitter: Colour jitter strengths, see :func:`color_jitter`.
+        rows: int64 rows of ``frames`` that make the clip (None = all of them, in order): several
+            clips cut from one decode pick their frames without copying whole frames.
 
     Returns:
         float32 ``(C, T, crop_size, crop_size)``.
@@ -127,7 +139,7 @@ def train_transform(
     side = _source_side(height, width, crop_size, short_side)
     top = int(torch.randint(0, height - side + 1, (1,), generator=generator))
     left = int(torch.randint(0, width - side + 1, (1,), generator=generator))
-    clip = crop_resize(clip, (top, left, side, side), crop_size)
+    clip = crop_resize(clip, (top, left, side, side), crop_size, rows)
     if random_flip and bool(torch.rand(1, generator=generator) < 0.5):
         clip = clip.flip(-1)
     clip = color_jitter(clip, jitter, generator)
