@@ -461,13 +461,43 @@ def _wait_for_training(procs, log, timeout=120):
         time.sleep(0.2)
 
 
+# A toy model that, after its first forward, waits for a gate file (at most 240 s): the job stays
+# mid-training, however slowly the machine starts the stranger, until the test opens the gate.
+GATED_MODEL = TOY_MODEL + '''
+
+import os
+import time
+
+
+class _Gated(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.net = toy_conv3d(num_classes)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        deadline = time.monotonic() + 240
+        while self.calls > 1 and not os.path.exists(GATE) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return self.net(x)
+
+
+@MODEL_REGISTRY.register()
+def toy_gated(num_classes=10, **kwargs):
+    return _Gated(num_classes)
+'''
+
+
 @pytest.mark.parametrize("job_token,stranger_token", [("alpha-1", "beta-2"), ("alpha-1", "")])
 def test_a_stranger_on_the_port_is_refused_and_the_job_finishes(tmp_path, synth_root, job_token,
                                                                 stranger_token):
     """Another job's node 1 (another token, or the same config with no token) started on a running
     job's port: one error line for it, one warning on node 0, and the job finishes unharmed."""
     port = _free_port()
-    args = _toy_args(tmp_path, synth_root, model="toy_slow", model_src=SLOW_MODEL, epochs=2)
+    gate = tmp_path / "gate"
+    args = _toy_args(tmp_path, synth_root, model="toy_gated",
+                     model_src=GATED_MODEL + f"\nGATE = {str(gate)!r}\n", epochs=2)
     procs = _two_nodes_here([*args, "DDP_CONFIG.JOB_TOKEN", job_token], port)
     _wait_for_training(procs, tmp_path / "runs" / "job" / "log_rank1.txt")
     stranger_env = {"ZOO_NODE_RANK": "1", "ZOO_JOB_TOKEN": stranger_token}
@@ -477,6 +507,7 @@ def test_a_stranger_on_the_port_is_refused_and_the_job_finishes(tmp_path, synth_
     line, _ = _fails_fast(_tool("train_ddp.py", common), env=stranger_env,
                           expect=["is held by another job", f"127.0.0.1:{port}", "JOB_TOKEN"])
     assert all(p.poll() is None for p in procs), "the running job stopped"
+    gate.touch()
     (rc0, out0), (rc1, out1) = _finish(procs, timeout=120)
     assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
     warned = [ln for ln in out0.splitlines() if "another job identity" in ln]

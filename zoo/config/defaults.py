@@ -52,6 +52,12 @@ _C.DDP_CONFIG.NUM_CPU_PROCS = 1
 _C.DDP_CONFIG.THREADS_PER_PROC = 0
 # Seconds to wait for all ranks at start-up and in any collective before failing with a message.
 _C.DDP_CONFIG.INIT_TIMEOUT = 300
+# Seconds a rank may send no heartbeat before the job ends naming it, its node and its last step
+# (0 = off). Each rank's heartbeat is a background thread, so slow steps, validation and checkpoint
+# writes never count as silence; a stopped or frozen process or a lost node does. 120 s sits far
+# above the few seconds a healthy process's thread can be held up, and below INIT_TIMEOUT, whose
+# collective timeout would otherwise end the job first without naming the rank.
+_C.DDP_CONFIG.HANG_TIMEOUT = 120
 # Optional secret that is part of the job's identity at the node rendezvous: a launcher whose
 # config or token differs is refused (a guard against a second job on the same DIST_URL port, not
 # against an attacker). "" = none; ZOO_JOB_TOKEN in the environment wins over this key. Only a hash

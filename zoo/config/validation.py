@@ -47,6 +47,7 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("DDP_CONFIG.NUM_CPU_PROCS", _positive, "an integer >= 1"),
     ("DDP_CONFIG.THREADS_PER_PROC", _non_negative, "an integer >= 0 (0 = automatic)"),
     ("DDP_CONFIG.INIT_TIMEOUT", _positive, "a number of seconds > 0"),
+    ("DDP_CONFIG.HANG_TIMEOUT", _non_negative, "a number of seconds >= 0 (0 = off)"),
     ("DDP_CONFIG.JOB_TOKEN", lambda v: isinstance(v, str), "a string (\"\" = no token)"),
     ("DDP_CONFIG.GRAD_COMPRESSION", lambda v: v in ("none", "bf16", "fp16", "powersgd"),
      "one of none, bf16, fp16, powersgd"),

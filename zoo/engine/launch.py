@@ -48,6 +48,7 @@ import torch.multiprocessing as mp
 from ..utils import comm, net
 from ..utils.env import available_cpus, set_num_threads
 from ..utils.logger import write_to_log_file
+from . import heartbeat
 from .errors import is_user_error, one_line
 from .preemption import PREEMPTED_EXIT_CODE, raise_if_workers_preempted
 from .rendezvous import NodeRendezvous, agree_in_process_group, open_store, worker_store
@@ -87,8 +88,10 @@ class _RemoteFailure(Exception):
     """Another node posted a failure (``root``, see NodeRendezvous.root_cause); ours stopped."""
 
     def __init__(self, root: dict):
-        super().__init__(f"global rank {root['rank']} (node {root['node']}, {root['host']}) "
-                         f"{root['message']}; stopped this node's workers")
+        # A heartbeat report names the silent rank itself; other failures get it named here.
+        who = "" if root["kind"] == "hung" else (
+            f"global rank {root['rank']} (node {root['node']}, {root['host']}) ")
+        super().__init__(f"{who}{root['message']}; stopped this node's workers")
         self.root = root
 
 
@@ -152,7 +155,10 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, cfg, topo: Topolo
         torch.cuda.set_device(gpu)
     comm.set_device_index(gpu)
     _init_group(topo, rank, store, float(cfg.DDP_CONFIG.INIT_TIMEOUT))
+    beat = None
     try:
+        # Under torchrun / Slurm no launcher of zoo's reads a hang report: the ranks print it.
+        beat = heartbeat.start(cfg, store, rank, topo.world_size, topo.node_rank, topo.assigned)
         if check_agreement:
             agree_in_process_group(cfg, topo)
         return main_func(cfg, *args)
@@ -168,6 +174,7 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, cfg, topo: Topolo
         e.zoo_traceback_logged = True  # report_failure need not write it again
         raise
     finally:
+        heartbeat.stop(beat)
         comm.set_device_index(None)
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -292,6 +299,11 @@ def _exit_text(code: int, by_signal: bool) -> str:
 def _explain(f: _WorkerFailure, rdzv: NodeRendezvous, topo: Topology, cfg) -> str:
     """One line: which rank of this node failed and, if known, which rank failed first anywhere."""
     rank = topo.rank_offset + f.local_rank
+    hung = heartbeat.read_report(rdzv.pg_store())
+    if hung:  # our worker ended (or was stopped) because a rank went silent: that is the cause
+        if topo.num_nodes > 1:
+            rdzv.record_failure(rank, "hung", hung)
+        return hung
     text = f"global rank {rank} (node {topo.node_rank}, local process {f.local_rank}) {f.message}"
     root = None
     if topo.num_nodes > 1:

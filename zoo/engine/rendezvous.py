@@ -248,6 +248,10 @@ def open_store(url: str, host_it: bool, timeout_s: float) -> Tuple[dist.Store, s
 def worker_store(url: str, session: str, timeout_s: float) -> dist.Store:
     """The store a worker joins the process group with (node 0's, under this run's prefix)."""
     store, _ = open_store(url, host_it=False, timeout_s=timeout_s)
+    return _pg_prefix(session, store)
+
+
+def _pg_prefix(session: str, store: dist.Store) -> dist.Store:
     return dist.PrefixStore(f"zoo/{session}/pg/", store)
 
 
@@ -509,8 +513,13 @@ class NodeRendezvous:
         self.close()
 
     # -- failures and shutdown
+    def pg_store(self) -> Optional[dist.Store]:
+        """The workers' view of the store (what ``worker_store`` gives them); None once closed."""
+        return _pg_prefix(self.session, self.store) if self.store is not None else None
+
     def record_failure(self, rank: int, kind: str, message: str) -> None:
-        """Tell the other nodes that ``rank`` failed (kind "died": killed or exited; "error")."""
+        """Tell the other nodes that ``rank`` failed (kind "died": killed or exited; "error";
+        "hung": ``message`` is the heartbeat's report line, naming the silent rank)."""
         record = {"rank": rank, "node": self.topology.node_rank, "host": self.summary["host"],
                   "kind": kind, "message": message}
         try:
@@ -538,11 +547,13 @@ class NodeRendezvous:
         return None
 
     def root_cause(self, wait_s: float = REPORT_GRACE_S) -> Optional[dict]:
-        """The first rank that died (else failed) anywhere in the job; waits briefly for reports."""
+        """The first hung rank reported (the others died or failed waiting for it), else the first
+        rank that died (else failed) anywhere in the job; waits briefly for reports."""
         deadline = time.monotonic() + wait_s
         while True:
             found = self.failures()
-            died = [f for f in found if f["kind"] == "died"]
+            died = [f for f in found if f["kind"] == "hung"] or [
+                f for f in found if f["kind"] == "died"]
             if died or time.monotonic() >= deadline:
                 return (died or found or [None])[0]
             time.sleep(0.2)

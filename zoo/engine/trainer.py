@@ -28,6 +28,7 @@ from .checkpoint import (
 )
 from .ddp_comm import ddp_options, register_compression
 from .finetune import classifier_module, freeze_backbone, freeze_bn
+from .heartbeat import note_step
 from .hooks import HookBase, default_hooks, load_user_hooks
 from .metrics import MetricsWriter
 from .precision import execution_settings, memory_format, route_cpu_convs
@@ -273,6 +274,7 @@ class Trainer:
             self._call("before_step")
             self.run_step()
             self._call("after_step")
+            note_step(self.epoch + 1, self.inner_iter + 1)  # what a hang report names
             if (self.preemption is not None and self.step.micro == 0
                     and self.preemption.should_stop()):
                 self.stop_for_preemption()
