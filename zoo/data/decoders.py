@@ -33,6 +33,7 @@ from .decode_base import (  # noqa: F401  (re-exported: the public names of the 
     KIND_NAMES,
     DecodeError,
     DecodeTimeout,
+    OutputSize,
     VideoReader,
     check_deadline,
     time_limit,
@@ -116,6 +117,7 @@ class AutoReader(VideoReader):
         self._args = (num_frames_hint, threads)
         self._left = list(auto_candidates(path))
         self._reader: Optional[VideoReader] = None
+        self._output_size: Optional[OutputSize] = None
         self._next_reader()
 
     def _next_reader(self) -> None:
@@ -133,6 +135,8 @@ class AutoReader(VideoReader):
                     raise
                 continue
             self.decoder, self.fps = name, self._reader.fps
+            if self._output_size is not None:  # a reader taking over scales as asked too
+                self._reader.set_output_size(self._output_size)
             return
 
     @property
@@ -142,6 +146,10 @@ class AutoReader(VideoReader):
     @property
     def count_was_costly(self) -> bool:
         return self._reader.count_was_costly
+
+    def set_output_size(self, size: Optional[OutputSize]) -> bool:
+        self._output_size = size
+        return self._reader.set_output_size(size)
 
     def decode_array(self, indices: Sequence[int]):
         return self._call("decode_array", indices)

@@ -64,10 +64,12 @@ def resize_frames(frames: torch.Tensor, height: int, width: int) -> torch.Tensor
 def normalize(clip: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
     """Map uint8 (or 0..255 float) ``(T, C, H, W)`` to ``(x / 255 - mean) / std`` as float
     ``(C, T, H, W)``."""
-    scale = torch.tensor([1.0 / (255.0 * s) for s in std]).view(1, -1, 1, 1)
-    shift = torch.tensor([m / s for m, s in zip(mean, std)]).view(1, -1, 1, 1)
-    out = clip.to(torch.float32) * scale
-    return out.sub_(shift).transpose(0, 1).contiguous()
+    scale = torch.tensor([1.0 / (255.0 * s) for s in std]).view(-1, 1, 1, 1)
+    shift = torch.tensor([m / s for m, s in zip(mean, std)]).view(-1, 1, 1, 1)
+    # Reorder while converting (one pass over the output), then scale in place: the same values
+    # as converting, scaling and reordering, 2-3x faster (one float copy instead of three).
+    out = clip.transpose(0, 1).to(torch.float32, memory_format=torch.contiguous_format)
+    return out.mul_(scale).sub_(shift)
 
 
 def color_jitter(clip: torch.Tensor, strength: Sequence[float],
