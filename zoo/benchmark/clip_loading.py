@@ -218,7 +218,8 @@ def one_pass_error(path: str, short_side: int = 320, frames: int = 16) -> dict[s
     with av.open(path) as container:
         full = [f.to_ndarray(format="rgb24") for _, f in zip(range(frames),
                                                               container.decode(video=0))]
-    reference = tvf.resize(torch.from_numpy(np.stack(full)).permute(0, 3, 1, 2), [short_side],
+    size = list(OutputSize(short_side=short_side).target(*full[0].shape[:2]))
+    reference = tvf.resize(torch.from_numpy(np.stack(full)).permute(0, 3, 1, 2), size,
                            antialias=True).permute(0, 2, 3, 1)
     with PyAVReader(path) as video:
         video.set_output_size(OutputSize(short_side=short_side))
