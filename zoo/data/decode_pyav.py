@@ -39,6 +39,7 @@ Needs PyAV and numpy only: ``decode_array`` returns a numpy array, and torch is 
 from __future__ import annotations
 
 import bisect
+import os
 import threading
 from fractions import Fraction
 from typing import Dict, Iterator, List, Optional, Sequence, Set
@@ -484,11 +485,15 @@ _local = threading.local()
 
 
 def _reformatter() -> VideoReformatter:
-    """This thread's RGB converter (FFmpeg's scaler context, kept between videos)."""
-    reformatter = getattr(_local, "reformatter", None)
-    if reformatter is None:
-        reformatter = _local.reformatter = VideoReformatter()
-    return reformatter
+    """This thread's RGB converter (FFmpeg's scaler context, kept between videos).
+
+    Never one inherited through ``fork`` (a DataLoader worker of a process that decoded before):
+    the copy's internal state (threads, locks) does not survive the fork, and using it hung.
+    """
+    owner = getattr(_local, "owner", None)
+    if owner != os.getpid():
+        _local.reformatter, _local.owner = VideoReformatter(), os.getpid()
+    return _local.reformatter
 
 
 class _Sink:
