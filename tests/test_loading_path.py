@@ -168,3 +168,27 @@ def test_end_to_end_benchmark_smoke(tmp_path, monkeypatch, capsys):
     rows = json.loads((tmp_path / "r.json").read_text())["end_to_end"]["kinetics"]
     assert [r["path"] for r in rows] == paths
     assert all(r["clips_per_s"] > 0 and r["clips"] == 2 for r in rows), rows
+
+
+def _decode_in_child(path, queue):
+    with PyAVReader(path) as video:
+        queue.put(video.decode_array([3]).shape)
+
+
+def test_forked_worker_decodes_after_the_parent_did(bframe_video):
+    # The parent's converter (with FFmpeg's scaler threads) must be neither used nor freed in a
+    # forked DataLoader worker: doing either hung the worker.
+    import multiprocessing
+
+    with PyAVReader(bframe_video) as video:  # 320x240: threaded decoder and scaler
+        video.decode_array([1, 2])
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_decode_in_child, args=(bframe_video, queue))
+    child.start()
+    child.join(120)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+    assert not hung and child.exitcode == 0
+    assert queue.get(timeout=5) == (1, 240, 320, 3)

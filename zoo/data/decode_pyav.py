@@ -73,6 +73,10 @@ _OFF_GRID = 0.35
 # FFmpeg's scaler filter for the one-pass resize: bilinear, widened when shrinking (antialiased)
 # like torch's antialiased bilinear resize; measured against it in docs/benchmarks.md (issue 15).
 _SCALE_FILTER = "BILINEAR"
+# PyAV 17 added threaded scaling (and ``threads``); planar RGB out is then the faster scaled
+# output (see _rgb), before it packed RGB (the same pixels).
+_SCALER_THREADS = int(av.__version__.split(".")[0]) >= 17
+_SCALED_FORMAT = "gbrp" if _SCALER_THREADS else "rgb24"
 # Containers (FFmpeg demuxer names) that store presentation timestamps; the rest are decoded from
 # the start. AVI stores none (decode order only), raw streams no timestamps at all.
 _PTS_FORMATS = {"mov", "mp4", "matroska", "webm"}
@@ -149,9 +153,12 @@ class PyAVReader(VideoReader):
             raise DecodeError(f"{path}: no video stream", "no_video")
         self._stream = stream = self._container.streams.video[0]
         context = stream.codec_context
+        # FFmpeg's scaler runs on as many threads as the decoder (PyAV's default is one per core).
+        self._scale_threads = 1
         if threads > 1 or (threads == 0 and (context.width or 0) * (context.height or 0)
                            >= _THREADED_MIN_PIXELS):
             stream.thread_type = "AUTO"  # frame + slice threads
+            self._scale_threads = threads
             if threads > 1:
                 context.thread_count = threads
         else:
@@ -460,14 +467,20 @@ class PyAVReader(VideoReader):
         rotation = frame.rotation
         size = self._scaled_size(frame, rotation)
         if size is None:
-            image = self._to_rgb.reformat(frame, format="rgb24").to_ndarray()
+            image = self._to_rgb.reformat(frame, format="rgb24",
+                                          **self._scaler_options()).to_ndarray()
         else:
             # Planar RGB out: FFmpeg's scaler writes it with SIMD where packed rgb24 output of a
             # scaled picture takes its generic C path (1.1 against 2.4 ms for 1080p to 569x320);
             # to_ndarray() interleaves it to (H, W, 3) RGB, a copy of the small picture only.
-            image = self._to_rgb.reformat(frame, width=size[1], height=size[0], format="gbrp",
-                                          interpolation=_SCALE_FILTER).to_ndarray()
+            image = self._to_rgb.reformat(frame, width=size[1], height=size[0],
+                                          format=_SCALED_FORMAT, interpolation=_SCALE_FILTER,
+                                          **self._scaler_options()).to_ndarray()
         return upright(image, rotation) if rotation else image
+
+    def _scaler_options(self) -> dict:
+        # PyAV 17 made the scaler threaded, one thread per core unless told otherwise.
+        return {"threads": self._scale_threads} if _SCALER_THREADS else {}
 
     def _scaled_size(self, frame: av.VideoFrame, rotation: float) -> Optional[tuple]:
         """``(height, width)`` to scale the stored picture to, or None to keep its size."""
@@ -485,15 +498,19 @@ _local = threading.local()
 
 
 def _reformatter() -> VideoReformatter:
-    """This thread's RGB converter (FFmpeg's scaler context, kept between videos).
+    """This thread's RGB converter (FFmpeg's scaler context, kept between videos), per process.
 
-    Never one inherited through ``fork`` (a DataLoader worker of a process that decoded before):
-    the copy's internal state (threads, locks) does not survive the fork, and using it hung.
+    One inherited through ``fork`` (a DataLoader worker of a process that decoded before) is
+    neither used nor freed: its scaler threads did not survive the fork, and freeing it waits for
+    them forever. It stays referenced in the table, under the parent's process id.
     """
-    owner = getattr(_local, "owner", None)
-    if owner != os.getpid():
-        _local.reformatter, _local.owner = VideoReformatter(), os.getpid()
-    return _local.reformatter
+    table = getattr(_local, "by_pid", None)
+    if table is None:
+        table = _local.by_pid = {}
+    pid = os.getpid()
+    if pid not in table:
+        table[pid] = VideoReformatter()
+    return table[pid]
 
 
 class _Sink:
