@@ -146,6 +146,7 @@ def test_dataset_asks_for_the_transform_size(tmp_path, bframe_video):
     assert (scaled_val - plain_val).abs().mean() * 0.5 * 255 < 2.0
 
 
+@pytest.mark.slow  # ~5 s: benchmarks are in the full tier (DEVELOPERS.md)
 def test_end_to_end_benchmark_smoke(tmp_path, monkeypatch, capsys):
     from zoo.benchmark import clip_loading
     from zoo.benchmark import data as bench
