@@ -5,10 +5,13 @@ docs/benchmarks.md); the routed CPU convolution is checked for equality with nn.
 import copy
 import csv
 import json
+import os
+import shutil
 
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from helpers import TINY_DATA, run_tool
 
 from zoo.engine.precision import (
@@ -61,6 +64,41 @@ def test_routed_conv_equals_conv3d(kernel, stride, padding, shape, channels_last
     assert routed.state_dict().keys() == plain.state_dict().keys()
 
 
+@pytest.mark.parametrize("kernel,padding", [((1, 3, 3), (0, 1, 1)), ((3, 1, 1), (1, 0, 0)),
+                                            ((3, 3, 3), (1, 1, 1))])
+def test_routed_conv_under_bf16_autocast_is_bf16_math(kernel, padding):
+    """bf16 operands, sums at least as exact as PyTorch's own bf16 kernel, bf16 results: checked
+    against float64 convolutions of the bf16-rounded operands."""
+    torch.manual_seed(0)
+    plain = nn.Conv3d(8, 16, kernel, 1, padding).to(memory_format=torch.channels_last_3d)
+    routed = copy.deepcopy(plain)
+    route_cpu_convs(routed)
+    x = torch.randn(1, 8, 6, 12, 12).contiguous(memory_format=torch.channels_last_3d)
+    g = torch.randn(1, 16, 6, 12, 12)  # the upstream gradient
+
+    def bf(t):
+        return t.detach().to(torch.bfloat16).double()
+
+    xd = bf(x).requires_grad_()
+    wd = bf(plain.weight).requires_grad_()
+    ref = F.conv3d(xd, wd, bf(plain.bias), 1, padding)
+    (ref * bf(g)).sum().backward()
+    errors = {}
+    for name, m in (("plain", plain), ("routed", routed)):
+        xi = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = m(xi)
+        assert y.dtype == torch.bfloat16
+        (y.float() * g).sum().backward()
+        errors[name] = [(a.double() - b).abs().max().item() / b.abs().max().item()
+                        for a, b in ((y, ref), (xi.grad, xd.grad), (m.weight.grad, wd.grad))]
+    # output, input gradient, weight gradient: within bf16 rounding (2**-8 relative) of the
+    # float64 result, and no further from it than PyTorch's kernel
+    for routed_err, plain_err in zip(errors["routed"], errors["plain"]):
+        assert routed_err <= 2 ** -7
+        assert routed_err <= plain_err * 1.5 + 2 ** -10
+
+
 def test_auto_settings():
     assert resolve_precision("fp32", CPU) == "fp32"
     assert resolve_precision("auto", CPU) in ("fp32", "bf16")
@@ -91,14 +129,42 @@ def test_train_and_compare(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "zoo fp32 / PyTorchVideo fp32" in r.stdout
     rows, data = _read(out, "compare")
-    assert rows[0]["side"] == "ptv" and len(rows) == 6
+    # 7 variants; 6 where zoo's defaults already are bf16 + channels-last (one row serves both)
+    defaults_bf16 = resolve_precision("auto", CPU) == "bf16"
+    assert rows[0]["side"] == "ptv" and len(rows) == (6 if defaults_bf16 else 7)
     assert {"zoo_fp32_vs_ptv_fp32", "zoo_defaults_vs_ptv_defaults",
-            "zoo_defaults_vs_ptv_same_settings"} <= set(data["ratios"])
+            "zoo_defaults_vs_ptv_same_settings", "zoo_bf16_vs_ptv_bf16"} <= set(data["ratios"])
+    assert data["ratios"]["loss_rel_diff_bf16_vs_ptv_bf16"] < 0.05
     # Same weights, same batch: the losses agree (fp32 to rounding; bf16 within a few percent,
     # as in the full-size net that docs/benchmarks.md quotes).
     for row in data["rows"]:
         assert row["loss_rel_diff_vs_ptv_fp32"] < (1e-4 if row["precision"] == "fp32" else 0.05)
     assert (out / "compare.png").stat().st_size > 0
+
+
+def test_profile_splits_a_step_into_operators_and_categories(tmp_path):
+    from zoo.benchmark.profile import category
+
+    assert category("aten::convolution_backward") == "convolution backward"
+    assert category("ConvolutionBackward0") == "convolution backward"
+    assert category("aten::mkldnn_convolution") == "convolution forward"
+    assert category("NativeBatchNormBackward0") == "batch norm"
+    assert category("aten::copy_") == "layout and copies"
+    out = tmp_path / "p"
+    r = run_tool("benchmark.py", [
+        "profile", "--model", "slowfast_tiny_resnet18", "--frames", "8", "--size", "32",
+        "--batch", "2", "--num-classes", "3", "--precision", "fp32", "--warmup", "1",
+        "--runs", "2", "--threads", "1", "--out", str(out)], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows, data = _read(out, "profile_fp32")
+    info = data  # the settings and totals are saved beside the rows
+    assert abs(sum(float(row["percent"]) for row in rows) - 100) < 0.5
+    assert {"convolution forward", "convolution backward", "batch norm"} <= set(
+        info["categories"])
+    assert abs(sum(info["categories"].values()) - info["self_ms_per_step"]) < 0.05 * len(rows)
+    # the operators' self time is part of the profiled step's wall time
+    assert 0 < info["self_ms_per_step"] <= info["step_ms"] * 1.05
+    assert "convolution backward" in r.stdout
 
 
 @pytest.mark.slow
@@ -116,10 +182,17 @@ def test_scaling_data_startup(tmp_path, synth_root):
     assert (out / "scaling.png").stat().st_size > 0
 
     r = run_tool("benchmark.py", ["data", "--workers", "0", "--batches", "2", "--warmup", "1",
+                                  "--clips-per-video", "1", "2", "--rounds", "2",
                                   "--out", str(out), *tiny], timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    rows, _ = _read(out, "data")
+    rows, data = _read(out, "data")
     assert rows[0]["num_workers"] == "0" and rows[0]["clip_shape"] == "3x8x28x28"
+    # Alternating order (A B, B A), every clip count timed on batches of BATCH_SIZE clips.
+    assert [(row["round"], row["clips_per_video"]) for row in rows] == [
+        ("1", "1"), ("1", "2"), ("2", "2"), ("2", "1")]
+    assert all(row["batch"] == "2" for row in rows)
+    summary = {s["clips_per_video"]: s for s in data["summary"]}
+    assert summary[1]["vs_1_clip"] == 1.0 and summary[2]["vs_1_clip"] > 0
 
     r = run_tool("benchmark.py", ["startup", "--runs", "1", "--cache", synth_root,
                                   "--out", str(out), *tiny, "DDP_CONFIG.NUM_CPU_PROCS", "1"],
@@ -173,3 +246,27 @@ def test_train_reports_percent_of_peak():
     assert row["achieved_gflops"] == pytest.approx(step_gflop / row["median_s"], rel=1e-2)
     assert row["peak_pct"] == pytest.approx(100 * step_gflop / row["median_s"]
                                             / row["peak_gflops"], rel=1e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.multinode
+def test_scaling_over_a_shaped_link_between_two_namespace_nodes(tmp_path, synth_root):
+    if shutil.which("ip") is None or shutil.which("tc") is None or os.geteuid() != 0:
+        pytest.skip("needs root with iproute2's ip and tc (network namespaces, tc shaping)")
+    out = tmp_path / "b"
+    tiny = [*TINY_DATA, "DATA.SYNTHETIC.ROOT", synth_root, "MODEL.NAME",
+            "slowfast_tiny_resnet18", "MODEL.KWARGS", "['width', 8]", "DATA.CLIP_LEN", "8"]
+    r = run_tool("benchmark.py", ["scaling", "--nodes", "2", "--compression", "none", "fp16",
+                                  "--link-rate", "200mbit", "--steps", "3", "--warmup", "1",
+                                  "--repeats", "1", "--out", str(out), *tiny], timeout=400)
+    if r.returncode != 0 and "network namespaces" in r.stderr + r.stdout:
+        pytest.skip(f"network namespaces are refused here: {r.stderr.strip()[-200:]}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows, data = _read(out, "scaling_nodes")
+    assert [(row["nodes"], row["compression"]) for row in rows] == [
+        ("1", "-"), ("2", "none"), ("2", "fp16")]
+    assert all(0 < float(row["efficiency"]) <= 1.5 for row in rows)
+    # The same data and seeds with and without compression: the losses differ by rounding only.
+    assert abs(float(rows[2]["loss_vs_none"]) - 1) < 0.05
+    # The link was shaped: one TCP stream gets about 200 Mbit/s (23.8 MiB/s), not a veth's GB/s.
+    assert 15 < float(rows[0]["link_measured_mb_per_s"]) < 26

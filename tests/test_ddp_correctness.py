@@ -1,14 +1,17 @@
 """DDP correctness: 2 gloo processes with batch B/2 each end with the same weights as 1 process
 with batch B on the same samples - for a model without BatchNorm, and for one with BatchNorm when
-SyncBN is on (and, as a control, measurably different when it is off)."""
+SyncBN is on (and, as a control, measurably different when it is off) - and, through the real
+training loader, with several clips per decoded video (CONFIG.DATA.CLIPS_PER_VIDEO)."""
 
 import logging
 
 import pytest
 import torch
 import torch.nn as nn
+from helpers import TINY_DATA
 
 from zoo.config import load_config
+from zoo.data import build_dataset, build_loader
 from zoo.engine.checkpoint import unwrap
 from zoo.engine.launch import launch
 from zoo.engine.step import TrainStep
@@ -65,7 +68,29 @@ def _worker(cfg, data_path, out_path):
         torch.save(unwrap(model).state_dict(), out_path)
 
 
-def _train(tmp_path, name, model, world, sync_bn=False):
+def _loader_worker(cfg, data_path, out_path):
+    """As :func:`_worker`, but the batches come from ``build_loader`` (each rank its shard)."""
+    _register()
+    seed_all(cfg.CONFIG.SEED)
+    device = torch.device("cpu")
+    model = prepare_model(cfg, device, logging.getLogger("test"))
+    opt = build_optimizer(cfg, unwrap(model))
+    sched = build_lr_scheduler(cfg, opt, STEPS, comm.get_world_size())
+    step = TrainStep(model, opt, sched, device, CLASSES)
+    loader = build_loader(cfg, "train")
+    loader.sampler.set_epoch(1)
+    batches = 0
+    for clips, labels, _, _ in loader:
+        step(clips, labels)
+        batches += 1
+        if batches == STEPS:
+            break
+    assert batches == STEPS, f"only {batches} batches"
+    if comm.is_main_process():
+        torch.save(unwrap(model).state_dict(), out_path)
+
+
+def _train(tmp_path, name, model, world, sync_bn=False, extra=(), worker=_worker):
     data_path = tmp_path / "data.pt"
     if not data_path.exists():
         g = torch.Generator().manual_seed(0)
@@ -80,7 +105,7 @@ def _train(tmp_path, name, model, world, sync_bn=False):
         opts += ["DDP_CONFIG.DISTRIBUTED", "False"]
     else:
         opts += ["DDP_CONFIG.NUM_CPU_PROCS", str(world), "DDP_CONFIG.DIST_BACKEND", "gloo"]
-    launch(_worker, load_config(None, opts), args=(str(data_path), str(out)))
+    launch(worker, load_config(None, [*opts, *extra]), args=(str(data_path), str(out)))
     return torch.load(out)
 
 
@@ -112,3 +137,23 @@ def test_ddp_with_syncbn_equals_single_process_batchnorm(tmp_path):
     # Control: with per-rank BN statistics the two runs do differ.
     local = _train(tmp_path, "ddp_localbn", "ddp_test_bn", 2, sync_bn=False)
     assert _max_diff(single, local) > 1e-4
+
+
+@pytest.mark.slow
+def test_ddp_equals_single_process_with_several_clips_per_video(tmp_path, synth_root):
+    """CLIPS_PER_VIDEO 2, global batch 8 clips: 1 process takes 4 videos a step, 2 processes 2
+    each (the same 4 videos, the same clips: a clip depends on (seed, epoch, video) only)."""
+    data = [*TINY_DATA, "DATA.SYNTHETIC.ROOT", synth_root, "DATA.NUM_CLASSES", str(CLASSES),
+            "DATA.SYNTHETIC.TRAIN_PER_CLASS", "7", "DATA.CLIPS_PER_VIDEO", "2"]
+    build_dataset(load_config(None, data), "train")  # generate the videos once, before spawning
+
+    def run(name, world):
+        batch = ["TRAIN.BATCH_SIZE", str(GLOBAL_BATCH // world)]
+        return _train(tmp_path, name, "ddp_test_plain", world, extra=[*data, *batch],
+                      worker=_loader_worker)
+
+    single, ddp = run("single_clips", 1), run("ddp_clips", 2)
+    seed_all(0)
+    init = MODEL_REGISTRY.get("ddp_test_plain")(num_classes=CLASSES).state_dict()
+    assert _changed(init, single), "training did not move the weights; the test would be vacuous"
+    assert _max_diff(single, ddp) < 1e-5

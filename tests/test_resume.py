@@ -1,6 +1,6 @@
 """Exact resume: 2 epochs straight == 1 epoch, SIGKILL mid-epoch 2, same command again
-(auto-resume), bit for bit. Two gloo ranks with a data worker each, random crops and Mixup on, so
-every random stream of the job matters."""
+(auto-resume), bit for bit. Two gloo ranks with a data worker each, random crops, Mixup and 2 clips
+per decoded video on, so every random stream of the job matters."""
 
 import json
 import os
@@ -56,10 +56,16 @@ def _records(path):
     return out
 
 
+# Two clips per decoded video (CLIPS_PER_VIDEO, so the union decode and the collate are in the
+# loop too): a batch of 4 clips is 2 videos; 60 videos keep an epoch at 15 steps of 2 ranks.
+CLIPS = ["DATA.CLIPS_PER_VIDEO", "2", "TRAIN.BATCH_SIZE", "4", "DATA.SYNTHETIC.TRAIN_PER_CLASS",
+         "30"]
+
+
 @pytest.mark.slow
 def test_sigkill_then_auto_resume_is_bitwise_identical(tmp_path, synth_root, toy_model_file):
-    common = ["--extra-modules", toy_model_file, *ARGS, "DATA.SYNTHETIC.ROOT", synth_root,
-              "LOG.BASE_PATH", str(tmp_path)]
+    common = ["--extra-modules", toy_model_file, *ARGS, *CLIPS, "DATA.SYNTHETIC.ROOT",
+              synth_root, "LOG.BASE_PATH", str(tmp_path)]
     straight = run_tool("train_ddp.py", [*common, "LOG.EXP_NAME", "straight"])
     assert straight.returncode == 0, straight.stdout[-3000:]
     steps_per_epoch = torch.load(tmp_path / "straight" / "checkpoints" / "epoch_1.pth",

@@ -60,6 +60,31 @@ def cmd_train(args) -> list:
     return paths + [png]
 
 
+def cmd_profile(args) -> list:
+    from .profile import step_profile
+
+    device = _device(args)
+    torch.set_num_threads(args.threads or available_cpus())
+    machine = common.machine_info(device)
+    kwargs = dict(zip(args.kwargs[0::2], [_literal(v) for v in args.kwargs[1::2]]))
+    rows, info = step_profile(args.model, args.frames, args.size, args.batch, args.precision,
+                              args.memory_format, args.warmup, args.runs, device,
+                              args.num_classes, kwargs)
+    name = f"profile_{info['precision']}"
+    paths = common.write_results(args.out, name, rows, machine, info)
+    print(f"{args.model}, batch {args.batch}, {args.frames}x{args.size}², {info['precision']}"
+          f"{' + channels-last' if info['channels_last'] else ''}, {info['threads']} threads: "
+          f"{info['step_ms']:.1f} ms per profiled step, operators' self time "
+          f"{info['self_ms_per_step']:.1f} ms")
+    print(common.format_table([{"category": c, "ms_per_step": ms,
+                                "percent": round(100 * ms / info["self_ms_per_step"], 1)}
+                               for c, ms in info["categories"].items()],
+                              ["category", "ms_per_step", "percent"]))
+    print(common.format_table(rows[:args.top], ["operator", "category", "ms_per_step", "percent",
+                                                "calls_per_step"]))
+    return paths
+
+
 def cmd_compare(args) -> list:
     from .compare import compare_pytorchvideo
 
@@ -79,6 +104,9 @@ def cmd_compare(args) -> list:
           f"{ratios['loss_rel_diff_defaults']:.2g})")
     print(f"zoo defaults / PyTorchVideo with the same settings: "
           f"{ratios['zoo_defaults_vs_ptv_same_settings']:.2f}x")
+    print(f"zoo bf16 + channels-last / PyTorchVideo bf16 + channels-last: "
+          f"{ratios['zoo_bf16_vs_ptv_bf16']:.2f}x (loss relative difference "
+          f"{ratios['loss_rel_diff_bf16_vs_ptv_bf16']:.2g})")
     png = os.path.join(args.out, "compare.png")
     plots.bar_chart(png, [r["variant"] for r in rows], [r["clips_per_s"] for r in rows],
                     "SlowFast-R50 8x8 train step (forward + backward + SGD step)\n"
@@ -93,6 +121,8 @@ def cmd_compare(args) -> list:
 def cmd_scaling(args) -> list:
     from .scaling import scaling_throughput
 
+    if args.nodes == 2:
+        return _scaling_two_nodes(args)
     device = _device(args)
     machine = common.machine_info(device)
     rows = scaling_throughput(args.config_file, args.opts, args.procs, args.threads_per_proc,
@@ -111,24 +141,67 @@ def cmd_scaling(args) -> list:
     return paths + [png]
 
 
+def _scaling_two_nodes(args) -> list:
+    from .link import LinkError
+    from .scaling_nodes import two_node_scaling
+
+    machine = common.machine_info(torch.device("cpu"))
+    try:
+        rows = two_node_scaling(args.config_file, args.opts, args.compression,
+                                args.threads_per_proc, args.steps, args.warmup, args.repeats,
+                                args.link_rate, args.link_delay_ms, args.extra_modules)
+    except LinkError as e:
+        sys.exit(f"error: {e}")
+    link = rows[0]
+    print(f"link: {link['link_rate']}, {link['link_delay_ms']} ms one way, measured "
+          f"{link['link_measured_mb_per_s']} MB/s per TCP stream"
+          + (f"; {link['link_note']}" if link["link_note"] else ""))
+    paths = _finish(args, "scaling_nodes", rows, machine, [
+        "nodes", "compression", "threads_per_proc", "batch_per_proc", "clips_per_s",
+        "efficiency", "last_loss", "loss_vs_none", "clips_per_s_all_runs"],
+        {"config_file": os.path.relpath(args.config_file), "opts": list(args.opts)})
+    best = max(rows[1:], key=lambda r: r["efficiency"])
+    print(f"best two-node setting: GRAD_COMPRESSION {best['compression']}, "
+          f"{best['efficiency'] * 100:.0f}% scaling efficiency")
+    return paths
+
+
+def _generated_list(args) -> list:
+    """Overrides that train on ``--generate`` N 340x256 videos with keyframes every ``--gop``
+    frames (made once under ``--out``)."""
+    from . import data
+
+    folder = os.path.join(args.out, f"videos_340x256_gop{args.gop}_{args.generate}")
+    list_path = data.generate(folder, args.generate, args.gop)
+    return ["DATA.SYNTHETIC.ENABLE", "False", "DATA.TRAIN_ANNO_PATH", list_path,
+            "DATA.TRAIN_DATA_PATH", folder, "DATA.NUM_CLASSES", "1"]
+
+
 def cmd_data(args) -> list:
     from ..config import load_config
     from ..engine.cli import with_extra_modules
     from ..utils.env import import_extra_modules
-    from .loader import loader_throughput
+    from .loader import loader_throughput, median_rows
 
     machine = common.machine_info(torch.device("cpu"))
-    cfg = with_extra_modules(load_config(args.config_file, args.opts), args.extra_modules)
+    opts = (_generated_list(args) if args.generate else []) + list(args.opts)
+    cfg = with_extra_modules(load_config(args.config_file, opts), args.extra_modules)
     import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
-    rows = loader_throughput(cfg, args.workers, args.batches, args.warmup, args.split)
-    extra = {"config_file": os.path.relpath(args.config_file), "opts": list(args.opts)}
+    rows = loader_throughput(cfg, args.workers, args.batches, args.warmup, args.split,
+                             args.clips_per_video, args.rounds, args.clips_window)
+    summary = median_rows(rows)
+    extra = {"config_file": os.path.relpath(args.config_file), "opts": opts, "summary": summary}
     if args.decoders is not None:
         extra["decoders"] = _decoder_benchmark(args.decoders)
-    paths = _finish(args, "data", rows, machine, ["split", "num_workers", "batch", "clip_shape",
-                    "clips_per_s", "skipped_videos"], extra)
+    paths = _finish(args, "data", rows, machine, ["split", "num_workers", "clips_per_video",
+                    "clips_window", "round", "batch", "clip_shape", "clips_per_s",
+                    "skipped_videos"], extra)
+    print(common.format_table(summary, ["num_workers", "clips_per_video", "clips_window",
+                                        "median_clips_per_s", "rounds", "vs_1_clip"]))
     png = os.path.join(args.out, "data.png")
-    plots.bar_chart(png, [f"zoo loader, {r['num_workers']} workers" for r in rows],
-                    [r["clips_per_s"] for r in rows],
+    plots.bar_chart(png, [f"{r['num_workers']} workers, {r['clips_per_video']} clips/video "
+                          f"{r['clips_window']}" for r in summary],
+                    [r["median_clips_per_s"] for r in summary],
                     f"{os.path.basename(args.config_file)}: {args.split} loader",
                     "clips/s (higher is better)", footer=plots.machine_footer(machine))
     return paths + [png]

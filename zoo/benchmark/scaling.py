@@ -70,6 +70,8 @@ def _worker(cfg, steps: int, warmup: int, result_path: str) -> None:
             "processes": world, "threads_per_proc": torch.get_num_threads(),
             "device": device.type, "precision": precision, "channels_last": channels_last,
             "batch_per_proc": train.BATCH_SIZE, "steps": steps, "seconds": round(seconds, 4),
+            "compression": cfg.DDP_CONFIG.GRAD_COMPRESSION,
+            "bucket_cap_mb": cfg.DDP_CONFIG.BUCKET_CAP_MB,
             "clips_per_s": round(steps * train.BATCH_SIZE * world / seconds, 3),
             "last_loss": round(float(loss), 4),
         }
@@ -79,6 +81,37 @@ def _worker(cfg, steps: int, warmup: int, result_path: str) -> None:
 
 # A fresh interpreter per run; "-c" rather than "-m" so the worker pickles by its module name.
 _ENTRY = "import sys; from zoo.benchmark.scaling import main; main(sys.argv[1:])"
+
+
+def _child_env(procs: int) -> Dict[str, str]:
+    env = dict(os.environ)
+    if torch.cuda.is_available():
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(procs))
+    # The child imports this same copy of zoo: the folder holding the package goes first.
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (os.path.abspath(package_parent), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _command(config_file: str, opts: Sequence[str], procs: int, threads: int, steps: int,
+             warmup: int, result: str, extra_modules: Sequence[str],
+             world: Sequence[str] = ()) -> List[str]:
+    cmd = [sys.executable, "-c", _ENTRY, "--config-file", config_file,
+           "--procs", str(procs), "--threads", str(threads), "--steps", str(steps),
+           "--warmup", str(warmup), "--result", result]
+    if world:
+        cmd += ["--world", *world]
+    if extra_modules:
+        cmd += ["--extra-modules", *extra_modules]
+    return cmd + ["--", *opts]
+
+
+def _read_result(result: str, what: str, output: str) -> Dict[str, Any]:
+    if not os.path.isfile(result):
+        raise RuntimeError(f"scaling run with {what} failed:\n{output[-3000:]}")
+    with open(result, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def run_one(config_file: str, opts: Sequence[str], procs: int, threads: int, steps: int,
@@ -91,25 +124,11 @@ def run_one(config_file: str, opts: Sequence[str], procs: int, threads: int, ste
     """
     with tempfile.TemporaryDirectory(prefix="zoo_scaling_") as tmp:
         result = os.path.join(tmp, "result.json")
-        cmd = [sys.executable, "-c", _ENTRY, "--config-file", config_file,
-               "--procs", str(procs), "--threads", str(threads), "--steps", str(steps),
-               "--warmup", str(warmup), "--result", result]
-        if extra_modules:
-            cmd += ["--extra-modules", *extra_modules]
-        cmd += ["--", *opts]
-        env = dict(os.environ)
-        if torch.cuda.is_available():
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(procs))
-        # The child imports this same copy of zoo: the folder holding the package goes first.
-        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (os.path.abspath(package_parent), env.get("PYTHONPATH", "")) if p)
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        if r.returncode != 0 or not os.path.isfile(result):
-            raise RuntimeError(f"scaling run with {procs} processes failed:\n"
-                               f"{(r.stdout + r.stderr)[-3000:]}")
-        with open(result, encoding="utf-8") as f:
-            return json.load(f)
+        cmd = _command(config_file, opts, procs, threads, steps, warmup, result, extra_modules)
+        r = subprocess.run(cmd, env=_child_env(procs), capture_output=True, text=True,
+                           timeout=timeout)
+        return _read_result(result if r.returncode == 0 else "", f"{procs} processes",
+                            r.stdout + r.stderr)
 
 
 def scaling_throughput(config_file: str, opts: Sequence[str] = (),
@@ -150,20 +169,28 @@ def scaling_throughput(config_file: str, opts: Sequence[str] = (),
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """Entry point of one scaling run (started by :func:`run_one`)."""
+    """Entry point of one scaling run (started by :func:`run_one`, or on each node of a
+    two-node run with ``--world ADDR0 ADDR1 PORT``)."""
     p = tool_parser("One run of the DDP scaling benchmark.", config=True, required=True)
     p.add_argument("--procs", type=int, required=True)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--result", required=True)
+    p.add_argument("--world", nargs=3, default=None, metavar=("ADDR0", "ADDR1", "PORT"),
+                   help="two nodes: their addresses (node 0 first) and the rendezvous port")
     args = p.parse_args(argv)
+    if args.world:
+        addr0, addr1, port = args.world
+        where = ["DDP_CONFIG.WORLD_URLS", f"['{addr0}', '{addr1}']", "DDP_CONFIG.WORLD_SIZE", "2",
+                 "DDP_CONFIG.AUTO_RANK_MATCH", "True",
+                 "DDP_CONFIG.DIST_URL", f"tcp://{addr0}:{port}"]
+    else:
+        where = ["DDP_CONFIG.DIST_URL", "tcp://127.0.0.1:0", "DDP_CONFIG.WORLD_SIZE", "1"]
     with tempfile.TemporaryDirectory(prefix="zoo_scaling_run_") as tmp:
         cfg = load_config(args.config_file, [
             *args.opts, "DDP_CONFIG.NUM_CPU_PROCS", str(args.procs),
-            "DDP_CONFIG.THREADS_PER_PROC", str(args.threads),
-            "DDP_CONFIG.DIST_URL", "tcp://127.0.0.1:0", "DDP_CONFIG.WORLD_SIZE", "1",
-            "LOG.BASE_PATH", tmp,
+            "DDP_CONFIG.THREADS_PER_PROC", str(args.threads), *where, "LOG.BASE_PATH", tmp,
         ])
         cfg = with_extra_modules(cfg, args.extra_modules)
         launch(_worker, cfg, args=(args.steps, args.warmup, args.result))

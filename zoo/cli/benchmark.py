@@ -6,6 +6,7 @@ loader speed, time to start.
     zoo-benchmark train --model slowfast_tiny_resnet18 --frames 16 --size 56 \\
         --batch 8 --precision fp32 bf16 --memory-format contiguous channels_last
     zoo-benchmark data --workers 0 2       # loader clips/s of the quick start
+    zoo-benchmark data --generate 8 --clips-per-video 1 4 --rounds 4   # see docs/benchmarks.md
     zoo-benchmark startup                  # quick start: command -> first iteration
 
 Each writes NAME.csv, NAME.json (with the machine and its load average) and NAME.png under
@@ -24,6 +25,7 @@ from typing import List, Optional
 from ..benchmark import commands, common
 from ..benchmark.data import DECODERS
 from ..engine.cli import add_config_arguments, tool_parser
+from ..engine.ddp_comm import COMPRESSIONS
 
 DESCRIPTION = ("Benchmarks: train-step speed, zoo vs PyTorchVideo, DDP scaling, loader speed, "
                "time to start.")
@@ -63,6 +65,19 @@ def _add_train(sub) -> None:
     t.set_defaults(func=commands.cmd_train)
 
 
+def _add_profile(sub) -> None:
+    p = sub.add_parser("profile", help="per-operator time of zoo's train step (torch.profiler)")
+    _step_args(p, warmup=2, runs=3, frames=32, size=224, batch=1)
+    p.add_argument("--model", default="slowfast_8x8_resnet50")
+    p.add_argument("--kwargs", nargs="*", default=[], metavar="KEY VALUE",
+                   help="builder arguments, e.g. width 16")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--memory-format", default="auto",
+                   choices=["auto", "channels_last", "contiguous"])
+    p.add_argument("--top", type=int, default=25, help="operators printed (all are saved)")
+    p.set_defaults(func=commands.cmd_profile)
+
+
 def _add_compare(sub) -> None:
     c = sub.add_parser("compare", help="zoo SlowFast-R50 vs PyTorchVideo's create_slowfast")
     # A fresh process needs ~3 steps before glibc's allocator settles (see docs/benchmarks.md).
@@ -82,6 +97,14 @@ def _add_scaling(sub) -> None:
     s.add_argument("--steps", type=int, default=40, help="timed steps per run")
     s.add_argument("--warmup", type=int, default=5, help="untimed steps per run")
     s.add_argument("--repeats", type=int, default=5, help="runs per count (median reported)")
+    s.add_argument("--nodes", type=int, choices=(1, 2), default=1,
+                   help="2: one node against two network-namespace nodes (one process each) "
+                        "over a tc-shaped veth link (root; --procs is then ignored)")
+    s.add_argument("--compression", nargs="+", default=["none", "bf16"], choices=COMPRESSIONS,
+                   help="with --nodes 2: the DDP_CONFIG.GRAD_COMPRESSION settings to run")
+    s.add_argument("--link-rate", default="1gbit", help="with --nodes 2: tc rate of the link")
+    s.add_argument("--link-delay-ms", type=float, default=0.5,
+                   help="with --nodes 2: one-way delay (tc netem, where the kernel has it)")
     add_config_arguments(s, default=QUICKSTART)
     s.set_defaults(func=commands.cmd_scaling)
 
@@ -103,6 +126,16 @@ def _add_data(sub) -> None:
     d.add_argument("--batches", type=int, default=20, help="timed batches per value")
     d.add_argument("--warmup", type=int, default=3, help="untimed batches per value")
     d.add_argument("--split", default="train", choices=["train", "val", "test"])
+    d.add_argument("--clips-per-video", type=int, nargs="+", default=[],
+                   help="DATA.CLIPS_PER_VIDEO values to compare (default: the config's)")
+    d.add_argument("--clips-window", nargs="+", default=[], choices=["independent", "shared"],
+                   help="DATA.CLIPS_WINDOW values to compare for more than 1 clip per video")
+    d.add_argument("--rounds", type=int, default=1,
+                   help="measurements per setting, in alternating order (A B B A ...)")
+    d.add_argument("--generate", type=int, default=0, metavar="N",
+                   help="train on N generated 10-s 340x256 H.264 videos (kept under --out) "
+                   "instead of the config's list")
+    d.add_argument("--gop", type=int, default=250, help="keyframe interval of --generate")
     d.add_argument("--decoders", default=None, type=_decoders, metavar="all|NAME,NAME",
                    help="also measure decoding speed per decoder (one worker; what "
                    "zoo-benchmark-data measures) on 8 generated videos, for these decoders")
@@ -125,7 +158,7 @@ def _add_startup(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = tool_parser(DESCRIPTION, __doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    for add in (_add_train, _add_compare, _add_scaling, _add_data, _add_startup):
+    for add in (_add_train, _add_profile, _add_compare, _add_scaling, _add_data, _add_startup):
         add(sub)
     return p
 

@@ -16,7 +16,7 @@ DESCRIPTION = "Train a zoo model (distributed over this node's GPUs or CPU proce
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    return run(train_worker, DESCRIPTION, argv)
+    return run(train_worker, DESCRIPTION, argv, preemptible=True)
 
 
 if __name__ == "__main__":

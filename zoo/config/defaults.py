@@ -57,6 +57,17 @@ _C.DDP_CONFIG.INIT_TIMEOUT = 300
 # against an attacker). "" = none; ZOO_JOB_TOKEN in the environment wins over this key. Only a hash
 # of it is sent; it is blanked in the config.yaml and checkpoints a run writes.
 _C.DDP_CONFIG.JOB_TOKEN = ""
+# Gradient compression between ranks: "none"; "bf16" or "fp16" (each bucket sent in 16 bits: half
+# the bytes); "powersgd" (low-rank factors with error feedback: far fewer bytes, lossy). It pays
+# only on a slow link between nodes; see zoo/engine/ddp_comm.py and docs/benchmarks.md.
+_C.DDP_CONFIG.GRAD_COMPRESSION = "none"
+# Size in MB of DDP's gradient buckets (torch's default 25): each bucket is all-reduced as soon as
+# its gradients are ready, overlapping the rest of the backward pass.
+_C.DDP_CONFIG.BUCKET_CAP_MB = 25.0
+# PowerSGD only: the rank of the low-rank approximation (higher = closer to the full gradient).
+_C.DDP_CONFIG.POWERSGD_RANK = 1
+# PowerSGD only: optimizer steps all-reduced in full before compression starts (at least 2).
+_C.DDP_CONFIG.POWERSGD_START_STEP = 10
 
 # --------------------------------------------------------------------------------------------------
 # CONFIG: what the job does.
@@ -143,6 +154,12 @@ _C.CONFIG.TRAIN.PRECISE_BN_ITERS = 0
 # "skip" drops that optimizer step (weights, optimizer state and EMA unchanged; the LR schedule
 # still advances) and counts it in the log and metrics.jsonl. See docs/training.md.
 _C.CONFIG.TRAIN.NONFINITE = "stop"
+# Seconds from a preemption signal (SIGTERM or SIGUSR1: Slurm's --signal, a spot-instance notice)
+# to the exit with code 75: every rank stops after the next step, rank 0 writes a mid-epoch
+# checkpoint that AUTO_RESUME continues from exactly; past this time the processes exit without
+# one. 60 s covers a step plus writing a large model's checkpoint to network storage, and fits in
+# Slurm's --signal lead time (see docs/preemption.md and examples/slurm/).
+_C.CONFIG.TRAIN.PREEMPT_GRACE = 60.0
 # Extra trainer hooks, run after the built-in ones (progress bar, metrics, precise BN, validation,
 # checkpoints): entries "path/to/file.py:ClassName" (a user file, loaded like EXTRA_MODULES) or
 # "package.module:ClassName"; each class subclasses zoo.engine.hooks.HookBase and is built with no
@@ -238,6 +255,17 @@ _C.CONFIG.DATA.NUM_WORKERS = 2
 _C.CONFIG.DATA.SAMPLING = "dense"
 # Segments of the "tsn" sampling (clips have NUM_SEGMENT x CLIP_LEN frames).
 _C.CONFIG.DATA.NUM_SEGMENT = 1
+# Training clips per video per item: N > 1 samples N clips (each its own crop, flip and jitter,
+# and with CLIPS_WINDOW "independent" its own random window) from ONE open and decode of the video
+# (repeated augmentation; PySlowFast's AUG.NUM_SAMPLE). TRAIN.BATCH_SIZE counts clips, so it must
+# be a multiple of N (a step then holds BATCH_SIZE / N videos) and an epoch, still one pass over
+# the videos, has N x as many clips and steps. Validation and test are unaffected (they keep their
+# own views).
+_C.CONFIG.DATA.CLIPS_PER_VIDEO = 1
+# With CLIPS_PER_VIDEO > 1: "independent" (each clip draws its own window; the union of the
+# windows is decoded once) or "shared" (one window, decoded once, augmented N times: exactly
+# PySlowFast's AUG.NUM_SAMPLE, and the cheaper of the two).
+_C.CONFIG.DATA.CLIPS_WINDOW = "independent"
 # Video reader: "auto" (per file, the fastest reader that is exact for its container; see
 # docs/datasets.md), "pyav" (seeks, decodes only the needed frames), "opencv", "torchcodec" or
 # "decord" (if installed), or "frames" (the list's paths are folders of extracted frames).
@@ -255,8 +283,8 @@ _C.CONFIG.DATA.DECODE_THREADS = 0
 # FFmpeg's bilinear scaler (pyav; other readers hand over full frames). Pixels differ from a
 # full-size decode + torch resize by interpolation details only (docs/benchmarks.md, issue 15).
 _C.CONFIG.DATA.DECODE_RESIZE = True
-# Seconds allowed to open and decode one video (x TEST_NUM_SEGMENT at test time); a video over it
-# counts as unreadable. 0 = no limit.
+# Seconds allowed to open and decode one video (x TEST_NUM_SEGMENT at test time, x CLIPS_PER_VIDEO
+# in training); a video over it counts as unreadable. 0 = no limit.
 _C.CONFIG.DATA.DECODE_TIMEOUT = 30.0
 # Videos tried for one item (the item's own, then random stand-ins) before the job stops.
 _C.CONFIG.DATA.MAX_TRIES = 10

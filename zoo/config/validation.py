@@ -48,6 +48,11 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("DDP_CONFIG.THREADS_PER_PROC", _non_negative, "an integer >= 0 (0 = automatic)"),
     ("DDP_CONFIG.INIT_TIMEOUT", _positive, "a number of seconds > 0"),
     ("DDP_CONFIG.JOB_TOKEN", lambda v: isinstance(v, str), "a string (\"\" = no token)"),
+    ("DDP_CONFIG.GRAD_COMPRESSION", lambda v: v in ("none", "bf16", "fp16", "powersgd"),
+     "one of none, bf16, fp16, powersgd"),
+    ("DDP_CONFIG.BUCKET_CAP_MB", lambda v: v > 0, "a number of MB > 0"),
+    ("DDP_CONFIG.POWERSGD_RANK", _positive, "an integer >= 1"),
+    ("DDP_CONFIG.POWERSGD_START_STEP", lambda v: v >= 2, "an integer >= 2"),
     ("CONFIG.TRAIN.EPOCH_NUM", _positive, "an integer >= 1"),
     ("CONFIG.TRAIN.BATCH_SIZE", _positive, "an integer >= 1"),
     ("CONFIG.TRAIN.LR", _non_negative, "a number >= 0"),
@@ -79,6 +84,7 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("CONFIG.TRAIN.EMA_DECAY", lambda v: 0 <= v < 1, "a number in [0, 1) (0 = off)"),
     ("CONFIG.TRAIN.PRECISE_BN_ITERS", _non_negative, "an integer >= 0 (0 = off)"),
     ("CONFIG.TRAIN.NONFINITE", lambda v: v in ("stop", "skip"), "one of stop, skip"),
+    ("CONFIG.TRAIN.PREEMPT_GRACE", _positive, "a number of seconds > 0"),
     (
         "CONFIG.TRAIN.HOOKS",
         lambda v: all(str(e).rpartition(":")[0] and str(e).rpartition(":")[2].isidentifier()
@@ -115,6 +121,9 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
         "one of dense, tsn, uniform",
     ),
     ("CONFIG.DATA.NUM_SEGMENT", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.CLIPS_PER_VIDEO", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.CLIPS_WINDOW", lambda v: v in ("independent", "shared"),
+     "independent or shared"),
     (
         "CONFIG.DATA.DECODER",
         lambda v: bool(v),
@@ -169,6 +178,12 @@ def validate_config(cfg: CfgNode) -> None:
             f"CONFIG.DATA.CROP_SIZE = {data.CROP_SIZE} is larger than "
             f"CONFIG.DATA.SHORT_SIDE_SIZE = {data.SHORT_SIDE_SIZE}: the crop must fit inside the "
             "resized frame"
+        )
+    if cfg.CONFIG.TRAIN.BATCH_SIZE % data.CLIPS_PER_VIDEO:
+        raise ConfigError(
+            f"CONFIG.TRAIN.BATCH_SIZE = {cfg.CONFIG.TRAIN.BATCH_SIZE} is not a multiple of "
+            f"CONFIG.DATA.CLIPS_PER_VIDEO = {data.CLIPS_PER_VIDEO}: the batch counts clips, "
+            f"{data.CLIPS_PER_VIDEO} from each video; make BATCH_SIZE a multiple of it"
         )
     if data.CROP_SIZE > data.TRAIN_SHORT_SIDE_RANGE[0]:
         raise ConfigError(

@@ -14,8 +14,9 @@
   "uniform"), ``num_segment``, ``decoder`` (a name in ``zoo.data.decoders.DECODERS``),
   ``decode_threads``, ``decode_timeout`` (seconds, 0 = none), ``max_tries``, ``color_jitter``
   (4 floats), ``frame_template`` (frame file names of the "frames" decoder, e.g.
-  ``img_{:05d}.jpg``), and ``frame_size`` ([height, width], only when
-  ``KEEP_ASPECT_RATIO`` is False).
+  ``img_{:05d}.jpg``), ``frame_size`` ([height, width], only when
+  ``KEEP_ASPECT_RATIO`` is False), and ``clips_per_video`` and ``clips_window`` ("independent" or
+  "shared"; both only for "train" when ``CLIPS_PER_VIDEO`` > 1).
 
 Every built-in entry is a records provider composed with the one ``ClipDataset``
 (``zoo.data.video_dataset.register_dataset``); an unknown keyword is a TypeError there. A
@@ -23,21 +24,26 @@ user's own entry may be any callable that takes these keywords (one that ignores
 should take ``**kwargs``).
 
 Items must be ``(clip, label, index, n_bad)``: ``clip`` is float ``(C, T, H, W)`` for train/val and
-``(V, C, T, H, W)`` with ``V = test_num_segment * test_num_crop`` for test; ``label`` and ``index``
-are ints; ``n_bad`` counts the unreadable videos skipped to produce the item. A dataset should also
-expose ``num_classes_found`` (largest label + 1) so a too-small ``NUM_CLASSES`` is caught early.
+``(V, C, T, H, W)`` with ``V = test_num_segment * test_num_crop`` for test (for train with
+``clips_per_video`` N > 1, a tuple of N ``(C, T, H, W)`` clips, which :func:`collate_clips` makes
+a batch of clips of); ``label`` and ``index`` are ints; ``n_bad`` counts the unreadable videos
+skipped to produce the item. A dataset should also expose ``num_classes_found`` (largest label
++ 1) so a too-small ``NUM_CLASSES`` is caught early.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 import os
 import random
-from typing import Any, Dict
+import signal
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, default_collate
 from yacs.config import CfgNode
 
 from ..config import ConfigError
@@ -123,6 +129,9 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
         kwargs["frame_size"] = [int(data.NEW_HEIGHT), int(data.NEW_WIDTH)]
     if not data.DECODE_RESIZE:
         kwargs["decode_resize"] = False  # the same: only when it differs from the default
+    if split == "train" and int(data.CLIPS_PER_VIDEO) > 1:
+        kwargs["clips_per_video"] = int(data.CLIPS_PER_VIDEO)  # likewise
+        kwargs["clips_window"] = str(data.CLIPS_WINDOW)
     return kwargs
 
 
@@ -180,35 +189,111 @@ def build_dataset(cfg: CfgNode, split: str) -> Dataset:
 class EpochSampler(Sampler):
     """Wraps a sampler that has ``set_epoch`` and yields ``(epoch, index)`` pairs, so a dataset
     can derive each item's augmentation from (seed, epoch, index) - also inside persistent data
-    workers, which never see ``set_epoch`` calls made in the main process."""
+    workers, which never see ``set_epoch`` calls made in the main process.
+
+    ``set_epoch(epoch, skip)`` makes the next pass over the epoch leave out its first ``skip``
+    indices: a run resumed mid-epoch continues with exactly the batches it had not trained, and
+    the skipped videos are never decoded (only their indices are drawn).
+    """
 
     def __init__(self, sampler: DistributedSampler) -> None:
         self.sampler = sampler
         self.epoch = 0
+        self.skip = 0
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
         self.epoch = epoch
+        self.skip = skip
         self.sampler.set_epoch(epoch)
 
     def __iter__(self):
-        return ((self.epoch, i) for i in self.sampler)
+        # The skip applies to one pass only (precise BN re-reads the epoch from its start).
+        epoch, skip, self.skip = self.epoch, self.skip, 0
+        return ((epoch, i) for i in itertools.islice(self.sampler, skip, None))
 
     def __len__(self) -> int:
         return len(self.sampler)
 
 
-def _seed_worker(worker_id: int, base_seed: int) -> None:
-    """Give each data worker its own reproducible seed: SEED + rank * 1000 + worker id."""
+def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int) -> Tuple[torch.Tensor, ...]:
+    """Collate training items of ``clips_per_video`` clips each into one batch of clips.
+
+    Items are ``(clips, label, index, n_bad)`` with ``clips`` a tuple of N ``(C, T, H, W)``
+    tensors. The batch is ``(clips (B * N, C, T, H, W), labels, indices, n_bad)`` with the clips
+    of a video next to each other, its label and index repeated N times, and its ``n_bad`` on its
+    first clip only (0 on the others), so that the sum still counts skipped videos.
+
+    Raises:
+        ConfigError: An item is not N clips (a dataset that ignores ``clips_per_video``).
+    """
+    n = clips_per_video
+    for item in batch:
+        if not isinstance(item[0], (tuple, list)) or len(item[0]) != n:
+            what = (f"{len(item[0])} clips" if isinstance(item[0], (tuple, list)) else
+                    f"one {type(item[0]).__name__} of shape {tuple(getattr(item[0], 'shape', ()))}")
+            raise ConfigError(
+                f"CONFIG.DATA.CLIPS_PER_VIDEO = {n} but the training dataset returned {what} per "
+                f"item, not a tuple of {n} clips: make the dataset honour its clips_per_video "
+                "argument (ClipSettings) or set CLIPS_PER_VIDEO 1"
+            )
+    # One copy of every clip into the batch (in shared memory inside a loader worker).
+    clips = default_collate([clip for item in batch for clip in item[0]])
+    labels, indices, n_bad = default_collate([item[1:4] for item in batch])
+    bad = torch.zeros(len(n_bad) * n, dtype=n_bad.dtype)
+    bad[::n] = n_bad
+    return clips, labels.repeat_interleave(n), indices.repeat_interleave(n), bad
+
+
+def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0) -> None:
+    """Give each data worker its own reproducible seed: SEED + rank * 1000 + worker id; with
+    ``signal_grace`` > 0, let it outlive a preemption signal by that many seconds."""
     seed = base_seed + worker_id
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     # Workers already run in parallel; intra-op threads on top would oversubscribe the cores.
     torch.set_num_threads(1)
+    if signal_grace > 0:
+        # A scheduler signals every process of the job (SIGTERM, or Slurm's --signal SIGUSR1),
+        # these workers too. The training process then needs them for a step or two more before
+        # it stops with a checkpoint (zoo/engine/preemption.py): a worker dying at once would turn
+        # that into a "worker died" failure. So the signal only sets a deadline (SIGALRM ends the
+        # worker) a little after the trainer's own, in case nothing stops this worker first (the
+        # trainer stops its workers itself, and a worker whose parent died stops by itself).
+        def outlive(signum, frame):
+            signal.alarm(int(math.ceil(signal_grace)) + 5)
+
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, outlive)
+
+
+def _videos_per_batch(batch_size: int, clips_per_video: int, per_rank: int,
+                      world_size: int) -> int:
+    """Videos in a training batch of ``batch_size`` clips; raises ConfigError when no full batch
+    exists."""
+    if batch_size % clips_per_video:
+        raise ConfigError(
+            f"CONFIG.TRAIN.BATCH_SIZE = {batch_size} is not a multiple of "
+            f"CONFIG.DATA.CLIPS_PER_VIDEO = {clips_per_video}: make it one"
+        )
+    videos = batch_size // clips_per_video
+    if per_rank < videos:
+        what = f"{per_rank} training videos" if clips_per_video == 1 else (
+            f"{per_rank * clips_per_video} training clips ({per_rank} videos x "
+            f"CONFIG.DATA.CLIPS_PER_VIDEO {clips_per_video})")
+        raise ConfigError(
+            f"CONFIG.TRAIN.BATCH_SIZE = {batch_size} is larger than the {what} each of the "
+            f"{world_size} process(es) gets, so no full batch exists: lower it"
+        )
+    return videos
 
 
 def build_loader(cfg: CfgNode, split: str) -> DataLoader:
     """A DataLoader for ``split``, sharded over ranks when a process group has several ranks.
+
+    ``CONFIG.TRAIN.BATCH_SIZE`` counts clips: with ``CONFIG.DATA.CLIPS_PER_VIDEO`` N > 1 a
+    training batch holds ``BATCH_SIZE / N`` videos of N clips each (:func:`collate_clips`), and
+    the epoch, one pass over the videos, has N x as many batches as with N = 1.
 
     Training shuffles and drops the last partial batch; validation and testing keep every video
     in order (a DistributedSampler pads them by repeating a few videos, which the evaluator
@@ -239,24 +324,32 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
             dataset, num_replicas=world_size, rank=rank, shuffle=False, seed=seed, drop_last=False
         )
     per_rank = len(sampler) if sampler is not None else len(dataset)
-    if train and per_rank < batch_size:
-        raise ConfigError(
-            f"CONFIG.TRAIN.BATCH_SIZE = {batch_size} is larger than the {per_rank} training videos "
-            f"each of the {world_size} process(es) gets, so no full batch exists: lower it"
-        )
+    clips_per_video = int(cfg.CONFIG.DATA.CLIPS_PER_VIDEO) if train else 1
+    videos_per_batch = (_videos_per_batch(batch_size, clips_per_video, per_rank, world_size)
+                        if train else batch_size)
     data = cfg.CONFIG.DATA
     num_workers = int(data.NUM_WORKERS)
     return GuardedLoader(
         dataset,
         max_bad_fraction=float(data.MAX_BAD_FRACTION),
         split=split,
-        batch_size=batch_size,
+        clips_per_item=clips_per_video,
+        batch_size=videos_per_batch,
         sampler=sampler,
+        collate_fn=(functools.partial(collate_clips, clips_per_video=clips_per_video)
+                    if clips_per_video > 1 else None),
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
-        worker_init_fn=functools.partial(_seed_worker, base_seed=seed + rank * 1000),
+        worker_init_fn=functools.partial(
+            _seed_worker, base_seed=seed + rank * 1000,
+            # The loaders a training run reads (a signal may come during validation too).
+            signal_grace=float(cfg.CONFIG.TRAIN.PREEMPT_GRACE) if split != "test" else 0.0),
         pin_memory=torch.cuda.is_available(),
         drop_last=train,
         # A worker stuck inside C code (which no signal interrupts) becomes an error, not a hang.
         timeout=float(data.LOADER_TIMEOUT) if num_workers > 0 else 0,
+        # Each new iterator draws a seed for its workers: from this generator, not torch's global
+        # one, which the model's own randomness (dropout) uses and a checkpoint restores; so a
+        # resumed run (which starts its iterators at other moments) replays the same stream.
+        generator=torch.Generator().manual_seed(seed + rank),
     )

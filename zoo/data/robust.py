@@ -80,12 +80,16 @@ class GuardedLoader(DataLoader):
         max_bad_fraction: Largest share of an epoch's items allowed to need a stand-in video;
             1.0 = never stop.
         split: Named in the error message.
+        clips_per_item: Rows of a batch per item (``CONFIG.DATA.CLIPS_PER_VIDEO`` for training:
+            a video's ``n_bad`` is on the first of its rows, see ``collate_clips``).
     """
 
-    def __init__(self, *args, max_bad_fraction: float = 1.0, split: str = "", **kwargs) -> None:
+    def __init__(self, *args, max_bad_fraction: float = 1.0, split: str = "",
+                 clips_per_item: int = 1, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.max_bad_fraction = float(max_bad_fraction)
         self.split = split
+        self.clips_per_item = int(clips_per_item)
 
     def __iter__(self) -> Iterator:
         if self.max_bad_fraction >= 1.0:
@@ -97,7 +101,7 @@ class GuardedLoader(DataLoader):
         next_check = 64
         for batch in batches:
             n_bad = batch[3]
-            seen += len(n_bad)
+            seen += len(n_bad) // self.clips_per_item
             bad += int(n_bad.sum())
             if seen >= next_check:
                 next_check *= 2

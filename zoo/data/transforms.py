@@ -37,10 +37,17 @@ def _source_side(height: int, width: int, crop_size: int, short_side: float) -> 
     return side
 
 
-def crop_resize(clip: torch.Tensor, box: Box, size: int) -> torch.Tensor:
-    """Cut ``box`` out of ``(T, C, H, W)`` and resize it to ``size`` x ``size`` (antialiased)."""
+def crop_resize(clip: torch.Tensor, box: Box, size: int,
+                rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Cut ``box`` out of ``(T, C, H, W)`` and resize it to ``size`` x ``size`` (antialiased).
+
+    ``rows`` (int64), when given, picks the frames of the clip from ``clip`` after the cut, so
+    that only the box of each picked frame is copied.
+    """
     top, left, height, width = box
     region = clip[..., top : top + height, left : left + width]
+    if rows is not None:
+        region = region.index_select(0, rows)
     if height == size and width == size:
         return region
     return F.interpolate(
@@ -66,9 +73,9 @@ def normalize(clip: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -
     ``(C, T, H, W)``."""
     scale = torch.tensor([1.0 / (255.0 * s) for s in std]).view(-1, 1, 1, 1)
     shift = torch.tensor([m / s for m, s in zip(mean, std)]).view(-1, 1, 1, 1)
-    # Reorder while converting (one pass over the output), then scale in place: the same values
-    # as converting, scaling and reordering, 2-3x faster (one float copy instead of three).
-    out = clip.transpose(0, 1).to(torch.float32, memory_format=torch.contiguous_format)
+    # Reorder to (C, T, H, W) while the pixels are still bytes: the same arithmetic as converting
+    # first, but the channels-last -> planar copy moves a quarter of the data (~4x faster).
+    out = clip.transpose(0, 1).contiguous().to(torch.float32)
     return out.mul_(scale).sub_(shift)
 
 
@@ -106,6 +113,7 @@ def train_transform(
     std: Sequence[float],
     generator: Optional[torch.Generator] = None,
     jitter: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
+    rows: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Scale jitter, a random square crop, an optional left-right flip and colour jitter.
 
@@ -118,6 +126,8 @@ def train_transform(
         std: Per-channel std on the 0..1 scale.
         generator: Torch RNG; None = the global one (seeded per data worker).
         jitter: Colour jitter strengths, see :func:`color_jitter`.
+        rows: int64 rows of ``frames`` that make the clip (None = all of them, in order): several
+            clips cut from one decode pick their frames without copying whole frames.
 
     Returns:
         float32 ``(C, T, crop_size, crop_size)``.
@@ -129,7 +139,7 @@ def train_transform(
     side = _source_side(height, width, crop_size, short_side)
     top = int(torch.randint(0, height - side + 1, (1,), generator=generator))
     left = int(torch.randint(0, width - side + 1, (1,), generator=generator))
-    clip = crop_resize(clip, (top, left, side, side), crop_size)
+    clip = crop_resize(clip, (top, left, side, side), crop_size, rows)
     if random_flip and bool(torch.rand(1, generator=generator) < 0.5):
         clip = clip.flip(-1)
     clip = color_jitter(clip, jitter, generator)

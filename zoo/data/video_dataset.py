@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 Item = Tuple[torch.Tensor, int, int, int]
 # Test items: the view rows into the decoded frames, ``(test_num_segment, frames per view)``.
-Views = Optional[List[List[int]]]
+Views = Optional[List[Optional[List[int]]]]
 
 
 def _reader_errors() -> Tuple[Type[BaseException], ...]:
@@ -69,7 +69,7 @@ class ClipSettings:
         decoder: Reader name (see ``zoo.data.decoders.DECODERS``).
         decode_threads: Decoder threads per video, 0 = automatic.
         decode_timeout: Seconds allowed to open and decode one video (x ``test_num_segment`` for
-            test items); 0 = no limit.
+            test items, x ``clips_per_video`` for training items); 0 = no limit.
         sampling: "dense", "tsn" or "uniform" (see :mod:`zoo.data.sampling`).
         num_segment: Segments of the "tsn" scheme.
         color_jitter: ``(brightness, contrast, saturation, hue)`` for training clips.
@@ -80,6 +80,11 @@ class ClipSettings:
             decoded.
         decode_resize: Let the reader scale frames to the transform's first size while it
             converts them (``CONFIG.DATA.DECODE_RESIZE``, see :meth:`ClipDataset.output_size`).
+        clips_per_video: Training clips per item, each sampled and augmented on its own from
+            one decode of the video (``CONFIG.DATA.CLIPS_PER_VIDEO``); val/test ignore it.
+        clips_window: "independent" (each of the clips draws its own window) or "shared" (one
+            window, N augmentations of it: PySlowFast's AUG.NUM_SAMPLE)
+            (``CONFIG.DATA.CLIPS_WINDOW``).
     """
 
     clip_len: int
@@ -103,6 +108,8 @@ class ClipSettings:
     frame_template: str = DEFAULT_FRAME_TEMPLATE
     frame_size: Sequence[int] = ()
     decode_resize: bool = True
+    clips_per_video: int = 1
+    clips_window: str = "independent"
 
     def __post_init__(self) -> None:
         # Sequences become tuples (the settings are shared by every loader worker, never edited).
@@ -117,7 +124,11 @@ class ClipDataset(Dataset):
 
     Items are ``(clip, label, index, n_bad)``. For "train" and "val", ``clip`` is float
     ``(C, T, H, W)``; for "test" it is ``(V, C, T, H, W)`` with ``V = test_num_segment *
-    test_num_crop`` views (segment-major), all cut from one decode of the video. A video that
+    test_num_crop`` views (segment-major), all cut from one decode of the video. With
+    ``clips_per_video`` N > 1 a "train" clip is a tuple of N ``(C, T, H, W)`` clips, each with
+    its own augmentation and (``clips_window`` "independent") its own random window, cut from one
+    decode of the union of their frames
+    (:func:`zoo.data.build.collate_clips` flattens them into a batch of clips). A video that
     cannot be read (a :class:`~zoo.data.decode_base.DecodeError` from its reader: missing, empty,
     not a video, no video stream, an undecodable needed frame, far fewer frames than claimed, or
     slower than ``decode_timeout``) is replaced by another one: up to ``max_tries`` videos are
@@ -312,16 +323,21 @@ class ClipDataset(Dataset):
         end = min(max(end, first + 1), num_frames)
         return first, end
 
+    def _clips(self) -> int:
+        """Clips per item: ``clips_per_video`` for training, else 1."""
+        return self.settings.clips_per_video if self.split == "train" else 1
+
     def _time_limit(self) -> float:
-        factor = self.settings.test_num_segment if self.split == "test" else 1
+        factor = self.settings.test_num_segment if self.split == "test" else self._clips()
         return self.settings.decode_timeout * factor
 
     def _read(self, index: int, generator: torch.Generator) -> Tuple[torch.Tensor, Views]:
         """Open video ``index`` and decode the frames its item needs, once.
 
         Returns:
-            ``(frames, views)``: uint8 ``(T, H, W, 3)``; for test items ``views`` holds each
-            view's rows of ``frames``, else None.
+            ``(frames, views)``: uint8 ``(T, H, W, 3)``; for test items and for training items
+            of several clips ``views`` holds each view's (clip's) rows of ``frames`` (None = all
+            of them, in order), else None.
 
         Raises:
             DecodeError: The video cannot be read (a file system or FFmpeg error that a reader
@@ -335,15 +351,22 @@ class ClipDataset(Dataset):
                     first, end = self._frame_range(index, video, num_frames)
                     if self.split == "test":
                         segments = self._test_segments(end - first) + first
-                        # Decode the union of every view's frames once, then index rows of it.
-                        union, rows = np.unique(segments, return_inverse=True)
-                        views = rows.reshape(segments.shape).tolist()
-                        return video.decode(union.tolist()), views
-                    indices = sampling.clip_indices(
-                        end - first, s.clip_len, s.frame_rate, s.sampling, s.num_segment,
-                        train=self.split == "train", generator=generator,
-                    ) + first
-                    return video.decode(indices.tolist()), None
+                    else:
+                        # One clip per item, or several: each with its own random window, or
+                        # all from one window ("shared": only their augmentations differ).
+                        count = self._clips()
+                        windows = 1 if s.clips_window == "shared" else count
+                        segments = np.stack([sampling.clip_indices(
+                            end - first, s.clip_len, s.frame_rate, s.sampling, s.num_segment,
+                            train=self.split == "train", generator=generator,
+                        ) for _ in range(windows)]) + first
+                        if windows == 1:
+                            frames = video.decode(segments[0].tolist())
+                            return frames, (None if count == 1 else [None] * count)
+                    # Decode the union of every view's frames once, then index rows of it.
+                    union, rows = np.unique(segments, return_inverse=True)
+                    views = rows.reshape(segments.shape).tolist()
+                    return video.decode(union.tolist()), views
         except DecodeError:
             raise
         except READER_ERRORS as e:
@@ -357,14 +380,25 @@ class ClipDataset(Dataset):
         if s.frame_size:
             frames = transforms.resize_frames(frames, *s.frame_size)
         if self.split == "train":
-            return transforms.train_transform(
-                frames, s.crop_size, s.train_short_side_range, s.random_flip, s.mean, s.std,
-                generator=generator, jitter=s.color_jitter,
-            )
+            if views is None:
+                return self._train_clip(frames, generator)
+            # Each clip is augmented on its own, in order, from the one generator of the item. A
+            # tuple, not a stacked tensor: the collate copies every clip into the batch once.
+            return tuple(self._train_clip(
+                frames, generator, None if rows is None else torch.as_tensor(rows))
+                for rows in views)
         if self.split == "val":
             return transforms.val_transform(frames, s.crop_size, s.short_side_size, s.mean, s.std)
         return transforms.test_views(
             frames, views, s.crop_size, s.short_side_size, s.test_num_crop, s.mean, s.std,
+        )
+
+    def _train_clip(self, frames: torch.Tensor, generator: torch.Generator,
+                    rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+        s = self.settings
+        return transforms.train_transform(
+            frames, s.crop_size, s.train_short_side_range, s.random_flip, s.mean, s.std,
+            generator=generator, jitter=s.color_jitter, rows=rows,
         )
 
     def _test_segments(self, num_frames: int) -> np.ndarray:

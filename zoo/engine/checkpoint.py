@@ -4,6 +4,10 @@ The file format, safe loading and atomic writes live in :mod:`zoo.utils.checkpoi
 with the checkpoint converter) and are re-exported here. A training checkpoint adds
 ``best_top1`` and, with EMA, ``ema`` to the standard keys; ``rng`` holds one entry per rank.
 :func:`load_training_state` is the resume: it restores everything a checkpoint holds.
+
+Files: ``epoch_N.pth`` after N epochs (and ``best.pth``); ``preempt_epoch{E}_iter{N}.pth`` when a
+preemption signal stopped epoch E after N optimizer steps (it also holds ``epoch_iter``, the
+batches of epoch E trained). :func:`latest_checkpoint` orders them by where training was.
 """
 
 from __future__ import annotations
@@ -37,13 +41,17 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 def rng_state() -> Dict[str, Any]:
     """RNG states of this process as plain Python values (they pass through all_gather_object
-    and ``weights_only`` loading unchanged)."""
+    and ``weights_only`` loading unchanged): Python, NumPy, torch's CPU generator and, once this
+    process has used CUDA, its current device's generator (dropout on the GPU draws from it)."""
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
+    state = {
         "python": random.getstate(),
         "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
         "torch": torch.get_rng_state().tolist(),
     }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state().tolist()
+    return state
 
 
 def set_rng_state(state: Dict[str, Any]) -> None:
@@ -52,6 +60,8 @@ def set_rng_state(state: Dict[str, Any]) -> None:
     kind, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(torch.tensor(state["cuda"], dtype=torch.uint8))
 
 
 def gather_rng_states() -> List[Dict[str, Any]]:
@@ -84,13 +94,71 @@ def save_checkpoint(
     if keep_last > 0:
         for old in epoch_checkpoints(save_dir)[:-keep_last]:
             os.remove(old)
+    _remove_preempt_checkpoints(save_dir, before=(epoch, 0))
     return path
 
 
+# A mid-epoch checkpoint written on a preemption signal (zoo/engine/preemption.py): E is the epoch
+# in progress (1-based), N the optimizer steps taken. Its name does not start with "epoch_", so
+# RESUME_EPOCH, KEEP_LAST and scripts that glob epoch_*.pth never take it for an epoch's end.
+PREEMPT_NAME = "preempt_epoch{epoch}_iter{iteration}.pth"
+_PREEMPT_RE = re.compile(r"preempt_epoch(\d+)_iter(\d+)\.pth")
+
+
+def save_preempt_checkpoint(save_dir: str, state: Dict[str, Any]) -> Optional[str]:
+    """Rank 0 writes the mid-epoch checkpoint ``state`` (with ``epoch`` epochs completed and
+    ``epoch_iter`` batches of the next one trained) and removes older mid-epoch ones.
+
+    Returns:
+        The path written (None on other ranks).
+    """
+    if not comm.is_main_process():
+        return None
+    path = os.path.join(save_dir, PREEMPT_NAME.format(epoch=int(state["epoch"]) + 1,
+                                                      iteration=int(state["iteration"])))
+    try:
+        os.makedirs(save_dir, exist_ok=True)
+    except OSError as e:
+        raise write_failure(path, e) from e
+    atomic_save(state, path)
+    _remove_preempt_checkpoints(save_dir, before=_position(path), keep=path)
+    return path
+
+
+def _position(path: str) -> Optional[tuple]:
+    """Where in training a checkpoint file name says it was written: ``(epochs completed,
+    0)`` for ``epoch_N.pth``, ``(epochs completed, optimizer steps)`` for a mid-epoch one (after
+    every epoch-end file of the same epoch count, before the next)."""
+    name = os.path.basename(path)
+    m = re.fullmatch(r"epoch_(\d+)\.pth", name)
+    if m:
+        return (int(m.group(1)), 0)
+    m = _PREEMPT_RE.fullmatch(name)
+    if m:
+        return (int(m.group(1)) - 1, int(m.group(2)))
+    return None
+
+
+def _remove_preempt_checkpoints(save_dir: str, before: tuple, keep: str = "") -> None:
+    """Delete the mid-epoch checkpoints older than ``before``: they only exist to resume from,
+    and a newer checkpoint now does that."""
+    for path in glob.glob(os.path.join(save_dir, "preempt_epoch*_iter*.pth")):
+        pos = _position(path)
+        if pos is not None and path != keep and pos < before:
+            os.remove(path)
+
+
 def training_state(model, optimizer, scheduler, scaler, ema, epoch: int, iteration: int,
-                   cfg_yaml: str, rng: List[Dict[str, Any]], best_top1: float) -> Dict[str, Any]:
-    """The training checkpoint dict (see :func:`zoo.utils.checkpoint_io.make_checkpoint`)."""
+                   cfg_yaml: str, rng: List[Dict[str, Any]], best_top1: float,
+                   epoch_iter: int = 0) -> Dict[str, Any]:
+    """The training checkpoint dict (see :func:`zoo.utils.checkpoint_io.make_checkpoint`).
+
+    ``epoch_iter`` > 0 marks a mid-epoch checkpoint: that many batches of epoch ``epoch + 1`` were
+    trained (saved as the ``epoch_iter`` key; epoch-end checkpoints do not have it).
+    """
     extra: Dict[str, Any] = {"best_top1": best_top1}
+    if epoch_iter > 0:
+        extra["epoch_iter"] = epoch_iter
     if ema is not None:
         extra["ema"] = ema.state_dict()
     return make_checkpoint(
@@ -112,10 +180,16 @@ def epoch_checkpoints(save_dir: str) -> List[str]:
     return [p for _, p in sorted(found)]
 
 
-def latest_checkpoint(save_dir: str) -> Optional[str]:
-    """The ``epoch_N.pth`` with the largest N in ``save_dir`` (None when there is none)."""
-    found = epoch_checkpoints(save_dir)
-    return found[-1] if found else None
+def latest_checkpoint(save_dir: str, mid_epoch: bool = True) -> Optional[str]:
+    """The newest checkpoint of ``save_dir``: the ``epoch_N.pth`` with the largest N or, with
+    ``mid_epoch``, a mid-epoch ``preempt_epoch{E}_iter{N}.pth`` written after it (None when
+    there is none)."""
+    found = [(_position(p), p) for p in epoch_checkpoints(save_dir)]
+    if mid_epoch:
+        found += [(_position(p), p)
+                  for p in glob.glob(os.path.join(save_dir, "preempt_epoch*_iter*.pth"))
+                  if _position(p) is not None]
+    return max(found)[1] if found else None
 
 
 def find_resume_checkpoint(cfg, save_dir: str, logger: logging.Logger) -> Optional[str]:
@@ -132,11 +206,13 @@ def find_resume_checkpoint(cfg, save_dir: str, logger: logging.Logger) -> Option
 
 
 class ResumedState(NamedTuple):
-    """Where a resumed run continues: epochs completed, optimizer steps taken, best val top-1."""
+    """Where a resumed run continues: epochs completed, optimizer steps taken, best val top-1,
+    and batches of the next epoch already trained (0 unless the checkpoint is mid-epoch)."""
 
     epoch: int
     iteration: int
     best_top1: float
+    epoch_iter: int = 0
 
 
 def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, scaler=None,
@@ -173,19 +249,28 @@ def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, 
     if ema is not None and "ema" in ckpt:
         ema.load_state_dict(ckpt["ema"])
     rng, world = ckpt["rng"], comm.get_world_size()
-    if isinstance(rng, list) and len(rng) == world:
+    epoch_iter = int(ckpt.get("epoch_iter", 0))
+    ranks = len(rng) if isinstance(rng, list) else 1
+    if epoch_iter and ranks != world:
+        # Mid-epoch, each rank's place in its shard of the epoch is only meaningful for the
+        # same number of shards.
+        raise CheckpointError(
+            f"{path} stopped mid-epoch in a job of {ranks} processes; resume it with {ranks} "
+            f"processes, or set CONFIG.TRAIN.RESUME_EPOCH to an epoch checkpoint")
+    if isinstance(rng, list) and ranks == world:
         set_rng_state(rng[comm.get_rank()])
     else:
         logger.warning("%s holds RNG states for %s ranks, not %d: random streams restart",
-                       path, len(rng) if isinstance(rng, list) else 1, world)
+                       path, ranks, world)
     return ResumedState(int(ckpt["epoch"]), int(ckpt.get("iteration", 0)),
-                        float(ckpt.get("best_top1", -1.0)))
+                        float(ckpt.get("best_top1", -1.0)), epoch_iter)
 
 
 # Keys that may change between a run and its resumption without changing what is trained.
 _RESUME_FREE = ("DDP_CONFIG.", "CONFIG.LOG.", "CONFIG.VAL.", "CONFIG.TEST.", "CONFIG.EXTRA_MODULES",
                 "CONFIG.TRAIN.EPOCH_NUM", "CONFIG.TRAIN.AUTO_RESUME", "CONFIG.TRAIN.RESUME_EPOCH",
                 "CONFIG.TRAIN.KEEP_LAST", "CONFIG.TRAIN.NONFINITE", "CONFIG.TRAIN.HOOKS",
+                "CONFIG.TRAIN.PREEMPT_GRACE",
                 "CONFIG.DATA.NUM_WORKERS", "CONFIG.DATA.TRAIN_ANNO_PATH",
                 "CONFIG.DATA.TRAIN_DATA_PATH",
                 "CONFIG.DATA.VAL_ANNO_PATH", "CONFIG.DATA.VAL_DATA_PATH", "CONFIG.DATA.TEST_",

@@ -10,8 +10,10 @@ in each; :func:`run` parses, configures and launches a worker (training, testing
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import sys
 from typing import Callable, List, Optional, Sequence
 
 from ..config import load_config
@@ -24,6 +26,7 @@ from .finetune import resolve_num_classes
 from .hooks import user_hook_class
 from .launch import launch
 from .output_preflight import check_output_writable
+from .preemption import PREEMPTED_EXIT_CODE, Preempted, launcher_signals
 from .setup import output_dir
 
 # A config key as written on the command line: upper-case words joined by dots
@@ -193,7 +196,7 @@ def talks_on_console() -> bool:
 
 
 def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
-        splits: Sequence[str] = ("train", "val")) -> int:
+        splits: Sequence[str] = ("train", "val"), preemptible: bool = False) -> int:
     """Parse, configure, check the data and ``launch(worker)``; returns the process exit code.
 
     Every failure ends here: one ``error:`` line on the console (from the first process of each
@@ -206,11 +209,20 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
         argv: The command line (default ``sys.argv[1:]``).
         splits: The data splits the worker reads, checked before any worker starts
             (``("test",)`` for testing).
+        preemptible: SIGTERM / SIGUSR1 stop the run with exit code 75 (training; see
+            zoo/engine/preemption.py): this process forwards them to its workers, or, when it
+            trains itself, stops at the next step with a checkpoint.
     """
     args = default_argument_parser(description).parse_args(argv)
     rank = process_rank()
     # Under torchrun/Slurm each process is already a rank: only rank 0 talks on the console.
     setup_logger(None, rank)
+    with launcher_signals() if preemptible else contextlib.nullcontext() as guard:
+        return _run(worker, args, rank, splits, guard)
+
+
+def _run(worker: Callable, args: argparse.Namespace, rank: int, splits: Sequence[str],
+         guard) -> int:
     cfg = None
     try:
         cfg = setup_cfg(args)
@@ -225,10 +237,18 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
         if "train" in splits:
             # For testing, NUM_CLASSES 0 means "the checkpoint's": the tester reads it there.
             cfg = resolve_num_classes(cfg)
+        if guard is not None:
+            guard.grace_s = float(cfg.CONFIG.TRAIN.PREEMPT_GRACE)
         node_rank = command_line_node_rank(args.opts, cfg)
         check_data(cfg, splits, node_rank)
         check_output_writable(cfg)
         launch(worker, cfg, node_rank=node_rank)
+    except Preempted as e:
+        # Not a failure (exit 75, "try again"): a SystemExit, caught here only to say so.
+        if talks_on_console():
+            print(f"preempted: {e}; exiting with {PREEMPTED_EXIT_CODE}", file=sys.stderr,
+                  flush=True)
+        return PREEMPTED_EXIT_CODE
     except Exception as e:
         return report_failure(e, output_dir(cfg) if cfg is not None else None, rank,
                               console=talks_on_console())

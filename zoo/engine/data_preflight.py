@@ -7,7 +7,8 @@ names (so every list format and source it understands is understood here too) an
 * the list exists and has videos, and parses (AnnotationError / ConfigError from the reader);
 * labels stay below ``CONFIG.DATA.NUM_CLASSES`` when it is > 0 (``build_dataset`` checks it);
 * the data folder exists, and the first videos of the list are found in it;
-* training: ``CONFIG.TRAIN.BATCH_SIZE`` is not larger than the videos each process gets, with the
+* training: ``CONFIG.TRAIN.BATCH_SIZE`` is not larger than the clips each process gets (its videos x
+  ``CONFIG.DATA.CLIPS_PER_VIDEO``), with the
   loader's own arithmetic (a DistributedSampler without drop_last gives each of W processes
   ``ceil(N / W)`` videos; the loader drops the last partial batch, so fewer than BATCH_SIZE videos
   make no batch at all).
@@ -70,13 +71,16 @@ def processes_at_least(cfg, node_rank: Optional[int] = None) -> int:
 def check_batch_size(cfg, num_videos: int, processes: int) -> None:
     """Raise ConfigError when no process would get one full training batch."""
     batch = int(cfg.CONFIG.TRAIN.BATCH_SIZE)
+    # The batch counts clips; CLIPS_PER_VIDEO of them come from each video.
+    clips = int(cfg.CONFIG.DATA.CLIPS_PER_VIDEO)
     per_process = math.ceil(num_videos / max(1, processes))
-    if per_process < batch:
+    if per_process * clips < batch:
+        per_video = f" (CONFIG.DATA.CLIPS_PER_VIDEO = {clips} clips each)" if clips > 1 else ""
         raise ConfigError(
             f"CONFIG.TRAIN.BATCH_SIZE = {batch} is larger than the {per_process} training "
-            f"videos each of the {processes} process(es) gets ({num_videos} in "
+            f"videos{per_video} each of the {processes} process(es) gets ({num_videos} in "
             f"{cfg.CONFIG.DATA.TRAIN_ANNO_PATH}), so no full batch exists: lower it to at most "
-            f"{max(1, per_process)}"
+            f"{max(1, per_process) * clips}"
         )
 
 

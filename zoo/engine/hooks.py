@@ -99,6 +99,11 @@ def seconds_since_launch() -> Optional[float]:
         return None
 
 
+def _skipped(t: "Trainer") -> int:
+    """Batches of the current epoch trained before a mid-epoch resume (0 otherwise)."""
+    return getattr(t, "start_iter", 0) if t.epoch == t.start_epoch else 0
+
+
 class ProgressBar(HookBase):
     """A tqdm bar per epoch on rank 0's interactive console (``CONFIG.LOG.PROGRESS_BAR``).
 
@@ -116,7 +121,8 @@ class ProgressBar(HookBase):
             from tqdm import tqdm
 
             t.progress_bar = tqdm(total=t.iters_per_epoch, desc=f"epoch {t.epoch + 1}/{t.epochs}",
-                                  dynamic_ncols=True, leave=False)
+                                  dynamic_ncols=True, leave=False,
+                                  initial=_skipped(t))
 
     def after_step(self) -> None:
         if self.trainer.progress_bar is not None:
@@ -142,7 +148,8 @@ class MetricsLogger(HookBase):
         self.display_freq = display_freq
 
     def before_train(self) -> None:
-        self.trainer.writer.start(self.trainer.start_epoch)
+        t = self.trainer
+        t.writer.start(t.start_epoch, t.iteration if getattr(t, "start_iter", 0) else 0)
 
     def after_train(self) -> None:
         self.trainer.writer.close()
@@ -154,7 +161,7 @@ class MetricsLogger(HookBase):
 
     def after_step(self) -> None:
         t = self.trainer
-        if t.epoch == t.start_epoch and t.inner_iter == 0:
+        if t.epoch == t.start_epoch and t.inner_iter == _skipped(t):
             since = seconds_since_launch()
             t.logger.info("first iteration done%s", f", {since:.1f}s after launch" if since else "")
         self.loss_sum += t.loss

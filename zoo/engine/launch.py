@@ -34,6 +34,7 @@ from ..utils import comm, net
 from ..utils.env import available_cpus, set_num_threads
 from ..utils.logger import write_to_log_file
 from .errors import is_user_error, one_line
+from .preemption import raise_if_workers_preempted
 from .rendezvous import NodeRendezvous, agree_in_process_group, open_store, worker_store
 from .setup import output_dir
 from .topology import LaunchError, Topology, parse_tcp_url, resolve_topology
@@ -188,6 +189,8 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
                     f"{root['message']}; stopped this node's workers"
                 )
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
+        # A worker that exited 75 was preempted: not a failure (see zoo/engine/preemption.py).
+        raise_if_workers_preempted(ctx.processes, float(cfg.CONFIG.TRAIN.PREEMPT_GRACE))
         # join() stops the other workers with SIGTERM; a worker killed by any other signal is
         # the likelier root cause than one that raised because its peer vanished.
         killed = [i for i, p in enumerate(ctx.processes)

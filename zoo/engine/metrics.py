@@ -60,13 +60,17 @@ class MetricsWriter:
             except ImportError:  # tensorboard is optional at run time
                 logger.warning("tensorboard is not installed; writing metrics.jsonl only")
 
-    def start(self, resumed_epoch: int) -> None:
+    def start(self, resumed_epoch: int, resumed_iter: int = 0) -> None:
         """Begin this run's records: after a resume, drop the records of epochs after the
         checkpoint (a killed epoch is trained again); on a fresh start, keep an older file of the
-        same folder as ``metrics.<time>.jsonl`` instead of mixing two runs in one file."""
+        same folder as ``metrics.<time>.jsonl`` instead of mixing two runs in one file.
+
+        ``resumed_iter`` > 0: the checkpoint was mid-epoch, after that optimizer step of epoch
+        ``resumed_epoch + 1``; that epoch's ``train`` records up to it are kept.
+        """
         if not self.enabled or not os.path.isfile(self.path):
             return
-        if resumed_epoch <= 0:
+        if resumed_epoch <= 0 and resumed_iter <= 0:
             os.replace(self.path, self.path.replace(".jsonl", f".{int(time.time())}.jsonl"))
             return
         with open(self.path, encoding="utf-8") as f:
@@ -74,10 +78,14 @@ class MetricsWriter:
         kept = []
         for line in lines:
             try:
-                if json.loads(line).get("epoch", 0) <= resumed_epoch:
-                    kept.append(line)
+                record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by the crash
+            epoch = record.get("epoch", 0)
+            if epoch <= resumed_epoch or (
+                    resumed_iter > 0 and epoch == resumed_epoch + 1
+                    and record.get("split") == "train" and record.get("iter", 0) <= resumed_iter):
+                kept.append(line)
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             f.writelines(kept)

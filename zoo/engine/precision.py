@@ -9,6 +9,11 @@
   channels or small frames) to ``slow_conv3d``, an unfold + GEMM kernel whose backward is several
   times slower than oneDNN's; :class:`CpuConv3d` runs those as the same 2-D convolution on a view
   of the clip, which oneDNN takes. Same weights, same state dict, same result up to rounding.
+  Under bf16 autocast on a CPU without bf16 instructions, PyTorch sends every bf16 ``conv3d`` to
+  ``slow_conv3d`` (oneDNN takes bf16 only where the CPU has it); :class:`CpuConv3d` then computes
+  the layer as the hardware would: inputs, weights and bias rounded to bf16, products summed in
+  float32 by oneDNN's float32 kernel, the output rounded to bf16 (the gradients are rounded to
+  bf16 on the way back through the same casts). The math is bf16's; only the kernel changes.
 """
 
 from __future__ import annotations
@@ -106,25 +111,55 @@ class CpuConv3d(nn.Conv3d):
     call under tracing, export or ``torch.compile``, is the plain ``nn.Conv3d``.
     """
 
-    def _slow_kernel(self, x: torch.Tensor) -> bool:
-        if (x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 5
-                or _cpu_autocast_on() or torch.jit.is_tracing()
+    def _plain_call(self, x: torch.Tensor) -> bool:
+        """True where this layer must run as the plain nn.Conv3d: not a CPU clip, or traced,
+        scripted, compiled or exported, or padding/dilation the 2-D views do not cover."""
+        return (x.device.type != "cpu" or x.dim() != 5 or torch.jit.is_tracing()
                 or torch.jit.is_scripting() or torch.compiler.is_compiling()
-                or torch.onnx.is_in_onnx_export()):
-            return False
-        if (self.padding_mode != "zeros" or isinstance(self.padding, str)
-                or self.dilation != (1, 1, 1)):
-            return False
+                or torch.onnx.is_in_onnx_export() or self.padding_mode != "zeros"
+                or isinstance(self.padding, str) or self.dilation != (1, 1, 1))
+
+    def _picks_slow3d(self, x: torch.Tensor, dtype: torch.dtype) -> bool:
+        def like(t: torch.Tensor) -> torch.Tensor:  # same shape and strides, nothing copied
+            return t if t.dtype == dtype else torch.empty_like(t, dtype=dtype)
+
         try:  # ask PyTorch which kernel it would pick (2 us); a private API, so be careful
             backend = torch._C._select_conv_backend(
-                x, self.weight, self.bias, self.stride, self.padding, self.dilation, False,
-                (0, 0, 0), self.groups, None)
+                like(x), like(self.weight), None if self.bias is None else like(self.bias),
+                self.stride, self.padding,
+                self.dilation, False, (0, 0, 0), self.groups, None)
         except (AttributeError, RuntimeError, TypeError):
             return False
         return backend == torch._C._ConvBackend.Slow3d
 
+    def _slow_kernel(self, x: torch.Tensor) -> bool:
+        if self._plain_call(x) or x.dtype != torch.float32 or _cpu_autocast_on():
+            return False
+        return self._picks_slow3d(x, torch.float32)
+
+    def _emulated_bf16(self, x: torch.Tensor) -> bool:
+        """Under CPU bf16 autocast on a CPU that would run this layer with slow_conv3d."""
+        if (self._plain_call(x) or not _cpu_autocast_on()
+                or torch.get_autocast_dtype("cpu") != torch.bfloat16
+                or x.dtype not in (torch.float32, torch.bfloat16)):
+            return False
+        return self._picks_slow3d(x, torch.bfloat16)
+
+    def _bf16_as_hardware(self, x: torch.Tensor, weight: torch.Tensor,
+                          bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """bf16 operands, float32 sums (oneDNN's float32 kernel), a bf16 result."""
+        def rounded(t: torch.Tensor) -> torch.Tensor:
+            return t.to(torch.bfloat16).float()
+
+        with torch.autocast("cpu", enabled=False):
+            y = self._conv_forward(rounded(x), rounded(weight),
+                                   None if bias is None else rounded(bias))
+        return y.to(torch.bfloat16)
+
     def _conv_forward(self, x: torch.Tensor, weight: torch.Tensor,
                       bias: Optional[torch.Tensor]) -> torch.Tensor:
+        if self._emulated_bf16(x):
+            return self._bf16_as_hardware(x, weight, bias)
         (kt, kh, kw), (st, sh, sw), (pt, ph, pw) = self.kernel_size, self.stride, self.padding
         if kh == kw == 1 and sh == sw == 1 and ph == pw == 0:
             plan = "time"

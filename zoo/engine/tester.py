@@ -16,10 +16,11 @@ from .setup import worker_setup
 
 
 def find_test_checkpoint(cfg, out_dir: str) -> str:
-    """CONFIG.TEST.CHECKPOINT, else the newest checkpoint of the run in ``out_dir``."""
+    """CONFIG.TEST.CHECKPOINT, else the newest epoch checkpoint of the run in ``out_dir`` (a
+    mid-epoch one a preemption left is a place to resume from, not a result to test)."""
     if cfg.CONFIG.TEST.CHECKPOINT:
         return cfg.CONFIG.TEST.CHECKPOINT
-    path = latest_checkpoint(os.path.join(out_dir, cfg.CONFIG.LOG.SAVE_DIR))
+    path = latest_checkpoint(os.path.join(out_dir, cfg.CONFIG.LOG.SAVE_DIR), mid_epoch=False)
     if path is None:
         raise FileNotFoundError(
             f"no checkpoint in {os.path.join(out_dir, cfg.CONFIG.LOG.SAVE_DIR)}; train first or "

@@ -17,11 +17,21 @@ from ..data import build_loader
 from ..models import build_model
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
-from .checkpoint import find_resume_checkpoint, load_training_state, unwrap
+from .checkpoint import (
+    CheckpointError,
+    find_resume_checkpoint,
+    gather_rng_states,
+    load_training_state,
+    save_preempt_checkpoint,
+    training_state,
+    unwrap,
+)
+from .ddp_comm import ddp_options, register_compression
 from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .hooks import HookBase, default_hooks, load_user_hooks
 from .metrics import MetricsWriter
 from .precision import execution_settings, memory_format, route_cpu_convs
+from .preemption import Preempted, PreemptionWatch, watching
 from .setup import with_job_layout, worker_setup
 from .step import TrainStep
 from .sync_bn import convert_sync_bn
@@ -50,8 +60,10 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Modul
     # forward_sync_buffers (it still syncs buffers once at construction, which is harmless here).
     no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in _DDP_ARGS
                else {"broadcast_buffers": False})
-    return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
-                                   **no_sync)
+    ddp = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
+                                  **no_sync, **ddp_options(cfg))
+    register_compression(ddp, cfg)
+    return ddp
 
 
 _DDP_ARGS = inspect.signature(DistributedDataParallel.__init__).parameters
@@ -97,6 +109,8 @@ class Trainer:
         writer: The :class:`~zoo.engine.metrics.MetricsWriter` (metrics.jsonl + TensorBoard).
         epochs, start_epoch, epoch: ``CONFIG.TRAIN.EPOCH_NUM``, the first epoch this run trains
             and the current one (0-based).
+        start_iter: Batches of ``start_epoch`` trained before a mid-epoch resume (else 0); the
+            run skips them without decoding them.
         iters_per_epoch, steps_per_epoch: Loader batches and optimizer steps per epoch.
         iteration: Optimizer steps taken since the run began (across resumes).
         inner_iter, batch, loss: The batch index in this epoch, the batch ``(clips, labels,
@@ -104,7 +118,13 @@ class Trainer:
         best_top1, is_best: The best validation top-1 so far, and whether this epoch set it.
         progress_bar: The open tqdm bar, or None.
         hooks: The hooks, in call order.
+        preemption: The :class:`~zoo.engine.preemption.PreemptionWatch` of this process (None
+            until :meth:`train` installs one): a preemption signal stops every rank after the
+            same step, with a mid-epoch checkpoint (see zoo/engine/preemption.py).
     """
+
+    start_iter = 0  # class defaults: hooks and tests may build a trainer without __init__
+    preemption: Optional[PreemptionWatch] = None
 
     def __init__(self, cfg, hooks: Sequence[HookBase] = ()) -> None:
         self.cfg = cfg
@@ -122,7 +142,8 @@ class Trainer:
         self.writer = MetricsWriter(self.out_dir, os.path.join(self.out_dir, log.LOG_DIR))
         self.cfg_yaml = cfg_to_yaml(with_job_layout(cfg))
         self.epochs = train.EPOCH_NUM
-        self.start_epoch = self.epoch = self.iteration = self.inner_iter = 0
+        self.start_epoch = self.epoch = self.iteration = self.inner_iter = self.start_iter = 0
+        self.preemption: Optional[PreemptionWatch] = None
         self.best_top1, self.is_best = -1.0, False
         self.batch: Any = None
         self.loss: Optional[torch.Tensor] = None
@@ -188,10 +209,29 @@ class Trainer:
         state = load_training_state(path, self.cfg, self.model, self.optimizer, self.scheduler,
                                     self.step.scaler, self.step.ema, self.logger)
         self.start_epoch, self.best_top1 = state.epoch, state.best_top1
-        self.logger.info("resumed from %s: continuing at epoch %d", path, self.start_epoch + 1)
+        self.start_iter = state.epoch_iter
+        where = ""
+        if self.start_iter:
+            n = self.start_iter
+            where = (f", batch {n + 1} of {self.iters_per_epoch} (the {n} batches already trained "
+                     "are skipped, not decoded)" if n < self.iters_per_epoch else
+                     ", after its last batch (its end-of-epoch validation and checkpoint follow)")
+        self.logger.info("resumed from %s: continuing at epoch %d%s", path, self.start_epoch + 1,
+                         where)
 
-    def train(self) -> None:
-        """Resume if asked, then train epochs ``start_epoch + 1 .. EPOCH_NUM``."""
+    def train(self, preemption: Optional[PreemptionWatch] = None) -> None:
+        """Resume if asked, then train epochs ``start_epoch + 1 .. EPOCH_NUM``.
+
+        Args:
+            preemption: The installed watch that stops the run on a preemption signal (see
+                :func:`train_worker`); None = signals keep their usual effect.
+
+        Raises:
+            Preempted: A preemption signal stopped the run (after the mid-epoch checkpoint).
+        """
+        self.preemption = preemption
+        if preemption is not None:
+            preemption.prepare()
         self.resume()
         train, world = self.cfg.CONFIG.TRAIN, comm.get_world_size()
         self.logger.info(
@@ -201,7 +241,8 @@ class Trainer:
             train.BATCH_SIZE * world * train.ACCUM_STEPS, train.BATCH_SIZE, world,
             train.ACCUM_STEPS, self.scheduler.base_lr,
         )
-        self.iteration = self.step.steps = self.start_epoch * self.steps_per_epoch
+        self.iteration = self.step.steps = (self.start_epoch * self.steps_per_epoch
+                                            + self.start_iter // train.ACCUM_STEPS)
         self._call("before_train")
         for self.epoch in range(self.start_epoch, self.epochs):
             self.run_epoch()
@@ -211,21 +252,69 @@ class Trainer:
                          f"; {skipped} non-finite steps skipped" if skipped else "")
 
     def run_epoch(self) -> None:
-        """One epoch: its steps between ``before_epoch`` and ``after_epoch``, then a barrier."""
+        """One epoch: its steps between ``before_epoch`` and ``after_epoch``, then a barrier.
+
+        Raises:
+            Preempted: After the step at which all ranks agreed to stop for a preemption signal.
+        """
         self.model.train()
+        skip = self.start_iter if self.epoch == self.start_epoch else 0
         if hasattr(self.train_loader.sampler, "set_epoch"):
-            self.train_loader.sampler.set_epoch(self.epoch)
+            if skip:
+                self.train_loader.sampler.set_epoch(self.epoch, skip * self.train_loader.batch_size)
+            else:
+                self.train_loader.sampler.set_epoch(self.epoch)
         self.is_best = False
         self._call("before_epoch")
         last = self.steps_per_epoch * self.cfg.CONFIG.TRAIN.ACCUM_STEPS
-        for self.inner_iter, self.batch in enumerate(self.train_loader):
+        for self.inner_iter, self.batch in enumerate(self.train_loader, start=skip):
             if self.inner_iter >= last:
                 break  # a partial accumulation at the epoch's end is dropped
             self._call("before_step")
             self.run_step()
             self._call("after_step")
+            if (self.preemption is not None and self.step.micro == 0
+                    and self.preemption.should_stop()):
+                self.stop_for_preemption()
         self._call("after_epoch")
         comm.synchronize()
+
+    def stop_for_preemption(self) -> None:
+        """Every rank, after the agreed step: rank 0 writes the mid-epoch checkpoint, all wait for
+        it, then raise :class:`Preempted` (the process exits 75)."""
+        watch, done = self.preemption, self.inner_iter + 1
+        rng = gather_rng_states()  # every rank takes part; rank 0 writes
+        written = True
+        if comm.is_main_process():
+            state = training_state(self.model, self.optimizer, self.scheduler, self.step.scaler,
+                                   self.step.ema, self.epoch, self.iteration, self.cfg_yaml, rng,
+                                   self.best_top1, epoch_iter=done)
+            try:
+                path = save_preempt_checkpoint(self.save_dir, state)
+                self.logger.info("preempted by %s: saved %s (epoch %d, batch %d of %d, iteration "
+                                 "%d)", watch.received or "a signal on another rank", path,
+                                 self.epoch + 1, done, self.iters_per_epoch, self.iteration)
+            except CheckpointError as e:  # a full disk: say so, still leave as preempted
+                written = False
+                self.logger.error("error: %s", e)
+        watch.checkpoint_written(written)
+        if self.progress_bar is not None:
+            self.progress_bar.close()
+        self.writer.close()
+        comm.synchronize()  # nobody leaves before the checkpoint is complete
+        raise Preempted(f"preempted at iteration {self.iteration}; resume with "
+                        "CONFIG.TRAIN.AUTO_RESUME True")
+
+    def stop_data_workers(self) -> None:
+        """Shut the loaders' persistent data workers down now, the way their iterator does when
+        it is freed. Otherwise they may still run when this process exits, and multiprocessing
+        then ends them with SIGTERM, which training data workers outlive (see
+        ``zoo.data.build._seed_worker``): the exit would wait for their deadline."""
+        for loader in (self.train_loader, self.val_loader):
+            iterator = getattr(loader, "_iterator", None)  # persistent workers live there
+            if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+                iterator._shutdown_workers()
+                loader._iterator = None
 
     def run_step(self) -> None:
         """Forward and backward one batch (the optimizer steps every ACCUM_STEPS of them)."""
@@ -236,5 +325,14 @@ class Trainer:
 
 
 def train_worker(cfg) -> None:
-    """Train the model the config describes (called by ``launch`` in every process)."""
-    Trainer(cfg).train()
+    """Train the model the config describes (called by ``launch`` in every process).
+
+    SIGTERM / SIGUSR1 stop it at the next step boundary with a checkpoint, and the process exits
+    with 75 (see zoo/engine/preemption.py); the watch is installed before anything is built.
+    """
+    with watching(cfg.CONFIG.TRAIN.PREEMPT_GRACE) as watch:
+        trainer = Trainer(cfg)
+        try:
+            trainer.train(preemption=watch)
+        finally:
+            trainer.stop_data_workers()

@@ -1,0 +1,91 @@
+"""DDP_CONFIG.GRAD_COMPRESSION and BUCKET_CAP_MB: two gloo ranks compute one step's gradients with
+each setting; the reference is computed here, from each rank's own (uncompressed) gradients."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from zoo.config import get_cfg
+from zoo.engine.ddp_comm import COMPRESSIONS, ddp_options, register_compression
+
+IN, OUT = 16, 32
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(IN, OUT), torch.nn.ReLU(), torch.nn.Linear(OUT, 4))
+
+
+def _batch(rank):
+    g = torch.Generator().manual_seed(100 + rank)
+    return torch.randn(8, IN, generator=g), torch.randint(0, 4, (8,), generator=g)
+
+
+def _grads(model, rank):
+    x, y = _batch(rank)
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def _rank(rank, init_file, out_dir):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    results = {}
+    for kind in COMPRESSIONS:
+        cfg = get_cfg()
+        cfg.DDP_CONFIG.GRAD_COMPRESSION = kind
+        cfg.DDP_CONFIG.BUCKET_CAP_MB = 0.001  # several buckets: every layer is its own
+        cfg.DDP_CONFIG.POWERSGD_START_STEP = 2
+        ddp = torch.nn.parallel.DistributedDataParallel(_model(), **ddp_options(cfg))
+        register_compression(ddp, cfg)
+        # Three steps (PowerSGD compresses from its third); the weights do not move.
+        results[kind] = [_grads(ddp, rank) for _ in range(3)]
+    results["local"] = _grads(_model(), rank)
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def grads(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("compression")
+    mp.start_processes(_rank, args=(str(tmp / "init"), str(tmp)), nprocs=2, start_method="spawn")
+    return [torch.load(tmp / f"rank{r}.pt", weights_only=True) for r in range(2)]
+
+
+def test_every_rank_gets_the_same_gradient(grads):
+    for kind in COMPRESSIONS:
+        for a, b in zip(grads[0][kind][-1], grads[1][kind][-1]):
+            assert torch.equal(a, b), kind
+
+
+def test_none_is_the_exact_mean(grads):
+    mean = [(a + b) / 2 for a, b in zip(grads[0]["local"], grads[1]["local"])]
+    for got, want in zip(grads[0]["none"][-1], mean):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("kind,dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16)])
+def test_16_bit_compression_is_the_mean_of_rounded_halves(grads, kind, dtype):
+    # Each rank's gradient is rounded to 16 bits and halved there (torch's hook divides after the
+    # cast), the sum rounded again.
+    for got, a, b in zip(grads[0][kind][-1], grads[0]["local"], grads[1]["local"]):
+        want = ((a.to(dtype) / 2).float() + (b.to(dtype) / 2).float()).to(dtype).float()
+        assert torch.equal(got, want)
+        if a.numel() > 4:  # and it is not the full-precision mean
+            assert not torch.equal(got, (a + b) / 2)
+
+
+def test_powersgd_sends_rank_1_matrices_after_its_start_step(grads):
+    weight = 0  # the first Linear's weight: a 32x16 matrix, compressed at rank 1
+    full = grads[0]["powersgd"][0][weight]  # step 1: a plain all-reduce
+    mean = (grads[0]["local"][weight] + grads[1]["local"][weight]) / 2
+    assert torch.allclose(full, mean, atol=1e-6)
+    assert torch.linalg.matrix_rank(mean) > 1
+    compressed = grads[0]["powersgd"][2][weight]
+    assert torch.linalg.matrix_rank(compressed) == 1
+    # a rank-1 approximation that points the same way as the true gradient
+    cos = torch.nn.functional.cosine_similarity(compressed.flatten(), mean.flatten(), dim=0)
+    assert cos > 0.5

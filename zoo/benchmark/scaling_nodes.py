@@ -1,0 +1,90 @@
+"""Two-node scaling over a shaped link (``zoo-benchmark scaling --nodes 2``).
+
+One node (one process) against two nodes (one process each, in two network namespaces joined by a
+veth pair that ``tc`` shapes to a datacenter-like link, :mod:`zoo.benchmark.link`), with the same
+per-process batch, for each ``DDP_CONFIG.GRAD_COMPRESSION`` asked for. Every run is the scaling
+benchmark's worker (:mod:`zoo.benchmark.scaling`) in fresh interpreters started as the user would
+start them, one per node. Efficiency is the two-node clips/s over twice the one-node clips/s; the
+training loss after the timed steps is reported beside the loss without compression (the same data
+and seeds), since compression is lossy.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from typing import Any, Dict, List, Sequence
+
+from .link import Link, free_port, shaped_link, wait_all
+from .scaling import _child_env, _command, _read_result, run_one
+
+
+def run_two_nodes(link: Link, config_file: str, opts: Sequence[str], threads: int, steps: int,
+                  warmup: int, extra_modules: Sequence[str] = (),
+                  timeout: float = 900) -> Dict[str, Any]:
+    """One two-node run over ``link``; node 0's result row.
+
+    Raises:
+        RuntimeError: a node failed (both nodes' output tails are in the message).
+    """
+    world = [*link.addresses, str(free_port())]
+    with tempfile.TemporaryDirectory(prefix="zoo_scaling_nodes_") as tmp:
+        result = os.path.join(tmp, "result.json")
+        procs = []
+        for node in range(2):
+            cmd = _command(config_file, opts, 1, threads, steps, warmup,
+                           result if node == 0 else os.path.join(tmp, "unused.json"),
+                           extra_modules, world)
+            procs.append(subprocess.Popen(link.command(node, cmd), env=_child_env(1),
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True))
+        outputs = wait_all(procs, timeout)
+        ok = all(p.returncode == 0 for p in procs)
+        text = "\n".join(f"--- node {i}:\n{out[-1500:]}" for i, out in enumerate(outputs))
+        return _read_result(result if ok else "", "2 nodes", text)
+
+
+def two_node_scaling(config_file: str, opts: Sequence[str] = (),
+                     compressions: Sequence[str] = ("none", "bf16"), threads: int = 1,
+                     steps: int = 20, warmup: int = 3, repeats: int = 3, rate: str = "1gbit",
+                     delay_ms: float = 0.5,
+                     extra_modules: Sequence[str] = ()) -> List[Dict[str, Any]]:
+    """Rows: one node, then two nodes per compression (median of ``repeats`` runs each, the
+    settings taking turns so a busy moment of the machine hits them alike).
+
+    Raises:
+        LinkError: the shaped link cannot be made here (one line: what is missing).
+        RuntimeError: a run failed.
+    """
+    single: List[Dict[str, Any]] = []
+    pairs: Dict[str, List[Dict[str, Any]]] = {c: [] for c in compressions}
+    with shaped_link(rate, delay_ms) as link:
+        for _ in range(repeats):
+            single.append(run_one(config_file, opts, 1, threads, steps, warmup,
+                                  extra_modules=extra_modules))
+            for c in compressions:
+                run = run_two_nodes(link, config_file,
+                                    [*opts, "DDP_CONFIG.GRAD_COMPRESSION", c],
+                                    threads, steps, warmup, extra_modules)
+                pairs[c].append(run)
+        shaping = {"link_rate": rate, "link_delay_ms": link.delay_ms,
+                   "link_measured_mb_per_s": link.measured_mb_per_s, "link_note": link.delay_note}
+    rows = [_median({**r, "nodes": 1, "compression": "-"} for r in single)]
+    for c in compressions:
+        rows.append(_median({**r, "nodes": 2, "compression": c} for r in pairs[c]))
+    base = rows[0]["clips_per_s"]
+    loss_none = next((r["last_loss"] for r in rows[1:] if r["compression"] == "none"), None)
+    for row in rows:
+        row["efficiency"] = round(row["clips_per_s"] / (base * row["nodes"]), 3)
+        row["loss_vs_none"] = ("" if row["nodes"] == 1 or loss_none is None
+                               else round(row["last_loss"] / loss_none, 4))
+        row.update(shaping)
+    return rows
+
+
+def _median(runs) -> Dict[str, Any]:
+    runs = sorted(runs, key=lambda r: r["clips_per_s"])
+    row = dict(runs[len(runs) // 2])
+    row["clips_per_s_all_runs"] = " ".join(str(r["clips_per_s"]) for r in runs)
+    return row
