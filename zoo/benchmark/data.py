@@ -50,29 +50,45 @@ _ENTRY = "import sys; from zoo.benchmark.data import _child; _child(sys.argv[1])
 # ----------------------------------------------------------------------------- videos
 
 
-def _textured_frames(count: int, height: int, width: int, seed: int) -> Iterator[Any]:
-    """Smooth random texture panning in a circle: realistic motion for an encoder."""
+def _textured_frames(count: int, height: int, width: int, seed: int,
+                     fresh: float = 0.0) -> Iterator[Any]:
+    """Smooth random texture panning in a circle: realistic motion for an encoder.
+
+    ``fresh`` > 0: that share of the texture's 16x16 blocks gets new, finer (4x4-pixel) detail
+    every frame, which then moves on with the texture: new content an encoder must code as
+    Kinetics clips have (0.025 gives ~640 KB for 10 s of 340x256 at x264's default settings).
+    """
     import numpy as np
 
     rng = np.random.default_rng(seed)
     cells = rng.integers(0, 256, (height // 8 + 4, width // 8 + 4, 3), dtype=np.uint8)
     texture = np.kron(cells, np.ones((16, 16, 1), np.uint8))
+    blocks = int(fresh * (height // 16) * (width // 16))
     for t in range(count):
         dy = int(16 + 14 * np.sin(t / 15))
         dx = int(16 + 14 * np.cos(t / 20))
+        for y, x in zip(rng.integers(0, texture.shape[0] // 16, blocks),
+                        rng.integers(0, texture.shape[1] // 16, blocks)):
+            detail = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)
+            texture[y * 16 : y * 16 + 16, x * 16 : x * 16 + 16] = np.kron(
+                detail, np.ones((4, 4, 1), np.uint8))
         yield np.ascontiguousarray(texture[dy : dy + height, dx : dx + width])
 
 
 def write_video(path: str, seconds: float, height: int, width: int, gop: int, seed: int = 0,
-                fps: int = 25) -> str:
-    """An H.264 .mp4 of textured motion (veryfast, crf 23, a keyframe every ``gop`` frames)."""
+                fps: int = 25, codec: str = "libx264", preset: str = "veryfast",
+                fresh: float = 0.0) -> str:
+    """An .mp4 of textured motion (H.264 by default; crf 23, a keyframe every ``gop`` frames;
+    ``fresh``: new detail per frame, see :func:`_textured_frames`)."""
     import av
 
-    options = {"preset": "veryfast", "crf": "23", "g": str(gop)}
+    options = {"preset": preset, "crf": "23", "g": str(gop)}
+    if codec == "libx265":
+        options["x265-params"] = "log-level=error"
     with av.open(path, "w") as container:
-        stream = container.add_stream("libx264", rate=fps, options=options)
+        stream = container.add_stream(codec, rate=fps, options=options)
         stream.height, stream.width, stream.pix_fmt = height, width, "yuv420p"
-        for image in _textured_frames(int(seconds * fps), height, width, seed):
+        for image in _textured_frames(int(seconds * fps), height, width, seed, fresh):
             for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():
@@ -82,15 +98,23 @@ def write_video(path: str, seconds: float, height: int, width: int, gop: int, se
 
 def write_long_video(path: str, seconds: int = 300, height: int = 720, width: int = 1280) -> str:
     """A long 720p video made in seconds: 2 s encoded once, their packets muxed again and again."""
+    part = write_video(path + ".part.mp4", 2, height, width, gop=25)
+    return repeat_video(part, path, seconds // 2)
+
+
+def repeat_video(part: str, path: str, copies: int) -> str:
+    """``part``'s packets muxed ``copies`` times one after the other into ``path`` (a long video
+    for the price of a short encode); ``part`` is removed."""
     import av
 
-    part = write_video(path + ".part.mp4", 2, height, width, gop=25)
     with av.open(part) as src, av.open(path, "w") as dst:
         stream = src.streams.video[0]
         out = dst.add_stream_from_template(stream)
         packets = [p for p in src.demux(stream) if p.size]
-        span = (packets[1].pts - packets[0].pts) * len(packets)
-        for copy in range(max(seconds // 2, 1)):
+        # One copy lasts one frame duration per packet (packets come in decode order, so the
+        # difference of the first two timestamps is not a frame's duration with B-frames).
+        span = round(len(packets) / (stream.average_rate * stream.time_base))
+        for copy in range(max(copies, 1)):
             for packet in packets:
                 clone = av.Packet(bytes(packet))
                 clone.pts, clone.dts = packet.pts + copy * span, packet.dts + copy * span
@@ -293,7 +317,13 @@ def _long_clip_worker(path: str, decoder: str, torch_free: bool, clip_len: int =
 def _child(request: str) -> None:
     """Entry of a measuring process: run the worker named in the JSON ``request``, print JSON."""
     params = json.loads(request)
-    worker = {"clips": _clips_worker, "long": _long_clip_worker}[params.pop("worker")]
+    if params["worker"] == "e2e":  # end-to-end clip loading, see zoo.benchmark.clip_loading
+        from .clip_loading import _worker as _e2e_worker
+
+        params["worker"] = _e2e_worker
+    worker = {"clips": _clips_worker, "long": _long_clip_worker}.get(params["worker"],
+                                                                     params["worker"])
+    params.pop("worker")
     print(json.dumps(worker(**params)))
 
 

@@ -289,6 +289,12 @@ _C.CONFIG.DATA.FRAME_TEMPLATE = "img_{:05d}.jpg"
 # Decoder threads per video; 0 = automatic (FFmpeg's threads for frames of 256x256 and more, else
 # 1).
 _C.CONFIG.DATA.DECODE_THREADS = 0
+# True = the reader scales frames to the first size the transform needs (short side = the largest
+# TRAIN_SHORT_SIDE_RANGE for training, SHORT_SIDE_SIZE for val/test, NEW_HEIGHT x NEW_WIDTH when
+# KEEP_ASPECT_RATIO is False; never enlarged) while it converts them to RGB, in one pass of
+# FFmpeg's bilinear scaler (pyav; other readers hand over full frames). Pixels differ from a
+# full-size decode + torch resize by interpolation details only (docs/benchmarks.md, issue 15).
+_C.CONFIG.DATA.DECODE_RESIZE = True
 # Seconds allowed to open and decode one video (x TEST_NUM_SEGMENT at test time, x CLIPS_PER_VIDEO
 # in training); a video over it counts as unreadable. 0 = no limit.
 _C.CONFIG.DATA.DECODE_TIMEOUT = 30.0

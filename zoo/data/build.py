@@ -127,6 +127,8 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
     if not data.KEEP_ASPECT_RATIO:
         # Only when set, so datasets written before the key existed keep working.
         kwargs["frame_size"] = [int(data.NEW_HEIGHT), int(data.NEW_WIDTH)]
+    if not data.DECODE_RESIZE:
+        kwargs["decode_resize"] = False  # the same: only when it differs from the default
     if split == "train" and int(data.CLIPS_PER_VIDEO) > 1:
         kwargs["clips_per_video"] = int(data.CLIPS_PER_VIDEO)  # likewise
         kwargs["clips_window"] = str(data.CLIPS_WINDOW)

@@ -30,7 +30,8 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -69,6 +70,39 @@ class DecodeTimeout(DecodeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, kind="timeout")
+
+
+@dataclass(frozen=True)
+class OutputSize:
+    """The size a reader may scale frames to while it converts them to RGB (one pass, instead of a
+    full-size conversion followed by a resize in the transform).
+
+    The datasets ask for the first resize their transform would make anyway (see
+    ``ClipDataset.output_size``); the transform then crops and resizes whatever size it gets, so a
+    reader that ignores the request gives the same clips up to interpolation details.
+
+    Attributes:
+        short_side: > 0: scale so that the short side becomes this, keeping the aspect ratio; a
+            frame whose short side is already this or less is left as it is (never enlarged).
+        height: With ``width``, > 0: exactly this size, whatever the aspect ratio (gluoncv's
+            ``KEEP_ASPECT_RATIO: False``); takes precedence over ``short_side``.
+        width: See ``height``.
+    """
+
+    short_side: int = 0
+    height: int = 0
+    width: int = 0
+
+    def target(self, height: int, width: int) -> Tuple[int, int]:
+        """``(height, width)`` a frame of ``height`` x ``width`` (as displayed) is scaled to."""
+        if self.height > 0 and self.width > 0:
+            return self.height, self.width
+        short = min(height, width)
+        if self.short_side <= 0 or short <= self.short_side:
+            return height, width
+        # The long side rounded down, as torchvision's and PySlowFast's short-side resizes do.
+        return (max(height * self.short_side // short, 1),
+                max(width * self.short_side // short, 1))
 
 
 class VideoReader:
@@ -120,6 +154,15 @@ class VideoReader:
     def decode(self, indices: Sequence[int]) -> torch.Tensor:
         """:meth:`decode_array` as a uint8 tensor ``(len(indices), H, W, 3)`` sharing its memory."""
         return as_tensor(self.decode_array(indices))
+
+    def set_output_size(self, size: Optional[OutputSize]) -> bool:
+        """Ask for frames scaled to ``size`` while they are converted (None = as decoded).
+
+        Returns:
+            Whether this reader does it; a reader that does not (the default) returns frames at
+            their decoded size, and the transform resizes them.
+        """
+        return False
 
     def close(self) -> None:
         """Release the file."""

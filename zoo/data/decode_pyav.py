@@ -4,7 +4,12 @@
   long gap between needed frames (the segments of a multi-view test) is crossed with another seek
   when that is cheaper than decoding through it.
 * Convert to RGB only the frames that are kept, with one reused converter, straight into the output
-  array (no per-frame list, no second copy).
+  array (no per-frame list, no second copy). When the dataset asks for a smaller size
+  (:meth:`PyAVReader.set_output_size`: the first resize of its transform), FFmpeg's scaler
+  converts and resizes in one pass (bilinear, antialiased when shrinking, as torch's resize).
+* Frames that no output needs and no other frame references (most B-frames) are not decoded at
+  all: FFmpeg's ``skip_frame`` is set to ``NONREF`` for every packet whose frame is not wanted
+  (timestamp-indexed decodes only; a frame counted from the start must be decoded to be counted).
 * Threaded decoding for large frames; small frames decode on one thread (thread start-up costs more
   than the decode, and data-loader workers already fill the cores).
 
@@ -34,8 +39,10 @@ Needs PyAV and numpy only: ``decode_array`` returns a numpy array, and torch is 
 from __future__ import annotations
 
 import bisect
+import os
+import threading
 from fractions import Fraction
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Set
 
 import av
 import numpy as np
@@ -44,6 +51,7 @@ from av.video.reformatter import VideoReformatter
 from .decode_base import (
     END_SLACK,
     DecodeError,
+    OutputSize,
     VideoReader,
     check_deadline,
     check_file,
@@ -62,6 +70,13 @@ _MIN_SEEK_GAP = 32
 _MIN_SKIP = 8
 # A timestamp this far (in frames) off the constant-rate grid means variable frame rate.
 _OFF_GRID = 0.35
+# FFmpeg's scaler filter for the one-pass resize: bilinear, widened when shrinking (antialiased)
+# like torch's antialiased bilinear resize; measured against it in docs/benchmarks.md (issue 15).
+_SCALE_FILTER = "BILINEAR"
+# PyAV 17 added threaded scaling (and ``threads``); planar RGB out is then the faster scaled
+# output (see _rgb), before it packed RGB (the same pixels).
+_SCALER_THREADS = int(av.__version__.split(".")[0]) >= 17
+_SCALED_FORMAT = "gbrp" if _SCALER_THREADS else "rgb24"
 # Containers (FFmpeg demuxer names) that store presentation timestamps; the rest are decoded from
 # the start. AVI stores none (decode order only), raw streams no timestamps at all.
 _PTS_FORMATS = {"mov", "mp4", "matroska", "webm"}
@@ -69,6 +84,11 @@ _PTS_FORMATS = {"mov", "mp4", "matroska", "webm"}
 
 class _VariableRate(Exception):
     """Raised inside a constant-rate decode when timestamps leave the grid."""
+
+
+class _SkippedTail(Exception):
+    """The stream ended after skipped frames: the last frame, which the indices past the end get,
+    may be one of them. Decoded again without skipping."""
 
 
 class _Untrusted(Exception):
@@ -113,6 +133,11 @@ class PyAVReader(VideoReader):
         self._counted = False
         self._pristine = True  # nothing read yet: frame 0 needs no seek
         self._frames_decoded = 0  # for tests and benchmarks: frames the codec produced
+        self._output_size: Optional[OutputSize] = None
+        # Skip the frames no output needs and nothing references (tests and benchmarks turn it
+        # off to compare); the indices sent with skipping allowed, per decode run.
+        self.skip_unneeded = True
+        self._skippable: Set[int] = set()
 
     def _open(self) -> None:
         """Open (or open again, to restart from the beginning) the container and its decoder."""
@@ -128,19 +153,33 @@ class PyAVReader(VideoReader):
             raise DecodeError(f"{path}: no video stream", "no_video")
         self._stream = stream = self._container.streams.video[0]
         context = stream.codec_context
+        # FFmpeg's scaler runs on as many threads as the decoder (PyAV's default is one per core).
+        self._scale_threads = 1
         if threads > 1 or (threads == 0 and (context.width or 0) * (context.height or 0)
                            >= _THREADED_MIN_PIXELS):
             stream.thread_type = "AUTO"  # frame + slice threads
+            self._scale_threads = threads
             if threads > 1:
                 context.thread_count = threads
         else:
             context.thread_count = 1
-        # One converter per video: frame.to_ndarray(format="rgb24") sets up a new conversion for
-        # every frame, which took ~6 ms of a 32-frame 64x64 clip against ~1 ms when reused.
-        self._to_rgb = VideoReformatter()
+        # One converter per thread, reused by every video: frame.to_ndarray(format="rgb24") sets
+        # up a new conversion for every frame (~6 ms of a 32-frame 64x64 clip against ~1 ms when
+        # reused), and setting one up costs 3-10 ms per clip (it keeps its set-up while the
+        # frame size and format stay the same).
+        self._to_rgb = _reformatter()
+        # Frame number = round((pts - start) * scale), in integers: Fractions cost ~0.1 ms a frame.
+        rate = stream.average_rate or stream.guessed_rate
+        scale = Fraction(stream.time_base) * Fraction(rate) if rate and stream.time_base else 0
+        self._grid = (scale.numerator, scale.denominator) if scale else None
 
     def close(self) -> None:
         self._container.close()
+
+    def set_output_size(self, size: Optional[OutputSize]) -> bool:
+        """Scale frames to ``size`` in the RGB conversion (FFmpeg's bilinear scaler, one pass)."""
+        self._output_size = size
+        return True
 
     @property
     def stream_has_count(self) -> bool:
@@ -226,7 +265,7 @@ class PyAVReader(VideoReader):
         try:
             if not self._sequential:
                 try:
-                    self._decode_by_timestamps(wanted, sink)
+                    self._decode_skipping(wanted, sink)
                 except _Untrusted:
                     self._sequential = True
             if self._sequential:
@@ -236,6 +275,18 @@ class PyAVReader(VideoReader):
         except Exception as e:
             raise DecodeError(f"{self.path}: cannot decode ({one_line(e)})", "decode") from None
         return sink.out
+
+    def _decode_skipping(self, wanted: List[int], sink: "_Sink") -> None:
+        """:meth:`_decode_by_timestamps`, again without skipping if the end was reached after a
+        skipped frame (rare: only clips that ask for frames past the end)."""
+        try:
+            self._decode_by_timestamps(wanted, sink)
+        except _SkippedTail:
+            skip, self.skip_unneeded = self.skip_unneeded, False
+            try:
+                self._decode_by_timestamps(wanted, sink)
+            finally:
+                self.skip_unneeded = skip
 
     def _decode_by_timestamps(self, wanted: List[int], sink: "_Sink") -> None:
         # The timestamp grid needs a frame rate and a count (from the container or the list);
@@ -253,23 +304,47 @@ class PyAVReader(VideoReader):
             raise _Untrusted
         self._decode(wanted, sink, grid=False)
 
-    def _index(self, frame: av.VideoFrame, grid: bool, previous: int) -> int:
-        """Frame number of a decoded frame from its timestamp, checked against the one before."""
-        if frame.pts is None:
-            if grid:
-                raise _VariableRate
-            raise _Untrusted
+    def _position(self, pts: Optional[int], grid: bool) -> Optional[int]:
+        """Frame number of a timestamp (on the grid, or in the table); None when it has none."""
+        if pts is None:
+            return None
         if not grid:
-            index = bisect.bisect_left(self._table, frame.pts)
-            if index == len(self._table) or self._table[index] != frame.pts or (
-                    previous >= 0 and index != previous + 1):
-                raise _Untrusted  # not a packet's timestamp, or out of order
-            return index
-        position = (frame.pts - self._start) * self._stream.time_base * self._rate
-        index = round(position)
-        if abs(position - index) > _OFF_GRID or (previous >= 0 and index != previous + 1):
-            raise _VariableRate  # off the grid, or repeated / skipped grid slots
-        return int(index)
+            index = bisect.bisect_left(self._table, pts)
+            return index if index < len(self._table) and self._table[index] == pts else None
+        num, den = self._grid
+        scaled = (pts - self._start) * num  # the frame position times den
+        index = (2 * scaled + den) // (2 * den)
+        return index if abs(scaled - index * den) <= _OFF_GRID * den else None
+
+    def _index(self, frame: av.VideoFrame, grid: bool, previous: int) -> int:
+        """Frame number of a decoded frame from its timestamp, checked against the one before:
+        it must be the next one, or the frames in between were allowed to be skipped."""
+        index = self._position(frame.pts, grid)
+        if index is not None and previous >= 0 and index != previous + 1 and not (
+                index > previous and self._skippable.issuperset(range(previous + 1, index))):
+            index = None  # repeated, out of order, or a gap that no skip explains
+        if index is None:
+            # Grid: off the grid or missing slots (variable rate); table: not a packet's timestamp.
+            raise _VariableRate if grid else _Untrusted
+        return index
+
+    def _frames(self, wanted: Set[int], grid: bool) -> Iterator[av.VideoFrame]:
+        """Decode from the demuxer's position, with frames outside ``wanted`` skipped where no
+        other frame references them (FFmpeg's ``skip_frame``, set per packet)."""
+        context = self._stream.codec_context
+        skip = self.skip_unneeded
+        self._skippable = set()
+        for packet in self._container.demux(self._stream):
+            if skip and packet.size:
+                index = self._position(packet.pts, grid)
+                if index is None or index in wanted:
+                    context.skip_frame = "DEFAULT"
+                else:
+                    context.skip_frame = "NONREF"
+                    self._skippable.add(index)
+            yield from packet.decode()  # the last, empty packet flushes the decoder
+        if skip:
+            context.skip_frame = "DEFAULT"
 
     def _restart(self) -> None:
         """Back to the start of the file: open it again (a seek to 0 is not exact everywhere)."""
@@ -322,6 +397,7 @@ class PyAVReader(VideoReader):
         last_key = 0  # index of the last keyframe seen
         gop = 0  # longest keyframe interval seen
         last_frame = None
+        wanted_set = set(wanted)
         while True:
             seeked = not (self._pristine and wanted[pos] == 0)
             if seeked:  # else the file is at its start: decode from there
@@ -329,7 +405,7 @@ class PyAVReader(VideoReader):
             self._pristine = False
             self._stream_iter = None  # a seek ends any sequential decode
             previous = -1  # frame numbers are checked for continuity within one decode run
-            for frame in self._container.decode(self._stream):
+            for frame in self._frames(wanted_set, grid):
                 check_deadline()
                 self._frames_decoded += 1
                 first = previous < 0
@@ -356,6 +432,8 @@ class PyAVReader(VideoReader):
                 if self._should_seek(index, wanted[pos], last_key, gop):
                     break  # cheaper to seek to the next keyframe than to decode through the gap
             else:
+                if any(i > current for i in self._skippable):
+                    raise _SkippedTail
                 self._finish(wanted[pos:], sink, last_frame, current)
                 return
 
@@ -384,9 +462,55 @@ class PyAVReader(VideoReader):
             sink.put(i, image)
 
     def _rgb(self, frame: av.VideoFrame) -> np.ndarray:
-        """The frame as upright RGB (turned by its display matrix, as a player shows it)."""
-        image = self._to_rgb.reformat(frame, format="rgb24").to_ndarray()
-        return upright(image, frame.rotation) if frame.rotation else image
+        """The frame as upright RGB (turned by its display matrix, as a player shows it), scaled
+        to the output size when one is set."""
+        rotation = frame.rotation
+        size = self._scaled_size(frame, rotation)
+        if size is None:
+            image = self._to_rgb.reformat(frame, format="rgb24",
+                                          **self._scaler_options()).to_ndarray()
+        else:
+            # Planar RGB out: FFmpeg's scaler writes it with SIMD where packed rgb24 output of a
+            # scaled picture takes its generic C path (1.1 against 2.4 ms for 1080p to 569x320);
+            # to_ndarray() interleaves it to (H, W, 3) RGB, a copy of the small picture only.
+            image = self._to_rgb.reformat(frame, width=size[1], height=size[0],
+                                          format=_SCALED_FORMAT, interpolation=_SCALE_FILTER,
+                                          **self._scaler_options()).to_ndarray()
+        return upright(image, rotation) if rotation else image
+
+    def _scaler_options(self) -> dict:
+        # PyAV 17 made the scaler threaded, one thread per core unless told otherwise.
+        return {"threads": self._scale_threads} if _SCALER_THREADS else {}
+
+    def _scaled_size(self, frame: av.VideoFrame, rotation: float) -> Optional[tuple]:
+        """``(height, width)`` to scale the stored picture to, or None to keep its size."""
+        if self._output_size is None:
+            return None
+        turned = int(round(rotation / 90.0)) % 2 == 1  # stored sideways: displayed W x H
+        height, width = (frame.width, frame.height) if turned else (frame.height, frame.width)
+        target = self._output_size.target(height, width)
+        if target == (height, width):
+            return None
+        return (target[1], target[0]) if turned else target
+
+
+_local = threading.local()
+
+
+def _reformatter() -> VideoReformatter:
+    """This thread's RGB converter (FFmpeg's scaler context, kept between videos), per process.
+
+    One inherited through ``fork`` (a DataLoader worker of a process that decoded before) is
+    neither used nor freed: its scaler threads did not survive the fork, and freeing it waits for
+    them forever. It stays referenced in the table, under the parent's process id.
+    """
+    table = getattr(_local, "by_pid", None)
+    if table is None:
+        table = _local.by_pid = {}
+    pid = os.getpid()
+    if pid not in table:
+        table[pid] = VideoReformatter()
+    return table[pid]
 
 
 class _Sink:

@@ -33,6 +33,7 @@ from .decode_base import (  # noqa: F401  (re-exported: the public names of the 
     KIND_NAMES,
     DecodeError,
     DecodeTimeout,
+    OutputSize,
     VideoReader,
     check_deadline,
     time_limit,
@@ -68,7 +69,9 @@ DECODERS: Dict[str, Type[VideoReader]] = {
 # AVI or MPEG-TS/PS, where it returns wrong frames. AVI (where both decode from the start, see
 # docs/datasets.md) goes to PyAV first: re-measured on a quiet machine after PyAV's AVI fix it was
 # 57.3 / 64.6 clips/s against OpenCV's 56.8 / 55.4 (GOP 16 / 250), and it is the bit-exact
-# reference. decord is left out (it shifts pixels on some widths).
+# reference. decord is left out (it shifts pixels on some widths). Re-measured end to end for
+# issue 15 (tools/benchmark_data.py --end-to-end: decode + the training transform, 340x256 and
+# 1080p H.264/HEVC MP4), PyAV with its one-pass resize led torchcodec and decord on every set.
 AUTO_ORDER: Dict[str, Tuple[str, ...]] = {
     "mp4": ("pyav", "opencv", "torchcodec"),
     "matroska": ("pyav", "opencv", "torchcodec"),
@@ -116,6 +119,7 @@ class AutoReader(VideoReader):
         self._args = (num_frames_hint, threads)
         self._left = list(auto_candidates(path))
         self._reader: Optional[VideoReader] = None
+        self._output_size: Optional[OutputSize] = None
         self._next_reader()
 
     def _next_reader(self) -> None:
@@ -133,6 +137,8 @@ class AutoReader(VideoReader):
                     raise
                 continue
             self.decoder, self.fps = name, self._reader.fps
+            if self._output_size is not None:  # a reader taking over scales as asked too
+                self._reader.set_output_size(self._output_size)
             return
 
     @property
@@ -142,6 +148,10 @@ class AutoReader(VideoReader):
     @property
     def count_was_costly(self) -> bool:
         return self._reader.count_was_costly
+
+    def set_output_size(self, size: Optional[OutputSize]) -> bool:
+        self._output_size = size
+        return self._reader.set_output_size(size)
 
     def decode_array(self, indices: Sequence[int]):
         return self._call("decode_array", indices)

@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 
 from . import sampling, transforms
 from .annotations import AnnotationError, VideoRecord
-from .decode_base import DecodeError, one_line, time_limit
+from .decode_base import DecodeError, OutputSize, one_line, time_limit
 from .decode_frames import DEFAULT_FRAME_TEMPLATE, FrameFolderReader, FrameTemplateMismatch
 from .decoders import VideoReader, get_decoder, open_video
 from .records import AnnotationListRecords, ListSource, RecordsProvider, VideoList
@@ -78,6 +78,8 @@ class ClipSettings:
         frame_size: ``(height, width)`` every decoded frame is resized to before cropping,
             ignoring its aspect ratio (gluoncv's ``KEEP_ASPECT_RATIO: False``); empty = as
             decoded.
+        decode_resize: Let the reader scale frames to the transform's first size while it
+            converts them (``CONFIG.DATA.DECODE_RESIZE``, see :meth:`ClipDataset.output_size`).
         clips_per_video: Training clips per item, each sampled and augmented on its own from
             one decode of the video (``CONFIG.DATA.CLIPS_PER_VIDEO``); val/test ignore it.
         clips_window: "independent" (each of the clips draws its own window) or "shared" (one
@@ -105,6 +107,7 @@ class ClipSettings:
     color_jitter: Sequence[float] = (0.0, 0.0, 0.0, 0.0)
     frame_template: str = DEFAULT_FRAME_TEMPLATE
     frame_size: Sequence[int] = ()
+    decode_resize: bool = True
     clips_per_video: int = 1
     clips_window: str = "independent"
 
@@ -215,7 +218,28 @@ class ClipDataset(Dataset):
                 self.paths[index], num_frames_hint=hint, threads=s.decode_threads,
                 template=s.frame_template, offset=self.records[index].offset,
             )
-        return open_video(self.paths[index], s.decoder, hint, s.decode_threads)
+        video = open_video(self.paths[index], s.decoder, hint, s.decode_threads)
+        size = self.output_size()
+        if size is not None and hasattr(video, "set_output_size"):
+            video.set_output_size(size)
+        return video
+
+    def output_size(self) -> Optional[OutputSize]:
+        """The size readers may scale frames to while converting them: the first resize the
+        split's transform makes (the largest training short side, the val/test short side, or
+        ``frame_size``), so crops and flips then work on small frames. None = full frames.
+
+        Frames that come back larger (readers that do not scale) or smaller (never enlarged) go
+        through the same transform, which adapts to any size.
+        """
+        s = self.settings
+        if not s.decode_resize:
+            return None
+        if s.frame_size:
+            return OutputSize(height=s.frame_size[0], width=s.frame_size[1])
+        if self.split == "train":
+            return OutputSize(short_side=max(s.train_short_side_range))
+        return OutputSize(short_side=s.short_side_size)
 
     def __len__(self) -> int:
         return len(self.paths)
