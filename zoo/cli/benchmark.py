@@ -3,6 +3,8 @@ loader speed, time to start.
 
     zoo-benchmark compare                  # zoo SlowFast-R50 vs PyTorchVideo's
     zoo-benchmark scaling --procs 1 2      # quick-start model, 1 and 2 processes
+    zoo-benchmark scaling --nodes 2 --compression none bf16   # two netns nodes, 1 Gbit/s (root)
+    zoo-benchmark profile --precision bf16 # per-operator time of a SlowFast-R50 train step
     zoo-benchmark train --model slowfast_tiny_resnet18 --frames 16 --size 56 \\
         --batch 8 --precision fp32 bf16 --memory-format contiguous channels_last
     zoo-benchmark data --workers 0 2       # loader clips/s of the quick start
