@@ -66,15 +66,21 @@ def _frame_numbers(clip: torch.Tensor) -> list:
     return torch.round(grey / 4).long().tolist()
 
 
-def test_clips_have_their_own_windows_and_come_from_one_decode(ramp, monkeypatch):
-    decoded = []
+@pytest.fixture()
+def decoded(monkeypatch):
+    """The frame indices of every VideoFile.decode call, in order (the decode still runs)."""
+    calls = []
     original = VideoFile.decode
 
     def recording_decode(self, indices):
-        decoded.append(list(indices))
+        calls.append(list(indices))
         return original(self, indices)
 
     monkeypatch.setattr(VideoFile, "decode", recording_decode)
+    return calls
+
+
+def test_clips_have_their_own_windows_and_come_from_one_decode(ramp, decoded):
     ds = _dataset(ramp["list"], ramp["root"], "train", clips_per_video=4)
     windows = set()
     for epoch in range(3):
@@ -91,15 +97,7 @@ def test_clips_have_their_own_windows_and_come_from_one_decode(ramp, monkeypatch
     assert len(windows) > 4  # the clips' windows are drawn independently, not shared
 
 
-def test_shared_window_decodes_one_window_for_all_clips(ramp, monkeypatch):
-    decoded = []
-    original = VideoFile.decode
-
-    def recording_decode(self, indices):
-        decoded.append(list(indices))
-        return original(self, indices)
-
-    monkeypatch.setattr(VideoFile, "decode", recording_decode)
+def test_shared_window_decodes_one_window_for_all_clips(ramp, decoded):
     ds = _dataset(ramp["list"], ramp["root"], "train", clips_per_video=4, clips_window="shared")
     clips = ds[(2, 0)][0]
     frames = [_frame_numbers(c) for c in clips]
