@@ -158,7 +158,7 @@ def test_loader_batch_counts_clips(mini):
     assert len(loader) == 3
     assert len(build_loader(_cfg(mini, "TRAIN.BATCH_SIZE", "4"), "train")) == 1
     loader.sampler.set_epoch(1)
-    dataset = build_dataset(cfg, "train")
+    dataset = build_dataset(cfg, "train", uint8_train_clips=True)  # the loader's uint8 clips
     seen = []
     for clips, labels, indices, n_bad in loader:
         assert clips.shape == (4, 3, 8, 28, 28) and n_bad.tolist() == [0, 0, 0, 0]

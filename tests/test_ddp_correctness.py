@@ -11,7 +11,7 @@ import torch.nn as nn
 from helpers import TINY_DATA
 
 from zoo.config import load_config
-from zoo.data import build_dataset, build_loader
+from zoo.data import build_dataset, build_loader, normalization
 from zoo.engine.checkpoint import unwrap
 from zoo.engine.launch import launch
 from zoo.engine.step import TrainStep
@@ -76,7 +76,8 @@ def _loader_worker(cfg, data_path, out_path):
     model = prepare_model(cfg, device, logging.getLogger("test"))
     opt = build_optimizer(cfg, unwrap(model))
     sched = build_lr_scheduler(cfg, opt, STEPS, comm.get_world_size())
-    step = TrainStep(model, opt, sched, device, CLASSES)
+    # The loader hands over uint8 clips (NORMALIZE_ON "device"): the step normalises them.
+    step = TrainStep(model, opt, sched, device, CLASSES, normalization=normalization(cfg))
     loader = build_loader(cfg, "train")
     loader.sampler.set_epoch(1)
     batches = 0

@@ -32,7 +32,7 @@ class FakeTrainer:
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
         self.scheduler = types.SimpleNamespace(get_last_lr=lambda: 0.05,
                                                state_dict=lambda: {"last": 0.05})
-        self.step = types.SimpleNamespace(skipped=0, ema=None, scaler=None)
+        self.step = types.SimpleNamespace(skipped=0, ema=None, scaler=None, prepare=lambda c: c)
         self.epochs, self.start_epoch, self.epoch = epochs, 0, 0
         self.iters_per_epoch, self.iteration, self.inner_iter = 3, 0, 0
         self.batch, self.loss, self.progress_bar = None, None, None

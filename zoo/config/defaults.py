@@ -291,6 +291,12 @@ _C.CONFIG.DATA.DECODE_THREADS = 0
 # FFmpeg's bilinear scaler (pyav; other readers hand over full frames). Pixels differ from a
 # full-size decode + torch resize by interpolation details only (docs/benchmarks.md, issue 15).
 _C.CONFIG.DATA.DECODE_RESIZE = True
+# Where training clips are normalised (mean/std): "device" (the loader hands over uint8 clips and
+# the training step normalises them after moving them to its device: a quarter of the bytes through
+# the loader's shared memory and the host-to-GPU copy, and no float pass in the loader workers;
+# the same numbers reach the model) or "loader" (the workers hand over float clips). Validation
+# and test clips are always normalised by the loader.
+_C.CONFIG.DATA.NORMALIZE_ON = "device"
 # Seconds allowed to open and decode one video (x TEST_NUM_SEGMENT at test time, x CLIPS_PER_VIDEO
 # in training); a video over it counts as unreadable. 0 = no limit.
 _C.CONFIG.DATA.DECODE_TIMEOUT = 30.0

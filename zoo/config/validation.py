@@ -122,6 +122,7 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ),
     ("CONFIG.DATA.NUM_SEGMENT", _positive, "an integer >= 1"),
     ("CONFIG.DATA.CLIPS_PER_VIDEO", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.NORMALIZE_ON", lambda v: v in ("device", "loader"), "device or loader"),
     ("CONFIG.DATA.CLIPS_WINDOW", lambda v: v in ("independent", "shared"),
      "independent or shared"),
     (

@@ -15,7 +15,7 @@ from ..utils.lazy import lazy_attributes
 # Public name -> the submodule that defines it.
 _LAZY = {
     "DATASET_REGISTRY": "build", "build_dataset": "build", "build_loader": "build",
-    "fill_normalization": "build",
+    "fill_normalization": "build", "normalization": "build",
     "DECODERS": "decoders", "DecodeError": "decoders", "decode_frames": "decoders",
     "open_video": "decoders", "register_decoder": "decoders",
     "TooManyBadVideos": "robust",
@@ -35,6 +35,7 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 __all__ = [
     "DATASET_REGISTRY", "DECODERS", "ClipDataset", "ClipSettings", "DecodeError", "ListSource",
     "RecordsProvider", "TooManyBadVideos", "VideoList", "VideoListDataset", "VideoRecord",
-    "build_dataset", "build_loader", "decode_frames", "fill_normalization", "open_video",
+    "build_dataset", "build_loader", "decode_frames", "fill_normalization", "normalization",
+    "open_video",
     "prepare_synthetic", "register_dataset", "register_decoder",
 ]

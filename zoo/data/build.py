@@ -16,24 +16,28 @@
   (4 floats), ``frame_template`` (frame file names of the "frames" decoder, e.g.
   ``img_{:05d}.jpg``), ``frame_size`` ([height, width], only when
   ``KEEP_ASPECT_RATIO`` is False), and ``clips_per_video`` and ``clips_window`` ("independent" or
-  "shared"; both only for "train" when ``CLIPS_PER_VIDEO`` > 1).
+  "shared"; both only for "train" when ``CLIPS_PER_VIDEO`` > 1), and ``uint8_train_clips`` (True;
+  only for "train" with ``NORMALIZE_ON`` "device", and only to entries that accept it).
 
 Every built-in entry is a records provider composed with the one ``ClipDataset``
 (``zoo.data.video_dataset.register_dataset``); an unknown keyword is a TypeError there. A
 user's own entry may be any callable that takes these keywords (one that ignores some of them
 should take ``**kwargs``).
 
-Items must be ``(clip, label, index, n_bad)``: ``clip`` is float ``(C, T, H, W)`` for train/val and
-``(V, C, T, H, W)`` with ``V = test_num_segment * test_num_crop`` for test (for train with
-``clips_per_video`` N > 1, a tuple of N ``(C, T, H, W)`` clips, which :func:`collate_clips` makes
-a batch of clips of); ``label`` and ``index`` are ints; ``n_bad`` counts the unreadable videos
-skipped to produce the item. A dataset should also expose ``num_classes_found`` (largest label
+Items must be ``(clip, label, index, n_bad)``: ``clip`` is float ``(C, T, H, W)`` for train/val
+(for train it may also be uint8 pixels, which the training step normalises on its device with
+``DATA.MEAN`` / ``STD``: what ``uint8_train_clips`` asks for) and ``(V, C, T, H, W)`` with
+``V = test_num_segment * test_num_crop`` for test (for train with ``clips_per_video`` N > 1, a
+tuple of N ``(C, T, H, W)`` clips, which :func:`collate_clips` makes a batch of clips of);
+``label`` and ``index`` are ints; ``n_bad`` counts the unreadable videos skipped to produce the
+item. A dataset should also expose ``num_classes_found`` (largest label
 + 1) so a too-small ``NUM_CLASSES`` is caught early.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import math
 import os
@@ -108,8 +112,8 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
         "short_side_size": int(data.SHORT_SIDE_SIZE),
         "train_short_side_range": [int(v) for v in data.TRAIN_SHORT_SIDE_RANGE],
         "random_flip": bool(data.RANDOM_FLIP),
-        "mean": [float(v) for v in (data.MEAN or DEFAULT_MEAN)],
-        "std": [float(v) for v in (data.STD or DEFAULT_STD)],
+        "mean": normalization(cfg)[0],
+        "std": normalization(cfg)[1],
         "test_num_segment": int(data.TEST_NUM_SEGMENT),
         "test_num_crop": int(data.TEST_NUM_CROP),
         "seed": int(cfg.CONFIG.SEED),
@@ -159,8 +163,19 @@ def fill_normalization(cfg: CfgNode, facts: Dict[str, Any]) -> CfgNode:
     return new
 
 
-def build_dataset(cfg: CfgNode, split: str) -> Dataset:
+def normalization(cfg: CfgNode) -> Tuple[List[float], List[float]]:
+    """``(mean, std)`` the clips are normalised with (0..1 scale; the defaults for empty keys)."""
+    data = cfg.CONFIG.DATA
+    return ([float(v) for v in (data.MEAN or DEFAULT_MEAN)],
+            [float(v) for v in (data.STD or DEFAULT_STD)])
+
+
+def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False) -> Dataset:
     """Build ``CONFIG.DATA.DATASET`` for ``split`` ("train", "val" or "test").
+
+    With ``uint8_train_clips`` (what :func:`build_loader` asks, for the training step to
+    normalise) and ``CONFIG.DATA.NORMALIZE_ON`` "device", training items hold uint8 clips; else
+    every clip is normalised float.
 
     The test split reads ``TEST_ANNO_PATH`` / ``TEST_DATA_PATH`` and falls back to the validation
     ones when they are empty. With ``CONFIG.DATA.SYNTHETIC.ENABLE`` the generated dataset is used
@@ -174,7 +189,13 @@ def build_dataset(cfg: CfgNode, split: str) -> Dataset:
 
         cfg = prepare_synthetic(cfg)  # cheap when already prepared: a hash and a file check
     kwargs = dataset_kwargs(cfg, split)
-    dataset = DATASET_REGISTRY.get(cfg.CONFIG.DATA.DATASET)(**kwargs)
+    entry = DATASET_REGISTRY.get(cfg.CONFIG.DATA.DATASET)
+    if (uint8_train_clips and split == "train" and cfg.CONFIG.DATA.NORMALIZE_ON == "device"
+            and _takes(entry, "uint8_train_clips")):
+        # Only to entries that accept it: a user's entry written before the key existed keeps
+        # handing over float clips, which the training step takes as they are.
+        kwargs["uint8_train_clips"] = True
+    dataset = entry(**kwargs)
     found = getattr(dataset, "num_classes_found", None)
     num_classes = cfg.CONFIG.DATA.NUM_CLASSES
     if found is not None and 0 < num_classes < found:
@@ -184,6 +205,17 @@ def build_dataset(cfg: CfgNode, split: str) -> Dataset:
             f"CONFIG.DATA.NUM_CLASSES = {num_classes}: raise NUM_CLASSES to at least {found}"
         )
     return dataset
+
+
+def _takes(entry: Any, keyword: str) -> bool:
+    """Whether the registry entry ``entry`` accepts ``keyword`` (by name or as ``**kwargs``)."""
+    if isinstance(entry, video_dataset.DatasetRecipe):
+        return True
+    try:
+        params = inspect.signature(entry).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in params)
 
 
 class EpochSampler(Sampler):
@@ -215,6 +247,28 @@ class EpochSampler(Sampler):
         return len(self.sampler)
 
 
+def stack_clips(clips: List[Any]) -> Any:
+    """Stack clips into a batch with one copy (in shared memory inside a loader worker).
+
+    uint8 clips ``(C, T, H, W)`` (handed over for the training step to normalise) are stacked in
+    their pixel order ``(T, H, W, C)`` and the batch is returned as a ``(B, C, T, H, W)`` view of
+    it (channels-last-3d memory): a straight copy instead of a transposing one. Anything else
+    goes to ``default_collate``.
+    """
+    first = clips[0]
+    if isinstance(first, torch.Tensor) and first.dtype == torch.uint8 and first.dim() == 4:
+        return default_collate([c.permute(1, 2, 3, 0) for c in clips]).permute(0, 4, 1, 2, 3)
+    return default_collate(clips)
+
+
+def collate_train(batch: List[Tuple[Any, ...]]) -> Any:
+    """Collate training items of one clip each (see :func:`stack_clips`)."""
+    if not isinstance(batch[0][0], torch.Tensor):
+        return default_collate(batch)
+    clips = stack_clips([item[0] for item in batch])
+    return (clips, *default_collate([item[1:] for item in batch]))
+
+
 def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int) -> Tuple[torch.Tensor, ...]:
     """Collate training items of ``clips_per_video`` clips each into one batch of clips.
 
@@ -236,8 +290,8 @@ def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int) -> Tuple[t
                 f"item, not a tuple of {n} clips: make the dataset honour its clips_per_video "
                 "argument (ClipSettings) or set CLIPS_PER_VIDEO 1"
             )
-    # One copy of every clip into the batch (in shared memory inside a loader worker).
-    clips = default_collate([clip for item in batch for clip in item[0]])
+    # One copy of every clip into the batch.
+    clips = stack_clips([clip for item in batch for clip in item[0]])
     labels, indices, n_bad = default_collate([item[1:4] for item in batch])
     bad = torch.zeros(len(n_bad) * n, dtype=n_bad.dtype)
     bad[::n] = n_bad
@@ -311,6 +365,10 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
     training batch holds ``BATCH_SIZE / N`` videos of N clips each (:func:`collate_clips`), and
     the epoch, one pass over the videos, has N x as many batches as with N = 1.
 
+    With ``CONFIG.DATA.NORMALIZE_ON`` "device" (the default) training batches are uint8 pixels,
+    ``(B, C, T, H, W)`` stored in ``(B, T, H, W, C)`` order, that the training step normalises on
+    its device (:meth:`zoo.engine.step.TrainStep.prepare`); validation and test batches are float.
+
     Training shuffles and drops the last partial batch; validation and testing keep every video
     in order (a DistributedSampler pads them by repeating a few videos, which the evaluator
     de-duplicates by index). Call ``loader.sampler.set_epoch(epoch)`` when the sampler has it.
@@ -319,7 +377,7 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
     :class:`~zoo.data.robust.TooManyBadVideos` (naming examples) when more than
     ``CONFIG.DATA.MAX_BAD_FRACTION`` of an epoch's videos on this rank could not be read.
     """
-    dataset = build_dataset(cfg, split)
+    dataset = build_dataset(cfg, split, uint8_train_clips=True)
     train = split == "train"
     batch_size = {
         "train": cfg.CONFIG.TRAIN.BATCH_SIZE,
@@ -343,7 +401,7 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
         batch_size=videos_per_batch,
         sampler=sampler,
         collate_fn=(functools.partial(collate_clips, clips_per_video=clips_per_video)
-                    if clips_per_video > 1 else None),
+                    if clips_per_video > 1 else collate_train if train else None),
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
         worker_init_fn=functools.partial(

@@ -79,6 +79,20 @@ def normalize(clip: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -
     return out.mul_(scale).sub_(shift)
 
 
+def normalize_batch(clips: torch.Tensor, mean: Sequence[float],
+                    std: Sequence[float]) -> torch.Tensor:
+    """Map a uint8 batch ``(B, C, T, H, W)`` (or ``(B, C, H, W)``) to float
+    ``(x / 255 - mean) / std``, on the batch's own device and in its memory layout.
+
+    The same arithmetic as :func:`normalize`, value for value: a training loader that hands over
+    uint8 clips (``CONFIG.DATA.NORMALIZE_ON "device"``) gives the model the same numbers.
+    """
+    shape = (1, -1) + (1,) * (clips.dim() - 2)
+    scale = torch.tensor([1.0 / (255.0 * s) for s in std]).view(shape).to(clips.device)
+    shift = torch.tensor([m / s for m, s in zip(mean, std)]).view(shape).to(clips.device)
+    return clips.to(torch.float32).mul_(scale).sub_(shift)
+
+
 def color_jitter(clip: torch.Tensor, strength: Sequence[float],
                  generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """Random brightness, contrast, saturation and hue, drawn once for the whole clip.
@@ -114,6 +128,7 @@ def train_transform(
     generator: Optional[torch.Generator] = None,
     jitter: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
     rows: Optional[torch.Tensor] = None,
+    as_uint8: bool = False,
 ) -> torch.Tensor:
     """Scale jitter, a random square crop, an optional left-right flip and colour jitter.
 
@@ -143,6 +158,8 @@ def train_transform(
     if random_flip and bool(torch.rand(1, generator=generator) < 0.5):
         clip = clip.flip(-1)
     clip = color_jitter(clip, jitter, generator)
+    if as_uint8:
+        return clip.transpose(0, 1)
     return normalize(clip, mean, std)
 
 

@@ -85,6 +85,9 @@ class ClipSettings:
         clips_window: "independent" (each of the clips draws its own window) or "shared" (one
             window, N augmentations of it: PySlowFast's AUG.NUM_SAMPLE)
             (``CONFIG.DATA.CLIPS_WINDOW``).
+        uint8_train_clips: Hand over training clips as uint8 pixels, for the training step to
+            normalise on its device (``CONFIG.DATA.NORMALIZE_ON "device"``); val/test clips are
+            always normalised here.
     """
 
     clip_len: int
@@ -110,6 +113,7 @@ class ClipSettings:
     decode_resize: bool = True
     clips_per_video: int = 1
     clips_window: str = "independent"
+    uint8_train_clips: bool = False
 
     def __post_init__(self) -> None:
         # Sequences become tuples (the settings are shared by every loader worker, never edited).
@@ -398,7 +402,7 @@ class ClipDataset(Dataset):
         s = self.settings
         return transforms.train_transform(
             frames, s.crop_size, s.train_short_side_range, s.random_flip, s.mean, s.std,
-            generator=generator, jitter=s.color_jitter, rows=rows,
+            generator=generator, jitter=s.color_jitter, rows=rows, as_uint8=s.uint8_train_clips,
         )
 
     def _test_segments(self, num_frames: int) -> np.ndarray:

@@ -215,7 +215,8 @@ class PreciseBN(HookBase):
     def after_epoch(self) -> None:
         t = self.trainer
         if self.num_iters > 0 and t.validation_due():
-            recompute_bn_stats(unwrap(t.model), t.train_loader, self.num_iters, t.device)
+            recompute_bn_stats(unwrap(t.model), t.train_loader, self.num_iters, t.device,
+                               t.step.prepare)
 
 
 class Validation(HookBase):

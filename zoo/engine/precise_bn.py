@@ -8,6 +8,7 @@ model actually evaluated (PySlowFast and detectron2 do the same).
 from __future__ import annotations
 
 import itertools
+from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
@@ -16,10 +17,13 @@ from ..utils import comm
 
 
 @torch.no_grad()
-def recompute_bn_stats(model: nn.Module, loader, num_iters: int, device: torch.device) -> int:
+def recompute_bn_stats(model: nn.Module, loader, num_iters: int, device: torch.device,
+                       prepare: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> int:
     """Average the batch statistics of ``num_iters`` batches into every BN's running stats.
 
-    Statistics are averaged over ranks as well. Returns the number of batches used.
+    ``prepare`` makes a loader batch the model's input (the training step's
+    :meth:`~zoo.engine.step.TrainStep.prepare`: to ``device``, normalised); default: moved to
+    ``device``. Statistics are averaged over ranks as well. Returns the number of batches used.
     """
     was_training = model.training
     model.train()
@@ -36,7 +40,7 @@ def recompute_bn_stats(model: nn.Module, loader, num_iters: int, device: torch.d
         bn.momentum = 1.0  # running stats = this batch's stats, collected after each forward
     n = 0
     for clips, *_ in itertools.islice(loader, num_iters):
-        model(clips.to(device))
+        model(prepare(clips) if prepare is not None else clips.to(device))
         for i, bn in enumerate(bns):
             means[i] += bn.running_mean
             variances[i] += bn.running_var

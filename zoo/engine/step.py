@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Optional
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..data.transforms import normalize_batch
 from ..utils import comm
 from .checkpoint import unwrap
 from .ema import ModelEMA
@@ -38,6 +39,9 @@ class TrainStep:
         ema_decay: EMA of the weights (0 = off).
         nonfinite: "stop" or "skip" (``CONFIG.TRAIN.NONFINITE``, see :meth:`_finite_step`), or
             None for no check (benchmarks that time the bare step).
+        normalization: ``(mean, std)`` (0..1 scale) for uint8 batches, which are normalised here
+            after the move to ``device`` (``CONFIG.DATA.NORMALIZE_ON "device"``); float batches
+            are taken as they are.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
@@ -45,8 +49,10 @@ class TrainStep:
                  channels_last: bool = False, accum_steps: int = 1, clip_grad_norm: float = 0.0,
                  label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
                  cutmix_alpha: float = 0.0, ema_decay: float = 0.0,
-                 nonfinite: Optional[str] = None) -> None:
+                 nonfinite: Optional[str] = None,
+                 normalization: Optional[Tuple[Sequence[float], Sequence[float]]] = None) -> None:
         self.model = model
+        self.normalization = normalization
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.device = device
@@ -64,8 +70,14 @@ class TrainStep:
         self.skipped = 0  # optimizer steps skipped for a non-finite loss or gradient
         self._loss_acc: Optional[torch.Tensor] = None  # sum of this step's micro-batch losses
 
-    def _prepare(self, clips: torch.Tensor) -> torch.Tensor:
+    def prepare(self, clips: torch.Tensor) -> torch.Tensor:
+        """A batch of clips as the model takes it: on the device, normalised, in its layout."""
         clips = clips.to(self.device, non_blocking=True)
+        if clips.dtype == torch.uint8:
+            if self.normalization is None:
+                raise ValueError("a uint8 batch of clips reached a TrainStep built without "
+                                 "normalization=(mean, std)")
+            clips = normalize_batch(clips, *self.normalization)
         if self.channels_last and clips.dim() in (4, 5):
             clips = clips.contiguous(memory_format=memory_format(clips.dim()))
         return clips
@@ -81,7 +93,7 @@ class TrainStep:
 
         Returns the (detached) loss of this batch; no host-device sync happens here.
         """
-        clips = self._prepare(clips)
+        clips = self.prepare(clips)
         labels = labels.to(self.device, non_blocking=True)
         soft = None
         if self.mix.enabled:

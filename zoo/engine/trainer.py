@@ -13,7 +13,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..config import cfg_to_yaml
-from ..data import build_loader
+from ..data import build_loader, normalization
 from ..models import build_model
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
@@ -179,7 +179,7 @@ class Trainer:
             accum_steps=train.ACCUM_STEPS, clip_grad_norm=train.CLIP_GRAD_NORM,
             label_smoothing=train.LABEL_SMOOTHING, mixup_alpha=train.MIXUP_ALPHA,
             cutmix_alpha=train.CUTMIX_ALPHA, ema_decay=train.EMA_DECAY,
-            nonfinite=train.NONFINITE,
+            nonfinite=train.NONFINITE, normalization=normalization(cfg),
         )
 
     def register_hooks(self, hooks: Sequence[HookBase]) -> None:
