@@ -55,3 +55,22 @@ def test_crop_then_resize_matches_resize_then_crop():
     slow = transforms.normalize(full[..., 8:56, 16:64], MEAN, STD)
     inner = (slice(None), slice(None), slice(4, -4), slice(4, -4))  # borders see other pixels
     assert (fast - slow)[inner].abs().mean() < 0.05  # ~1.5 grey levels of 255
+
+
+def test_flip_before_the_resize_is_the_flip_of_the_resized_crop():
+    # train_transform flips the cut before resizing it (one copy less): the pixels must be those
+    # of flipping the resized crop, for upscales, downscales and the identity.
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 256, (4, 96, 128, 3), dtype=torch.uint8, generator=g)
+    clip = frames.permute(0, 3, 1, 2)
+    for side in (57, 64, 70, 71, 89, 96):
+        for size in (64, 45):
+            box = (3, 11, side, side)
+            region = clip[..., 3:3 + side, 11:11 + side]
+            want = region if side == size else F.interpolate(
+                region, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+            got = transforms.crop_resize(clip, box, size, flip=True)
+            assert torch.equal(got, want.flip(-1)), (side, size)
+            assert torch.equal(transforms.crop_resize(clip, box, size), want)

@@ -196,3 +196,24 @@ def test_forked_worker_decodes_after_the_parent_did(bframe_video):
         child.kill()
     assert not hung and child.exitcode == 0
     assert queue.get(timeout=5) == (1, 240, 320, 3)
+
+
+@pytest.fixture(scope="module")
+def one_keyframe_video(tmp_path_factory):
+    """200 frames of 160x120 H.264 with a single keyframe (no scene-cut keyframes either)."""
+    path = str(tmp_path_factory.mktemp("gop") / "one_key.mp4")
+    return write(path, _frames(200, 120, 160), options={
+        "g": "1000", "bf": "2", "x264-params": "scenecut=0:keyint=1000:min-keyint=1000"})
+
+
+def test_no_seek_back_to_a_keyframe_already_passed(one_keyframe_video):
+    with av.open(one_keyframe_video) as container:
+        keys = sum(1 for p in container.demux(video=0) if p.is_keyframe)
+    assert keys == 1  # the premise: every seek would land on frame 0
+    reference = _sequential(one_keyframe_video)
+    # Four clips' windows with gaps longer than the frames decoded before them: a seek from
+    # frame 45 to 110 would decode 0..110 again.
+    indices = sorted({s + 2 * j for s in (5, 110, 150) for j in range(8)})
+    out, decoded = _decode(one_keyframe_video, indices, skip=False)
+    assert np.array_equal(out, reference[indices])
+    assert decoded <= max(indices) + 1 + 4, decoded  # each frame once (+ the decoder's delay)

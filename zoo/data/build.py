@@ -52,6 +52,7 @@ from yacs.config import CfgNode
 
 from ..config import ConfigError
 from ..utils import comm
+from ..utils.env import keep_freed_memory
 from . import source_datasets, video_dataset  # noqa: F401  (register the built-in datasets)
 from .registry import DATASET_REGISTRY
 from .robust import GuardedLoader
@@ -307,6 +308,8 @@ def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0) -> N
     torch.manual_seed(seed)
     # Workers already run in parallel; intra-op threads on top would oversubscribe the cores.
     torch.set_num_threads(1)
+    # Clip buffers are allocated and freed for every item: reuse their pages, not fresh ones.
+    keep_freed_memory()
     if signal_grace > 0:
         # A scheduler signals every process of the job (SIGTERM, or Slurm's --signal SIGUSR1),
         # these workers too. The training process then needs them for a step or two more before

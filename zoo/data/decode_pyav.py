@@ -130,6 +130,7 @@ class PyAVReader(VideoReader):
         self._hint = num_frames_hint
         self._num_frames: Optional[int] = None
         self._table: Optional[List[int]] = None  # sorted packet timestamps, once read
+        self._keys: Optional[List[int]] = None  # sorted keyframe timestamps of the index
         self._counted = False
         self._pristine = True  # nothing read yet: frame 0 needs no seek
         self._frames_decoded = 0  # for tests and benchmarks: frames the codec produced
@@ -380,15 +381,48 @@ class PyAVReader(VideoReader):
             self._ended = True
         self._finish(wanted[pos:], sink, self._last_frame, self._next - 1)
 
-    def _seek(self, index: int) -> None:
-        stream = self._stream
+    def _seek_timestamp(self, index: int) -> int:
+        """The timestamp a seek to frame ``index`` aims at."""
         if self._table is not None:
-            target = self._table[min(index, len(self._table) - 1)]
-        else:
-            # Aim half a frame early so that rounding never lands the seek after the frame.
-            target = self._start + int((index - 0.5) / (self._rate * stream.time_base))
-        self._container.seek(max(target, self._start), stream=stream, backward=True,
+            return self._table[min(index, len(self._table) - 1)]
+        # Aim half a frame early so that rounding never lands the seek after the frame.
+        target = self._start + int((index - 0.5) / (self._rate * self._stream.time_base))
+        return max(target, self._start)
+
+    def _seek(self, index: int) -> None:
+        self._container.seek(self._seek_timestamp(index), stream=self._stream, backward=True,
                              any_frame=False)
+
+    def _keyframe_times(self) -> List[int]:
+        """Sorted timestamps of the keyframes in the demuxer's index: in MP4/MOV its sample
+        table, read at open (no reading here); empty where there is none to trust (Matroska's
+        cues may list only some keyframes, and other formats are decoded from the start)."""
+        if self._keys is None:
+            self._keys = []
+            if not self._matroska:
+                try:
+                    entries = self._stream.index_entries
+                    self._keys = sorted(e.timestamp for e in entries if e.is_keyframe)
+                except AttributeError:  # PyAV before 14
+                    pass
+        return self._keys
+
+    def _seek_moves_on(self, pts: Optional[int], index: int) -> bool:
+        """Whether a seek to frame ``index`` would land after the frame at ``pts`` just decoded.
+
+        A seek lands on the last keyframe at or before its target. With one keyframe in 250
+        frames, a gap between two clips' windows is mostly inside one keyframe interval, and a
+        seek would only decode again from the keyframe already passed (four independent windows
+        cost four decodes from frame 0 instead of one). Unknown (no index): assume it does.
+        """
+        keys = self._keyframe_times()
+        if not keys or pts is None:
+            return True
+        target = self._seek_timestamp(index)
+        landing = bisect.bisect_right(keys, target) - 1
+        # Index timestamps are decode times (<= the keyframe's presentation time): a landing at
+        # or before ``pts`` may still be a few frames after it, never enough to pay for a seek.
+        return landing >= 0 and keys[landing] > pts
 
     def _decode(self, wanted: List[int], sink: "_Sink", grid: bool) -> None:
         """Fill ``sink`` with the frames at the sorted ``wanted`` indices."""
@@ -429,7 +463,8 @@ class PyAVReader(VideoReader):
                     pos += 1
                 if pos == len(wanted):
                     return
-                if self._should_seek(index, wanted[pos], last_key, gop):
+                if (self._should_seek(index, wanted[pos], last_key, gop)
+                        and self._seek_moves_on(frame.pts, wanted[pos])):
                     break  # cheaper to seek to the next keyframe than to decode through the gap
             else:
                 if any(i > current for i in self._skippable):

@@ -45,6 +45,33 @@ def set_num_threads(threads: int) -> None:
         os.environ[var] = str(threads)
 
 
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory(largest: int = 256 << 20) -> bool:
+    """Have glibc keep freed memory for reuse instead of handing it back to the kernel.
+
+    By default glibc serves every block over its mmap threshold (at most 32 MB, usually far less)
+    with fresh pages and unmaps it when freed, so each new clip buffer (4.8 MB for 32 uint8
+    frames of 224x224) is paid again in page faults: on a 2-core VM, stacking a batch of eight
+    such clips into fresh memory took 24 ms against 4 ms into reused memory. With blocks up to
+    ``largest`` bytes served from the heap and the heap never trimmed, a loader worker reuses the
+    same pages clip after clip; it holds on to its peak heap in exchange. Returns False where
+    there is no glibc (the call is then a no-op).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(largest))
+                    and libc.mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1))
+    except (OSError, AttributeError):  # musl and other C libraries
+        return False
+
+
 def import_extra_modules(modules: Iterable[str]) -> None:
     """Import each user file path or module name once, so its @register decorators run.
 
