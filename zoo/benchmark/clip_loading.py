@@ -1,7 +1,8 @@
-"""End-to-end clip loading (``tools/benchmark_data.py --end-to-end``): training clips as the
-training transform produces them (decoded, resized, cropped, flipped, normalised), per reader, one
-worker and one torch thread, against torchcodec and decord each followed by torchvision's v2
-resize on the same clips.
+"""End-to-end clip loading (``tools/benchmark_data.py --end-to-end``): training clips as zoo's
+training loader hands them over by default (decoded, resized, cropped, flipped, uint8: with
+``DATA.NORMALIZE_ON device`` the normalisation runs in the training step, on the device), per
+reader, one worker and one torch thread, against torchcodec and decord each followed by
+torchvision's v2 resize, crop and flip on the same clips, also ending at uint8.
 
 Paths (each in fresh processes, the paths taking turns, the order reversed every other round):
 
@@ -11,7 +12,7 @@ Paths (each in fresh processes, the paths taking turns, the order reversed every
 * ``zoo-full``: the same with ``DATA.DECODE_RESIZE False`` (full-size frames, then the transform).
 * ``torchcodec``: ``VideoDecoder(seek_mode="exact", num_ffmpeg_threads=1).get_frames_at``, then
   ``torchvision.transforms.v2.functional``: ``resize`` (short side, antialiased), ``crop``,
-  ``horizontal_flip``, ``to_dtype`` + ``normalize``.
+  ``horizontal_flip``.
 * ``decord``: ``VideoReader(num_threads=1).get_batch``, then the same torchvision steps.
 
 Every path reads the same items ``(epoch, index)`` and draws each clip's window, short side, crop
@@ -81,7 +82,8 @@ def _dataset(list_path: str, root: str, overrides: Sequence[Any] = ()):
     cfg = get_cfg()
     cfg.merge_from_list(["CONFIG.DATA.TRAIN_ANNO_PATH", list_path,
                          "CONFIG.DATA.TRAIN_DATA_PATH", root, *overrides])
-    return build_dataset(cfg, "train")
+    # uint8 clips, as build_loader asks for its training batches (NORMALIZE_ON "device").
+    return build_dataset(cfg, "train", uint8_train_clips=True)
 
 
 def _open_peer(name: str, path: str):
@@ -105,7 +107,7 @@ def peer_clip(dataset, name: str, epoch: int, index: int):
     """One training clip read by peer ``name`` + torchvision v2, drawn as ``dataset`` draws it.
 
     Returns:
-        float32 ``(C, T, crop, crop)``, as the dataset's items.
+        uint8 ``(C, T, crop, crop)``, as the dataset's training items (a view, as theirs).
     """
     import torch
     from torchvision.transforms.v2 import functional as tvf
@@ -127,8 +129,7 @@ def peer_clip(dataset, name: str, epoch: int, index: int):
     clip = tvf.crop(clip, top, left, s.crop_size, s.crop_size)
     if s.random_flip and bool(torch.rand(1, generator=generator) < 0.5):
         clip = tvf.horizontal_flip(clip)
-    clip = tvf.normalize(tvf.to_dtype(clip, torch.float32, scale=True), s.mean, s.std)
-    return clip.transpose(0, 1).contiguous()
+    return clip.transpose(0, 1)
 
 
 def _worker(path_name: str, list_path: str, root: str, clips: int) -> dict[str, Any]:

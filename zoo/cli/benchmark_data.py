@@ -17,11 +17,12 @@ re-encode default of datasets/reencode.py) and uses them. ``--containers mkv web
 same clips again in other containers (H.264 in Matroska, VP9 in WebM, MPEG-4 Part 2 with B-frames
 in AVI): the figures behind ``DATA.DECODER auto``'s choice per container.
 
-``--end-to-end`` measures clip loading as the training transform produces it (decoded, resized,
-cropped, flipped, normalised; one worker, one torch thread): zoo's defaults (and zoo with one
-decoder thread, and without the one-pass resize) against torchcodec and decord each followed by
-torchvision's v2 resize, on the same clips, in one run, on generated sets (``--sets``: Kinetics-like
-340x256 10-s H.264 GOP 250, and 30-s 1080p H.264 / HEVC phone-like clips) or on ``--list``:
+``--end-to-end`` measures clip loading as the training loader hands clips over (decoded, resized,
+cropped, flipped, uint8: the normalisation runs on the device; one worker, one torch thread): zoo's
+defaults (and zoo with one decoder thread, and without the one-pass resize) against torchcodec and
+decord each followed by torchvision's v2 resize, crop and flip, on the same clips, in one run, on
+generated sets (``--sets``: Kinetics-like 340x256 10-s H.264 GOP 250, and 30-s 1080p H.264 / HEVC
+phone-like clips) or on ``--list``:
 
     zoo-benchmark-data --end-to-end --generate 8 --phone-videos 2
 
