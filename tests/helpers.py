@@ -67,3 +67,17 @@ def fast_sample(values, keep: int = 3):
     return [pytest.param(*(v if isinstance(v, tuple) else (v,)),
                          marks=() if i in fast else pytest.mark.slow)
             for i, v in enumerate(values)]
+
+
+def mini_clip_cfg(mini: dict, *extra: str):
+    """A config reading the generated 2-class "mini" set (``zoo.data.synthetic.generate`` with
+    16-frame 32x32 videos): 8-frame clips at stride 2, 28x28 crops, no loader workers."""
+    from zoo.config import load_config
+
+    return load_config(None, [
+        "DATA.NUM_CLASSES", "2", "DATA.CLIP_LEN", "8", "DATA.FRAME_RATE", "2",
+        "DATA.CROP_SIZE", "28", "DATA.SHORT_SIDE_SIZE", "32",
+        "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]", "DATA.NUM_WORKERS", "0",
+        "DATA.TRAIN_ANNO_PATH", mini["train_list"], "DATA.TRAIN_DATA_PATH", mini["root"],
+        "DATA.VAL_ANNO_PATH", mini["val_list"], "DATA.VAL_DATA_PATH", mini["root"], *extra,
+    ])

@@ -7,8 +7,9 @@ import av
 import numpy as np
 import pytest
 import torch
+from helpers import mini_clip_cfg
 
-from zoo.config import ConfigError, load_config
+from zoo.config import ConfigError
 from zoo.data import build_dataset, build_loader, sampling, transforms
 from zoo.data.build import collate_clips
 from zoo.data.decoders import VideoFile
@@ -50,14 +51,7 @@ def _dataset(anno: str, root: str, split: str, **overrides) -> VideoListDataset:
 
 
 def _cfg(mini: dict, *extra: str):
-    return load_config(None, [
-        "DATA.NUM_CLASSES", "2", "DATA.CLIP_LEN", "8", "DATA.FRAME_RATE", "2",
-        "DATA.CROP_SIZE", "28", "DATA.SHORT_SIDE_SIZE", "32",
-        "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]", "DATA.NUM_WORKERS", "0",
-        "DATA.TRAIN_ANNO_PATH", mini["train_list"], "DATA.TRAIN_DATA_PATH", mini["root"],
-        "DATA.VAL_ANNO_PATH", mini["val_list"], "DATA.VAL_DATA_PATH", mini["root"],
-        "VAL.BATCH_SIZE", "2", *extra,
-    ])
+    return mini_clip_cfg(mini, "VAL.BATCH_SIZE", "2", *extra)
 
 
 def _frame_numbers(clip: torch.Tensor) -> list:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import mini_clip_cfg
 
-from zoo.config import ConfigError, load_config
+from zoo.config import ConfigError
 from zoo.data import build_loader, normalization, transforms
 from zoo.data.build import _takes, collate_train
 from zoo.data.synthetic import generate
@@ -24,14 +25,8 @@ def mini(tmp_path_factory) -> dict:
 
 
 def _cfg(mini: dict, *extra: str):
-    return load_config(None, [
-        "DATA.NUM_CLASSES", "2", "DATA.CLIP_LEN", "8", "DATA.FRAME_RATE", "2",
-        "DATA.CROP_SIZE", "28", "DATA.SHORT_SIDE_SIZE", "32",
-        "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]", "DATA.NUM_WORKERS", "0",
-        "DATA.TRAIN_ANNO_PATH", mini["train_list"], "DATA.TRAIN_DATA_PATH", mini["root"],
-        "DATA.VAL_ANNO_PATH", mini["val_list"], "DATA.VAL_DATA_PATH", mini["root"],
-        "DATA.MEAN", str(MEAN), "DATA.STD", str(STD), "TRAIN.BATCH_SIZE", "4", *extra,
-    ])
+    return mini_clip_cfg(mini, "DATA.MEAN", str(MEAN), "DATA.STD", str(STD),
+                         "TRAIN.BATCH_SIZE", "4", *extra)
 
 
 def _batches(cfg, epoch: int = 1):
