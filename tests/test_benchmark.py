@@ -266,7 +266,10 @@ def test_scaling_over_a_shaped_link_between_two_namespace_nodes(tmp_path, synth_
     rows, data = _read(out, "scaling_nodes")
     assert [(row["nodes"], row["compression"]) for row in rows] == [
         ("1", "-"), ("2", "no DDP (ceiling)"), ("2", "none"), ("2", "powersgd")]
-    assert all(0 < float(row["efficiency"]) <= 1.5 for row in rows)
+    trained = [rows[0], *rows[2:]]
+    assert all(0 < float(row["efficiency"]) <= 1.5 for row in trained)
+    # Two unsynchronised jobs of three 0.05-s steps each: only their sign is worth checking.
+    assert float(rows[1]["efficiency"]) > 0
     assert "side by side (nothing sent) reach" in r.stdout
     # The same data and seeds with and without compression: PowerSGD's low-rank steps (two of
     # the four) move the loss a little, not far.
