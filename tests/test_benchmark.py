@@ -256,23 +256,21 @@ def test_scaling_over_a_shaped_link_between_two_namespace_nodes(tmp_path, synth_
     out = tmp_path / "b"
     tiny = [*TINY_DATA, "DATA.SYNTHETIC.ROOT", synth_root, "MODEL.NAME",
             "slowfast_tiny_resnet18", "MODEL.KWARGS", "['width', 8]", "DATA.CLIP_LEN", "8"]
-    r = run_tool("benchmark.py", ["scaling", "--nodes", "2", "--compression", "none",
-                                  "powersgd", "--link-rate", "200mbit", "--steps", "3",
-                                  "--warmup", "1", "--repeats", "1", "--out", str(out), *tiny,
-                                  "DDP_CONFIG.POWERSGD_START_STEP", "2"], timeout=400)
+    r = run_tool("benchmark.py", ["scaling", "--nodes", "2", "--compression", "none", "fp16",
+                                  "--link-rate", "200mbit", "--steps", "3", "--warmup", "1",
+                                  "--repeats", "1", "--out", str(out), *tiny], timeout=400)
     if r.returncode != 0 and "network namespaces" in r.stderr + r.stdout:
         pytest.skip(f"network namespaces are refused here: {r.stderr.strip()[-200:]}")
     assert r.returncode == 0, r.stdout + r.stderr
     rows, data = _read(out, "scaling_nodes")
     assert [(row["nodes"], row["compression"]) for row in rows] == [
-        ("1", "-"), ("2", "no DDP (ceiling)"), ("2", "none"), ("2", "powersgd")]
+        ("1", "-"), ("2", "no DDP (ceiling)"), ("2", "none"), ("2", "fp16")]
     trained = [rows[0], *rows[2:]]
     assert all(0 < float(row["efficiency"]) <= 1.5 for row in trained)
     # Two unsynchronised jobs of three 0.05-s steps each: only their sign is worth checking.
     assert float(rows[1]["efficiency"]) > 0
     assert "side by side (nothing sent) reach" in r.stdout
-    # The same data and seeds with and without compression: PowerSGD's low-rank steps (two of
-    # the four) move the loss a little, not far.
-    assert abs(float(rows[3]["loss_vs_none"]) - 1) < 0.2
+    # The same data and seeds with and without compression: the losses differ by rounding only.
+    assert abs(float(rows[3]["loss_vs_none"]) - 1) < 0.05
     # The link was shaped: one TCP stream gets about 200 Mbit/s (23.8 MiB/s), not a veth's GB/s.
     assert 15 < float(rows[0]["link_measured_mb_per_s"]) < 26

@@ -1,7 +1,6 @@
 """DDP_CONFIG.GRAD_COMPRESSION and BUCKET_CAP_MB: two gloo ranks compute one step's gradients with
 each setting; the reference is computed here, from each rank's own (uncompressed) gradients."""
 
-import datetime
 import os
 
 import pytest
@@ -39,12 +38,9 @@ def _rank(rank, init_file, out_dir):
         cfg = get_cfg()
         cfg.DDP_CONFIG.GRAD_COMPRESSION = kind
         cfg.DDP_CONFIG.BUCKET_CAP_MB = 0.001  # several buckets: every layer is its own
-        cfg.DDP_CONFIG.POWERSGD_START_STEP = 2
-        cfg.DDP_CONFIG.POWERSGD_RANK = 1
         ddp = torch.nn.parallel.DistributedDataParallel(_model(), **ddp_options(cfg))
         register_compression(ddp, cfg)
-        # Three steps (DDP rebuilds its buckets after the first; PowerSGD compresses from its
-        # third); the weights do not move.
+        # Three steps (DDP rebuilds its buckets after the first); the weights do not move.
         results[kind] = [_grads(ddp, rank) for _ in range(3)]
     results["local"] = _grads(_model(), rank)
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -79,54 +75,3 @@ def test_16_bit_compression_is_the_mean_of_rounded_halves(grads, kind, dtype):
         assert torch.equal(got, want)
         if a.numel() > 4:  # and it is not the full-precision mean
             assert not torch.equal(got, (a + b) / 2)
-
-
-def test_powersgd_sends_rank_1_matrices_after_its_start_step(grads):
-    weight = 0  # the first Linear's weight: a 32x16 matrix, compressed at rank 1
-    full = grads[0]["powersgd"][0][weight]  # step 1: a plain all-reduce
-    mean = (grads[0]["local"][weight] + grads[1]["local"][weight]) / 2
-    assert torch.allclose(full, mean, atol=1e-6)
-    assert torch.linalg.matrix_rank(mean) > 1
-    compressed = grads[0]["powersgd"][2][weight]
-    assert torch.linalg.matrix_rank(compressed) == 1
-    # a rank-1 approximation that points the same way as the true gradient
-    cos = torch.nn.functional.cosine_similarity(compressed.flatten(), mean.flatten(), dim=0)
-    assert cos > 0.5
-
-
-def _powersgd_steps(rank, init_file, steps):
-    import zoo
-
-    # A collective mismatch leaves the surviving rank waiting: end it within a minute.
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2,
-                            timeout=datetime.timedelta(seconds=60))
-    torch.set_num_threads(1)
-    cfg = get_cfg()
-    cfg.DDP_CONFIG.GRAD_COMPRESSION = "powersgd"
-    cfg.DDP_CONFIG.BUCKET_CAP_MB = 0.001  # asks for a bucket per layer; PowerSGD takes one
-    cfg.DDP_CONFIG.POWERSGD_START_STEP = 2
-    torch.manual_seed(0)
-    model = zoo.create_model("slowfast_tiny_resnet18", num_classes=4)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, **ddp_options(cfg))
-    register_compression(ddp, cfg)
-    clips, labels = torch.randn(2, 3, 16, 32, 32), torch.tensor([rank, 3 - rank])
-    for _ in range(steps):
-        ddp.zero_grad()
-        torch.nn.functional.cross_entropy(ddp(clips), labels).backward()
-    dist.destroy_process_group()
-
-
-@pytest.mark.slow
-def test_powersgd_on_a_deep_model_does_not_abort(tmp_path):
-    # With a bucket per layer, torch's PowerSGD hook sent its factors in an order that differed
-    # between the ranks, and gloo aborted both at the first compressed step (SIGABRT, not an
-    # exception). One bucket gives one order.
-    assert ddp_options(_cfg_powersgd())["bucket_cap_mb"] >= 1 << 20
-    mp.start_processes(_powersgd_steps, args=(str(tmp_path / "init"), 6), nprocs=2,
-                       start_method="spawn")
-
-
-def _cfg_powersgd():
-    cfg = get_cfg()
-    cfg.DDP_CONFIG.GRAD_COMPRESSION = "powersgd"
-    return cfg

@@ -63,19 +63,13 @@ _C.DDP_CONFIG.HANG_TIMEOUT = 120
 # against an attacker). "" = none; ZOO_JOB_TOKEN in the environment wins over this key. Only a hash
 # of it is sent; it is blanked in the config.yaml and checkpoints a run writes.
 _C.DDP_CONFIG.JOB_TOKEN = ""
-# Gradient compression between ranks: "none"; "bf16" or "fp16" (each bucket sent in 16 bits:
-# half the bytes); "powersgd" (low-rank factors with error feedback: ~1% of the bytes, lossy; all
-# gradients in one bucket). It pays only on a slow link between nodes; see zoo/engine/ddp_comm.py
-# and docs/multi_node.md.
+# Gradient compression between ranks: "none", or "bf16" / "fp16" (each bucket sent in 16 bits:
+# half the bytes). It pays only on a slow link between nodes; see zoo/engine/ddp_comm.py and
+# docs/multi_node.md.
 _C.DDP_CONFIG.GRAD_COMPRESSION = "none"
 # Size in MB of DDP's gradient buckets (torch's default 25): each bucket is all-reduced as soon as
-# its gradients are ready, overlapping the rest of the backward pass. Ignored with "powersgd".
+# its gradients are ready, overlapping the rest of the backward pass.
 _C.DDP_CONFIG.BUCKET_CAP_MB = 25.0
-# PowerSGD only: the rank of the low-rank approximation (higher = closer to the full gradient,
-# more bytes: rank r sends r x (rows + columns) numbers per gradient matrix).
-_C.DDP_CONFIG.POWERSGD_RANK = 4
-# PowerSGD only: optimizer steps all-reduced in full before compression starts (at least 2).
-_C.DDP_CONFIG.POWERSGD_START_STEP = 10
 # How many times the DDP_CONFIG launcher re-forms the job after a worker or a node fails: every
 # node stops its workers, the nodes meet again and the workers resume from the newest complete
 # checkpoint (AUTO_RESUME is implied on a restart). 0 = stop at the first failure, naming the rank.
