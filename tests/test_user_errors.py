@@ -298,3 +298,19 @@ def test_what_is_a_user_error():
     # A KeyError that is not a registry's, and other exceptions, are bugs.
     assert not is_user_error(KeyError("weight"))
     assert not is_user_error(ValueError("x")) and not is_user_error(RuntimeError("x"))
+
+
+@pytest.mark.parametrize("local_rank, waits", [("0", False), ("1", True)])
+def test_a_quiet_failed_rank_leaves_the_console_rank_time(monkeypatch, tmp_path, capsys,
+                                                          local_rank, waits):
+    # torchrun ends the job as soon as one process fails: a rank that does not print the error
+    # line must not end before the node's first process, which prints it, had time to.
+    from zoo.engine import cli
+
+    slept = []
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    monkeypatch.setattr(cli.time, "sleep", slept.append)
+    code = cli.run(lambda cfg: None, "test", argv=["--config-file", str(tmp_path / "no.yaml")])
+    assert code != 0
+    assert slept == ([cli.CONSOLE_GRACE_S] if waits else [])
+    assert ("error:" in capsys.readouterr().err) is not waits

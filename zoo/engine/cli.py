@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import sys
+import time
 from typing import Callable, List, Optional, Sequence
 
 from ..config import load_config
@@ -34,6 +35,10 @@ from .setup import output_dir
 _KEY = re.compile(r"[A-Z][A-Z0-9_]*(\.[A-Z][A-Z0-9_]*)*")
 # A module name for --extra-modules: dotted Python identifiers (my_pkg.models).
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+# How long a failed process that does not print the error line (see talks_on_console) waits
+# before it exits: torchrun ends the whole job when any process ends with an error, and the
+# node's first process, which found the same error, needs a moment to print it.
+CONSOLE_GRACE_S = 5.0
 OVERRIDES_HELP = ("Trailing KEY VALUE pairs override the YAML, e.g. CONFIG.TRAIN.EPOCH_NUM 2 "
                   "(the CONFIG. prefix may be left off).")
 
@@ -218,7 +223,11 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
     # Under torchrun/Slurm each process is already a rank: only rank 0 talks on the console.
     setup_logger(None, rank)
     with launcher_signals() if preemptible else contextlib.nullcontext() as guard:
-        return _run(worker, args, rank, splits, guard)
+        code = _run(worker, args, rank, splits, guard)
+    if code not in (0, PREEMPTED_EXIT_CODE) and not talks_on_console():
+        # Outside the signal guard: when the launcher stops this process, it just ends.
+        time.sleep(CONSOLE_GRACE_S)
+    return code
 
 
 def _run(worker: Callable, args: argparse.Namespace, rank: int, splits: Sequence[str],
