@@ -103,6 +103,7 @@ def train_throughput(model_name: str, frames: int, size: int, batch: int,
     """
     device = device or torch.device("cpu")
     kwargs = dict(model_kwargs or {})
+    torch.manual_seed(seed)
     probe = create_model(model_name, num_classes=num_classes, **kwargs)
     image = not any(isinstance(m, nn.Conv3d) for m in probe.modules())
     state = probe.state_dict()
