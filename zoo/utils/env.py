@@ -59,8 +59,8 @@ def keep_freed_memory(largest: int = 256 << 20) -> bool:
     ``largest`` bytes served from the heap and the heap never trimmed, a loader worker reuses the
     same pages clip after clip (after a few rounds: a freed block must first fit the next
     64-byte-aligned request; 3-8 rounds of a 64 MB block, holding up to ~8 of them, were seen);
-    it holds on to its peak heap in exchange. Returns False where
-    there is no glibc (the call is then a no-op).
+    it holds on to its peak heap in exchange. Returns False where there is no glibc (the call is
+    then a no-op).
     """
     if not sys.platform.startswith("linux"):
         return False
