@@ -4,7 +4,7 @@ for two launchers and a stranger on a real port)."""
 import json
 
 from zoo.config import cfg_to_yaml, load_config
-from zoo.engine.rendezvous import (
+from zoo.engine.config_agreement import (
     config_fingerprint,
     config_items,
     job_identity,

@@ -5,7 +5,7 @@ import logging
 import pytest
 
 from zoo.config import load_config
-from zoo.engine.rendezvous import compare_summaries, config_items
+from zoo.engine.config_agreement import compare_summaries, config_items
 from zoo.engine.topology import (
     LaunchError,
     file_url_path,

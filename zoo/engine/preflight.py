@@ -18,8 +18,8 @@ import torch.distributed as dist
 
 from .. import __version__
 from ..utils import comm, net
+from .config_agreement import config_fingerprint, config_items
 from .launch import LaunchError, launch
-from .rendezvous import config_fingerprint, config_items
 from .topology import parse_tcp_url, resolve_topology
 
 Report = Callable[[str, str, str], None]

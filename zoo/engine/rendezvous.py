@@ -8,7 +8,7 @@ size, so nodes may run different numbers of processes. Workers then join the pro
 the same store. The store also collects worker failures, so a node whose workers stopped because a
 peer vanished can name the rank that failed first.
 
-Job identity: a hash of the config's math keys (:func:`config_items`) and of the optional secret
+Job identity (config_agreement.py): a hash of the config's math keys and of the optional secret
 (``ZOO_JOB_TOKEN``, else ``DDP_CONFIG.JOB_TOKEN``). Node 0 publishes it under the fixed key
 ``zoo/job``; a launcher whose identity differs (another job started on the same port by accident)
 stops there with one line, having written nothing but a note under ``zoo/stranger/<i>`` that node 0
@@ -35,154 +35,31 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import json
 import logging
 import os
 import socket
 import time
 import uuid
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
-import torch
 import torch.distributed as dist
 
-from .. import __version__
-from ..config.tree import diff_cfg, flatten_cfg
 from ..utils import net
+from .config_agreement import (
+    compare_summaries,
+    job_identity,
+    local_differences,
+    node_summary,
+    token_hash,
+)
 from .topology import LaunchError, Topology, file_url_path, parse_tcp_url
 
 logger = logging.getLogger(__name__)
 
-# Keys that may differ between nodes (or only record the job's layout, which the launcher keeps in
-# zoo.utils.comm) and so are left out of the config comparison.
-PER_NODE_KEYS = (
-    "DDP_CONFIG.WORLD_RANK",
-    "DDP_CONFIG.GPU",
-    "DDP_CONFIG.GPU_WORLD_RANK",
-    "DDP_CONFIG.GPU_WORLD_SIZE",
-    "DDP_CONFIG.NUM_CPU_PROCS",
-    "DDP_CONFIG.THREADS_PER_PROC",
-)
-
-# Keys that are node-local by nature: they may differ between nodes (node 0 logs one warning line
-# naming them) because they change where things are read or written, or what is printed, never the
-# numbers a rank computes:
-# - LOG.BASE_PATH: a node's local scratch or its own mount of the shared output folder. EXP_NAME and
-#   SAVE_DIR must agree: they name the run and its checkpoint folder, which AUTO_RESUME and a
-#   restart look in on every rank, and a different name is more likely another run than a mount.
-# - LOG.LOG_DIR (TensorBoard, rank 0 only), LOG.DISPLAY_FREQ, LOG.PROGRESS_BAR: only what is shown.
-# - DATA.*_DATA_PATH, DATA.*_ANNO_PATH, DATA.SYNTHETIC.ROOT: the same data mounted at another path.
-#   zoo does not compare the files' contents: the lists must be the same on every node.
-# - DATA.NUM_WORKERS: loader processes per rank; the samples and their order do not depend on it.
-NODE_LOCAL_KEYS = (
-    "CONFIG.LOG.BASE_PATH",
-    "CONFIG.LOG.LOG_DIR",
-    "CONFIG.LOG.DISPLAY_FREQ",
-    "CONFIG.LOG.PROGRESS_BAR",
-    "CONFIG.DATA.TRAIN_ANNO_PATH",
-    "CONFIG.DATA.TRAIN_DATA_PATH",
-    "CONFIG.DATA.VAL_ANNO_PATH",
-    "CONFIG.DATA.VAL_DATA_PATH",
-    "CONFIG.DATA.TEST_ANNO_PATH",
-    "CONFIG.DATA.TEST_DATA_PATH",
-    "CONFIG.DATA.SYNTHETIC.ROOT",
-    "CONFIG.DATA.NUM_WORKERS",
-)
-
-# The secret is never compared or sent as such: only its hash is part of the job identity.
-JOB_TOKEN_KEY = "DDP_CONFIG.JOB_TOKEN"
-JOB_TOKEN_ENV = "ZOO_JOB_TOKEN"
-
 # After a failure, how long a launcher waits for other nodes to report theirs (to name the root
 # cause), and how long node 0 keeps its store up for nodes that are still reporting.
 REPORT_GRACE_S = 3.0
-
-
-# ------------------------------------------------------------------------- config agreement
-def config_items(cfg) -> Dict[str, object]:
-    """The config as flat ``{"CONFIG.TRAIN.LR": 0.1, ...}`` without the per-node keys, the
-    node-local keys and the job token: the keys every node must agree on."""
-    skip = (*PER_NODE_KEYS, *NODE_LOCAL_KEYS, JOB_TOKEN_KEY)
-    return {k: v for k, v in flatten_cfg(cfg).items() if k not in skip}
-
-
-def node_local_items(cfg) -> Dict[str, object]:
-    """The node-local keys (:data:`NODE_LOCAL_KEYS`) and this node's values."""
-    flat = flatten_cfg(cfg)
-    return {k: flat[k] for k in NODE_LOCAL_KEYS if k in flat}
-
-
-def job_token(cfg, env: Optional[Mapping[str, str]] = None) -> str:
-    """The job's secret: ``ZOO_JOB_TOKEN`` when set and non-empty, else ``DDP_CONFIG.JOB_TOKEN``."""
-    env = os.environ if env is None else env
-    return env.get(JOB_TOKEN_ENV) or str(cfg.DDP_CONFIG.JOB_TOKEN or "")
-
-
-def job_identity(cfg, env: Optional[Mapping[str, str]] = None) -> str:
-    """Short hash of the config's math keys and of the token's hash (the token is not recoverable
-    from it); equal for the launchers of one job, different for another config or token."""
-    token = hashlib.sha256(job_token(cfg, env).encode()).hexdigest()
-    text = config_fingerprint(config_items(cfg)) + ":" + token
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def local_differences(summaries: List[dict], label: Callable[[int], str]) -> str:
-    """One line naming the node-local keys that differ and every node's value ("" if none)."""
-    keys = [k for k in NODE_LOCAL_KEYS
-            if len({json.dumps(s.get("local", {}).get(k), default=str) for s in summaries}) > 1]
-    if not keys:
-        return ""
-    shown = "; ".join(k + " = " + ", ".join(f"{label(i)}: {s.get('local', {}).get(k)!r}"
-                                            for i, s in enumerate(summaries)) for k in keys)
-    return (f"node-local key(s) differ between nodes (allowed: paths, loader workers, logging): "
-            f"{shown}")
-
-
-def config_fingerprint(items: Dict[str, object]) -> str:
-    """Short hash of :func:`config_items`; equal on nodes that run the same config."""
-    text = json.dumps(items, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def node_summary(cfg, topo: Topology) -> dict:
-    """What a node (or rank) tells the others about itself before training."""
-    items = config_items(cfg)
-    return {
-        "host": socket.gethostname(),
-        "procs": topo.local_procs,
-        "backend": topo.backend,
-        "zoo": __version__,
-        "torch": torch.__version__.split("+")[0],
-        "config_hash": config_fingerprint(items),
-        "config": items,
-        "local": node_local_items(cfg),
-    }
-
-
-def compare_summaries(
-    summaries: List[dict], label: Callable[[int], str]
-) -> Tuple[List[str], List[str]]:
-    """Errors and warnings about what differs from entry 0 (zoo version, backend, config keys)."""
-    errors, warnings = [], []
-    ref = summaries[0]
-    for i, s in enumerate(summaries[1:], start=1):
-        if s["zoo"] != ref["zoo"]:
-            errors.append(f"{label(i)} runs zoo {s['zoo']} but {label(0)} runs zoo {ref['zoo']}; "
-                          "install the same version everywhere")
-        if s["backend"] != ref["backend"]:
-            errors.append(f"{label(i)} uses backend {s['backend']} but {label(0)} uses "
-                          f"{ref['backend']}; set DDP_CONFIG.DIST_BACKEND explicitly on all nodes")
-        if s["torch"] != ref["torch"]:
-            warnings.append(f"{label(i)} runs torch {s['torch']}, {label(0)} torch {ref['torch']}")
-        if s["config_hash"] != ref["config_hash"]:
-            diff = diff_cfg(ref["config"], s["config"], missing=None)
-            shown = "; ".join(f"{k} = {mine!r} (on {label(0)}: {theirs!r})"
-                              for k, theirs, mine in diff[:4])
-            more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
-            errors.append(f"the config on {label(i)} differs in {len(diff)} key(s): {shown}{more}; "
-                          "run every node with the same YAML and overrides")
-    return errors, warnings
 
 
 # ----------------------------------------------------------------------------------- stores
@@ -271,7 +148,7 @@ class NodeRendezvous:
         self.timeout_s = timeout_s
         self.summary = node_summary(cfg, topo)
         self.job = job_identity(cfg)
-        self.token_hash = hashlib.sha256(job_token(cfg).encode()).hexdigest()[:16]
+        self.token_hash = token_hash(cfg)[:16]
         self._strangers_seen = 0
         self._stale_job: Optional[str] = None
         self._joined: Optional[str] = None  # node 0's identity when it differs from ours
