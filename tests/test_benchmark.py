@@ -183,14 +183,14 @@ def test_scaling_data_startup(tmp_path, synth_root):
 
     r = run_tool("benchmark.py", ["data", "--workers", "0", "--batches", "2", "--warmup", "1",
                                   "--clips-per-video", "1", "2", "--rounds", "2",
-                                  "--out", str(out), *tiny], timeout=120)
+                                  "--batch-buffers", "3", "--out", str(out), *tiny], timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     rows, data = _read(out, "data")
     assert rows[0]["num_workers"] == "0" and rows[0]["clip_shape"] == "3x8x28x28"
     # Alternating order (A B, B A), every clip count timed on batches of BATCH_SIZE clips.
     assert [(row["round"], row["clips_per_video"]) for row in rows] == [
         ("1", "1"), ("1", "2"), ("2", "2"), ("2", "1")]
-    assert all(row["batch"] == "2" for row in rows)
+    assert all(row["batch"] == "2" and row["batch_buffers"] == "3" for row in rows)
     summary = {s["clips_per_video"]: s for s in data["summary"]}
     assert summary[1]["vs_1_clip"] == 1.0 and summary[2]["vs_1_clip"] > 0
 
@@ -257,14 +257,18 @@ def test_scaling_over_a_shaped_link_between_two_namespace_nodes(tmp_path, synth_
     tiny = [*TINY_DATA, "DATA.SYNTHETIC.ROOT", synth_root, "MODEL.NAME",
             "slowfast_tiny_resnet18", "MODEL.KWARGS", "['width', 8]", "DATA.CLIP_LEN", "8"]
     r = run_tool("benchmark.py", ["scaling", "--nodes", "2", "--compression", "none", "fp16",
-                                  "--link-rate", "200mbit", "--steps", "3", "--warmup", "1",
-                                  "--repeats", "1", "--out", str(out), *tiny], timeout=400)
+                                  "--bucket-cap-mb", "2", "--link-rate", "200mbit",
+                                  "--steps", "3", "--warmup", "1", "--repeats", "1",
+                                  "--out", str(out), *tiny], timeout=400)
     if r.returncode != 0 and "network namespaces" in r.stderr + r.stdout:
         pytest.skip(f"network namespaces are refused here: {r.stderr.strip()[-200:]}")
     assert r.returncode == 0, r.stdout + r.stderr
     rows, data = _read(out, "scaling_nodes")
     assert [(row["nodes"], row["compression"]) for row in rows] == [
         ("1", "-"), ("2", "no DDP (ceiling)"), ("2", "none"), ("2", "fp16")]
+    # The two-node runs used the bucket size asked for (the value each run's DDP was built with).
+    assert [float(row["bucket_cap_mb"]) for row in rows[2:]] == [2.0, 2.0]
+    assert "BUCKET_CAP_MB 2," in r.stdout
     trained = [rows[0], *rows[2:]]
     assert all(0 < float(row["efficiency"]) <= 1.5 for row in trained)
     # Two unsynchronised jobs of three 0.05-s steps each: only their sign is worth checking.
@@ -274,3 +278,15 @@ def test_scaling_over_a_shaped_link_between_two_namespace_nodes(tmp_path, synth_
     assert abs(float(rows[3]["loss_vs_none"]) - 1) < 0.05
     # The link was shaped: one TCP stream gets about 200 Mbit/s (23.8 MiB/s), not a veth's GB/s.
     assert 15 < float(rows[0]["link_measured_mb_per_s"]) < 26
+
+
+def test_loader_ratios_compare_clip_counts_at_the_same_batch_buffers():
+    from zoo.benchmark.loader import median_rows
+
+    rows = [{"num_workers": 1, "batch_buffers": kept, "clips_per_video": per_video,
+             "clips_window": "shared" if per_video > 1 else "", "clips_per_s": speed}
+            for kept, per_video, speed in [(0, 1, 10.0), (0, 4, 20.0), (4, 1, 12.0),
+                                           (4, 4, 36.0), (0, 1, 10.0), (4, 4, 36.0)]]
+    summary = {(s["batch_buffers"], s["clips_per_video"]): s for s in median_rows(rows)}
+    assert summary[(0, 4)]["vs_1_clip"] == 2.0 and summary[(4, 4)]["vs_1_clip"] == 3.0
+    assert summary[(4, 4)]["rounds"] == "36 36" and summary[(4, 1)]["vs_1_clip"] == 1.0

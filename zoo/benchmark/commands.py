@@ -149,7 +149,8 @@ def _scaling_two_nodes(args) -> list:
     try:
         rows = two_node_scaling(args.config_file, args.opts, args.compression,
                                 args.threads_per_proc, args.steps, args.warmup, args.repeats,
-                                args.link_rate, args.link_delay_ms, args.extra_modules)
+                                args.link_rate, args.link_delay_ms, args.extra_modules,
+                                args.bucket_cap_mb)
     except LinkError as e:
         sys.exit(f"error: {e}")
     link = rows[0]
@@ -157,12 +158,14 @@ def _scaling_two_nodes(args) -> list:
           f"{link['link_measured_mb_per_s']} MB/s per TCP stream"
           + (f"; {link['link_note']}" if link["link_note"] else ""))
     paths = _finish(args, "scaling_nodes", rows, machine, [
-        "nodes", "compression", "threads_per_proc", "batch_per_proc", "clips_per_s",
+        "nodes", "compression", "bucket_cap_mb", "threads_per_proc", "batch_per_proc",
+        "clips_per_s",
         "efficiency", "last_loss", "loss_vs_none", "clips_per_s_all_runs"],
         {"config_file": os.path.relpath(args.config_file), "opts": list(args.opts)})
     ceiling, trained = rows[1], rows[2:]
     best = max(trained, key=lambda r: r["efficiency"])
-    print(f"best two-node setting: GRAD_COMPRESSION {best['compression']}, "
+    print(f"best two-node setting: GRAD_COMPRESSION {best['compression']}, BUCKET_CAP_MB "
+          f"{best['bucket_cap_mb']:g}, "
           f"{best['efficiency'] * 100:.0f}% scaling efficiency; two independent one-node jobs "
           f"side by side (nothing sent) reach {ceiling['efficiency'] * 100:.0f}% on this machine")
     return paths
@@ -190,19 +193,21 @@ def cmd_data(args) -> list:
     cfg = with_extra_modules(load_config(args.config_file, opts), args.extra_modules)
     import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
     rows = loader_throughput(cfg, args.workers, args.batches, args.warmup, args.split,
-                             args.clips_per_video, args.rounds, args.clips_window)
+                             args.clips_per_video, args.rounds, args.clips_window,
+                             args.batch_buffers)
     summary = median_rows(rows)
     extra = {"config_file": os.path.relpath(args.config_file), "opts": opts, "summary": summary}
     if args.decoders is not None:
         extra["decoders"] = _decoder_benchmark(args.decoders)
     paths = _finish(args, "data", rows, machine, ["split", "num_workers", "clips_per_video",
-                    "clips_window", "round", "batch", "clip_shape", "clips_per_s",
-                    "skipped_videos"], extra)
+                    "clips_window", "batch_buffers", "round", "batch", "clip_shape",
+                    "clips_per_s", "skipped_videos"], extra)
     print(common.format_table(summary, ["num_workers", "clips_per_video", "clips_window",
-                                        "median_clips_per_s", "rounds", "vs_1_clip"]))
+                                        "batch_buffers", "median_clips_per_s", "rounds",
+                                        "vs_1_clip"]))
     png = os.path.join(args.out, "data.png")
     plots.bar_chart(png, [f"{r['num_workers']} workers, {r['clips_per_video']} clips/video "
-                          f"{r['clips_window']}" for r in summary],
+                          f"{r['clips_window']}, {r['batch_buffers']} buffers" for r in summary],
                     [r["median_clips_per_s"] for r in summary],
                     f"{os.path.basename(args.config_file)}: {args.split} loader",
                     "clips/s (higher is better)", footer=plots.machine_footer(machine))

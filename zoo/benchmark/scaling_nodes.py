@@ -71,10 +71,12 @@ def run_side_by_side(link: Link, config_file: str, opts: Sequence[str], threads:
 def two_node_scaling(config_file: str, opts: Sequence[str] = (),
                      compressions: Sequence[str] = ("none", "bf16"), threads: int = 1,
                      steps: int = 20, warmup: int = 3, repeats: int = 3, rate: str = "1gbit",
-                     delay_ms: float = 0.5,
-                     extra_modules: Sequence[str] = ()) -> List[Dict[str, Any]]:
-    """Rows: one node, then two nodes per compression (median of ``repeats`` runs each, the
-    settings taking turns so a busy moment of the machine hits them alike).
+                     delay_ms: float = 0.5, extra_modules: Sequence[str] = (),
+                     bucket_caps: Sequence[float] = ()) -> List[Dict[str, Any]]:
+    """Rows: one node, then two nodes per compression and bucket size (``bucket_caps``, MB;
+    empty = the config's ``DDP_CONFIG.BUCKET_CAP_MB``), each the median of ``repeats`` runs (the
+    upper middle one for an even count), the settings taking turns so a busy moment of the
+    machine hits them alike.
 
     Raises:
         LinkError: the shaped link cannot be made here (one line: what is missing).
@@ -82,25 +84,29 @@ def two_node_scaling(config_file: str, opts: Sequence[str] = (),
     """
     single: List[Dict[str, Any]] = []
     side: List[Dict[str, Any]] = []  # two independent jobs at once: the machine's ceiling
-    pairs: Dict[str, List[Dict[str, Any]]] = {c: [] for c in compressions}
+    settings = [(c, cap) for c in compressions for cap in (bucket_caps or [None])]
+    pairs: Dict[tuple, List[Dict[str, Any]]] = {s: [] for s in settings}
     with shaped_link(rate, delay_ms) as link:
         for _ in range(repeats):
             single.append(run_one(config_file, opts, 1, threads, steps, warmup,
                                   extra_modules=extra_modules))
             side.append(run_side_by_side(link, config_file, opts, threads, steps, warmup,
                                          extra_modules))
-            for c in compressions:
+            for c, cap in settings:
+                bucket = [] if cap is None else ["DDP_CONFIG.BUCKET_CAP_MB", str(cap)]
                 run = run_two_nodes(link, config_file,
-                                    [*opts, "DDP_CONFIG.GRAD_COMPRESSION", c],
+                                    [*opts, "DDP_CONFIG.GRAD_COMPRESSION", c, *bucket],
                                     threads, steps, warmup, extra_modules)
-                pairs[c].append(run)
+                pairs[(c, cap)].append(run)
         shaping = {"link_rate": rate, "link_delay_ms": link.delay_ms,
                    "link_measured_mb_per_s": link.measured_mb_per_s, "link_note": link.delay_note}
     rows = [_median({**r, "nodes": 1, "compression": "-"} for r in single),
             _median({**r, "nodes": 2, "compression": _NO_DDP} for r in side)]
-    for c in compressions:
-        rows.append(_median({**r, "nodes": 2, "compression": c} for r in pairs[c]))
+    for c, cap in settings:
+        rows.append(_median({**r, "nodes": 2, "compression": c} for r in pairs[(c, cap)]))
     base = rows[0]["clips_per_s"]
+    # The loss is the same for every bucket size (the same sums in another grouping, up to
+    # float rounding): compressed runs are compared with the first uncompressed one.
     loss_none = next((r["last_loss"] for r in rows[1:] if r["compression"] == "none"), None)
     for row in rows:
         row["efficiency"] = round(row["clips_per_s"] / (base * row["nodes"]), 3)

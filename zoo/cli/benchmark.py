@@ -104,6 +104,9 @@ def _add_scaling(sub) -> None:
                         "over a tc-shaped veth link (root; --procs is then ignored)")
     s.add_argument("--compression", nargs="+", default=["none", "bf16"], choices=COMPRESSIONS,
                    help="with --nodes 2: the DDP_CONFIG.GRAD_COMPRESSION settings to run")
+    s.add_argument("--bucket-cap-mb", type=float, nargs="+", default=[],
+                   help="with --nodes 2: DDP_CONFIG.BUCKET_CAP_MB values to run with each "
+                        "--compression (default: the config's)")
     s.add_argument("--link-rate", default="1gbit", help="with --nodes 2: tc rate of the link")
     s.add_argument("--link-delay-ms", type=float, default=0.5,
                    help="with --nodes 2: one-way delay (tc netem, where the kernel has it)")
@@ -132,6 +135,8 @@ def _add_data(sub) -> None:
                    help="DATA.CLIPS_PER_VIDEO values to compare (default: the config's)")
     d.add_argument("--clips-window", nargs="+", default=[], choices=["independent", "shared"],
                    help="DATA.CLIPS_WINDOW values to compare for more than 1 clip per video")
+    d.add_argument("--batch-buffers", type=int, nargs="+", default=[],
+                   help="DATA.BATCH_BUFFERS_PER_WORKER values to compare (default: the config's)")
     d.add_argument("--rounds", type=int, default=1,
                    help="measurements per setting, in alternating order (A B B A ...)")
     d.add_argument("--generate", type=int, default=0, metavar="N",

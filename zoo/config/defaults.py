@@ -257,6 +257,13 @@ _C.CONFIG.DATA.MEAN = []
 _C.CONFIG.DATA.STD = []
 # DataLoader worker processes per training process (0 = load in the main process).
 _C.CONFIG.DATA.NUM_WORKERS = 2
+# Training batch buffers each loader worker keeps in shared memory and fills again once the
+# training process has freed every tensor that views one (0 = new shared memory for every batch,
+# as PyTorch's default collate). New memory costs a page fault per 4 KB on first use (~1.6 ms per
+# 32x224x224 uint8 clip on a 2-core VM); the kept buffers hold up to this many batches of shared
+# memory per worker until the loader ends. A buffer some code still holds is never overwritten:
+# the worker takes new memory instead (docs/datasets.md).
+_C.CONFIG.DATA.BATCH_BUFFERS_PER_WORKER = 4
 # Frame sampling: "dense" (CLIP_LEN frames FRAME_RATE apart from one window), "tsn" (NUM_SEGMENT
 # equal segments, a CLIP_LEN-frame snippet from each) or "uniform" (CLIP_LEN frames, one per equal
 # segment of the whole video).

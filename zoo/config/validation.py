@@ -115,6 +115,7 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
         "3 numbers > 0, or [] = the model's",
     ),
     ("CONFIG.DATA.NUM_WORKERS", _non_negative, "an integer >= 0"),
+    ("CONFIG.DATA.BATCH_BUFFERS_PER_WORKER", _non_negative, "an integer >= 0"),
     (
         "CONFIG.DATA.SAMPLING",
         lambda v: v in ("dense", "tsn", "uniform"),

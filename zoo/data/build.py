@@ -43,17 +43,25 @@ import math
 import os
 import random
 import signal
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, default_collate
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    Sampler,
+    default_collate,
+    get_worker_info,
+)
 from yacs.config import CfgNode
 
 from ..config import ConfigError
 from ..utils import comm
 from ..utils.env import keep_freed_memory
 from . import source_datasets, video_dataset  # noqa: F401  (register the built-in datasets)
+from .batch_memory import BatchMemory, PooledBatch, fresh_shared
 from .registry import DATASET_REGISTRY
 from .robust import GuardedLoader
 
@@ -248,29 +256,55 @@ class EpochSampler(Sampler):
         return len(self.sampler)
 
 
-def stack_clips(clips: List[Any]) -> Any:
-    """Stack clips into a batch with one copy (in shared memory inside a loader worker).
+def _stack(tensors: List[torch.Tensor],
+           memory: Optional[BatchMemory] = None) -> Tuple[torch.Tensor, Optional[int]]:
+    """``(torch.stack(tensors), slot)``. Inside a loader worker the batch goes to shared memory:
+    a buffer of ``memory`` that the training process freed (its slot), else new shared memory
+    whose pages are mapped in one call before the copy (slot None; ``default_collate`` lets the
+    copy fault them in one by one)."""
+    if get_worker_info() is None:
+        return torch.stack(tensors), None
+    shape = (len(tensors), *tensors[0].shape)
+    if memory is None:
+        slot, out = None, fresh_shared(shape, tensors[0].dtype)
+    else:
+        slot, out = memory.take(shape, tensors[0].dtype)
+    return torch.stack(tensors, out=out), slot
+
+
+def stack_clips(clips: List[Any],
+                memory: Optional[BatchMemory] = None) -> Tuple[Any, Optional[int]]:
+    """Stack clips into a batch with one copy (in shared memory inside a loader worker, see
+    :func:`_stack`); returns ``(batch, slot of memory or None)``.
 
     uint8 clips ``(C, T, H, W)`` (handed over for the training step to normalise) are stacked in
     their pixel order ``(T, H, W, C)`` and the batch is returned as a ``(B, C, T, H, W)`` view of
-    it (channels-last-3d memory): a straight copy instead of a transposing one. Anything else
-    goes to ``default_collate``.
+    it (channels-last-3d memory): a straight copy instead of a transposing one. Other clip
+    tensors are stacked as they are; anything else goes to ``default_collate``.
     """
     first = clips[0]
-    if isinstance(first, torch.Tensor) and first.dtype == torch.uint8 and first.dim() == 4:
-        return default_collate([c.permute(1, 2, 3, 0) for c in clips]).permute(0, 4, 1, 2, 3)
-    return default_collate(clips)
+    if isinstance(first, torch.Tensor) and first.dim() == 4 and first.device.type == "cpu":
+        if first.dtype == torch.uint8:
+            batch, slot = _stack([c.permute(1, 2, 3, 0) for c in clips], memory)
+            return batch.permute(0, 4, 1, 2, 3), slot
+        return _stack(clips, memory)
+    return default_collate(clips), None
 
 
-def collate_train(batch: List[Tuple[Any, ...]]) -> Any:
+def _batch(items: Tuple[Any, ...], memory: Optional[BatchMemory], slot: Optional[int]) -> Any:
+    return tuple(items) if slot is None else PooledBatch(items, memory.token, slot)
+
+
+def collate_train(batch: List[Tuple[Any, ...]], memory: Optional[BatchMemory] = None) -> Any:
     """Collate training items of one clip each (see :func:`stack_clips`)."""
     if not isinstance(batch[0][0], torch.Tensor):
         return default_collate(batch)
-    clips = stack_clips([item[0] for item in batch])
-    return (clips, *default_collate([item[1:] for item in batch]))
+    clips, slot = stack_clips([item[0] for item in batch], memory)
+    return _batch((clips, *default_collate([item[1:] for item in batch])), memory, slot)
 
 
-def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int) -> Tuple[torch.Tensor, ...]:
+def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int,
+                  memory: Optional[BatchMemory] = None) -> Tuple[torch.Tensor, ...]:
     """Collate training items of ``clips_per_video`` clips each into one batch of clips.
 
     Items are ``(clips, label, index, n_bad)`` with ``clips`` a tuple of N ``(C, T, H, W)``
@@ -292,11 +326,12 @@ def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int) -> Tuple[t
                 "argument (ClipSettings) or set CLIPS_PER_VIDEO 1"
             )
     # One copy of every clip into the batch.
-    clips = stack_clips([clip for item in batch for clip in item[0]])
+    clips, slot = stack_clips([clip for item in batch for clip in item[0]], memory)
     labels, indices, n_bad = default_collate([item[1:4] for item in batch])
     bad = torch.zeros(len(n_bad) * n, dtype=n_bad.dtype)
     bad[::n] = n_bad
-    return clips, labels.repeat_interleave(n), indices.repeat_interleave(n), bad
+    return _batch((clips, labels.repeat_interleave(n), indices.repeat_interleave(n), bad),
+                  memory, slot)
 
 
 def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0) -> None:
@@ -396,6 +431,8 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
                         if train else batch_size)
     data = cfg.CONFIG.DATA
     num_workers = int(data.NUM_WORKERS)
+    buffers = int(data.BATCH_BUFFERS_PER_WORKER)
+    memory = BatchMemory(num_workers, buffers) if train and num_workers and buffers else None
     return GuardedLoader(
         dataset,
         max_bad_fraction=float(data.MAX_BAD_FRACTION),
@@ -403,8 +440,9 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
         clips_per_item=clips_per_video,
         batch_size=videos_per_batch,
         sampler=sampler,
-        collate_fn=(functools.partial(collate_clips, clips_per_video=clips_per_video)
-                    if clips_per_video > 1 else collate_train if train else None),
+        collate_fn=(functools.partial(collate_clips, clips_per_video=clips_per_video,
+                                      memory=memory) if clips_per_video > 1
+                    else functools.partial(collate_train, memory=memory) if train else None),
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
         worker_init_fn=functools.partial(

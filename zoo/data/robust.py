@@ -14,8 +14,10 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
+import weakref
 from typing import Iterator, List, Sequence
 
 import torch
@@ -91,6 +93,11 @@ class GuardedLoader(DataLoader):
         self.split = split
         self.clips_per_item = int(clips_per_item)
 
+    def _get_iterator(self):
+        iterator = super()._get_iterator()
+        _ITERATORS.add(iterator)
+        return iterator
+
     def __iter__(self) -> Iterator:
         if self.max_bad_fraction >= 1.0:
             return super().__iter__()
@@ -125,3 +132,23 @@ class GuardedLoader(DataLoader):
             "raise MAX_BAD_FRACTION"
         )
 
+
+# The loader iterators of this process that may still have worker processes.
+_ITERATORS: "weakref.WeakSet" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_workers_at_exit() -> None:
+    """Stop the loader workers still running when the process exits, the DataLoader's own way.
+
+    A script that leaves a loop over a loader early and ends keeps the loader's workers alive until
+    exit (persistent workers always are). Python's multiprocessing would then send them SIGTERM,
+    which a worker takes for a scheduler's preemption signal and outlives by
+    ``TRAIN.PREEMPT_GRACE`` + 5 s (``_seed_worker``): the script hung for ~65 s after its last line.
+    This runs before multiprocessing's exit handler (registered earlier, run later) and asks each
+    worker to stop through its index queue instead.
+    """
+    for iterator in list(_ITERATORS):
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()

@@ -74,6 +74,35 @@ def keep_freed_memory(largest: int = 256 << 20) -> bool:
         return False
 
 
+# Linux's madvise advice that maps (and allocates) every page of a range at once (5.14 and later).
+_MADV_POPULATE_WRITE = 23
+
+
+def map_pages_now(tensor) -> bool:
+    """Map every page of a CPU tensor's memory into this process at once, ready for writing.
+
+    Fresh shared memory (a loader worker's batch) is paid for page by page on first touch: each
+    4 KB page is a separate fault, ~3 us each on a 2-core VM (24-28 ms for a batch of eight
+    4.8 MB clips against 3-4 ms into mapped memory). One ``madvise(MADV_POPULATE_WRITE)`` call
+    maps the same pages in about half that time. The values are not changed. Returns False where
+    the kernel (before 5.14) or the platform lacks the call; nothing is done then.
+    """
+    if not sys.platform.startswith("linux") or tensor.numel() == 0:
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return False
+    madvise = libc.madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    storage = tensor.untyped_storage()
+    start = storage.data_ptr()
+    page_start = start - start % os.sysconf("SC_PAGE_SIZE")
+    return madvise(page_start, start - page_start + storage.nbytes(), _MADV_POPULATE_WRITE) == 0
+
+
 def import_extra_modules(modules: Iterable[str]) -> None:
     """Import each user file path or module name once, so its @register decorators run.
 
