@@ -2,7 +2,7 @@
 
 A loader worker hands every batch to the training process in shared memory. Fresh shared memory
 is paid for page by page on first use (the kernel zeroes and maps each 4 KB page): on a 2-core VM
-that was ~1.6 ms per 4.8 MB uint8 clip, a third of a clip's work after decoding. A
+that was ~1.6 ms per 4.8 MB uint8 clip, a quarter of a clip's work after decoding. A
 :class:`BatchMemory` lets each worker keep a few batch buffers and fill one again once the
 training process is done with it:
 

@@ -82,10 +82,11 @@ def map_pages_now(tensor) -> bool:
     """Map every page of a CPU tensor's memory into this process at once, ready for writing.
 
     Fresh shared memory (a loader worker's batch) is paid for page by page on first touch: each
-    4 KB page is a separate fault, ~3 us each on a 2-core VM (24-28 ms for a batch of eight
-    4.8 MB clips against 3-4 ms into mapped memory). One ``madvise(MADV_POPULATE_WRITE)`` call
-    maps the same pages in about half that time. The values are not changed. Returns False where
-    the kernel (before 5.14) or the platform lacks the call; nothing is done then.
+    4 KB page is a separate fault, ~2 us each on a 2-core VM (a batch of eight 4.8 MB clips: 28 ms
+    to stack into new shared memory, of which ~7 ms is the copy). One
+    ``madvise(MADV_POPULATE_WRITE)`` call mapped the same pages in ~13 ms. The values are not
+    changed. Returns False where the kernel (before 5.14) or the platform lacks the call; nothing
+    is done then.
     """
     if not sys.platform.startswith("linux") or tensor.numel() == 0:
         return False
