@@ -93,8 +93,8 @@ def test_a_worker_batch_holds_the_clips_in_shared_memory(dtype):
         assert index.tolist() == list(range(3 * b, 3 * b + 3)) and bad.tolist() == [0, 0, 0]
 
 
-def _pooled_loader(data: Dataset, memory: BatchMemory) -> DataLoader:
-    return DataLoader(data, batch_size=2, num_workers=1,
+def _pooled_loader(data: Dataset, memory: BatchMemory, context: str = None) -> DataLoader:
+    return DataLoader(data, batch_size=2, num_workers=1, multiprocessing_context=context,
                       collate_fn=functools.partial(collate_train, memory=memory))
 
 
@@ -117,12 +117,12 @@ def test_a_batch_still_held_is_never_written_again():
 
 @pytest.mark.skipif(torch.multiprocessing.get_sharing_strategy() != "file_descriptor",
                     reason="reads the shared memory's inode through its file descriptor")
-@pytest.mark.parametrize("per_worker", [0, 3])
-def test_a_freed_buffer_is_filled_again(per_worker):
+@pytest.mark.parametrize("per_worker,context", [(0, None), (3, None), (3, "spawn")])
+def test_a_freed_buffer_is_filled_again(per_worker, context):
     data = _Clips(torch.uint8, size=32)
     memory = BatchMemory(num_workers=1, per_worker=per_worker) if per_worker else None
     files = []
-    for b, batch in enumerate(_pooled_loader(data, memory)):
+    for b, batch in enumerate(_pooled_loader(data, memory, context)):
         assert torch.equal(batch[0], _want(data, b))
         fd, _ = batch[0].untyped_storage()._share_fd_cpu_()
         files.append(os.fstat(fd).st_ino)
