@@ -35,11 +35,15 @@ from ..utils.env import map_pages_now
 _MEMORIES: "weakref.WeakValueDictionary[str, BatchMemory]" = weakref.WeakValueDictionary()
 
 
+def _nbytes(shape: Tuple[int, ...], dtype: torch.dtype) -> int:
+    return math.prod(shape) * dtype.itemsize
+
+
 def fresh_shared(shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """A tensor in new shared memory whose pages are mapped in one call
     (:func:`~zoo.utils.env.map_pages_now`) rather than faulted in one by one by the first write."""
-    nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-    out = torch.empty(0, dtype=dtype).set_(torch.UntypedStorage._new_shared(nbytes), 0, shape)
+    storage = torch.UntypedStorage._new_shared(_nbytes(shape, dtype))
+    out = torch.empty(0, dtype=dtype).set_(storage, 0, shape)
     map_pages_now(out)
     return out
 
@@ -78,15 +82,15 @@ class BatchMemory:
         info = get_worker_info()
         if info is None or (info.id + 1) * self.per_worker > self.flags.numel():
             return None, fresh_shared(shape, dtype)
-        nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+        nbytes = _nbytes(shape, dtype)
         slots = range(info.id * self.per_worker, (info.id + 1) * self.per_worker)
         free = [s for s in slots if int(self.flags[s]) == 0]
         if not free:
             return None, fresh_shared(shape, dtype)
         # A free buffer of the right size, else a free slot gets a new buffer.
-        slot = next((s for s in free if s in self._buffers
-                     and self._buffers[s].nbytes() == nbytes), free[0])
-        if slot not in self._buffers or self._buffers[slot].nbytes() != nbytes:
+        fitting = [s for s in free if s in self._buffers and self._buffers[s].nbytes() == nbytes]
+        slot = fitting[0] if fitting else free[0]
+        if not fitting:
             self._buffers[slot] = fresh_shared(shape, dtype).untyped_storage()
         self.flags[slot] = 1  # before the first write: the training process may read it now
         return slot, torch.empty(0, dtype=dtype).set_(self._buffers[slot], 0, shape)

@@ -6,6 +6,7 @@ processes such as the synthetic-data writers can ask :func:`available_cpus`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -49,6 +50,21 @@ def set_num_threads(threads: int) -> None:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 
+@functools.lru_cache(maxsize=None)
+def _libc():
+    """glibc, loaded once per process; None off Linux or without glibc."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc
+
+
 def keep_freed_memory(largest: int = 256 << 20) -> bool:
     """Have glibc keep freed memory for reuse instead of handing it back to the kernel.
 
@@ -62,15 +78,13 @@ def keep_freed_memory(largest: int = 256 << 20) -> bool:
     it holds on to its peak heap in exchange. Returns False where there is no glibc (the call is
     then a no-op).
     """
-    if not sys.platform.startswith("linux"):
+    libc = _libc()
+    if libc is None:
         return False
-    import ctypes
-
     try:
-        libc = ctypes.CDLL("libc.so.6")
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(largest))
                     and libc.mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1))
-    except (OSError, AttributeError):  # musl and other C libraries
+    except AttributeError:  # musl and other C libraries
         return False
 
 
@@ -88,20 +102,14 @@ def map_pages_now(tensor) -> bool:
     changed. Returns False where the kernel (before 5.14) or the platform lacks the call; nothing
     is done then.
     """
-    if not sys.platform.startswith("linux") or tensor.numel() == 0:
+    libc = _libc()
+    if libc is None or tensor.numel() == 0:
         return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:
-        return False
-    madvise = libc.madvise
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     storage = tensor.untyped_storage()
     start = storage.data_ptr()
     page_start = start - start % os.sysconf("SC_PAGE_SIZE")
-    return madvise(page_start, start - page_start + storage.nbytes(), _MADV_POPULATE_WRITE) == 0
+    return libc.madvise(page_start, start - page_start + storage.nbytes(),
+                        _MADV_POPULATE_WRITE) == 0
 
 
 def import_extra_modules(modules: Iterable[str]) -> None:
