@@ -48,6 +48,28 @@ def fresh_shared(shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
+def batch_tensor(memory: Optional["BatchMemory"], shape: Tuple[int, ...],
+                 dtype: torch.dtype) -> Tuple[Optional[int], torch.Tensor]:
+    """``(slot, tensor)`` to write a training batch into: in a loader worker a buffer of
+    ``memory`` the training process freed (its slot), else new shared memory (slot None, see
+    :func:`fresh_shared`); in the training process ordinary memory (slot None)."""
+    if get_worker_info() is None:
+        return None, torch.empty(shape, dtype=dtype)
+    if memory is None:
+        return None, fresh_shared(shape, dtype)
+    return memory.take(shape, dtype)
+
+
+class WrittenItems(list):
+    """Items of one batch whose clips a dataset wrote straight into one batch tensor, ``clips``
+    ``(B, T, H, W, C)``, in order (``slot``: its buffer of a :class:`BatchMemory`, or None). The
+    collate hands ``clips`` over as the batch instead of copying the clips into a new one."""
+
+    def __init__(self, items, clips: torch.Tensor, slot: Optional[int]) -> None:
+        super().__init__(items)
+        self.clips, self.slot = clips, slot
+
+
 class BatchMemory:
     """Batch buffers that each loader worker fills again once the training process freed them.
 
@@ -94,6 +116,11 @@ class BatchMemory:
             self._buffers[slot] = fresh_shared(shape, dtype).untyped_storage()
         self.flags[slot] = 1  # before the first write: the training process may read it now
         return slot, torch.empty(0, dtype=dtype).set_(self._buffers[slot], 0, shape)
+
+    def release(self, slot: int) -> None:
+        """In a worker: give back a buffer that :meth:`take` handed out but that no batch left
+        in (the batch was abandoned by an error)."""
+        self.flags[slot] = 0
 
     def watch(self, tensor: torch.Tensor, slot: int) -> None:
         """In the training process: free ``slot`` when the storage ``tensor`` views is freed."""

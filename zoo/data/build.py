@@ -61,7 +61,7 @@ from ..config import ConfigError
 from ..utils import comm
 from ..utils.env import keep_freed_memory
 from . import source_datasets, video_dataset  # noqa: F401  (register the built-in datasets)
-from .batch_memory import BatchMemory, PooledBatch, fresh_shared
+from .batch_memory import BatchMemory, PooledBatch, WrittenItems, batch_tensor
 from .registry import DATASET_REGISTRY
 from .robust import GuardedLoader
 
@@ -264,11 +264,7 @@ def _stack(tensors: List[torch.Tensor],
     copy fault them in one by one)."""
     if get_worker_info() is None:
         return torch.stack(tensors), None
-    shape = (len(tensors), *tensors[0].shape)
-    if memory is None:
-        slot, out = None, fresh_shared(shape, tensors[0].dtype)
-    else:
-        slot, out = memory.take(shape, tensors[0].dtype)
+    slot, out = batch_tensor(memory, (len(tensors), *tensors[0].shape), tensors[0].dtype)
     return torch.stack(tensors, out=out), slot
 
 
@@ -291,6 +287,25 @@ def stack_clips(clips: List[Any],
     return default_collate(clips), None
 
 
+def _clips_batch(batch: List[Any], clips: List[Any],
+                 memory: Optional[BatchMemory]) -> Tuple[Any, Optional[int]]:
+    """``(clips batch, slot)``: the batch tensor the dataset wrote the clips into
+    (:class:`~zoo.data.batch_memory.WrittenItems`, no copy) when they are exactly its rows in
+    order, else a stack of them (:func:`stack_clips`)."""
+    written = batch.clips if isinstance(batch, WrittenItems) else None
+    if written is not None and len(clips) == written.shape[0] and all(
+            isinstance(clip, torch.Tensor) and clip.data_ptr() == row.data_ptr()
+            and clip.shape == row.shape and clip.stride() == row.stride()
+            for clip, row in zip(clips, written.permute(0, 4, 1, 2, 3))):
+        return written.permute(0, 4, 1, 2, 3), batch.slot
+    stacked = stack_clips(clips, memory)
+    if written is not None and batch.slot is not None and memory is not None:
+        # Items were replaced: that buffer holds no batch. Freed only now: until the copy is
+        # made, clips still in it must not be overwritten by the copy itself.
+        memory.release(batch.slot)
+    return stacked
+
+
 def _batch(items: Tuple[Any, ...], memory: Optional[BatchMemory], slot: Optional[int]) -> Any:
     return tuple(items) if slot is None else PooledBatch(items, memory.token, slot)
 
@@ -299,7 +314,7 @@ def collate_train(batch: List[Tuple[Any, ...]], memory: Optional[BatchMemory] = 
     """Collate training items of one clip each (see :func:`stack_clips`)."""
     if not isinstance(batch[0][0], torch.Tensor):
         return default_collate(batch)
-    clips, slot = stack_clips([item[0] for item in batch], memory)
+    clips, slot = _clips_batch(batch, [item[0] for item in batch], memory)
     return _batch((clips, *default_collate([item[1:] for item in batch])), memory, slot)
 
 
@@ -325,8 +340,8 @@ def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int,
                 f"item, not a tuple of {n} clips: make the dataset honour its clips_per_video "
                 "argument (ClipSettings) or set CLIPS_PER_VIDEO 1"
             )
-    # One copy of every clip into the batch.
-    clips, slot = stack_clips([clip for item in batch for clip in item[0]], memory)
+    # One copy of every clip into the batch, or none where the dataset wrote them there.
+    clips, slot = _clips_batch(batch, [clip for item in batch for clip in item[0]], memory)
     labels, indices, n_bad = default_collate([item[1:4] for item in batch])
     bad = torch.zeros(len(n_bad) * n, dtype=n_bad.dtype)
     bad[::n] = n_bad
@@ -433,6 +448,8 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
     num_workers = int(data.NUM_WORKERS)
     buffers = int(data.BATCH_BUFFERS_PER_WORKER)
     memory = BatchMemory(num_workers, buffers) if train and num_workers and buffers else None
+    if train and hasattr(dataset, "write_batches"):
+        dataset.write_batches(memory)  # clips go straight into the batch (see ClipDataset)
     return GuardedLoader(
         dataset,
         max_bad_fraction=float(data.MAX_BAD_FRACTION),

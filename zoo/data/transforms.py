@@ -38,14 +38,17 @@ def _source_side(height: int, width: int, crop_size: int, short_side: float) -> 
 
 
 def crop_resize(clip: torch.Tensor, box: Box, size: int,
-                rows: Optional[torch.Tensor] = None, flip: bool = False) -> torch.Tensor:
+                rows: Optional[torch.Tensor] = None, flip: bool = False,
+                out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Cut ``box`` out of ``(T, C, H, W)``, optionally flip it left-right, and resize it to
     ``size`` x ``size`` (antialiased).
 
     ``rows`` (int64), when given, picks the frames of the clip from ``clip`` after the cut, so
     that only the box of each picked frame is copied. The flip is made on the cut, before the
     resize: the same pixels as flipping the resized clip (the resize is mirror-symmetric; a test
-    checks it), and the flip's copy is the dense copy the resize wants anyway.
+    checks it), and the flip's copy is the dense copy the resize wants anyway. ``out``, a
+    ``(T, C, size, size)`` tensor (a clip's rows of a batch), receives the result: the resize
+    writes there directly, the same pixels as without it (a test checks it).
     """
     top, left, height, width = box
     region = clip[..., top : top + height, left : left + width]
@@ -54,14 +57,26 @@ def crop_resize(clip: torch.Tensor, box: Box, size: int,
     if flip:
         region = region.flip(-1)
     if height == size and width == size:
-        return region
+        return region if out is None else out.copy_(region)
     if not flip and region.dim() == 4 and region.dtype == torch.uint8:
         # torch's uint8 antialiased resize is ~1.6x faster on a dense channels-last input than
         # on a strided cut of the frames, more than the copy costs (4.7 vs 6.4 ms a clip).
         region = region.contiguous(memory_format=torch.channels_last)
-    return F.interpolate(
+    if (out is not None and region.dim() == 4 and _RESIZE_INTO is not None
+            and out.is_contiguous(memory_format=torch.channels_last)):
+        # The op writes into ``out`` from an input in the same memory format only (a no-op
+        # unless the frames were picked by rows and flipped, which leaves them planar).
+        region = region.contiguous(memory_format=torch.channels_last)
+        return _RESIZE_INTO(region, (size, size), False, None, None, out=out)
+    resized = F.interpolate(
         region, size=(size, size), mode="bilinear", align_corners=False, antialias=True
     )
+    return resized if out is None else out.copy_(resized)
+
+
+# The out= form of the op F.interpolate(mode="bilinear", antialias=True) runs on 4-D input (a
+# private name of torch's, hence the fallback to resize + copy where a release lacks it).
+_RESIZE_INTO = getattr(torch._C._nn, "_upsample_bilinear2d_aa", None)
 
 
 def resize_frames(frames: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -138,6 +153,7 @@ def train_transform(
     jitter: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
     rows: Optional[torch.Tensor] = None,
     as_uint8: bool = False,
+    out: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Scale jitter, a random square crop, an optional left-right flip and colour jitter.
 
@@ -152,10 +168,16 @@ def train_transform(
         jitter: Colour jitter strengths, see :func:`color_jitter`.
         rows: int64 rows of ``frames`` that make the clip (None = all of them, in order): several
             clips cut from one decode pick their frames without copying whole frames.
+        as_uint8: Return the uint8 pixels, not normalised.
+        out: With ``as_uint8``, a uint8 ``(T, crop_size, crop_size, C)`` tensor (the clip's row
+            of a batch) to write the pixels into; the clip returned is a view of it.
 
     Returns:
-        float32 ``(C, T, crop_size, crop_size)``.
+        float32 ``(C, T, crop_size, crop_size)``, or with ``as_uint8`` uint8 of that shape (a
+        ``(T, H, W, C)``-ordered view: channels-last memory).
     """
+    if out is not None and not as_uint8:
+        raise ValueError("train_transform writes into out only with as_uint8=True")
     clip = as_clip(frames)
     height, width = clip.shape[-2:]
     low, high = int(short_side_range[0]), int(short_side_range[1])
@@ -164,8 +186,11 @@ def train_transform(
     top = int(torch.randint(0, height - side + 1, (1,), generator=generator))
     left = int(torch.randint(0, width - side + 1, (1,), generator=generator))
     flip = random_flip and bool(torch.rand(1, generator=generator) < 0.5)
-    clip = crop_resize(clip, (top, left, side, side), crop_size, rows, flip=flip)
+    target = None if out is None or any(jitter) else out.permute(0, 3, 1, 2)
+    clip = crop_resize(clip, (top, left, side, side), crop_size, rows, flip=flip, out=target)
     clip = color_jitter(clip, jitter, generator)
+    if out is not None and target is None:
+        clip = out.permute(0, 3, 1, 2).copy_(clip)
     if as_uint8:
         return clip.transpose(0, 1)
     return normalize(clip, mean, std)

@@ -9,10 +9,11 @@ pair in ``DATASET_REGISTRY`` under a name ``CONFIG.DATA.DATASET`` can select.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from torch.utils.data import Dataset
 
 from . import sampling, transforms
 from .annotations import AnnotationError, VideoRecord
+from .batch_memory import BatchMemory, WrittenItems, batch_tensor
 from .decode_base import DecodeError, OutputSize, one_line, time_limit
 from .decode_frames import DEFAULT_FRAME_TEMPLATE, FrameFolderReader, FrameTemplateMismatch
 from .decoders import VideoReader, get_decoder, open_video
@@ -176,6 +178,9 @@ class ClipDataset(Dataset):
         self.bad_videos = BadVideoTable(len(self.records))
         # Frame counts that had to be counted (no count in the container): found once per worker.
         self._counted: Dict[int, int] = {}
+        # Training clips written straight into batches (write_batches), in which memory.
+        self._write_batches = False
+        self._batch_memory: Optional[BatchMemory] = None
         self._check_frames()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -251,6 +256,48 @@ class ClipDataset(Dataset):
     # ------------------------------------------------------------------ bad videos
 
     def __getitem__(self, item: Union[int, Tuple[int, int]]) -> Item:
+        return self._item(item)
+
+    def write_batches(self, memory: Optional[BatchMemory] = None) -> None:
+        """Have :meth:`__getitems__` write uint8 training clips straight into one batch tensor
+        (in a loader worker: a buffer of ``memory``, else new shared memory), which the collate
+        then hands over without copying the clips again (``zoo.data.build``). Each clip's pixels
+        are the same as :meth:`__getitem__`'s."""
+        self._write_batches, self._batch_memory = True, memory
+
+    def __getitems__(self, keys: Sequence[Union[int, Tuple[int, int]]]) -> List[Item]:
+        """The items of ``keys``, one batch (what a DataLoader asks its dataset for); see
+        :meth:`write_batches`."""
+        if not (self._write_batches and self.split == "train" and self.settings.uint8_train_clips):
+            return [self._item(key) for key in keys]
+        n = self._clips()
+        batch: Optional[torch.Tensor] = None
+        slot: Optional[int] = None
+
+        def rows(position: int, shape: Tuple[int, ...]) -> torch.Tensor:
+            # The batch is made once the first video is decoded, when the clip shape is known.
+            nonlocal batch, slot
+            if batch is None:
+                slot, batch = batch_tensor(self._batch_memory, (len(keys) * n, *shape),
+                                           torch.uint8)
+            if tuple(batch.shape[1:]) != tuple(shape):
+                raise ValueError(f"{self.anno_path}: clips of one batch differ in shape: "
+                                 f"{tuple(batch.shape[1:])} and {tuple(shape)} (T, H, W, C)")
+            return batch[position * n:(position + 1) * n]
+
+        try:
+            items = [self._item(key, functools.partial(rows, position))
+                     for position, key in enumerate(keys)]
+        except BaseException:
+            if slot is not None and self._batch_memory is not None:
+                self._batch_memory.release(slot)  # no batch will be sent from it
+            raise
+        return WrittenItems(items, batch, slot)
+
+    def _item(self, item: Union[int, Tuple[int, int]],
+              into: Optional[Callable[[Tuple[int, ...]], torch.Tensor]] = None) -> Item:
+        """One item; ``into(clip shape)``, when given, returns the ``(N, T, H, W, C)`` rows its N
+        training clips are written to."""
         # Training samplers hand over (epoch, index): the clip's random crop, flip, jitter and
         # window then depend only on (SEED, epoch, index), not on which process or data worker
         # loads it, so resumed runs and runs with other worker counts see the same clips.
@@ -267,7 +314,7 @@ class ClipDataset(Dataset):
                 except DecodeError as e:  # this video cannot be read: skip it, never stop
                     failures.append(f"{self.paths[current]} ({self._report(current, e)})")
                 else:  # outside the try: an error in a transform is a bug, not a bad video
-                    clip = self._transform(frames, views, generator)
+                    clip = self._transform(frames, views, generator, into)
                     return clip, self.labels[current], current, int(current != index)
             current = self._replacement(index, attempt, generator)
             if current is None:
@@ -378,19 +425,26 @@ class ClipDataset(Dataset):
                 f"{self.paths[index]}: {e.__class__.__name__}: {one_line(e)}", "other"
             ) from e
 
-    def _transform(self, frames: torch.Tensor, views: Views,
-                   generator: torch.Generator) -> torch.Tensor:
+    def _transform(self, frames: torch.Tensor, views: Views, generator: torch.Generator,
+                   into: Optional[Callable[[Tuple[int, ...]], torch.Tensor]] = None
+                   ) -> torch.Tensor:
         s = self.settings
         if s.frame_size:
             frames = transforms.resize_frames(frames, *s.frame_size)
         if self.split == "train":
+            out = None
+            if into is not None:
+                length = len(views[0]) if views and views[0] is not None else len(frames)
+                out = into((length, s.crop_size, s.crop_size, frames.shape[-1]))
             if views is None:
-                return self._train_clip(frames, generator)
+                return self._train_clip(frames, generator, out=None if out is None else out[0])
             # Each clip is augmented on its own, in order, from the one generator of the item. A
-            # tuple, not a stacked tensor: the collate copies every clip into the batch once.
+            # tuple, not a stacked tensor: the collate copies every clip into the batch once
+            # (or, written into the batch already, not at all).
             return tuple(self._train_clip(
-                frames, generator, None if rows is None else torch.as_tensor(rows))
-                for rows in views)
+                frames, generator, None if rows is None else torch.as_tensor(rows),
+                out=None if out is None else out[k])
+                for k, rows in enumerate(views))
         if self.split == "val":
             return transforms.val_transform(frames, s.crop_size, s.short_side_size, s.mean, s.std)
         return transforms.test_views(
@@ -398,11 +452,13 @@ class ClipDataset(Dataset):
         )
 
     def _train_clip(self, frames: torch.Tensor, generator: torch.Generator,
-                    rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+                    rows: Optional[torch.Tensor] = None,
+                    out: Optional[torch.Tensor] = None) -> torch.Tensor:
         s = self.settings
         return transforms.train_transform(
             frames, s.crop_size, s.train_short_side_range, s.random_flip, s.mean, s.std,
             generator=generator, jitter=s.color_jitter, rows=rows, as_uint8=s.uint8_train_clips,
+            out=out,
         )
 
     def _test_segments(self, num_frames: int) -> np.ndarray:
