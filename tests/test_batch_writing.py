@@ -4,6 +4,7 @@ second copy of the clips, in the training process and in loader workers."""
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import pytest
@@ -158,3 +159,21 @@ def test_loader_workers_hand_over_written_batches(mini):
         assert torch.equal(clips, expected[0]) and torch.equal(labels, expected[1])
         seen += 1
     assert seen == 3
+
+
+def test_a_subclass_with_its_own_getitem_is_still_called(mini):
+    """A DataLoader prefers ``__getitems__``: a user's ``__getitem__`` override must still run."""
+    cfg = mini_clip_cfg(mini)
+    plain = build_dataset(cfg, "train", uint8_train_clips=True)
+
+    class Marked(type(plain)):
+        def __getitem__(self, item):
+            clip, label, index, bad = super().__getitem__(item)
+            return clip, label + 100, index, bad
+
+    marked = copy.copy(plain)
+    marked.__class__ = Marked
+    marked.write_batches(None)
+    items = marked.__getitems__([(0, 1), (0, 2)])
+    assert [item[1] for item in items] == [plain.labels[1] + 100, plain.labels[2] + 100]
+    assert torch.equal(collate_train(items)[0], collate_train([plain[(0, 1)], plain[(0, 2)]])[0])

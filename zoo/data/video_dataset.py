@@ -268,8 +268,10 @@ class ClipDataset(Dataset):
     def __getitems__(self, keys: Sequence[Union[int, Tuple[int, int]]]) -> List[Item]:
         """The items of ``keys``, one batch (what a DataLoader asks its dataset for); see
         :meth:`write_batches`."""
-        if not (self._write_batches and self.split == "train" and self.settings.uint8_train_clips):
-            return [self._item(key) for key in keys]
+        if not (self._write_batches and self.split == "train" and self.settings.uint8_train_clips
+                and type(self).__getitem__ is ClipDataset.__getitem__):
+            # (A subclass's own __getitem__ is what a DataLoader must call for each item.)
+            return [self[key] for key in keys]
         n = self._clips()
         batch: Optional[torch.Tensor] = None
         slot: Optional[int] = None
