@@ -278,6 +278,14 @@ def test_scaling_over_a_shaped_link_between_two_namespace_nodes(tmp_path, synth_
     assert abs(float(rows[3]["loss_vs_none"]) - 1) < 0.05
     # The link was shaped: one TCP stream gets about 200 Mbit/s (23.8 MiB/s), not a veth's GB/s.
     assert 15 < float(rows[0]["link_measured_mb_per_s"]) < 26
+    # Per step: wall time, and the computing thread's CPU time, which one torch thread cannot
+    # spend faster than the wall clock runs.
+    for row in rows:
+        wall, cpu = float(row["s_per_step"]), float(row["thread_cpu_s_per_step"])
+        assert 0 < cpu <= wall * 1.02, row
+    assert float(rows[2]["of_ceiling"]) == pytest.approx(
+        float(rows[2]["efficiency"]) / float(rows[1]["efficiency"]), abs=2e-3)
+    assert "of that)" in r.stdout
 
 
 def test_loader_ratios_compare_clip_counts_at_the_same_batch_buffers():

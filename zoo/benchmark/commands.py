@@ -159,15 +159,16 @@ def _scaling_two_nodes(args) -> list:
           + (f"; {link['link_note']}" if link["link_note"] else ""))
     paths = _finish(args, "scaling_nodes", rows, machine, [
         "nodes", "compression", "bucket_cap_mb", "threads_per_proc", "batch_per_proc",
-        "clips_per_s",
-        "efficiency", "last_loss", "loss_vs_none", "clips_per_s_all_runs"],
+        "clips_per_s", "s_per_step", "thread_cpu_s_per_step",
+        "efficiency", "of_ceiling", "last_loss", "loss_vs_none", "clips_per_s_all_runs"],
         {"config_file": os.path.relpath(args.config_file), "opts": list(args.opts)})
     ceiling, trained = rows[1], rows[2:]
     best = max(trained, key=lambda r: r["efficiency"])
     print(f"best two-node setting: GRAD_COMPRESSION {best['compression']}, BUCKET_CAP_MB "
           f"{best['bucket_cap_mb']:g}, "
           f"{best['efficiency'] * 100:.0f}% scaling efficiency; two independent one-node jobs "
-          f"side by side (nothing sent) reach {ceiling['efficiency'] * 100:.0f}% on this machine")
+          f"side by side (nothing sent) reach {ceiling['efficiency'] * 100:.0f}% on this machine "
+          f"(the best setting reaches {best['of_ceiling'] * 100:.0f}% of that)")
     return paths
 
 

@@ -59,12 +59,16 @@ def _worker(cfg, steps: int, warmup: int, result_path: str) -> None:
         step(clips, labels)
     sync(device)
     comm.synchronize()
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.thread_time()
     for _ in range(steps):
         loss = step(clips, labels)
     sync(device)
     comm.synchronize()
     seconds = time.perf_counter() - start
+    # The CPU time of this (the computing) thread: with one torch thread, all of the forward and
+    # backward work; wall time beyond it is time the step waited (for its gradients to arrive)
+    # or was not scheduled.
+    cpu_seconds = time.thread_time() - start_cpu
     if comm.is_main_process():
         result = {
             "processes": world, "threads_per_proc": torch.get_num_threads(),
@@ -73,6 +77,8 @@ def _worker(cfg, steps: int, warmup: int, result_path: str) -> None:
             "compression": cfg.DDP_CONFIG.GRAD_COMPRESSION,
             "bucket_cap_mb": cfg.DDP_CONFIG.BUCKET_CAP_MB,
             "clips_per_s": round(steps * train.BATCH_SIZE * world / seconds, 3),
+            "s_per_step": round(seconds / steps, 4),
+            "thread_cpu_s_per_step": round(cpu_seconds / steps, 4),
             "last_loss": round(float(loss), 4),
         }
         with open(result_path, "w", encoding="utf-8") as f:

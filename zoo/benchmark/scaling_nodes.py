@@ -113,6 +113,9 @@ def two_node_scaling(config_file: str, opts: Sequence[str] = (),
         row["loss_vs_none"] = ("" if row["compression"] in ("-", _NO_DDP) or loss_none is None
                                else round(row["last_loss"] / loss_none, 4))
         row.update(shaping)
+    # What the communication costs beyond what two "nodes" sharing this machine can reach at all.
+    for row in rows[2:]:
+        row["of_ceiling"] = round(row["efficiency"] / rows[1]["efficiency"], 3)
     return rows
 
 
