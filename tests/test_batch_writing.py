@@ -103,14 +103,21 @@ def test_written_batch_equals_items_collated_one_by_one(mini, clips_per_video, w
         assert torch.equal(got, want)
 
 
-def test_replaced_items_are_copied_and_free_their_buffer(mini, monkeypatch):
-    cfg = mini_clip_cfg(mini)
-    dataset = build_dataset(cfg, "train", uint8_train_clips=True)
+@pytest.fixture()
+def as_worker(mini, monkeypatch):
+    """A training dataset writing into a BatchMemory of 2 buffers, with this process taken for
+    loader worker 0."""
+    dataset = build_dataset(mini_clip_cfg(mini), "train", uint8_train_clips=True)
     memory = BatchMemory(num_workers=1, per_worker=2)
     worker = type("Info", (), {"id": 0})()
     monkeypatch.setattr(batch_memory, "get_worker_info", lambda: worker)
     monkeypatch.setattr("zoo.data.build.get_worker_info", lambda: worker)
     dataset.write_batches(memory)
+    return dataset, memory
+
+
+def test_replaced_items_are_copied_and_free_their_buffer(as_worker):
+    dataset, memory = as_worker
     items = dataset.__getitems__([(0, 1), (0, 2)])
     assert items.slot is not None and int(memory.flags[items.slot]) == 1
     # Code between dataset and collate that swaps a clip: the batch is a copy, the buffer free.
@@ -121,13 +128,8 @@ def test_replaced_items_are_copied_and_free_their_buffer(mini, monkeypatch):
     assert torch.equal(batch[0][1], dataset[(0, 2)][0])
 
 
-def test_an_item_that_fails_frees_the_buffer(mini, monkeypatch):
-    cfg = mini_clip_cfg(mini)
-    dataset = build_dataset(cfg, "train", uint8_train_clips=True)
-    memory = BatchMemory(num_workers=1, per_worker=2)
-    worker = type("Info", (), {"id": 0})()
-    monkeypatch.setattr(batch_memory, "get_worker_info", lambda: worker)
-    dataset.write_batches(memory)
+def test_an_item_that_fails_frees_the_buffer(as_worker, monkeypatch):
+    dataset, memory = as_worker
     calls = []
     original = dataset._train_clip
 
