@@ -111,7 +111,6 @@ def as_worker(mini, monkeypatch):
     memory = BatchMemory(num_workers=1, per_worker=2)
     worker = type("Info", (), {"id": 0})()
     monkeypatch.setattr(batch_memory, "get_worker_info", lambda: worker)
-    monkeypatch.setattr("zoo.data.build.get_worker_info", lambda: worker)
     dataset.write_batches(memory)
     return dataset, memory
 

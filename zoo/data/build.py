@@ -53,7 +53,6 @@ from torch.utils.data import (
     DistributedSampler,
     Sampler,
     default_collate,
-    get_worker_info,
 )
 from yacs.config import CfgNode
 
@@ -261,9 +260,7 @@ def _stack(tensors: List[torch.Tensor],
     """``(torch.stack(tensors), slot)``. Inside a loader worker the batch goes to shared memory:
     a buffer of ``memory`` that the training process freed (its slot), else new shared memory
     whose pages are mapped in one call before the copy (slot None; ``default_collate`` lets the
-    copy fault them in one by one)."""
-    if get_worker_info() is None:
-        return torch.stack(tensors), None
+    copy fault them in one by one); see :func:`~zoo.data.batch_memory.batch_tensor`."""
     slot, out = batch_tensor(memory, (len(tensors), *tensors[0].shape), tensors[0].dtype)
     return torch.stack(tensors, out=out), slot
 
@@ -292,12 +289,12 @@ def _clips_batch(batch: List[Any], clips: List[Any],
     """``(clips batch, slot)``: the batch tensor the dataset wrote the clips into
     (:class:`~zoo.data.batch_memory.WrittenItems`, no copy) when they are exactly its rows in
     order, else a stack of them (:func:`stack_clips`)."""
-    written = batch.clips if isinstance(batch, WrittenItems) else None
+    written = batch.clips.permute(0, 4, 1, 2, 3) if isinstance(batch, WrittenItems) else None
     if written is not None and len(clips) == written.shape[0] and all(
             isinstance(clip, torch.Tensor) and clip.data_ptr() == row.data_ptr()
             and clip.shape == row.shape and clip.stride() == row.stride()
-            for clip, row in zip(clips, written.permute(0, 4, 1, 2, 3))):
-        return written.permute(0, 4, 1, 2, 3), batch.slot
+            for clip, row in zip(clips, written)):
+        return written, batch.slot
     stacked = stack_clips(clips, memory)
     if written is not None and batch.slot is not None and memory is not None:
         # Items were replaced: that buffer holds no batch. Freed only now: until the copy is

@@ -186,11 +186,13 @@ def train_transform(
     top = int(torch.randint(0, height - side + 1, (1,), generator=generator))
     left = int(torch.randint(0, width - side + 1, (1,), generator=generator))
     flip = random_flip and bool(torch.rand(1, generator=generator) < 0.5)
-    target = None if out is None or any(jitter) else out.permute(0, 3, 1, 2)
-    clip = crop_resize(clip, (top, left, side, side), crop_size, rows, flip=flip, out=target)
+    # The resize writes into out, unless colour jitter comes after it (its result is copied in).
+    planar = None if out is None else out.permute(0, 3, 1, 2)
+    clip = crop_resize(clip, (top, left, side, side), crop_size, rows, flip=flip,
+                       out=None if any(jitter) else planar)
     clip = color_jitter(clip, jitter, generator)
-    if out is not None and target is None:
-        clip = out.permute(0, 3, 1, 2).copy_(clip)
+    if planar is not None and any(jitter):
+        clip = planar.copy_(clip)
     if as_uint8:
         return clip.transpose(0, 1)
     return normalize(clip, mean, std)

@@ -291,7 +291,7 @@ class ClipDataset(Dataset):
             items = [self._item(key, functools.partial(rows, position))
                      for position, key in enumerate(keys)]
         except BaseException:
-            if slot is not None and self._batch_memory is not None:
+            if slot is not None:  # (a slot comes only from a BatchMemory)
                 self._batch_memory.release(slot)  # no batch will be sent from it
             raise
         return WrittenItems(items, batch, slot)
