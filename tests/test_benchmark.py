@@ -129,11 +129,16 @@ def test_train_and_compare(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "zoo fp32 / PyTorchVideo fp32" in r.stdout
     rows, data = _read(out, "compare")
-    # 7 variants; 6 where zoo's defaults already are bf16 + channels-last (one row serves both)
+    # 8 variants; 7 where zoo's defaults already are bf16 + channels-last (one row serves both)
     defaults_bf16 = resolve_precision("auto", CPU) == "bf16"
-    assert rows[0]["side"] == "ptv" and len(rows) == (6 if defaults_bf16 else 7)
+    assert rows[0]["side"] == "ptv" and len(rows) == (7 if defaults_bf16 else 8)
     assert {"zoo_fp32_vs_ptv_fp32", "zoo_defaults_vs_ptv_defaults",
-            "zoo_defaults_vs_ptv_same_settings", "zoo_bf16_vs_ptv_bf16"} <= set(data["ratios"])
+            "zoo_defaults_vs_ptv_same_settings", "zoo_bf16_vs_ptv_bf16",
+            "zoo_fp32_stems_vs_bf16_stems"} <= set(data["ratios"])
+    assert "RGB stems" in r.stdout
+    stems_bf16 = [row for row in data["rows"] if row["variant"].endswith("RGB stems in bf16")]
+    assert len(stems_bf16) == 1 and not stems_bf16[0]["stem_routing"]
+    assert stems_bf16[0]["conv_routing"]
     assert data["ratios"]["loss_rel_diff_bf16_vs_ptv_bf16"] < 0.05
     # Same weights, same batch: the losses agree (fp32 to rounding; bf16 within a few percent,
     # as in the full-size net that docs/benchmarks.md quotes).

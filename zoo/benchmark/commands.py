@@ -107,6 +107,9 @@ def cmd_compare(args) -> list:
     print(f"zoo bf16 + channels-last / PyTorchVideo bf16 + channels-last: "
           f"{ratios['zoo_bf16_vs_ptv_bf16']:.2f}x (loss relative difference "
           f"{ratios['loss_rel_diff_bf16_vs_ptv_bf16']:.2g})")
+    if "zoo_fp32_stems_vs_bf16_stems" in ratios:
+        print(f"zoo's bf16 step with its float32 RGB stems / with the stems in bf16: "
+              f"{ratios['zoo_fp32_stems_vs_bf16_stems']:.2f}x")
     png = os.path.join(args.out, "compare.png")
     plots.bar_chart(png, [r["variant"] for r in rows], [r["clips_per_s"] for r in rows],
                     "SlowFast-R50 8x8 train step (forward + backward + SGD step)\n"

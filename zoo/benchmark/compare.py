@@ -13,7 +13,7 @@ the first step of each (initial weights, same batch) gives the losses that must 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -29,9 +29,10 @@ from .train import random_batch, recording, zoo_step
 MODEL = "slowfast_8x8_resnet50"  # PyTorchVideo's create_slowfast defaults are this net
 ALPHA = 4
 
-# (name, side, precision, memory format, route convs). PyTorchVideo's "defaults" are fp32 and
-# contiguous tensors: its train loops use no autocast and no memory format.
-VARIANTS: List[Tuple[str, str, str, str, bool]] = [
+# (name, side, precision, memory format, routing: True = zoo's (convs and RGB stems), "convs" =
+# convs only, False = none). PyTorchVideo's "defaults" are fp32 and contiguous tensors: its train
+# loops use no autocast and no memory format.
+VARIANTS: List[Tuple[str, str, str, str, Union[bool, str]]] = [
     ("pytorchvideo fp32 (its defaults)", "ptv", "fp32", "contiguous", False),
     ("zoo fp32, contiguous, PyTorch's conv kernels", "zoo", "fp32", "contiguous", False),
     ("zoo fp32, channels-last, PyTorch's conv kernels", "zoo", "fp32", "channels_last", False),
@@ -40,8 +41,12 @@ VARIANTS: List[Tuple[str, str, str, str, bool]] = [
     ("zoo defaults (PRECISION auto, MEMORY_FORMAT auto)", "zoo", "auto", "auto", True),
     ("zoo bf16 + channels-last (PyTorchVideo's bf16 settings)", "zoo", "bf16", "channels_last",
      True),
+    ("zoo bf16 + channels-last, RGB stems in bf16", "zoo", "bf16", "channels_last", "convs"),
 ]
-ABLATION = {1, 2}  # indices of VARIANTS that only explain where the fp32 gain comes from
+# indices of VARIANTS that only explain where the gains come from: fp32 (1, 2), the float32 stem
+# under bf16 (7)
+ABLATION = {1, 2, 7}
+STEMS_IN_BF16 = 7
 SAME_AS_PTV_BF16 = 6  # timed only where zoo's defaults are not already bf16 + channels-last
 
 
@@ -165,10 +170,12 @@ def _variant_steps(width: int, frames: int, size: int, num_classes: int, device:
             model = create_model(MODEL, num_classes=num_classes, width=width, dropout=0.0)
             model.load_state_dict(state)
             step, resolved, channels_last = zoo_step(model, device, num_classes, precision, fmt,
-                                                     route_convs=route)
+                                                     route_convs=bool(route),
+                                                     route_stems=route is True)
         fns[name] = recording(step, clips, labels, first, name)
         meta[name] = {"side": side, "precision": resolved, "channels_last": channels_last,
-                      "conv_routing": route and device.type == "cpu"}
+                      "conv_routing": bool(route) and device.type == "cpu",
+                      "stem_routing": route is True and device.type == "cpu"}
     return fns, first, meta
 
 
@@ -184,7 +191,10 @@ def _ratios(times: Dict[str, List[float]], rows: List[Dict[str, Any]]) -> Dict[s
     zoo_bf16 = VARIANTS[SAME_AS_PTV_BF16][0] if VARIANTS[SAME_AS_PTV_BF16][0] in times \
         else zoo_default
     bf16_loss = abs(by_name[zoo_bf16]["first_loss"] - by_name[ptv_bf16]["first_loss"])
-    return {
+    stems_bf16 = VARIANTS[STEMS_IN_BF16][0]
+    stem = ({"zoo_fp32_stems_vs_bf16_stems": round(times_ratio(times, stems_bf16, zoo_bf16), 3)}
+            if stems_bf16 in times else {})
+    return {**stem,
         "zoo_fp32_vs_ptv_fp32": round(times_ratio(times, base, zoo_fp32), 3),
         "zoo_defaults_vs_ptv_defaults": round(times_ratio(times, base, zoo_default), 3),
         "zoo_defaults_vs_ptv_same_settings": round(times_ratio(times, ptv_bf16, zoo_default), 3),

@@ -32,7 +32,7 @@ def random_batch(batch: int, frames: int, size: int, num_classes: int, seed: int
 
 def zoo_step(model: nn.Module, device: torch.device, num_classes: int, precision: str = "auto",
              memory_format: str = "auto", route_convs: bool = True, compile_model: bool = False,
-             lr: float = 0.01) -> Tuple[TrainStep, str, bool]:
+             lr: float = 0.01, route_stems: bool = True) -> Tuple[TrainStep, str, bool]:
     """Prepare ``model`` as zoo's trainer does and return its train step.
 
     The optimizer is SGD (momentum 0.9, weight decay 1e-4, constant LR) built as zoo's trainer
@@ -45,7 +45,7 @@ def zoo_step(model: nn.Module, device: torch.device, num_classes: int, precision
     precision = resolve_precision(precision, device)
     channels_last = resolve_channels_last(memory_format, precision, device)
     model.to(device).train()
-    apply_execution(model, device, channels_last, route_convs)
+    apply_execution(model, device, channels_last, route_convs, route_stems)
     if compile_model:
         model.compile()
     optimizer = make_optimizer("SGD", list(model.parameters()), lr, momentum=0.9,

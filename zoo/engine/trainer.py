@@ -26,6 +26,7 @@ from .checkpoint import (
     training_state,
     unwrap,
 )
+from .cpu_stem import route_cpu_stems
 from .ddp_comm import ddp_options, register_compression
 from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .heartbeat import note_step
@@ -71,16 +72,21 @@ _DDP_ARGS = inspect.signature(DistributedDataParallel.__init__).parameters
 
 
 def apply_execution(model: nn.Module, device: torch.device, channels_last: bool,
-                    route_convs: bool = True) -> int:
+                    route_convs: bool = True, route_stems: bool = True) -> int:
     """Put ``model`` (already on ``device``) in the layout zoo trains it in; on CPU, route the
-    conv3d layers PyTorch would run with its slow kernel through oneDNN (see precision.py).
+    conv3d layers to the kernels zoo picks for them (see precision.py) and the narrow RGB stems to
+    float32 under bf16 autocast (see cpu_stem.py; ``route_stems=False`` leaves them as they are).
 
     Returns the number of conv3d layers that may be routed.
     """
     if channels_last:
         dim = 5 if any(isinstance(m, nn.Conv3d) for m in model.modules()) else 4
         model.to(memory_format=memory_format(dim))
-    return route_cpu_convs(model) if route_convs and device.type == "cpu" else 0
+    if not route_convs or device.type != "cpu":
+        return 0
+    if route_stems:
+        route_cpu_stems(model)
+    return route_cpu_convs(model)
 
 
 def _check_steps(iters_per_epoch: int, accum_steps: int) -> int:
