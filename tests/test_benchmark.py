@@ -134,7 +134,8 @@ def test_train_and_compare(tmp_path):
     assert rows[0]["side"] == "ptv" and len(rows) == (7 if defaults_bf16 else 8)
     assert {"zoo_fp32_vs_ptv_fp32", "zoo_defaults_vs_ptv_defaults",
             "zoo_defaults_vs_ptv_same_settings", "zoo_bf16_vs_ptv_bf16",
-            "zoo_fp32_stems_vs_bf16_stems"} <= set(data["ratios"])
+            "zoo_fp32_stems_vs_bf16_stems", "zoo_bf16_vs_ptv_bf16_paired",
+            "zoo_fp32_stems_vs_bf16_stems_paired"} <= set(data["ratios"])
     assert "RGB stems" in r.stdout
     stems_bf16 = [row for row in data["rows"] if row["variant"].endswith("RGB stems in bf16")]
     assert len(stems_bf16) == 1 and not stems_bf16[0]["stem_routing"]
@@ -145,6 +146,29 @@ def test_train_and_compare(tmp_path):
     for row in data["rows"]:
         assert row["loss_rel_diff_vs_ptv_fp32"] < (1e-4 if row["precision"] == "fp32" else 0.05)
     assert (out / "compare.png").stat().st_size > 0
+
+
+def test_step_benchmarks_flush_subnormals():
+    from zoo.benchmark.commands import _steady_numbers
+
+    tiny = torch.tensor(1e-39)  # subnormal in float32
+    assert (tiny * 1.0).item() != 0
+    try:
+        _steady_numbers()
+        assert (tiny * 1.0).item() == 0
+    finally:
+        torch.set_flush_denormal(False)
+    assert (tiny * 1.0).item() != 0
+
+
+def test_paired_ratio_pairs_the_steps_of_one_round():
+    from zoo.benchmark.compare import paired_ratio, times_ratio
+
+    # the machine slows down 3x halfway: each round still says "a takes twice as long as b"
+    times = {"a": [1.0, 1.0, 6.0, 6.0, 6.0], "b": [0.5, 0.5, 3.0, 3.0, 3.0]}
+    assert paired_ratio(times, "a", "b") == 2.0 and times_ratio(times, "a", "b") == 2.0
+    times = {"a": [1.0, 1.0, 1.0, 6.0, 6.0], "b": [0.5, 0.5, 3.0, 3.0, 3.0]}  # b's spell came first
+    assert paired_ratio(times, "a", "b") == 2.0 and times_ratio(times, "a", "b") == 1 / 3
 
 
 def test_profile_splits_a_step_into_operators_and_categories(tmp_path):

@@ -13,6 +13,7 @@ the first step of each (initial weights, same batch) gives the losses that must 
 from __future__ import annotations
 
 import contextlib
+import statistics
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
@@ -192,13 +193,16 @@ def _ratios(times: Dict[str, List[float]], rows: List[Dict[str, Any]]) -> Dict[s
         else zoo_default
     bf16_loss = abs(by_name[zoo_bf16]["first_loss"] - by_name[ptv_bf16]["first_loss"])
     stems_bf16 = VARIANTS[STEMS_IN_BF16][0]
-    stem = ({"zoo_fp32_stems_vs_bf16_stems": round(times_ratio(times, stems_bf16, zoo_bf16), 3)}
+    stem = ({"zoo_fp32_stems_vs_bf16_stems": round(times_ratio(times, stems_bf16, zoo_bf16), 3),
+             "zoo_fp32_stems_vs_bf16_stems_paired": round(
+                 paired_ratio(times, stems_bf16, zoo_bf16), 3)}
             if stems_bf16 in times else {})
     return {**stem,
         "zoo_fp32_vs_ptv_fp32": round(times_ratio(times, base, zoo_fp32), 3),
         "zoo_defaults_vs_ptv_defaults": round(times_ratio(times, base, zoo_default), 3),
         "zoo_defaults_vs_ptv_same_settings": round(times_ratio(times, ptv_bf16, zoo_default), 3),
         "zoo_bf16_vs_ptv_bf16": round(times_ratio(times, ptv_bf16, zoo_bf16), 3),
+        "zoo_bf16_vs_ptv_bf16_paired": round(paired_ratio(times, ptv_bf16, zoo_bf16), 3),
         "loss_rel_diff_bf16_vs_ptv_bf16": float(
             f"{bf16_loss / abs(by_name[ptv_bf16]['first_loss']):.3g}"),
         "loss_rel_diff_fp32": by_name[zoo_fp32]["loss_rel_diff_vs_ptv_fp32"],
@@ -211,3 +215,10 @@ def times_ratio(times: Dict[str, List[float]], slow: str, fast: str) -> float:
     """Median seconds of ``slow`` over median seconds of ``fast`` (how many times faster)."""
     return summary(times[slow])["median_s"] / summary(times[fast])["median_s"]
 
+
+
+def paired_ratio(times: Dict[str, List[float]], slow: str, fast: str) -> float:
+    """Median over timed steps of ``slow``'s i-th time over ``fast``'s i-th: the two come from the
+    same round of :func:`~zoo.benchmark.common.time_interleaved`, seconds apart, so a slow spell
+    of the machine that spans a round cancels out (the ratio of medians does not pair them)."""
+    return statistics.median(a / b for a, b in zip(times[slow], times[fast]))
