@@ -63,10 +63,17 @@ _C.DDP_CONFIG.HANG_TIMEOUT = 120
 # against an attacker). "" = none; ZOO_JOB_TOKEN in the environment wins over this key. Only a hash
 # of it is sent; it is blanked in the config.yaml and checkpoints a run writes.
 _C.DDP_CONFIG.JOB_TOKEN = ""
-# Gradient compression between ranks: "none", or "bf16" / "fp16" (each bucket sent in 16 bits:
-# half the bytes). It pays only on a slow link between nodes; see zoo/engine/ddp_comm.py and
-# docs/multi_node.md.
+# Gradient compression between ranks: "none", "bf16" / "fp16" (each bucket sent in 16 bits:
+# half the bytes) or "powersgd" (each weight's gradient sent as two rank-r factors, with error
+# feedback; ~1.6% of the bytes at rank 4 for SlowFast-R50; a resume is not bit-exact). It pays only
+# on a slow link between nodes; see zoo/engine/ddp_comm.py and docs/multi_node.md.
 _C.DDP_CONFIG.GRAD_COMPRESSION = "none"
+# With GRAD_COMPRESSION powersgd: the rank r of the factors (higher = closer to the exact mean,
+# more bytes).
+_C.DDP_CONFIG.POWERSGD_RANK = 4
+# With GRAD_COMPRESSION powersgd: steps whose gradients are all-reduced whole before compression
+# starts (at least 2).
+_C.DDP_CONFIG.POWERSGD_START_STEP = 10
 # Size in MB of DDP's gradient buckets (torch's default 25): each bucket is all-reduced as soon as
 # its gradients are ready, overlapping the rest of the backward pass.
 _C.DDP_CONFIG.BUCKET_CAP_MB = 25.0

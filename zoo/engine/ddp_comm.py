@@ -1,17 +1,17 @@
 """How DDP moves gradients between ranks: bucket size and compression (``DDP_CONFIG.BUCKET_CAP_MB``,
 ``DDP_CONFIG.GRAD_COMPRESSION``).
 
-Compression is one of torch's DDP communication hooks, registered on the wrapped model:
+Compression is a DDP communication hook, registered on the wrapped model:
 
-* ``bf16`` / ``fp16``: each bucket is divided by the world size, cast to 16 bits, all-reduced and
-  cast back (half the bytes on the wire; each rank's share is rounded once, the sum once more).
-
-PowerSGD (torch's low-rank hook) is not offered. With a bucket per layer, the ranks issue its
-collectives in different orders (its second all-reduce is sent from a callback on gloo's thread
-while the backward pass sends the next buckets) and gloo aborts both ranks ("Received data size
-doesn't match expected size"). With every gradient in one bucket that order is fixed and steps run,
-but a 6-step two-rank run of the tiny SlowFast still died by SIGABRT in 2 of 6 tries (std::terminate
-in gloo's threads), with torch 2.14: not safe to ship.
+* ``bf16`` / ``fp16`` (torch's hooks): each bucket is divided by the world size, cast to 16 bits,
+  all-reduced and cast back (half the bytes on the wire; each rank's share is rounded once, the
+  sum once more).
+* ``powersgd: zoo's PowerSGD hook (``powersgd.py``): each weight's gradient travels as two
+  rank-``POWERSGD_RANK`` factors with error feedback, after ``POWERSGD_START_STEP`` uncompressed
+  steps. zoo does not use torch's ``powerSGD_hook``: it sends its second all-reduce from a callback
+  on gloo's thread while the backward pass sends the next buckets, so the ranks issued collectives
+  in different orders and gloo aborted both ("Received data size doesn't match expected size");
+  with one bucket a two-rank run still died by SIGABRT in 2 of 6 tries (torch 2.14).
 
 Over a fast link (NVLink, one node's shared memory) ``none`` is right: compression costs compute
 and precision to save bandwidth that is not short. It pays on a slow link between nodes.
@@ -23,7 +23,9 @@ from typing import Any, Dict, Optional
 
 from torch.nn.parallel import DistributedDataParallel
 
-COMPRESSIONS = ("none", "bf16", "fp16")
+from .powersgd import make_state, powersgd_hook
+
+COMPRESSIONS = ("none", "bf16", "fp16", "powersgd")
 
 
 def ddp_options(cfg) -> Dict[str, Any]:
@@ -35,7 +37,8 @@ def register_compression(model: DistributedDataParallel, cfg) -> Optional[Any]:
     """Register ``DDP_CONFIG.GRAD_COMPRESSION``'s communication hook on ``model``.
 
     Returns:
-        The hook's state: None (the 16-bit hooks keep none).
+        The hook's state: None for the 16-bit hooks (they keep none), the
+        :class:`~zoo.engine.powersgd.PowerSGDState` for ``powersgd``.
     """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -43,6 +46,10 @@ def register_compression(model: DistributedDataParallel, cfg) -> Optional[Any]:
     kind = ddp.GRAD_COMPRESSION
     if kind == "none":
         return None
+    if kind == "powersgd":
+        state = make_state(cfg)
+        model.register_comm_hook(state, powersgd_hook)
+        return state
     hook = default_hooks.bf16_compress_hook if kind == "bf16" else default_hooks.fp16_compress_hook
     model.register_comm_hook(None, hook)
     return None

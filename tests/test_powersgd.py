@@ -1,0 +1,146 @@
+"""DDP_CONFIG.GRAD_COMPRESSION powersgd (zoo/engine/powersgd.py) on two gloo ranks: the mean is
+rebuilt exactly where it has rank <= POWERSGD_RANK, every rank applies the same gradient, what a
+low rank leaves out is kept as each rank's error, the warm-up steps are the exact mean, and a
+channels-last conv net trains with it (several buckets, so several hooks per step)."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from zoo.config import get_cfg
+from zoo.engine.ddp_comm import ddp_options, register_compression
+from zoo.engine.powersgd import PowerSGDState
+
+N = 64
+
+
+def _linear():
+    torch.manual_seed(0)
+    # (64, 64) and (4, 64) weights: compressed at rank 1 or 2; the (4,) bias travels whole
+    return torch.nn.Sequential(torch.nn.Linear(N, N, bias=False), torch.nn.ReLU(),
+                               torch.nn.Linear(N, 4))
+
+
+def _sample(rank):
+    g = torch.Generator().manual_seed(100 + rank)
+    # one sample per rank: each weight's gradient is an outer product (rank 1), the mean rank 2
+    return torch.randn(1, N, generator=g), torch.randint(0, 4, (1,), generator=g)
+
+
+def _grads(model, rank):
+    x, y = _sample(rank)
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def _cfg(rank, start=2):
+    cfg = get_cfg()
+    cfg.DDP_CONFIG.GRAD_COMPRESSION = "powersgd"
+    cfg.DDP_CONFIG.POWERSGD_RANK = rank
+    cfg.DDP_CONFIG.POWERSGD_START_STEP = start
+    cfg.DDP_CONFIG.BUCKET_CAP_MB = 0.001  # every layer its own bucket
+    return cfg
+
+
+def _conv_net():
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Conv3d(3, 8, (1, 3, 3), padding=(0, 1, 1), bias=False),
+                              torch.nn.BatchNorm3d(8), torch.nn.ReLU(),
+                              torch.nn.Conv3d(8, 16, (3, 1, 1), padding=(1, 0, 0)),
+                              torch.nn.AdaptiveAvgPool3d(1), torch.nn.Flatten(),
+                              torch.nn.Linear(16, 3))
+    return net.to(memory_format=torch.channels_last_3d)
+
+
+def _rank(rank, init_file, out_dir):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    results = {"local": _grads(_linear(), rank)}
+    for r in (1, 2):
+        ddp = torch.nn.parallel.DistributedDataParallel(_linear(), **ddp_options(_cfg(r)))
+        state = register_compression(ddp, _cfg(r))
+        assert isinstance(state, PowerSGDState)
+        # steps 0 and 1 whole (the warm-up), step 2 compressed; the weights do not move
+        results[r] = [_grads(ddp, rank) for _ in range(3)]
+        results[f"errors{r}"] = [state.errors[k] for k in sorted(state.errors)]
+    # A channels-last conv net trains: 12 SGD steps on one fixed batch per rank.
+    ddp = torch.nn.parallel.DistributedDataParallel(_conv_net(), **ddp_options(_cfg(2, start=3)))
+    register_compression(ddp, _cfg(2, start=3))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(7 + rank)
+    x = torch.randn(4, 3, 4, 8, 8, generator=g).contiguous(memory_format=torch.channels_last_3d)
+    y = torch.randint(0, 3, (4,), generator=g)
+    losses = []
+    for _ in range(12):
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    results["conv_losses"] = losses
+    results["conv_params"] = [p.detach().clone() for p in ddp.parameters()]
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("powersgd")
+    mp.start_processes(_rank, args=(str(tmp / "init"), str(tmp)), nprocs=2, start_method="spawn")
+    return [torch.load(tmp / f"rank{r}.pt", weights_only=True) for r in range(2)]
+
+
+def _mean(runs):
+    return [(a + b) / 2 for a, b in zip(runs[0]["local"], runs[1]["local"])]
+
+
+def test_warm_up_steps_are_the_exact_mean(runs):
+    for r in (1, 2):
+        for step in (0, 1):
+            for got, want in zip(runs[0][r][step], _mean(runs)):
+                assert torch.equal(got, want)
+
+
+def test_every_rank_applies_the_same_gradient(runs):
+    for r in (1, 2):
+        for a, b in zip(runs[0][r][2], runs[1][r][2]):
+            assert torch.equal(a, b)
+    for a, b in zip(runs[0]["conv_params"], runs[1]["conv_params"]):
+        assert torch.equal(a, b)
+
+
+def test_rank_2_rebuilds_a_rank_2_mean(runs):
+    for got, want in zip(runs[0][2][2], _mean(runs)):
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-6 * want.abs().max())
+
+
+def test_rank_1_keeps_what_it_leaves_out(runs):
+    got, mean = runs[0][1][2], _mean(runs)
+    weights = [0, 1]  # the two weight matrices; index 2 is the bias (sent whole)
+    assert torch.equal(got[2], mean[2])
+    for i in weights:
+        assert not torch.allclose(got[i], mean[i], rtol=1e-2, atol=1e-3 * mean[i].abs().max())
+        # each rank's error is its share of the mean minus what was applied:
+        # err0 + err1 = (g0 + g1) / 2 - 2 * applied
+        want = mean[i] - 2 * got[i]
+        errors = [sum(run["errors1"][j] for run in runs) for j in range(2)
+                  if runs[0]["errors1"][j].numel() == want.numel()]
+        assert len(errors) == 1
+        errors = errors[0]
+        assert torch.allclose(errors.view(want.shape), want, atol=1e-6 * mean[i].abs().max())
+
+
+def test_conv_net_trains_with_it(runs):
+    losses = runs[0]["conv_losses"]
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="POWERSGD_START_STEP"):
+        PowerSGDState(rank=4, start_step=1)
+    with pytest.raises(ValueError, match="POWERSGD_RANK"):
+        PowerSGDState(rank=0)
