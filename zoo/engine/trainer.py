@@ -65,6 +65,11 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Modul
     ddp = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
                                   **no_sync, **ddp_options(cfg))
     register_compression(ddp, cfg)
+    kind = cfg.DDP_CONFIG.GRAD_COMPRESSION
+    if kind != "none":
+        extra = (f" (rank {cfg.DDP_CONFIG.POWERSGD_RANK}, from step "
+                 f"{cfg.DDP_CONFIG.POWERSGD_START_STEP})" if kind == "powersgd" else "")
+        logger.info("gradients all-reduced with %s compression%s", kind, extra)
     return ddp
 
 
