@@ -130,8 +130,10 @@ def powersgd_hook(state: "PowerSGDState",
     for (key, grad, mat), p, q, part in zip(matrices, ps, qs,
                                             _split(second, [q.numel() for q in qs])):
         q = part.view(q.shape)
-        approx = p @ q.t()
-        state.errors[key] = mat.sub_(approx)
+        approx = p @ q.t()  # the approximated mean of every rank's share
+        # This rank's share of what was left out: the errors of all ranks add up to
+        # (mean - approx), which the next step sends again.
+        state.errors[key] = mat.sub_(approx, alpha=1.0 / world)
         state.qs[key] = q.clone()
         grad.copy_(approx.view(grad.shape))
     if bucket.is_last():
