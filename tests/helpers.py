@@ -1,5 +1,6 @@
 """What several test files share: the repository root, a toy model file's source, overrides for
-a tiny run on generated data, and running a tool as a user would (``from helpers import ...``)."""
+a tiny run on generated data, running a tool as a user would, and running a function on two gloo
+ranks (``from helpers import ...``)."""
 
 import os
 import subprocess
@@ -81,3 +82,24 @@ def mini_clip_cfg(mini: dict, *extra: str):
         "DATA.TRAIN_ANNO_PATH", mini["train_list"], "DATA.TRAIN_DATA_PATH", mini["root"],
         "DATA.VAL_ANNO_PATH", mini["val_list"], "DATA.VAL_DATA_PATH", mini["root"], *extra,
     ])
+
+
+def _gloo_rank(rank, worker, out_dir):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/init", rank=rank, world_size=2)
+    try:
+        torch.save(worker(rank), os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def on_two_gloo_ranks(worker, out_dir):
+    """``[worker(0), worker(1)]``, each called in its own spawned process inside a two-rank gloo
+    process group (``worker`` must be a module-level function returning what torch.save takes)."""
+    import torch
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_gloo_rank, args=(worker, str(out_dir)), nprocs=2, start_method="spawn")
+    return [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=True) for r in range(2)]

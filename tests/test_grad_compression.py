@@ -1,12 +1,9 @@
 """DDP_CONFIG.GRAD_COMPRESSION and BUCKET_CAP_MB: two gloo ranks compute one step's gradients with
 each setting; the reference is computed here, from each rank's own (uncompressed) gradients."""
 
-import os
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from helpers import on_two_gloo_ranks
 
 from zoo.config import get_cfg
 from zoo.engine.ddp_comm import COMPRESSIONS, ddp_options, register_compression
@@ -31,8 +28,7 @@ def _grads(model, rank):
     return [p.grad.detach().clone() for p in model.parameters()]
 
 
-def _rank(rank, init_file, out_dir):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+def _rank(rank):
     results = {}
     for kind in COMPRESSIONS:
         cfg = get_cfg()
@@ -43,15 +39,13 @@ def _rank(rank, init_file, out_dir):
         # Three steps (DDP rebuilds its buckets after the first); the weights do not move.
         results[kind] = [_grads(ddp, rank) for _ in range(3)]
     results["local"] = _grads(_model(), rank)
-    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+    return results
 
 
 @pytest.fixture(scope="module")
 def grads(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("compression")
-    mp.start_processes(_rank, args=(str(tmp / "init"), str(tmp)), nprocs=2, start_method="spawn")
-    return [torch.load(tmp / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    return on_two_gloo_ranks(_rank, tmp)
 
 
 def test_every_rank_gets_the_same_gradient(grads):

@@ -3,12 +3,9 @@ rebuilt exactly where it has rank <= POWERSGD_RANK, every rank applies the same 
 low rank leaves out is kept as each rank's error, the warm-up steps are the exact mean, and a
 channels-last conv net trains with it (several buckets, so several hooks per step)."""
 
-import os
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from helpers import on_two_gloo_ranks
 
 from zoo.config import get_cfg
 from zoo.engine.ddp_comm import ddp_options, register_compression
@@ -57,8 +54,7 @@ def _conv_net():
     return net.to(memory_format=torch.channels_last_3d)
 
 
-def _rank(rank, init_file, out_dir):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+def _rank(rank):
     results = {"local": _grads(_linear(), rank)}
     for r in (1, 2):
         ddp = torch.nn.parallel.DistributedDataParallel(_linear(), **ddp_options(_cfg(r)))
@@ -83,15 +79,13 @@ def _rank(rank, init_file, out_dir):
         losses.append(loss.item())
     results["conv_losses"] = losses
     results["conv_params"] = [p.detach().clone() for p in ddp.parameters()]
-    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+    return results
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("powersgd")
-    mp.start_processes(_rank, args=(str(tmp / "init"), str(tmp)), nprocs=2, start_method="spawn")
-    return [torch.load(tmp / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    return on_two_gloo_ranks(_rank, tmp)
 
 
 def _mean(runs):
