@@ -192,12 +192,7 @@ def _ratios(times: Dict[str, List[float]], rows: List[Dict[str, Any]]) -> Dict[s
     zoo_bf16 = VARIANTS[SAME_AS_PTV_BF16][0] if VARIANTS[SAME_AS_PTV_BF16][0] in times \
         else zoo_default
     bf16_loss = abs(by_name[zoo_bf16]["first_loss"] - by_name[ptv_bf16]["first_loss"])
-    stems_bf16 = VARIANTS[STEMS_IN_BF16][0]
-    stem = ({"zoo_fp32_stems_vs_bf16_stems": round(times_ratio(times, stems_bf16, zoo_bf16), 3),
-             "zoo_fp32_stems_vs_bf16_stems_paired": round(
-                 paired_ratio(times, stems_bf16, zoo_bf16), 3)}
-            if stems_bf16 in times else {})
-    return {**stem,
+    ratios = {
         "zoo_fp32_vs_ptv_fp32": round(times_ratio(times, base, zoo_fp32), 3),
         "zoo_defaults_vs_ptv_defaults": round(times_ratio(times, base, zoo_default), 3),
         "zoo_defaults_vs_ptv_same_settings": round(times_ratio(times, ptv_bf16, zoo_default), 3),
@@ -209,12 +204,17 @@ def _ratios(times: Dict[str, List[float]], rows: List[Dict[str, Any]]) -> Dict[s
         "loss_rel_diff_defaults": by_name[zoo_default]["loss_rel_diff_vs_ptv_fp32"],
         "zoo_defaults_precision": by_name[zoo_default]["precision"],
     }
+    stems_bf16 = VARIANTS[STEMS_IN_BF16][0]
+    if stems_bf16 in times:  # the ablation row: zoo's bf16 step with its RGB stems in bf16
+        ratios["zoo_fp32_stems_vs_bf16_stems"] = round(times_ratio(times, stems_bf16, zoo_bf16), 3)
+        ratios["zoo_fp32_stems_vs_bf16_stems_paired"] = round(
+            paired_ratio(times, stems_bf16, zoo_bf16), 3)
+    return ratios
 
 
 def times_ratio(times: Dict[str, List[float]], slow: str, fast: str) -> float:
     """Median seconds of ``slow`` over median seconds of ``fast`` (how many times faster)."""
     return summary(times[slow])["median_s"] / summary(times[fast])["median_s"]
-
 
 
 def paired_ratio(times: Dict[str, List[float]], slow: str, fast: str) -> float:

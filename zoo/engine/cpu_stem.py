@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..models.blocks3d import Stem
-from .precision import _cpu_autocast_on
+from .precision import capturing, cpu_bf16_autocast
 
 __all__ = ["CpuStem", "route_cpu_stems"]
 
@@ -60,10 +60,8 @@ class CpuStem(Stem):
         conv = self.conv
         return (x.device.type == "cpu" and x.dim() == 5 and conv.in_channels <= MAX_IN_CHANNELS
                 and conv.out_channels <= MAX_OUT_CHANNELS and conv.kernel_size[0] > 1
-                and isinstance(self.pool, nn.MaxPool3d)
-                and _cpu_autocast_on() and torch.get_autocast_dtype("cpu") == torch.bfloat16
-                and not (torch.jit.is_tracing() or torch.jit.is_scripting()
-                         or torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export()))
+                and isinstance(self.pool, nn.MaxPool3d) and cpu_bf16_autocast()
+                and not capturing())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self._fp32_call(x):

@@ -6,7 +6,7 @@ Compression is a DDP communication hook, registered on the wrapped model:
 * ``bf16`` / ``fp16`` (torch's hooks): each bucket is divided by the world size, cast to 16 bits,
   all-reduced and cast back (half the bytes on the wire; each rank's share is rounded once, the
   sum once more).
-* ``powersgd: zoo's PowerSGD hook (``powersgd.py``): each weight's gradient travels as two
+* ``powersgd``: zoo's PowerSGD hook (``powersgd.py``): each weight's gradient travels as two
   rank-``POWERSGD_RANK`` factors with error feedback, after ``POWERSGD_START_STEP`` uncompressed
   steps. zoo does not use torch's ``powerSGD_hook``: it sends its second all-reduce from a callback
   on gloo's thread while the backward pass sends the next buckets, so the ranks issued collectives

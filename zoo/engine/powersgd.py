@@ -134,7 +134,7 @@ def powersgd_hook(state: "PowerSGDState",
         # This rank's share of what was left out: the errors of all ranks add up to
         # (mean - approx), which the next step sends again.
         state.errors[key] = mat.sub_(approx, alpha=1.0 / world)
-        state.qs[key] = q.clone()
+        state.qs[key] = q
         grad.copy_(approx.view(grad.shape))
     if bucket.is_last():
         state.step += 1

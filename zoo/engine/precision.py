@@ -101,6 +101,18 @@ def _cpu_autocast_on() -> bool:
         return torch.is_autocast_cpu_enabled()
 
 
+def cpu_bf16_autocast() -> bool:
+    """True inside CPU autocast to bf16."""
+    return _cpu_autocast_on() and torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
+def capturing() -> bool:
+    """True while the call is traced, scripted, compiled or exported: a layer that picks its
+    kernel at run time must then run as its plain self."""
+    return (torch.jit.is_tracing() or torch.jit.is_scripting() or torch.compiler.is_compiling()
+            or torch.onnx.is_in_onnx_export())
+
+
 class CpuConv3d(nn.Conv3d):
     """An ``nn.Conv3d`` that avoids PyTorch's slow CPU kernel (see the module docstring).
 
@@ -114,9 +126,8 @@ class CpuConv3d(nn.Conv3d):
     def _plain_call(self, x: torch.Tensor) -> bool:
         """True where this layer must run as the plain nn.Conv3d: not a CPU clip, or traced,
         scripted, compiled or exported, or padding/dilation the 2-D views do not cover."""
-        return (x.device.type != "cpu" or x.dim() != 5 or torch.jit.is_tracing()
-                or torch.jit.is_scripting() or torch.compiler.is_compiling()
-                or torch.onnx.is_in_onnx_export() or self.padding_mode != "zeros"
+        return (x.device.type != "cpu" or x.dim() != 5 or capturing()
+                or self.padding_mode != "zeros"
                 or isinstance(self.padding, str) or self.dilation != (1, 1, 1))
 
     def _picks_slow3d(self, x: torch.Tensor, dtype: torch.dtype) -> bool:
@@ -139,8 +150,7 @@ class CpuConv3d(nn.Conv3d):
 
     def _emulated_bf16(self, x: torch.Tensor) -> bool:
         """Under CPU bf16 autocast on a CPU that would run this layer with slow_conv3d."""
-        if (self._plain_call(x) or not _cpu_autocast_on()
-                or torch.get_autocast_dtype("cpu") != torch.bfloat16
+        if (self._plain_call(x) or not cpu_bf16_autocast()
                 or x.dtype not in (torch.float32, torch.bfloat16)):
             return False
         return self._picks_slow3d(x, torch.bfloat16)
