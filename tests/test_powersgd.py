@@ -61,7 +61,11 @@ def _rank(rank):
         state = register_compression(ddp, _cfg(r))
         assert isinstance(state, PowerSGDState)
         # steps 0 and 1 whole (the warm-up), then compressed; the weights do not move
-        results[r] = [_grads(ddp, rank) for _ in range(STEPS)]
+        results[r], results[f"error_ptrs{r}"] = [], []
+        for _ in range(STEPS):
+            results[r].append(_grads(ddp, rank))
+            results[f"error_ptrs{r}"].append([state.errors[k].data_ptr()
+                                              for k in sorted(state.errors)])
         results[f"errors{r}"] = [state.errors[k] for k in sorted(state.errors)]
     # A channels-last conv net trains: 12 SGD steps on one fixed batch per rank.
     ddp = torch.nn.parallel.DistributedDataParallel(_conv_net(), **ddp_options(_cfg(2, start=3)))
@@ -132,6 +136,15 @@ def test_error_feedback_sends_what_was_left_out_later(runs):
                               atol=1e-5 * mean[i].abs().max())
         first_miss = (compressed[0][i] - mean[i]).norm()
         assert (applied / len(compressed) - mean[i]).norm() < 0.6 * first_miss
+
+
+def test_errors_are_kept_in_place(runs):
+    """Each matrix's error buffer is allocated once and then updated in place every step (no
+    gradient-sized temporaries per step)."""
+    for r in (1, 2):
+        ptrs = runs[0][f"error_ptrs{r}"]
+        assert ptrs[0] == ptrs[1] == []  # the warm-up keeps nothing
+        assert len(ptrs[2]) == 2 and ptrs[2] == ptrs[3] == ptrs[-1]
 
 
 def test_conv_net_trains_with_it(runs):

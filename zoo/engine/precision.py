@@ -181,7 +181,9 @@ class CpuConv3d(nn.Conv3d):
             return super()._conv_forward(x, weight, bias)
         n, c, t, h, w = x.shape
         if plan == "time":  # (N, C, T, H*W): a view in both layouts
-            y = F.conv2d(x.reshape(n, c, t, h * w), weight.squeeze(-1), bias, (st, 1), (pt, 0),
+            # flatten, not squeeze: its gradient comes back in the weight's own strides (DDP
+            # copies a gradient whose strides differ from its bucket view's, every step)
+            y = F.conv2d(x.reshape(n, c, t, h * w), weight.flatten(3), bias, (st, 1), (pt, 0),
                          1, self.groups)
             return y.reshape(n, y.shape[1], y.shape[2], h, w)
         # (N*T, C, H, W): a view of a channels-last clip
