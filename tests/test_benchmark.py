@@ -57,6 +57,12 @@ def test_routed_conv_equals_conv3d(kernel, stride, padding, shape, channels_last
     assert ya.shape == yb.shape and torch.allclose(ya, yb, atol=1e-5)
     assert yb.is_contiguous(memory_format=torch.channels_last_3d if channels_last else
                             torch.contiguous_format)
+    # exactly the strides of a fresh tensor in that layout: a batch of one reshaped keeps the
+    # channels' stride in its batch dimension, and batch norm's backward then takes a generic
+    # kernel 2.5-4x slower
+    fresh = torch.empty(yb.shape, memory_format=torch.channels_last_3d if channels_last else
+                        torch.contiguous_format)
+    assert yb.stride() == fresh.stride()
     ya.square().sum().backward()
     yb.square().sum().backward()
     assert torch.allclose(xa.grad, xb.grad, atol=1e-4)
