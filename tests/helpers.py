@@ -1,6 +1,6 @@
 """What several test files share: the repository root, a toy model file's source, overrides for
-a tiny run on generated data, running a tool as a user would, and running a function on two gloo
-ranks (``from helpers import ...``)."""
+a tiny run on generated data, running a tool as a user would, running a function on two gloo
+ranks, and a model's cross-entropy gradients (``from helpers import ...``)."""
 
 import os
 import subprocess
@@ -103,3 +103,13 @@ def on_two_gloo_ranks(worker, out_dir):
 
     mp.start_processes(_gloo_rank, args=(worker, str(out_dir)), nprocs=2, start_method="spawn")
     return [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=True) for r in range(2)]
+
+
+def cross_entropy_grads(model, x, y):
+    """Copies of ``model``'s parameter gradients after one cross-entropy backward pass on
+    ``(x, y)`` (the gradients are zeroed first)."""
+    import torch
+
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    return [p.grad.detach().clone() for p in model.parameters()]

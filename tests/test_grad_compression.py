@@ -3,7 +3,7 @@ each setting; the reference is computed here, from each rank's own (uncompressed
 
 import pytest
 import torch
-from helpers import on_two_gloo_ranks
+from helpers import cross_entropy_grads, on_two_gloo_ranks
 
 from zoo.config import get_cfg
 from zoo.engine.ddp_comm import COMPRESSIONS, ddp_options, register_compression
@@ -22,10 +22,7 @@ def _batch(rank):
 
 
 def _grads(model, rank):
-    x, y = _batch(rank)
-    model.zero_grad()
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-    return [p.grad.detach().clone() for p in model.parameters()]
+    return cross_entropy_grads(model, *_batch(rank))
 
 
 def _rank(rank):

@@ -5,7 +5,7 @@ channels-last conv net trains with it (several buckets, so several hooks per ste
 
 import pytest
 import torch
-from helpers import on_two_gloo_ranks
+from helpers import cross_entropy_grads, on_two_gloo_ranks
 
 from zoo.config import get_cfg
 from zoo.engine.ddp_comm import ddp_options, register_compression
@@ -29,10 +29,7 @@ def _sample(rank):
 
 
 def _grads(model, rank):
-    x, y = _sample(rank)
-    model.zero_grad()
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-    return [p.grad.detach().clone() for p in model.parameters()]
+    return cross_entropy_grads(model, *_sample(rank))
 
 
 def _cfg(rank, start=2):

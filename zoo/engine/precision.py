@@ -198,7 +198,7 @@ def _channels_last_strides(y: torch.Tensor) -> torch.Tensor:
 
     A reshape of a channels-last clip batch of one gives the batch dimension the channels'
     stride (C instead of C*T*H*W). The layout is the same, but PyTorch's batch norm no longer
-    calls that tensor channels-last, and its backward pass falls back to a generic kernel 2.5-3x
+    calls that tensor channels-last, and its backward pass falls back to a generic kernel 2.5-4x
     slower than the channels-last one. Other tensors are returned as they are.
     """
     n, c, t, h, w = y.shape
