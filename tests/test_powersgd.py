@@ -9,7 +9,7 @@ from helpers import cross_entropy_grads, on_two_gloo_ranks
 
 from zoo.config import get_cfg
 from zoo.engine.ddp_comm import ddp_options, register_compression
-from zoo.engine.powersgd import PowerSGDState
+from zoo.engine.powersgd import PowerSGDState, make_state, powersgd_hook
 
 N = 64
 STEPS = 6  # 2 warm-up steps, 4 compressed
@@ -51,6 +51,14 @@ def _conv_net():
     return net.to(memory_format=torch.channels_last_3d)
 
 
+def _watching_hook(state, bucket):
+    compressed = state.step >= state.start_step
+    fut = powersgd_hook(state, bucket)
+    if compressed:
+        state.watched.append((bucket.index(), bucket.is_last(), fut.done()))
+    return fut
+
+
 def _rank(rank):
     results = {"local": _grads(_linear(), rank)}
     for r in (1, 2):
@@ -64,6 +72,20 @@ def _rank(rank):
             results[f"error_ptrs{r}"].append([state.errors[k].data_ptr()
                                               for k in sorted(state.errors)])
         results[f"errors{r}"] = [state.errors[k] for k in sorted(state.errors)]
+    # Each compressed bucket's hook call is watched: is its result already there when the call
+    # returns? Four 1 MB layers: DDP's first bucket holds 1 MB, then each layer has its own.
+    torch.manual_seed(2)
+    mlp = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])
+    g = torch.Generator().manual_seed(200 + rank)
+    x, y = torch.randn(2, 512, generator=g), torch.randint(0, 512, (2,), generator=g)
+    results["mlp_local"] = cross_entropy_grads(mlp, x, y)  # rank <= 2 each: the mean rank <= 4
+    ddp = torch.nn.parallel.DistributedDataParallel(mlp, **ddp_options(_cfg(4)))
+    state = make_state(_cfg(4))
+    state.watched = []
+    ddp.register_comm_hook(state, _watching_hook)
+    for _ in range(STEPS):
+        results["mlp_applied"] = cross_entropy_grads(ddp, x, y)
+    results["watched"] = state.watched
     # A channels-last conv net trains: 12 SGD steps on one fixed batch per rank.
     ddp = torch.nn.parallel.DistributedDataParallel(_conv_net(), **ddp_options(_cfg(2, start=3)))
     register_compression(ddp, _cfg(2, start=3))
@@ -142,6 +164,26 @@ def test_errors_are_kept_in_place(runs):
         ptrs = runs[0][f"error_ptrs{r}"]
         assert ptrs[0] == ptrs[1] == []  # the warm-up keeps nothing
         assert len(ptrs[2]) == 2 and ptrs[2] == ptrs[3] == ptrs[-1]
+
+
+def test_buckets_travel_while_the_backward_pass_goes_on(runs):
+    """A compressed bucket's hook returns before its messages are back (its result is finished in
+    the next buckets' calls), except the last bucket's, which finishes every bucket of the pass."""
+    watched = runs[0]["watched"]
+    buckets = 1 + max(index for index, _, _ in watched)
+    assert buckets >= 3 and len(watched) == (STEPS - 2) * buckets  # 2 warm-up steps
+    for index, last, done in watched:
+        assert last == (index == buckets - 1)
+        assert done == last, (index, done)
+
+
+def test_buckets_in_flight_get_the_mean(runs):
+    """With several buckets in flight at once, each still gets its own mean (rank 4 rebuilds
+    these rank-4 means), the same on both ranks."""
+    for i, (a, b) in enumerate(zip(runs[0]["mlp_applied"], runs[1]["mlp_applied"])):
+        assert torch.equal(a, b), i
+        want = (runs[0]["mlp_local"][i] + runs[1]["mlp_local"][i]) / 2
+        assert torch.allclose(a, want, rtol=1e-4, atol=1e-5 * want.abs().max()), i
 
 
 def test_conv_net_trains_with_it(runs):

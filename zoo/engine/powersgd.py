@@ -16,11 +16,12 @@ step) buckets are all-reduced whole.
 
 Why zoo's own hook rather than torch's ``powerSGD_hook``: torch's sends its second all-reduce from
 a callback on the communication thread while the backward pass sends later buckets, so over gloo
-two ranks issued their collectives in different orders and aborted (see ``ddp_comm.py``). Here a
-bucket's collectives are issued and waited for by the thread that runs the hook, bucket after
-bucket, so every rank issues the same sequence. The cost is that a bucket's two small
-all-reduces (together ~1.6% of the gradient's bytes at rank 4 for SlowFast-R50) do not overlap
-the backward pass.
+two ranks issued their collectives in different orders and aborted (see ``ddp_comm.py``). Here the
+thread that runs the hook issues every collective, in bucket order, so every rank issues the same
+sequence; none is waited for where it is issued. A bucket's three stages (``P`` sent, ``Q`` sent,
+result) run in the hook's calls for it and for the next two buckets, and the last bucket's call
+finishes them all: a bucket's two small all-reduces travel while the backward pass computes the
+next buckets' gradients, and a rank waits for the other only where a message is needed.
 
 The errors and ``Q`` factors are per rank and are not saved in checkpoints: a resumed run starts
 them from zero (and repeats the warm-up), so with ``powersgd`` a resume is not bit-exact.
@@ -58,6 +59,7 @@ class PowerSGDState:
         self.step = 0
         self.errors: Dict[Tuple[int, int], torch.Tensor] = {}
         self.qs: Dict[Tuple[int, int], torch.Tensor] = {}
+        self.in_flight: List["_InFlight"] = []  # buckets of this backward pass not yet finished
 
     def first_q(self, key: Tuple[int, int], cols: int, rank: int) -> torch.Tensor:
         """The starting ``Q`` of matrix ``key`` (bucket, position): seeded, equal on all ranks."""
@@ -65,19 +67,106 @@ class PowerSGDState:
         return torch.randn(cols, rank, generator=g)
 
 
-def _done(tensor: torch.Tensor) -> torch.futures.Future:
-    fut: torch.futures.Future = torch.futures.Future()
-    fut.set_result(tensor)
-    return fut
+class _InFlight:
+    """A compressed bucket between its hook and its result: what its later stages need."""
+
+    def __init__(self, buffer: torch.Tensor) -> None:
+        self.buffer = buffer
+        self.future: torch.futures.Future = torch.futures.Future()
+        self.vectors: List[torch.Tensor] = []
+        # key, the bucket's gradient, the gradient as an n x m matrix, error + gradient / world
+        self.matrices: List[Tuple[Tuple[int, int], torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.ps: List[torch.Tensor] = []
+        self.qs: List[torch.Tensor] = []
+        self.flat = buffer.new_zeros(0)
+        self.work: Optional[dist.Work] = None
+        self.stage = 1  # 1: P sent, 2: Q sent
 
 
-def _all_reduce(flat: torch.Tensor, group) -> None:
-    if flat.numel():
-        dist.all_reduce(flat, group=group)
+def _send(b: _InFlight, flat: torch.Tensor, group) -> None:
+    """All-reduce ``flat`` without waiting; :func:`_receive` waits for it."""
+    b.flat = flat
+    b.work = dist.all_reduce(flat, group=group, async_op=True) if flat.numel() else None
+
+
+def _receive(b: _InFlight) -> torch.Tensor:
+    if b.work is not None:
+        b.work.wait()
+    return b.flat
 
 
 def _split(flat: torch.Tensor, sizes: List[int]) -> List[torch.Tensor]:
     return list(torch.split(flat, sizes)) if sizes else []
+
+
+def _send_ps(state: "PowerSGDState", bucket: dist.GradBucket, world: int) -> _InFlight:
+    """Stage 1: the error feedback, then message 1 (the vectors as they are, ``P = M Q`` of every
+    matrix), sent without waiting."""
+    b = _InFlight(bucket.buffer())
+    scale = 1.0 / world
+    for i, grad in enumerate(bucket.gradients()):
+        n = grad.shape[0] if grad.dim() > 1 else 0
+        m = grad.numel() // n if n else 0
+        r = min(state.rank, n, m)
+        if grad.dim() < 2 or r * (n + m) >= n * m:
+            b.vectors.append(grad.div_(world))
+            continue
+        key = (bucket.index(), i)
+        mat = grad.reshape(n, m)  # a view: the bucket's gradients are contiguous views
+        acc = state.errors.get(key)
+        if acc is None:
+            acc = mat.float().mul(scale)  # a new tensor, this rank's from now on
+            state.errors[key] = acc
+        else:
+            acc.add_(mat, alpha=scale)
+        if key not in state.qs:
+            state.qs[key] = state.first_q(key, m, r)
+        b.matrices.append((key, grad, mat, acc))
+    b.ps = [acc @ state.qs[key] for key, _, _, acc in b.matrices]
+    parts = [v.reshape(-1).float() for v in b.vectors] + [p.reshape(-1) for p in b.ps]
+    _send(b, torch.cat(parts) if parts else b.buffer.new_zeros(0), state.group)
+    return b
+
+
+def _send_qs(state: "PowerSGDState", b: _InFlight) -> None:
+    """Stage 2: message 1 arrived; orthonormalise the ``P``s and send ``Q = M^T P``."""
+    parts = _split(_receive(b), [v.numel() for v in b.vectors] + [p.numel() for p in b.ps])
+    for v, part in zip(b.vectors, parts):
+        v.copy_(part.view(v.shape))
+    b.ps = [torch.linalg.qr(part.view(p.shape)).Q for p, part in zip(b.ps, parts[len(b.vectors):])]
+    b.qs = [(p.t() @ acc).t() for (_, _, _, acc), p in zip(b.matrices, b.ps)]  # 2x M^T @ P's speed
+    _send(b, torch.cat([q.reshape(-1) for q in b.qs]) if b.qs else b.buffer.new_zeros(0),
+          state.group)
+    b.stage = 2
+
+
+def _apply(state: "PowerSGDState", b: _InFlight, world: int) -> None:
+    """Stage 3: message 2 arrived; the bucket gets ``P Q^T``, each error what it left out."""
+    for (key, grad, mat, acc), p, q, part in zip(b.matrices, b.ps, b.qs,
+                                                 _split(_receive(b), [q.numel() for q in b.qs])):
+        q = part.view(q.shape)
+        # P Q^T is the approximated mean of every rank's share; this rank keeps its share of what
+        # was left out (the errors of all ranks add up to mean - P Q^T, sent again next step).
+        acc.addmm_(p, q.t(), alpha=-1.0 / world)
+        state.qs[key] = q
+        if mat.dtype == torch.float32 and mat.data_ptr() == grad.data_ptr() \
+                and mat.is_contiguous():
+            torch.mm(p, q.t(), out=mat)  # straight into the bucket
+        else:
+            grad.copy_((p @ q.t()).view(grad.shape))
+    b.future.set_result(b.buffer)
+
+
+def _advance(state: "PowerSGDState", world: int) -> None:
+    """Move every bucket in flight one stage on: the one whose ``P`` was sent sends its ``Q``,
+    then the one whose ``Q`` was sent gets its result."""
+    sent_q = [b for b in state.in_flight if b.stage == 2]
+    for b in state.in_flight:
+        if b.stage == 1:
+            _send_qs(state, b)
+    for b in sent_q:
+        _apply(state, b, world)
+        state.in_flight.remove(b)
 
 
 def powersgd_hook(state: "PowerSGDState",
@@ -88,69 +177,30 @@ def powersgd_hook(state: "PowerSGDState",
     ``error + gradient / world``, both factors are taken from it, the approximation is subtracted
     from it with one ``addmm`` (the new error), and the approximation is written straight into
     the bucket. Five reads and three writes of the gradient's size, no temporary of that size.
+
+    The three stages of a bucket run in this hook's calls for it and the next two buckets (the
+    last bucket's call finishes them all), so a bucket's messages travel while the backward pass
+    computes the next buckets' gradients, and every rank issues the same collectives in the same
+    order (this thread issues all of them, in bucket order).
     """
-    buffer = bucket.buffer()
     group = state.group
     world = dist.get_world_size(group)
     if state.step < state.start_step:
-        buffer.div_(world)
-        dist.all_reduce(buffer, group=group)
+        buffer = bucket.buffer().div_(world)
+        fut = dist.all_reduce(buffer, group=group, async_op=True).get_future()
         if bucket.is_last():
             state.step += 1
-        return _done(buffer)
-
-    scale = 1.0 / world
-    index = bucket.index()
-    vectors: List[torch.Tensor] = []
-    # key, the bucket's gradient, the gradient as an n x m matrix, error + gradient / world
-    matrices: List[Tuple[Tuple[int, int], torch.Tensor, torch.Tensor, torch.Tensor]] = []
-    for i, grad in enumerate(bucket.gradients()):
-        n = grad.shape[0] if grad.dim() > 1 else 0
-        m = grad.numel() // n if n else 0
-        r = min(state.rank, n, m)
-        if grad.dim() < 2 or r * (n + m) >= n * m:
-            vectors.append(grad.div_(world))
-            continue
-        key = (index, i)
-        mat = grad.reshape(n, m)  # a view: the bucket's gradients are contiguous views
-        acc = state.errors.get(key)
-        if acc is None:
-            acc = mat.float().mul(scale)  # a new tensor, this rank's from now on
-        else:
-            acc.add_(mat, alpha=scale)
-        if key not in state.qs:
-            state.qs[key] = state.first_q(key, m, r)
-        matrices.append((key, grad, mat, acc))
-
-    # Message 1: the vectors as they are, and P = M Q of every matrix.
-    ps = [acc @ state.qs[key] for key, _, _, acc in matrices]
-    first = torch.cat([v.reshape(-1).float() for v in vectors] + [p.reshape(-1) for p in ps]) \
-        if vectors or ps else buffer.new_zeros(0)
-    _all_reduce(first, group)
-    parts = _split(first, [v.numel() for v in vectors] + [p.numel() for p in ps])
-    for v, part in zip(vectors, parts):
-        v.copy_(part.view(v.shape))
-    ps = [torch.linalg.qr(part.view(p.shape)).Q for p, part in zip(ps, parts[len(vectors):])]
-
-    # Message 2: Q = M^T P of every matrix; then each rank applies P Q^T and keeps what it missed.
-    qs = [(p.t() @ acc).t() for (_, _, _, acc), p in zip(matrices, ps)]  # 2x M^T @ P's speed
-    second = torch.cat([q.reshape(-1) for q in qs]) if qs else buffer.new_zeros(0)
-    _all_reduce(second, group)
-    for (key, grad, mat, acc), p, q, part in zip(matrices, ps, qs,
-                                                 _split(second, [q.numel() for q in qs])):
-        q = part.view(q.shape)
-        # P Q^T is the approximated mean of every rank's share; this rank keeps its share of what
-        # was left out (the errors of all ranks add up to mean - P Q^T, sent again next step).
-        state.errors[key] = acc.addmm_(p, q.t(), alpha=-scale)
-        state.qs[key] = q
-        if mat.dtype == torch.float32 and mat.data_ptr() == grad.data_ptr() \
-                and mat.is_contiguous():
-            torch.mm(p, q.t(), out=mat)  # straight into the bucket
-        else:
-            grad.copy_((p @ q.t()).view(grad.shape))
+        return fut.then(lambda f: f.value()[0])
+    if bucket.index() == 0:
+        state.in_flight.clear()  # a new backward pass: nothing of an aborted one is finished
+    fresh = _send_ps(state, bucket, world)
+    _advance(state, world)
+    state.in_flight.append(fresh)
     if bucket.is_last():
+        while state.in_flight:
+            _advance(state, world)
         state.step += 1
-    return _done(buffer)
+    return fresh.future
 
 
 def make_state(cfg, group: Optional[object] = None) -> PowerSGDState:
