@@ -83,10 +83,10 @@ class _InFlight:
         self.stage = 1  # 1: P sent, 2: Q sent
 
 
-def _send(b: _InFlight, flat: torch.Tensor, group) -> None:
-    """All-reduce ``flat`` without waiting; :func:`_receive` waits for it."""
-    b.flat = flat
-    b.work = dist.all_reduce(flat, group=group, async_op=True) if flat.numel() else None
+def _send(b: _InFlight, parts: List[torch.Tensor], group) -> None:
+    """All-reduce ``parts`` as one flat message without waiting; :func:`_receive` waits for it."""
+    b.flat = torch.cat(parts) if parts else b.buffer.new_zeros(0)
+    b.work = dist.all_reduce(b.flat, group=group, async_op=True) if b.flat.numel() else None
 
 
 def _receive(b: _InFlight) -> torch.Tensor:
@@ -123,8 +123,8 @@ def _send_ps(state: "PowerSGDState", bucket: dist.GradBucket, world: int) -> _In
             state.qs[key] = state.first_q(key, m, r)
         b.matrices.append((key, grad, mat, acc))
     b.ps = [acc @ state.qs[key] for key, _, _, acc in b.matrices]
-    parts = [v.reshape(-1).float() for v in b.vectors] + [p.reshape(-1) for p in b.ps]
-    _send(b, torch.cat(parts) if parts else b.buffer.new_zeros(0), state.group)
+    _send(b, [v.reshape(-1).float() for v in b.vectors] + [p.reshape(-1) for p in b.ps],
+          state.group)
     return b
 
 
@@ -135,8 +135,7 @@ def _send_qs(state: "PowerSGDState", b: _InFlight) -> None:
         v.copy_(part.view(v.shape))
     b.ps = [torch.linalg.qr(part.view(p.shape)).Q for p, part in zip(b.ps, parts[len(b.vectors):])]
     b.qs = [(p.t() @ acc).t() for (_, _, _, acc), p in zip(b.matrices, b.ps)]  # 2x M^T @ P's speed
-    _send(b, torch.cat([q.reshape(-1) for q in b.qs]) if b.qs else b.buffer.new_zeros(0),
-          state.group)
+    _send(b, [q.reshape(-1) for q in b.qs], state.group)
     b.stage = 2
 
 
