@@ -43,11 +43,13 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
     complete (written as ``<dst>.part.mp4`` first)."""
     import av
 
+    from zoo.data.decode_pyav import OPEN_OPTIONS
+
     part = dst + ".part.mp4"
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
     frames = 0
     try:
-        with av.open(src, metadata_errors="ignore") as inp:
+        with av.open(src, **OPEN_OPTIONS) as inp:
             if not inp.streams.video:
                 raise ValueError("no video stream")
             stream = inp.streams.video[0]

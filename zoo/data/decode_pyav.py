@@ -75,11 +75,15 @@ _OFF_GRID = 0.35
 _SCALE_FILTER = "BILINEAR"
 # PyAV 17 added threaded scaling (and ``threads``); planar RGB out is then the faster scaled
 # output (see _rgb), before it packed RGB (the same pixels).
-_SCALER_THREADS = int(av.__version__.split(".")[0]) >= 17
+_AV_MAJOR = int(av.__version__.split(".")[0])
+_SCALER_THREADS = _AV_MAJOR >= 17
 _SCALED_FORMAT = "gbrp" if _SCALER_THREADS else "rgb24"
 # Containers (FFmpeg demuxer names) that store presentation timestamps; the rest are decoded from
 # the start. AVI stores none (decode order only), raw streams no timestamps at all.
 _PTS_FORMATS = {"mov", "mp4", "matroska", "webm"}
+# A badly encoded title must not make a video unreadable: PyAV before 19 raises on metadata that
+# is not UTF-8 unless told to ignore it; 19 decodes it leniently and has no such argument.
+OPEN_OPTIONS = {"metadata_errors": "ignore"} if _AV_MAJOR < 19 else {}
 
 
 class _VariableRate(Exception):
@@ -145,8 +149,7 @@ class PyAVReader(VideoReader):
         path, threads = self.path, self._threads
         left = remaining_time()
         try:
-            # metadata_errors="ignore": a badly encoded title must not make a video unreadable.
-            self._container = av.open(path, metadata_errors="ignore", timeout=left)
+            self._container = av.open(path, timeout=left, **OPEN_OPTIONS)
         except Exception as e:  # FFmpeg raises many error types for a broken file
             raise DecodeError(f"{path}: cannot open ({one_line(e)})", "open") from None
         if not self._container.streams.video:
