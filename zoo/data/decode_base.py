@@ -31,7 +31,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -70,6 +70,97 @@ class DecodeTimeout(DecodeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, kind="timeout")
+
+
+class DecoderLibraryError(RuntimeError):
+    """A decoding library failed in a way no broken file explains: a call its installed release
+    does not have (``TypeError``, ``AttributeError``), a part of it that does not load
+    (``ImportError``, a missing codec library). It is never counted as a bad video: it stops the
+    job at the first video, with one line naming the library, its version and the call."""
+
+
+# What a library raises when zoo calls it in a way its installed release does not support, or
+# when a part of it cannot load: never a property of one file.
+LIBRARY_API_ERRORS: Tuple[type, ...] = (TypeError, AttributeError, ImportError, NameError)
+
+
+@dataclass(frozen=True)
+class DecodingLibrary:
+    """A library a reader calls, and which of its exceptions mean "this file is broken".
+
+    Attributes:
+        name: As users know it ("PyAV", "OpenCV").
+        module: Its import name, for the version ("av", "cv2").
+        file_errors: What it raises for a broken, truncated or unreadable file. Checked before
+            :data:`LIBRARY_API_ERRORS`, so a library's own error class that also derives from one
+            of those (PyAV's errors from FFmpeg) still means the file.
+    """
+
+    name: str
+    module: str
+    file_errors: Tuple[type, ...]
+
+    def version(self) -> str:
+        """The installed release (``"unknown"`` when the module has no ``__version__``)."""
+        import importlib
+
+        try:
+            return str(getattr(importlib.import_module(self.module), "__version__", "unknown"))
+        except ImportError:
+            return "not importable"
+
+    def failure(self, error: BaseException) -> DecoderLibraryError:
+        """The :class:`DecoderLibraryError` for ``error``, naming the call that raised it."""
+        return DecoderLibraryError(
+            f"{self.name} {self.version()}: {_failed_call(error)} raised "
+            f"{type(error).__name__}: {one_line(error)} - this {self.name} does not work with zoo "
+            f"(an API change or a broken install, not a bad video): install a {self.name} release "
+            "that zoo supports (README, Supported versions) or report it"
+        )
+
+    @contextmanager
+    def reading(self, path: str, what: str, kind: Union[str, Callable[[str], str]] = "decode",
+                reason: Optional[Callable[[BaseException], str]] = None) -> Iterator[None]:
+        """Turn what the block raises into the reader contract's errors.
+
+        A file error becomes ``DecodeError(f"{path}: {what} ({reason})", kind)`` (``kind`` may be
+        a function of the reason), an API error becomes :class:`DecoderLibraryError`, and
+        anything else (zoo's own errors included) passes unchanged.
+        """
+        try:
+            yield
+        except DecodeError:
+            raise
+        except self.file_errors as e:
+            message = (reason or one_line)(e)
+            raise DecodeError(f"{path}: {what} ({message})",
+                              kind(message) if callable(kind) else kind) from None
+        except LIBRARY_API_ERRORS as e:
+            raise self.failure(e) from e
+
+
+def open_kind(reason: str) -> str:
+    """The bad-video kind of a failed open, from the library's message."""
+    return "no_video" if "video stream" in reason.lower() else "open"
+
+
+def _failed_call(error: BaseException) -> str:
+    """The line of zoo's code that made the failed call, quoted, with its file and line."""
+    import linecache
+
+    where = None
+    tb = error.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if os.sep + "zoo" + os.sep in filename:
+            where = (filename, tb.tb_lineno)
+        tb = tb.tb_next
+    if where is None:
+        return "a call"
+    filename, lineno = where
+    source = linecache.getline(filename, lineno).strip()
+    short = filename[filename.rindex(os.sep + "zoo" + os.sep) + 1:]
+    return f"`{source}` ({short}:{lineno})" if source else f"{short}:{lineno}"
 
 
 @dataclass(frozen=True)

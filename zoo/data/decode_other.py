@@ -15,13 +15,14 @@ import numpy as np
 from .decode_base import (
     END_SLACK,
     DecodeError,
+    DecodingLibrary,
     VideoReader,
     check_deadline,
     check_file,
     check_indices,
     fill_rows,
     index_rows,
-    one_line,
+    open_kind,
 )
 
 # With OpenCV, needed frames closer than this are reached with grab(), not with a seek.
@@ -48,6 +49,16 @@ def _quiet_cv2():
     return cv2
 
 
+def _opencv(cv2) -> DecodingLibrary:
+    # A broken file makes OpenCV return False, or raise cv2.error; anything else is its API.
+    return DecodingLibrary("OpenCV", "cv2", (cv2.error, OSError))
+
+
+def _decord(decord) -> DecodingLibrary:
+    # decord's own error (DECORDError, a RuntimeError) for broken files, and the file system's.
+    return DecodingLibrary("decord", "decord", (RuntimeError, ValueError, OSError))
+
+
 class OpenCVReader(VideoReader):
     """A video read with OpenCV's FFmpeg backend (``cv2.VideoCapture``).
 
@@ -66,7 +77,7 @@ class OpenCVReader(VideoReader):
 
     def __init__(self, path: str, num_frames_hint: int = -1, threads: int = 0) -> None:
         cv2 = _quiet_cv2()
-        self._cv2 = cv2
+        self._cv2, self._library = cv2, _opencv(cv2)
         self.path = path
         self._threads = threads
         check_file(path)
@@ -86,10 +97,9 @@ class OpenCVReader(VideoReader):
     def _open(self):
         cv2 = self._cv2
         params = [cv2.CAP_PROP_N_THREADS, self._threads] if self._threads > 0 else []
-        try:
+        # (Some builds raise instead of returning an unopened capture.)
+        with self._library.reading(self.path, "cannot open", "open"):
             cap = cv2.VideoCapture(self.path, cv2.CAP_FFMPEG, params)
-        except Exception as e:  # some builds raise instead of returning an unopened capture
-            raise DecodeError(f"{self.path}: cannot open ({one_line(e)})", "open") from None
         if not cap.isOpened():
             raise DecodeError(f"{self.path}: cannot open (not a video OpenCV can read)", "open")
         return cap
@@ -166,7 +176,7 @@ class OpenCVReader(VideoReader):
         out = None
         last_image = None
         last_read = -1  # index of the last frame actually grabbed
-        try:
+        with self._library.reading(self.path, "cannot decode"):
             for index in wanted:
                 self._go_to(index)
                 ok = True
@@ -193,10 +203,6 @@ class OpenCVReader(VideoReader):
                     raise DecodeError(f"{self.path}: frame {index} cannot be decoded", "decode")
                 last_image = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
                 out = fill_rows(out, len(indices), rows[index], last_image)
-        except DecodeError:
-            raise
-        except Exception as e:
-            raise DecodeError(f"{self.path}: cannot decode ({one_line(e)})", "decode") from None
         return out
 
 
@@ -225,7 +231,7 @@ class DecordReader(VideoReader):
                 "CONFIG.DATA.DECODER 'decord' needs the decord package: pip install decord "
                 "(or use 'pyav', the default)"
             ) from None
-        self._decord = decord
+        self._decord, self._library = decord, _decord(decord)
         self.path = path
         self._threads = max(threads, 1)
         check_file(path)
@@ -237,12 +243,9 @@ class DecordReader(VideoReader):
         self.fps = float(fps) if fps and fps > 0 else None
 
     def _open(self) -> None:
-        try:
+        with self._library.reading(self.path, "cannot open", open_kind):
             self._vr = self._decord.VideoReader(self.path, ctx=self._decord.cpu(0),
                                                 num_threads=self._threads)
-        except Exception as e:
-            kind = "no_video" if "video stream" in str(e).lower() else "open"
-            raise DecodeError(f"{self.path}: cannot open ({one_line(e)})", kind) from None
         self._next = 0  # index of the frame next() returns
 
     def close(self) -> None:
@@ -263,16 +266,13 @@ class DecordReader(VideoReader):
             self._open()  # back to the start: decord's own seek is not exact
         out = None
         try:
-            for index in wanted:
-                while self._next <= index:
-                    check_deadline()
-                    frame = self._vr.next()
-                    self._next += 1
-                out = fill_rows(out, len(indices), rows[index], frame.asnumpy())
+            with self._library.reading(self.path, "cannot decode"):
+                for index in wanted:
+                    while self._next <= index:
+                        check_deadline()
+                        frame = self._vr.next()
+                        self._next += 1
+                    out = fill_rows(out, len(indices), rows[index], frame.asnumpy())
         except StopIteration:
             raise _short(self.path, index, self._next - 1, self._len) from None
-        except DecodeError:
-            raise
-        except Exception as e:
-            raise DecodeError(f"{self.path}: cannot decode ({one_line(e)})", "decode") from None
         return out

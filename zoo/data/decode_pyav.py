@@ -51,13 +51,13 @@ from av.video.reformatter import VideoReformatter
 from .decode_base import (
     END_SLACK,
     DecodeError,
+    DecodingLibrary,
     OutputSize,
     VideoReader,
     check_deadline,
     check_file,
     check_indices,
     index_rows,
-    one_line,
     remaining_time,
     upright,
 )
@@ -84,6 +84,12 @@ _PTS_FORMATS = {"mov", "mp4", "matroska", "webm"}
 # A badly encoded title must not make a video unreadable: PyAV before 19 raises on metadata that
 # is not UTF-8 unless told to ignore it; 19 decodes it leniently and has no such argument.
 OPEN_OPTIONS = {"metadata_errors": "ignore"} if _AV_MAJOR < 19 else {}
+
+
+# What PyAV raises for a broken file: FFmpeg's errors (every ``av.error`` class), the file
+# system's, and a truncated stream's end. Anything else it raises (TypeError, AttributeError, ...)
+# is a call this PyAV does not support, and stops the job (DecoderLibraryError).
+PYAV = DecodingLibrary("PyAV", "av", (av.error.FFmpegError, OSError, EOFError))
 
 
 class _VariableRate(Exception):
@@ -146,12 +152,12 @@ class PyAVReader(VideoReader):
 
     def _open(self) -> None:
         """Open (or open again, to restart from the beginning) the container and its decoder."""
+        with PYAV.reading(self.path, "cannot open", "open"):
+            self._open_stream()
+
+    def _open_stream(self) -> None:
         path, threads = self.path, self._threads
-        left = remaining_time()
-        try:
-            self._container = av.open(path, timeout=left, **OPEN_OPTIONS)
-        except Exception as e:  # FFmpeg raises many error types for a broken file
-            raise DecodeError(f"{path}: cannot open ({one_line(e)})", "open") from None
+        self._container = av.open(path, timeout=remaining_time(), **OPEN_OPTIONS)
         if not self._container.streams.video:
             self._container.close()
             raise DecodeError(f"{path}: no video stream", "no_video")
@@ -225,15 +231,11 @@ class PyAVReader(VideoReader):
             self._restart()
         self._pristine = False
         self._stream_iter = None  # the demuxer moves: a running decode cannot continue
-        try:
+        with PYAV.reading(self.path, "cannot read"):
             for packet in self._container.demux(self._stream):
                 check_deadline()
                 if packet.size:
                     yield packet
-        except DecodeError:
-            raise
-        except Exception as e:
-            raise DecodeError(f"{self.path}: cannot read ({one_line(e)})", "decode") from None
 
     def _count_packets(self) -> int:
         count = sum(1 for _ in self._packets())
@@ -266,7 +268,7 @@ class PyAVReader(VideoReader):
         indices = check_indices(indices)
         wanted = sorted(set(indices))
         sink = _Sink(len(indices), index_rows(indices))
-        try:
+        with PYAV.reading(self.path, "cannot decode"):
             if not self._sequential:
                 try:
                     self._decode_skipping(wanted, sink)
@@ -274,10 +276,6 @@ class PyAVReader(VideoReader):
                     self._sequential = True
             if self._sequential:
                 self._decode_sequential(wanted, sink)
-        except DecodeError:
-            raise
-        except Exception as e:
-            raise DecodeError(f"{self.path}: cannot decode ({one_line(e)})", "decode") from None
         return sink.out
 
     def _decode_skipping(self, wanted: List[int], sink: "_Sink") -> None:

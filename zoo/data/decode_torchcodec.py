@@ -27,12 +27,15 @@ import numpy as np
 
 from .decode_base import (
     END_SLACK,
+    LIBRARY_API_ERRORS,
     DecodeError,
+    DecodingLibrary,
     VideoReader,
     check_deadline,
     check_file,
     check_indices,
     one_line,
+    open_kind,
 )
 
 # Containers in which torchcodec's exact mode returned every frame right (see the module doc).
@@ -48,6 +51,8 @@ _CHUNK = 16
 _ISO_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot")
 # torchcodec's C++ errors start with "Class, /build/path/File.cpp:NN, ": not for the user.
 _CPP_PREFIX = re.compile(r"^\S+, \S+\.cpp:\d+, ")
+# FFmpeg's errors come back from torchcodec's C++ as RuntimeError / ValueError.
+TORCHCODEC = DecodingLibrary("torchcodec", "torchcodec", (RuntimeError, ValueError, OSError))
 _EXTENSIONS = {
     ".mp4": "mp4", ".m4v": "mp4", ".mov": "mp4", ".3gp": "mp4", ".mkv": "matroska",
     ".webm": "matroska", ".gif": "gif", ".avi": "avi", ".ts": "mpegts", ".mts": "mpegts",
@@ -107,11 +112,15 @@ def _import_torchcodec():
             "torchcodec (and FFmpeg's libraries, e.g. apt-get install ffmpeg), or use 'auto'"
         ) from None
     except Exception as e:  # installed, but its FFmpeg libraries cannot be loaded
-        raise ImportError(
-            f"torchcodec is installed but cannot load FFmpeg ({one_line(e)}); install FFmpeg 4-7 "
-            "(e.g. apt-get install ffmpeg) or use CONFIG.DATA.DECODER 'auto'"
-        ) from None
+        raise _cannot_load(e) from None
     return VideoDecoder
+
+
+def _cannot_load(error: BaseException) -> ImportError:
+    return ImportError(
+        f"torchcodec {TORCHCODEC.version()} is installed but cannot load FFmpeg "
+        f"({one_line(error)}); install FFmpeg's libraries (e.g. apt-get install ffmpeg) or use "
+        "CONFIG.DATA.DECODER 'auto'")
 
 
 class TorchCodecReader(VideoReader):
@@ -154,12 +163,14 @@ class TorchCodecReader(VideoReader):
     def _open(self, decoder_class, threads: int):
         check_deadline()
         try:
-            return decoder_class(self.path, seek_mode="exact", dimension_order="NHWC",
-                                 num_ffmpeg_threads=threads)
-        except Exception as e:  # FFmpeg's errors come back as RuntimeError / ValueError
-            message = _reason(e)
-            kind = "no_video" if "video stream" in message.lower() else "open"
-            raise DecodeError(f"{self.path}: cannot open ({message})", kind) from None
+            with TORCHCODEC.reading(self.path, "cannot open", open_kind, _reason):
+                return decoder_class(self.path, seek_mode="exact", dimension_order="NHWC",
+                                     num_ffmpeg_threads=threads)
+        except DecodeError as e:
+            # torchcodec 0.17 imports without FFmpeg and loads it at the first decoder it makes.
+            if "Could not load libtorchcodec" in str(e):
+                raise _cannot_load(e.__context__ or e) from None
+            raise
 
     def close(self) -> None:
         self._decoder = None
@@ -184,7 +195,9 @@ class TorchCodecReader(VideoReader):
             batch, pts = frames.data.numpy(), frames.pts_seconds.tolist()
         except DecodeError:  # the time limit
             raise
-        except Exception:
+        except LIBRARY_API_ERRORS as e:
+            raise TORCHCODEC.failure(e) from e
+        except TORCHCODEC.file_errors:
             # Seen on open-GOP H.264: a seek into the last GOP fails although decoding through
             # to it works, so the frames are reached from an earlier keyframe instead.
             batch, pts = self._decode_through(wanted)
@@ -209,7 +222,8 @@ class TorchCodecReader(VideoReader):
         rows: Dict[int, int] = {i: k for k, i in enumerate(wanted)}
         out: Optional[np.ndarray] = None
         pts = [0.0] * len(wanted)
-        try:
+        with TORCHCODEC.reading(self.path, f"cannot decode frames {wanted[0]}-{wanted[-1]}",
+                                reason=_reason):
             for first in range(start, wanted[-1] + 1, _CHUNK):
                 check_deadline()
                 stop = min(first + _CHUNK, wanted[-1] + 1)
@@ -222,9 +236,4 @@ class TorchCodecReader(VideoReader):
                 for i in range(first, stop):
                     if i in rows:
                         out[rows[i]], pts[rows[i]] = chunk[i - first], seconds[i - first]
-        except DecodeError:
-            raise
-        except Exception as e:
-            raise DecodeError(f"{self.path}: cannot decode frames {wanted[0]}-{wanted[-1]} "
-                              f"({_reason(e)})", "decode") from None
         return out, pts

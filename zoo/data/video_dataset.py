@@ -253,6 +253,16 @@ class ClipDataset(Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
+    def probe(self, index: int) -> None:
+        """Open video ``index`` and decode the frames its item needs, as a loader worker would,
+        without transforming them (the data check before training).
+
+        Raises:
+            DecodeError: The video cannot be read.
+            DecoderLibraryError: The decoding library failed in a way no file explains.
+        """
+        self._read(index, self._item_generator(0, index))
+
     # ------------------------------------------------------------------ bad videos
 
     def __getitem__(self, item: Union[int, Tuple[int, int]]) -> Item:

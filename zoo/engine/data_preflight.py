@@ -7,6 +7,10 @@ names (so every list format and source it understands is understood here too) an
 * the list exists and has videos, and parses (AnnotationError / ConfigError from the reader);
 * labels stay below ``CONFIG.DATA.NUM_CLASSES`` when it is > 0 (``build_dataset`` checks it);
 * the data folder exists, and the first videos of the list are found in it;
+* the first video of the list decodes with ``CONFIG.DATA.DECODER`` (the next ones are tried when
+  it is unreadable): a decoding library that does not work here (an API its installed release does
+  not have, a part of it that cannot load) stops the job now, with one line naming the library,
+  its version and the call, instead of every video being skipped as unreadable in the workers;
 * training: ``CONFIG.TRAIN.BATCH_SIZE`` is not larger than the clips each process gets (its videos x
   ``CONFIG.DATA.CLIPS_PER_VIDEO``), with the
   loader's own arithmetic (a DistributedSampler without drop_last gives each of W processes
@@ -28,6 +32,8 @@ logger = logging.getLogger(__name__)
 # How many of a list's first videos are looked for on disk; all of them missing means the data
 # folder is wrong (a few missing videos are skipped and counted by the loader instead).
 _PROBE = 20
+# How many of a list's first videos are tried until one decodes (the decoding check).
+_DECODE_PROBE = 3
 
 
 def _data_key(cfg, split: str) -> str:
@@ -53,6 +59,30 @@ def _check_videos_found(cfg, split: str, dataset, data_path: str) -> None:
             f"{data_path!r} (e.g. {paths[0]!r} does not exist): is {key} the folder the list's "
             "paths are relative to?"
         )
+
+
+def _check_decoding(split: str, dataset) -> None:
+    """Decode the first readable one of the list's first videos (see the module docstring).
+
+    A :class:`~zoo.data.decode_base.DecoderLibraryError` passes through and stops the job;
+    unreadable videos only warn: the loader skips and counts them (``MAX_BAD_FRACTION``).
+    """
+    from ..data.decode_base import DecodeError, one_line
+
+    probe = getattr(dataset, "probe", None)
+    if probe is None:  # a dataset of the user's own, or generated clips: nothing to decode here
+        return
+    reasons = []
+    for index in range(min(len(dataset), _DECODE_PROBE)):
+        try:
+            probe(index)
+            return
+        except DecodeError as e:
+            reasons.append(one_line(e))
+    if reasons:
+        logger.warning("data check: the first %d videos of the %s list could not be decoded "
+                       "(%s); training skips unreadable videos", len(reasons), split,
+                       "; ".join(reasons))
 
 
 def processes_at_least(cfg, node_rank: Optional[int] = None) -> int:
@@ -114,4 +144,5 @@ def check_data(cfg, splits: Sequence[str], node_rank: Optional[int] = None) -> N
         _check_videos_found(cfg, split, dataset, dataset_kwargs(cfg, split)["data_path"])
         if split == "train":
             check_batch_size(cfg, len(dataset), processes)
+        _check_decoding(split, dataset)
         logger.info("data check: %s list has %d videos", split, len(dataset))

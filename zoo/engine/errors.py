@@ -10,6 +10,7 @@ so and where the full traceback is.
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from typing import Optional, Tuple, Type
@@ -27,15 +28,16 @@ def user_error_types() -> Tuple[Type[BaseException], ...]:
     :func:`is_user_error`). Imported here, late, so this module stays cheap to import."""
     from ..config import ConfigError
     from ..data.annotations import AnnotationError
-    from ..data.decode_base import DecodeError
+    from ..data.decode_base import DecodeError, DecoderLibraryError
     from ..data.robust import TooManyBadVideos
     from ..models.convert.common import ConversionError
     from ..models.weights import WeightsError
     from .checkpoint import CheckpointError
     from .topology import LaunchError
 
-    return (ConfigError, AnnotationError, DecodeError, TooManyBadVideos, CheckpointError,
-            LaunchError, ConversionError, WeightsError, NonFiniteLoss, FileNotFoundError,
+    return (ConfigError, AnnotationError, DecodeError, DecoderLibraryError, TooManyBadVideos,
+            CheckpointError, LaunchError, ConversionError, WeightsError, NonFiniteLoss,
+            FileNotFoundError,
             NotADirectoryError, IsADirectoryError, PermissionError, ImportError)
 
 
@@ -48,9 +50,14 @@ def is_user_error(e: BaseException) -> bool:
 
 
 def one_line(e: BaseException) -> str:
-    """The exception's message as one line (a KeyError's message without the quotes)."""
+    """The exception's message as one line (a KeyError's message without the quotes; for an
+    error a DataLoader worker raised, the worker's own message, not the traceback around it)."""
     text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if len(lines) > 2 and lines[0].startswith("Caught ") and "Original Traceback" in lines[1]:
+        # torch re-raises a worker's exception as "Caught X in DataLoader worker process N.",
+        # "Original Traceback (most recent call last):", the traceback, then "X: message".
+        return re.sub(r"^[\w.]+: ", "", lines[-1], count=1)
     return "; ".join(lines) if lines else type(e).__name__
 
 

@@ -1,0 +1,188 @@
+"""A decoding library that does not work is never a bad video: it stops the job at the first video.
+
+PyAV's ``open`` is replaced by one that raises ``TypeError`` (what an API change looks like: a
+keyword the installed release no longer takes). The reader must raise ``DecoderLibraryError``
+naming PyAV, its version and the call; no video may be marked bad; the training command must stop
+in its data check, before any worker starts, with one ``error:`` line, whichever way it is
+launched. A genuinely broken file must still be a bad video.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import av
+import numpy as np
+import pytest
+from helpers import ROOT, TINY_DATA, run_tool
+
+from zoo.config import load_config
+from zoo.data import build_dataset
+from zoo.data.decode_base import DecodeError, DecoderLibraryError
+from zoo.data.decode_other import OpenCVReader
+from zoo.data.decode_pyav import PyAVReader
+from zoo.data.motion import write_video
+from zoo.data.synthetic import generate
+from zoo.engine.data_preflight import check_data
+from zoo.engine.errors import is_user_error, one_line
+
+QUICKSTART = os.path.join(ROOT, "configs", "quickstart", "slowfast_tiny_motion.yaml")
+MESSAGE = "open() got an unexpected keyword argument 'timeout'"
+
+# Imported by every Python process started with this folder on PYTHONPATH: the launcher, its
+# spawned workers and torchrun's ranks all get a PyAV whose open() takes no longer what zoo
+# passes (writing still works, so the generated dataset can be made).
+SITECUSTOMIZE = f'''
+import av
+
+_real_open = av.open
+
+
+def _open(file, mode="r", **kwargs):
+    if mode == "r":
+        raise TypeError({MESSAGE!r})
+    return _real_open(file, mode, **kwargs)
+
+
+av.open = _open
+'''
+
+
+def _broken_open(file, mode="r", **kwargs):
+    raise TypeError(MESSAGE)
+
+
+@pytest.fixture(scope="module")
+def mini_videos(tmp_path_factory) -> dict:
+    root = str(tmp_path_factory.mktemp("mini") / "motion")
+    return generate(root, num_classes=2, train_per_class=3, val_per_class=2, num_frames=16, size=32)
+
+
+@pytest.fixture()
+def video(tmp_path):
+    path = str(tmp_path / "clip.mp4")
+    write_video(path, np.zeros((8, 16, 16, 3), np.uint8))
+    return path
+
+
+def test_an_api_error_names_the_library_its_version_and_the_call(video, monkeypatch):
+    monkeypatch.setattr(av, "open", _broken_open)
+    with pytest.raises(DecoderLibraryError) as info:
+        PyAVReader(video)
+    message = str(info.value)
+    assert message.startswith(f"PyAV {av.__version__}: `")
+    assert "av.open(" in message and "decode_pyav.py:" in message
+    assert f"raised TypeError: {MESSAGE}" in message
+    assert "\n" not in message
+    assert not isinstance(info.value, DecodeError)  # so no bad-video path can catch it
+    assert is_user_error(info.value)  # one "error:" line, not an internal error's
+
+
+def test_a_broken_file_is_still_a_bad_video(tmp_path):
+    path = tmp_path / "broken.mp4"
+    path.write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(2000))
+    with pytest.raises(DecodeError) as info:
+        PyAVReader(str(path))
+    assert info.value.kind == "open"
+
+
+def test_an_opencv_api_error_is_not_a_bad_video(video, monkeypatch):
+    import cv2
+
+    def capture(*args, **kwargs):
+        raise AttributeError("module 'cv2' has no attribute 'CAP_PROP_N_THREADS'")
+
+    monkeypatch.setattr(cv2, "VideoCapture", capture)
+    with pytest.raises(DecoderLibraryError, match=rf"^OpenCV {cv2.__version__}: .*AttributeError"):
+        OpenCVReader(video, threads=2)
+
+
+def _mini_cfg(mini, *extra):
+    return load_config(None, [
+        "DATA.NUM_CLASSES", "2", "DATA.CLIP_LEN", "4", "DATA.FRAME_RATE", "2",
+        "DATA.CROP_SIZE", "28", "DATA.SHORT_SIDE_SIZE", "32", "DATA.NUM_WORKERS", "0",
+        "TRAIN.BATCH_SIZE", "2", "DATA.TRAIN_ANNO_PATH", mini["train_list"], "DATA.TRAIN_DATA_PATH", mini["root"],
+        "DATA.VAL_ANNO_PATH", mini["val_list"], "DATA.VAL_DATA_PATH", mini["root"],
+        "DDP_CONFIG.DISTRIBUTED", "False", "DATA.DECODER", "pyav", *extra])
+
+
+def test_no_video_is_marked_bad_and_the_item_is_not_replaced(mini_videos, monkeypatch):
+    dataset = build_dataset(_mini_cfg(mini_videos), "train")
+    monkeypatch.setattr(av, "open", _broken_open)
+    with pytest.raises(DecoderLibraryError):
+        dataset[0]
+    assert dataset.bad_videos.bad_indices() == []
+
+
+def test_the_data_check_stops_at_the_first_video(mini_videos, monkeypatch):
+    monkeypatch.setattr(av, "open", _broken_open)
+    with pytest.raises(DecoderLibraryError, match=rf"^PyAV {av.__version__}: "):
+        check_data(_mini_cfg(mini_videos), ("train", "val"))
+
+
+def test_the_data_check_lets_unreadable_first_videos_pass(mini_videos, monkeypatch, caplog):
+    """A few unreadable videos at the top of a list are the loader's to skip, not a stop."""
+    real = PyAVReader._open_stream
+    calls = []
+
+    def first_two_broken(self):
+        calls.append(self.path)
+        if len(calls) <= 2:
+            raise av.error.InvalidDataError(1094995529, "Invalid data found when processing input")
+        real(self)
+
+    monkeypatch.setattr(PyAVReader, "_open_stream", first_two_broken)
+    check_data(_mini_cfg(mini_videos), ("train",))
+    assert len(calls) == 3
+
+
+def test_a_worker_error_becomes_the_workers_own_line():
+    """torch re-raises a loader worker's exception with the worker's traceback in its message."""
+    wrapped = DecoderLibraryError(
+        "Caught DecoderLibraryError in DataLoader worker process 0.\n"
+        "Original Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in f\n'
+        "zoo.data.decode_base.DecoderLibraryError: PyAV 19.0.2: `av.open(x)` raised TypeError: t")
+    assert one_line(wrapped) == "PyAV 19.0.2: `av.open(x)` raised TypeError: t"
+
+
+def _launchers():
+    torchrun = shutil.which("torchrun")
+    run = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    return {
+        "one process": ["DDP_CONFIG.DISTRIBUTED", "False"],
+        "two gloo processes": ["DDP_CONFIG.NUM_CPU_PROCS", "2"],
+        "torchrun": run + ["--standalone", "--nproc_per_node", "2"],
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", list(_launchers()))
+def test_the_training_command_stops_in_its_data_check(mode, tmp_path, synth_root):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    out = tmp_path / "runs"
+    args = ["--config-file", QUICKSTART, *TINY_DATA, "DATA.SYNTHETIC.ROOT", synth_root,
+            "DATA.DECODER", "pyav", "DATA.NUM_WORKERS", "1",
+            "LOG.BASE_PATH", str(out), "LOG.EXP_NAME", "api"]
+    launcher = _launchers()[mode]
+    if mode == "torchrun":
+        done = subprocess.run([*launcher, os.path.join(ROOT, "tools", "train_ddp.py"), *args],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    else:
+        done = run_tool("train_ddp.py", [*args, *launcher], env=env)
+    text = done.stdout + done.stderr
+    assert done.returncode != 0, text
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, text
+    assert errors[0].startswith(f"error: PyAV {av.__version__}: `"), errors
+    assert f"raised TypeError: {MESSAGE}" in errors[0]
+    # Stopped in the data check: no worker was spawned, no video was skipped, nothing trained.
+    logs = "".join(p.read_text() for p in out.glob("api/log_rank*.txt"))
+    assert "process(es), global ranks" not in text + logs
+    assert "unreadable" not in text + logs and "could not be decoded" not in text + logs
+    assert not list(out.glob("api/metrics.jsonl"))
