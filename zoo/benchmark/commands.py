@@ -276,6 +276,21 @@ def cmd_startup(args) -> list:
     return paths
 
 
+def cmd_gpu(args) -> list:
+    """The GPU check (zoo/benchmark/gpu_check.py); ``args.table`` and ``args.failed`` tell
+    ``main`` what to print last and how to exit."""
+    import time
+
+    from .gpu_check import markdown_table, run_gpu_check
+
+    out = args.out or os.path.join("output", "gpu_check", time.strftime("%Y%m%d-%H%M%S"))
+    rows = run_gpu_check(out, args.device, args.quick, args.steps, args.step_timeout)
+    args.table = markdown_table(rows)
+    args.failed = any(r["status"] == "FAILED" for r in rows)
+    return sorted(os.path.join(out, name) for name in os.listdir(out)
+                  if name.endswith((".log", ".json", ".txt")))
+
+
 def _literal(value: str):
     for cast in (int, float):
         try:

@@ -10,6 +10,7 @@ loader speed, time to start.
     zoo-benchmark data --workers 0 2       # loader clips/s of the quick start
     zoo-benchmark data --generate 8 --clips-per-video 1 4 --rounds 4   # see docs/benchmarks.md
     zoo-benchmark startup                  # quick start: command -> first iteration
+    zoo-benchmark gpu --out output/gpu_check   # the GPU check (benchmarks/gpu_check.sh runs it)
 
 Each writes NAME.csv, NAME.json (with the machine and its load average) and NAME.png under
 --out (default output/benchmarks). scaling, data and startup read the quick-start config
@@ -30,7 +31,7 @@ from ..engine.cli import add_config_arguments, tool_parser
 from ..engine.ddp_comm import COMPRESSIONS
 
 DESCRIPTION = ("Benchmarks: train-step speed, zoo vs PyTorchVideo, DDP scaling, loader speed, "
-               "time to start.")
+               "time to start, the GPU check.")
 QUICKSTART = "configs/quickstart/slowfast_tiny_motion.yaml"
 OUT = "output/benchmarks"
 
@@ -162,10 +163,29 @@ def _add_startup(sub) -> None:
     u.set_defaults(func=commands.cmd_startup)
 
 
+def _add_gpu(sub) -> None:
+    from ..benchmark.gpu_check import STEPS
+
+    g = sub.add_parser("gpu", help="the GPU check: cuda tests, quick start, SlowFast-R50 step "
+                       "fp32/bf16, real-decoding training (see docs/benchmarks.md)")
+    g.add_argument("--out", default="", help="folder for every step's log and summary.json "
+                   "(default output/gpu_check/<date-time>)")
+    g.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: the children see no GPU (CUDA_VISIBLE_DEVICES empty)")
+    g.add_argument("--quick", action="store_true",
+                   help="small sizes everywhere (a minute or two on a CPU)")
+    g.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS),
+                   help="the steps to run, in this order")
+    g.add_argument("--step-timeout", type=float, default=600,
+                   help="seconds after which a step's child process is killed")
+    g.set_defaults(func=commands.cmd_gpu)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = tool_parser(DESCRIPTION, __doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    for add in (_add_train, _add_profile, _add_compare, _add_scaling, _add_data, _add_startup):
+    for add in (_add_train, _add_profile, _add_compare, _add_scaling, _add_data, _add_startup,
+                _add_gpu):
         add(sub)
     return p
 
@@ -177,7 +197,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"load average after: {common.load_average()}")
     for path in paths:
         print(f"wrote {path}")
-    return 0
+    if getattr(args, "table", ""):
+        print(args.table)  # the GPU check's summary comes last
+    return 1 if getattr(args, "failed", False) else 0
 
 
 if __name__ == "__main__":

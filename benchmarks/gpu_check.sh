@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The GPU check on a fresh, offline machine: installs what is missing from a folder of wheels,
+# then runs `zoo-benchmark gpu` (cuda tests, quick start, SlowFast-R50 step fp32/bf16,
+# real-decoding training). Every step's log goes to --out; a markdown table is printed last;
+# the exit status is non-zero when a step failed.
+set -u
+usage() {
+  cat <<'TXT'
+usage: bash benchmarks/gpu_check.sh [--wheels DIR] [--out DIR] [--device cuda|cpu] [--quick]
+
+  --wheels DIR   first install what is missing from DIR, offline:
+                   pip install --no-index --find-links DIR <missing packages>
+                   pip install --no-deps -e .            (zoo itself, from this checkout)
+  --out DIR      folder for every step's log (default output/gpu_check/<date-time>)
+  --device D     cuda (default) or cpu (the steps see no GPU; GPU busy is n/a)
+  --quick        small sizes everywhere (a minute or two on a CPU)
+
+Making DIR on a machine with internet (the GPU machine's Python, here 3.12, x86-64):
+  pip download av yacs pytest opencv-python-headless tensorboard matplotlib tqdm \
+      --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+      --platform manylinux_2_28_x86_64 -d DIR
+torch and torchvision are expected to be installed already (a CUDA build).
+TXT
+}
+wheels="" out="" device="cuda" quick=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --wheels) wheels="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --device) device="$2"; shift 2 ;;
+    --quick) quick="--quick"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "gpu_check.sh: error: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+[ -n "$out" ] || out="output/gpu_check/$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$out"
+if [ -n "$wheels" ]; then
+  missing=""
+  for pair in av:av yacs:yacs pytest:pytest cv2:opencv-python-headless \
+              tensorboard:tensorboard matplotlib:matplotlib tqdm:tqdm yaml:PyYAML; do
+    "$PY" -c "import ${pair%%:*}" 2>/dev/null || missing="$missing ${pair#*:}"
+  done
+  {
+    [ -z "$missing" ] || "$PY" -m pip install --no-index --find-links "$wheels" $missing
+    "$PY" -m pip install --no-deps -e .
+  } >"$out/install.log" 2>&1 || { echo "gpu_check.sh: error: installing from $wheels failed" \
+      "(see $out/install.log)" >&2; exit 1; }
+  echo "installed:${missing:- nothing missing}; zoo from $(pwd)"
+fi
+exec "$PY" -m zoo.cli.benchmark gpu --out "$out" --device "$device" $quick
