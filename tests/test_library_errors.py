@@ -102,7 +102,8 @@ def _mini_cfg(mini, *extra):
     return load_config(None, [
         "DATA.NUM_CLASSES", "2", "DATA.CLIP_LEN", "4", "DATA.FRAME_RATE", "2",
         "DATA.CROP_SIZE", "28", "DATA.SHORT_SIDE_SIZE", "32", "DATA.NUM_WORKERS", "0",
-        "TRAIN.BATCH_SIZE", "2", "DATA.TRAIN_ANNO_PATH", mini["train_list"], "DATA.TRAIN_DATA_PATH", mini["root"],
+        "TRAIN.BATCH_SIZE", "2",
+        "DATA.TRAIN_ANNO_PATH", mini["train_list"], "DATA.TRAIN_DATA_PATH", mini["root"],
         "DATA.VAL_ANNO_PATH", mini["val_list"], "DATA.VAL_DATA_PATH", mini["root"],
         "DDP_CONFIG.DISTRIBUTED", "False", "DATA.DECODER", "pyav", *extra])
 
