@@ -168,6 +168,13 @@ def test_test_predict_and_export_on_the_gpu(gpu_run, tmp_path):
         assert g_probs.keys() == w_probs.keys(), (g, w)
         assert all(abs(g_probs[k] - w_probs[k]) <= 1e-2 for k in w_probs), (g, w)
 
+    # The command: --device cuda runs the same model on the GPU.
+    done = run_tool("predict.py", ["--config-file", cfg_path, "--checkpoint", ckpt, "--json",
+                                   "--device", "cuda", *videos])
+    _ok(done)
+    printed = json.loads(done.stdout)
+    assert [r["top"][0]["name"] for r in printed] == [r["top"][0]["name"] for r in got], printed
+
     # Export of the GPU-trained checkpoint; the TorchScript file runs on the GPU like eager.
     shape = (1, 3, cfg.CONFIG.DATA.CLIP_LEN, 28, 28)
     res = export_model(cfg.CONFIG.MODEL.NAME, str(tmp_path), ["torchscript"], num_classes=2,

@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="zoo checkpoint (.pth)")
     p.add_argument("--topk", type=int, default=5, help="classes to show per video")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--device", default="auto",
+                   help="where the model runs: auto (the first GPU when one is visible, else "
+                        "the CPU), cpu, cuda or cuda:N")
     p.add_argument("--opts", nargs="*", default=None, dest="old_opts", metavar="KEY VALUE",
                    help="deprecated: give KEY VALUE overrides after the videos instead")
     p.add_argument("videos", nargs="*", metavar="VIDEO [KEY VALUE ...]",
@@ -59,6 +62,14 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
+def _device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def _print_text(results: list) -> None:
     for r in results:
         if "error" in r:
@@ -74,7 +85,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     setup_logger(None, 0, stream=sys.stderr)  # stdout holds the results only
     try:
         cfg = prepare_synthetic(setup_cfg(args))
-        results = Predictor(cfg, args.checkpoint).predict(args.videos, args.topk)
+        results = Predictor(cfg, args.checkpoint, _device(args.device)).predict(
+            args.videos, args.topk)
     except Exception as e:  # one `error:` line (zoo/engine/errors.py)
         return report_failure(e)
     if args.json:
