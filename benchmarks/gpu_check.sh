@@ -10,13 +10,14 @@ usage: bash benchmarks/gpu_check.sh [--wheels DIR] [--out DIR] [--device cuda|cp
 
   --wheels DIR   first install what is missing from DIR, offline:
                    pip install --no-index --find-links DIR <missing packages>
-                   pip install --no-deps -e .            (zoo itself, from this checkout)
+                   pip install --no-deps --no-build-isolation -e .   (zoo, this checkout)
+                 (if that fails, zoo runs from this checkout through PYTHONPATH)
   --out DIR      folder for every step's log (default output/gpu_check/<date-time>)
   --device D     cuda (default) or cpu (the steps see no GPU; GPU busy is n/a)
   --quick        small sizes everywhere (a minute or two on a CPU)
 
 Making DIR on a machine with internet (the GPU machine's Python, here 3.12, x86-64):
-  pip download av yacs pytest opencv-python-headless tensorboard matplotlib tqdm \
+  pip download av yacs pytest opencv-python-headless tensorboard matplotlib tqdm setuptools \
       --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
       --platform manylinux_2_28_x86_64 -d DIR
 torch and torchvision are expected to be installed already (a CUDA build).
@@ -39,15 +40,20 @@ PY="${PYTHON:-python3}"
 mkdir -p "$out"
 if [ -n "$wheels" ]; then
   missing=""
-  for pair in av:av yacs:yacs pytest:pytest cv2:opencv-python-headless \
+  for pair in av:av yacs:yacs pytest:pytest cv2:opencv-python-headless setuptools:setuptools \
               tensorboard:tensorboard matplotlib:matplotlib tqdm:tqdm yaml:PyYAML; do
     "$PY" -c "import ${pair%%:*}" 2>/dev/null || missing="$missing ${pair#*:}"
   done
-  {
-    [ -z "$missing" ] || "$PY" -m pip install --no-index --find-links "$wheels" $missing
-    "$PY" -m pip install --no-deps -e .
-  } >"$out/install.log" 2>&1 || { echo "gpu_check.sh: error: installing from $wheels failed" \
+  [ -z "$missing" ] || "$PY" -m pip install --no-index --find-links "$wheels" $missing \
+      >"$out/install.log" 2>&1 || { echo "gpu_check.sh: error: installing from $wheels failed" \
       "(see $out/install.log)" >&2; exit 1; }
-  echo "installed:${missing:- nothing missing}; zoo from $(pwd)"
+  # Offline, pip cannot fetch a build backend for an isolated build: use the installed one.
+  if "$PY" -m pip install --no-index --no-deps --no-build-isolation -e . >>"$out/install.log" 2>&1
+  then
+    echo "installed:${missing:- nothing missing}; zoo from $(pwd)"
+  else
+    export PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}"
+    echo "installed:${missing:- nothing missing}; zoo runs from $(pwd) through PYTHONPATH"
+  fi
 fi
 exec "$PY" -m zoo.cli.benchmark gpu --out "$out" --device "$device" $quick
