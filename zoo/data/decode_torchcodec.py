@@ -100,6 +100,7 @@ def _reason(error: BaseException) -> str:
 def _import_torchcodec():
     """torchcodec's VideoDecoder, or one ImportError line saying what to install."""
     try:
+        import torchcodec
         from torchcodec.decoders import VideoDecoder
     except ImportError:
         raise ImportError(
@@ -111,7 +112,28 @@ def _import_torchcodec():
             f"torchcodec is installed but cannot load FFmpeg ({one_line(e)}); install FFmpeg 4-7 "
             "(e.g. apt-get install ffmpeg) or use CONFIG.DATA.DECODER 'auto'"
         ) from None
+    # Newer torchcodec (0.17) imports without FFmpeg: when its libraries cannot be loaded (no
+    # FFmpeg, or built for another torch) it sets ffmpeg_major_version to None and raises
+    # RuntimeError at the first file instead. Older releases failed on import (above) and have no
+    # such attribute or an int in it.
+    if getattr(torchcodec, "ffmpeg_major_version", 0) is None:
+        import torch
+
+        raise ImportError(
+            f"torchcodec {getattr(torchcodec, '__version__', '')} is installed but cannot load "
+            f"its FFmpeg libraries with torch {torch.__version__}: install FFmpeg's shared "
+            "libraries (e.g. apt-get install ffmpeg) and the torchcodec release made for this "
+            "torch, or use CONFIG.DATA.DECODER 'auto'")
     return VideoDecoder
+
+
+def torchcodec_unusable() -> str:
+    """Why the torchcodec reader cannot decode here, as one line; "" when it can."""
+    try:
+        _import_torchcodec()
+    except ImportError as e:
+        return str(e)
+    return ""
 
 
 class TorchCodecReader(VideoReader):
