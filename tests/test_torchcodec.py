@@ -8,25 +8,26 @@ closest to, and that must be reference frame ``i``.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import random
 import shutil
 import subprocess
+import sys
 
 import av
 import numpy as np
 import pytest
 
 from zoo.data import decoders
+from zoo.data.decode_torchcodec import torchcodec_unusable
 from zoo.data.decoders import DecodeError, auto_candidates, count_frames, open_video
 
 HAVE_FFMPEG = shutil.which("ffmpeg") is not None
-try:
-    import torchcodec.decoders  # noqa: F401
-
-    HAVE_TORCHCODEC, WHY_NOT = True, ""
-except Exception as e:  # not installed, or installed without FFmpeg libraries it can load
-    HAVE_TORCHCODEC, WHY_NOT = False, f"torchcodec is not importable here ({type(e).__name__})"
+# Not installed, or installed without FFmpeg libraries it can load: newer torchcodec imports even
+# then and fails at the first file, so importing it is not the test.
+WHY_NOT = torchcodec_unusable()
+HAVE_TORCHCODEC = not WHY_NOT
 
 needs_ffmpeg = pytest.mark.skipif(not HAVE_FFMPEG, reason="needs the ffmpeg command "
                                   "(.ci/run installs it: apt-get install ffmpeg)")
@@ -233,6 +234,35 @@ def test_auto_picks_per_container_and_skips_what_is_not_installed(files, tmp_pat
     assert list(auto_candidates(str(mkv))) == expected
     monkeypatch.setattr(decoders, "_UNUSABLE", {"torchcodec"})  # as if it failed to load
     assert "torchcodec" not in auto_candidates(str(mkv))
+
+
+def test_a_torchcodec_that_cannot_load_ffmpeg_is_one_line_and_auto_goes_on(tmp_path,
+                                                                            monkeypatch):
+    import types
+
+    from videos_for_tests import ramp_frames, write
+
+    # What newer torchcodec is without FFmpeg's libraries: importable, ffmpeg_major_version None.
+    fake = types.ModuleType("torchcodec")
+    fake.__version__, fake.ffmpeg_major_version = "9.9", None
+    fake.__spec__ = importlib.machinery.ModuleSpec("torchcodec", None)
+    fake_decoders = types.ModuleType("torchcodec.decoders")
+    fake_decoders.VideoDecoder = object
+    fake.decoders = fake_decoders
+    monkeypatch.setitem(sys.modules, "torchcodec", fake)
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", fake_decoders)
+    frames = ramp_frames(12)
+    path = write(str(tmp_path / "clip.mp4"), frames, codec="mpeg4")
+    assert "cannot load" in torchcodec_unusable()
+    with pytest.raises(ImportError, match="torchcodec 9.9 is installed but cannot load") as info:
+        open_video(path, "torchcodec")
+    assert "\n" not in str(info.value)
+    # auto drops it for the rest of the process and reads the file with the next reader.
+    monkeypatch.setitem(decoders.AUTO_ORDER, "mp4", ("torchcodec", "pyav"))
+    monkeypatch.setattr(decoders, "_UNUSABLE", set())
+    with open_video(path, "auto") as video:
+        assert video.decoder == "pyav" and video.decode_array([3]).shape == (1, 32, 48, 3)
+    assert "torchcodec" in decoders._UNUSABLE
 
 
 def test_auto_is_the_default_and_explicit_names_stay():

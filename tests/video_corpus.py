@@ -24,7 +24,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import av
 import numpy as np
@@ -141,13 +141,20 @@ _X264_CLI = ["-c:v", "libx264", "-preset", "ultrafast", "-crf", "16", "-g", "12"
 _X265_PARAMS = "keyint=12:min-keyint=12:scenecut=0:bframes=3:log-level=error:open-gop=1"
 
 
-def _remux(path: str, args: List[str]) -> None:
-    """Stream-copy ``path`` through the ``ffmpeg`` command with ``args`` (in place)."""
+def _remux(path: str, args: List[str], input_args: Sequence[str] = ()) -> None:
+    """Stream-copy ``path`` through the ``ffmpeg`` command with ``args`` (in place);
+    ``input_args`` go before its ``-i``."""
     source = path + ".src" + os.path.splitext(path)[1]
     os.replace(path, source)
-    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-i", source,
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", *input_args, "-i", source,
                     "-map", "0", "-c", "copy"] + args + [path], check=True, capture_output=True)
     os.remove(source)
+
+
+def _has_display_rotation() -> bool:
+    """Whether the ``ffmpeg`` command has the ``-display_rotation`` input option."""
+    out = subprocess.run(["ffmpeg", "-hide_banner", "-h", "full"], capture_output=True, text=True)
+    return "-display_rotation" in out.stdout
 
 
 def _broken_pts(path: str) -> None:
@@ -172,8 +179,16 @@ def _rotated(degrees: int, audio: bool = False) -> Callable[[str], None]:
     """H.264 tagged the way phones tag it: a display matrix (written by a stream copy, as the
     ``rotate`` metadata is only turned into one there)."""
     extra = ["-c:a", "aac"] if audio else []
-    return lambda p: _ffmpeg(p, _X264_CLI + extra, audio=audio,
-                             post=[lambda q: _remux(q, ["-metadata:s:v", f"rotate={degrees}"])])
+
+    def tag(path: str) -> None:
+        # FFmpeg 7 no longer turns the rotate tag into a display matrix; its -display_rotation
+        # (FFmpeg 6+) writes one and counts counter-clockwise, the tag clockwise.
+        if _has_display_rotation():
+            _remux(path, [], input_args=["-display_rotation:v:0", str(degrees)])
+        else:
+            _remux(path, ["-metadata:s:v", f"rotate={degrees}"])
+
+    return lambda p: _ffmpeg(p, _X264_CLI + extra, audio=audio, post=[tag])
 
 
 @dataclass

@@ -351,7 +351,12 @@ def available(decoder: str) -> bool:
     if decoder in _OPTIONAL:
         import importlib.util
 
-        return importlib.util.find_spec(_OPTIONAL[decoder]) is not None
+        if importlib.util.find_spec(_OPTIONAL[decoder]) is None:
+            return False
+        if decoder == "torchcodec":  # installed is not enough: it may not load FFmpeg
+            from zoo.data.decode_torchcodec import torchcodec_unusable
+
+            return not torchcodec_unusable()
     return True
 
 

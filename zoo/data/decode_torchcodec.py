@@ -105,6 +105,7 @@ def _reason(error: BaseException) -> str:
 def _import_torchcodec():
     """torchcodec's VideoDecoder, or one ImportError line saying what to install."""
     try:
+        import torchcodec
         from torchcodec.decoders import VideoDecoder
     except ImportError:
         raise ImportError(
@@ -112,15 +113,32 @@ def _import_torchcodec():
             "torchcodec (and FFmpeg's libraries, e.g. apt-get install ffmpeg), or use 'auto'"
         ) from None
     except Exception as e:  # installed, but its FFmpeg libraries cannot be loaded
-        raise _cannot_load(e) from None
+        raise _cannot_load(one_line(e)) from None
+    # Newer torchcodec (0.17) imports without FFmpeg: when its libraries cannot be loaded (no
+    # FFmpeg, or built for another torch) it sets ffmpeg_major_version to None and raises
+    # RuntimeError at the first file instead. Older releases failed on import (above) and have no
+    # such attribute or an int in it.
+    if getattr(torchcodec, "ffmpeg_major_version", 0) is None:
+        import torch
+
+        raise _cannot_load(f"its libraries do not load with torch {torch.__version__}")
     return VideoDecoder
 
 
-def _cannot_load(error: BaseException) -> ImportError:
+def _cannot_load(why: str) -> ImportError:
     return ImportError(
-        f"torchcodec {TORCHCODEC.version()} is installed but cannot load FFmpeg "
-        f"({one_line(error)}); install FFmpeg's libraries (e.g. apt-get install ffmpeg) or use "
-        "CONFIG.DATA.DECODER 'auto'")
+        f"torchcodec {TORCHCODEC.version()} is installed but cannot load FFmpeg ({why}): install "
+        "FFmpeg's shared libraries (e.g. apt-get install ffmpeg) and the torchcodec release made "
+        "for this torch, or use CONFIG.DATA.DECODER 'auto'")
+
+
+def torchcodec_unusable() -> str:
+    """Why the torchcodec reader cannot decode here, as one line; "" when it can."""
+    try:
+        _import_torchcodec()
+    except ImportError as e:
+        return str(e)
+    return ""
 
 
 class TorchCodecReader(VideoReader):
@@ -169,7 +187,7 @@ class TorchCodecReader(VideoReader):
         except DecodeError as e:
             # torchcodec 0.17 imports without FFmpeg and loads it at the first decoder it makes.
             if "Could not load libtorchcodec" in str(e):
-                raise _cannot_load(e.__context__ or e) from None
+                raise _cannot_load(one_line(e.__context__ or e)) from None
             raise
 
     def close(self) -> None:
