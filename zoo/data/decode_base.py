@@ -152,15 +152,19 @@ def _failed_call(error: BaseException) -> str:
     tb = error.__traceback__
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
-        if os.sep + "zoo" + os.sep in filename:
+        if filename.startswith(_PACKAGE_DIR + os.sep):
             where = (filename, tb.tb_lineno)
         tb = tb.tb_next
     if where is None:
         return "a call"
     filename, lineno = where
     source = linecache.getline(filename, lineno).strip()
-    short = filename[filename.rindex(os.sep + "zoo" + os.sep) + 1:]
+    short = os.path.relpath(filename, os.path.dirname(_PACKAGE_DIR))
     return f"`{source}` ({short}:{lineno})" if source else f"{short}:{lineno}"
+
+
+# zoo's package folder: the frames of a traceback that are zoo's own code are under it.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass(frozen=True)
