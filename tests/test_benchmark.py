@@ -108,6 +108,41 @@ def test_routed_conv_under_bf16_autocast_is_bf16_math(kernel, padding):
         assert routed_err <= plain_err * 1.5 + 2 ** -10
 
 
+@pytest.mark.parametrize("kernel,padding,stride,extent", [
+    ((3, 1, 1), (1, 0, 0), (1, 1, 1), (2, 4, 4)),   # 2 frames under a 3-frame kernel
+    ((7, 1, 1), (3, 0, 0), (2, 1, 1), (4, 4, 4)),
+    ((1, 5, 5), (0, 2, 2), (1, 1, 1), (4, 1, 1)),   # a 1x1 map under a 5x5 kernel
+    ((1, 3, 3), (0, 1, 1), (1, 2, 2), (4, 2, 2)),
+])
+def test_bf16_training_is_repeatable_where_the_clip_is_smaller_than_the_kernel(
+        kernel, padding, stride, extent):
+    """oneDNN's bf16 backward pass gave a different (often non-finite) weight gradient on every
+    call for these shapes on an AVX512-BF16 CPU: the routed layer takes the float32 kernel on
+    bf16-rounded operands instead, so every call gives the same finite gradients, within bf16
+    rounding of float64's."""
+    torch.manual_seed(0)
+    conv = nn.Conv3d(64, 64, kernel, stride, padding, bias=False)
+    route_cpu_convs(conv)
+    assert conv.smaller_than_kernel(torch.empty(2, 64, *extent))
+    x = torch.randn(2, 64, *extent).contiguous(memory_format=torch.channels_last_3d)
+    conv = conv.to(memory_format=torch.channels_last_3d)
+    grads = []
+    for _ in range(12):
+        conv.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = conv(x)
+        assert y.dtype == torch.bfloat16
+        y.float().square().mean().backward()
+        grads.append(conv.weight.grad.clone())
+    assert all(torch.isfinite(g).all() for g in grads)
+    assert all(torch.equal(grads[0], g) for g in grads[1:])
+    w = conv.weight.detach().to(torch.bfloat16).double().requires_grad_()
+    ref = F.conv3d(x.to(torch.bfloat16).double(), w, None, stride, padding)
+    ref.square().mean().backward()
+    # (the upstream gradient 2y/N comes from the bf16-rounded output: bf16's error, normwise)
+    assert (grads[0].double() - w.grad).abs().max() <= 2 ** -6 * w.grad.abs().max()
+
+
 def test_auto_settings():
     assert resolve_precision("fp32", CPU) == "fp32"
     assert resolve_precision("auto", CPU) in ("fp32", "bf16")

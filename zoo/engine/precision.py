@@ -14,6 +14,11 @@
   the layer as the hardware would: inputs, weights and bias rounded to bf16, products summed in
   float32 by oneDNN's float32 kernel, the output rounded to bf16 (the gradients are rounded to
   bf16 on the way back through the same casts). The math is bf16's; only the kernel changes.
+  The same path takes a bf16 ``conv3d`` whose clip is shorter or smaller than the kernel along
+  some dimension (2 frames under a 3-frame kernel, a 2x2 map under a 3x3 one): there oneDNN's
+  bf16 backward pass (torch 2.14 and 2.15, an AVX512-BF16 EPYC) gave a different weight
+  gradient on every call, often non-finite, and at times corrupted the heap, while the forward
+  pass and every larger extent were exact (tests/test_benchmark.py checks such shapes).
 """
 
 from __future__ import annotations
@@ -149,11 +154,16 @@ class CpuConv3d(nn.Conv3d):
         return self._picks_slow3d(x, torch.float32)
 
     def _emulated_bf16(self, x: torch.Tensor) -> bool:
-        """Under CPU bf16 autocast on a CPU that would run this layer with slow_conv3d."""
+        """Under CPU bf16 autocast, where PyTorch would run this layer with slow_conv3d or where
+        its bf16 kernel is wrong (an extent of the clip below the kernel's)."""
         if (self._plain_call(x) or not cpu_bf16_autocast()
                 or x.dtype not in (torch.float32, torch.bfloat16)):
             return False
-        return self._picks_slow3d(x, torch.bfloat16)
+        return self.smaller_than_kernel(x) or self._picks_slow3d(x, torch.bfloat16)
+
+    def smaller_than_kernel(self, x: torch.Tensor) -> bool:
+        """Whether ``x`` is shorter, lower or narrower than the kernel (padding makes it valid)."""
+        return any(size < k for size, k in zip(x.shape[2:], self.kernel_size))
 
     def _bf16_as_hardware(self, x: torch.Tensor, weight: torch.Tensor,
                           bias: Optional[torch.Tensor]) -> torch.Tensor:
