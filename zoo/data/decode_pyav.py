@@ -86,6 +86,21 @@ _PTS_FORMATS = {"mov", "mp4", "matroska", "webm"}
 OPEN_OPTIONS = {"metadata_errors": "ignore"} if _AV_MAJOR < 19 else {}
 
 
+def _rotation(frame: av.VideoFrame) -> float:
+    """The frame's display-matrix rotation, degrees counter-clockwise (0 without one)."""
+    try:
+        return frame.rotation
+    except AttributeError:  # PyAV before 14.1: FFmpeg's av_display_rotation_get on the side data
+        for data in frame.side_data:
+            if data.type.name == "DISPLAYMATRIX":
+                m = np.frombuffer(bytes(data), dtype="<i4", count=9).astype(np.float64)
+                if np.hypot(m[0], m[3]) == 0.0 or np.hypot(m[1], m[4]) == 0.0:
+                    return 0.0  # degenerate matrix (FFmpeg: NaN): shown as stored
+                return -float(np.degrees(np.arctan2(m[1] / np.hypot(m[1], m[4]),
+                                                    m[0] / np.hypot(m[0], m[3]))))
+        return 0.0
+
+
 class _VariableRate(Exception):
     """Raised inside a constant-rate decode when timestamps leave the grid."""
 
@@ -502,7 +517,7 @@ class PyAVReader(VideoReader):
     def _rgb(self, frame: av.VideoFrame) -> np.ndarray:
         """The frame as upright RGB (turned by its display matrix, as a player shows it), scaled
         to the output size when one is set."""
-        rotation = frame.rotation
+        rotation = _rotation(frame)
         size = self._scaled_size(frame, rotation)
         if size is None:
             image = self._to_rgb.reformat(frame, format="rgb24",
