@@ -185,8 +185,11 @@ class PyAVReader(VideoReader):
         # One converter per thread, reused by every video: frame.to_ndarray(format="rgb24") sets
         # up a new conversion for every frame (~6 ms of a 32-frame 64x64 clip against ~1 ms when
         # reused), and setting one up costs 3-10 ms per clip (it keeps its set-up while the
-        # frame size and format stay the same).
-        self._to_rgb = _reformatter()
+        # frame size and format stay the same). PyAV before 17 keeps the previous video's colour
+        # range and matrix where the next one's match the output's defaults (it then skips
+        # sws_setColorspaceDetails): after a full-range MJPEG every colour was wrong. There, one
+        # converter per video.
+        self._to_rgb = _reformatter() if _AV_MAJOR >= 17 else VideoReformatter()
         # Frame number = round((pts - start) * scale), in integers: Fractions cost ~0.1 ms a frame.
         rate = stream.average_rate or stream.guessed_rate
         scale = Fraction(stream.time_base) * Fraction(rate) if rate and stream.time_base else 0
@@ -217,7 +220,12 @@ class PyAVReader(VideoReader):
             if self._sequential:
                 # AVI's header counts empty "drop" chunks too (a remux from MP4 with B-frames
                 # claimed 500 frames for 250): its index, read at open, has the real ones.
-                count = self._indexed_frames() or count
+                indexed = self._indexed_frames()
+                if indexed is None:  # no index to read: count the non-empty packets instead
+                    count = self._count_packets()
+                    self._counted = True
+                else:
+                    count = indexed or count
             if count <= 0 and self._hint > 0:
                 count = self._hint
             if count <= 0:
@@ -226,13 +234,14 @@ class PyAVReader(VideoReader):
             self._num_frames = count
         return self._num_frames
 
-    def _indexed_frames(self) -> int:
-        """Non-empty entries of the demuxer's index (no reading), 0 when it has none."""
+    def _indexed_frames(self) -> Optional[int]:
+        """Non-empty entries of the demuxer's index (no reading), 0 when it has none, None when
+        PyAV cannot show it."""
         try:
             entries = self._stream.index_entries
-            return sum(1 for entry in entries if entry.size > 0) if entries else 0
         except AttributeError:  # PyAV before 14
-            return 0
+            return None
+        return sum(1 for entry in entries if entry.size > 0) if entries else 0
 
     def _packets(self):
         """The video packets from the start of the file (demuxing only); read errors wrapped."""
