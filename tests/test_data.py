@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from torch.utils.data import DistributedSampler
+from videos_for_tests import write_audio_only
 
 from zoo.config import ConfigError, load_config
 from zoo.data import build as data_build
@@ -198,15 +199,7 @@ def test_decode_errors_are_one_line(tmp_path, kind):
 
 
 def test_no_video_stream(tmp_path):
-    path = str(tmp_path / "audio.m4a")
-    with av.open(path, "w") as container:
-        stream = container.add_stream("aac", rate=8000, layout="mono")
-        frame = av.AudioFrame.from_ndarray(
-            np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
-        )
-        frame.sample_rate = 8000
-        for packet in list(stream.encode(frame)) + list(stream.encode()):
-            container.mux(packet)
+    path = write_audio_only(str(tmp_path / "audio.m4a"))
     with pytest.raises(DecodeError, match="no video stream"):
         decode_frames(path, [0])
 

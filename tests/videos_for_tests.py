@@ -4,6 +4,7 @@ container the tests cover, each kind of broken file, and a long 720p video made 
 from __future__ import annotations
 
 import fractions
+import gc
 import os
 from typing import Dict, List, Optional, Sequence
 
@@ -71,6 +72,15 @@ def has_encoder(name: str) -> bool:
 
 def write_audio_only(path: str) -> str:
     """An .mp4 holding only an AAC audio stream."""
+    _encode_silence(path)
+    # PyAV 12's audio encoder leaves its resampler's filter graph in a reference cycle: freed by
+    # a later garbage collection in a forked DataLoader worker, where the graph's threads do not
+    # exist, FFmpeg waits for them forever. Free it here, in the process that made it.
+    gc.collect()
+    return path
+
+
+def _encode_silence(path: str) -> None:
     with av.open(path, "w") as container:
         stream = container.add_stream("aac", rate=8000, layout="mono")
         frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp",
@@ -78,7 +88,6 @@ def write_audio_only(path: str) -> str:
         frame.sample_rate = 8000
         for packet in list(stream.encode(frame)) + list(stream.encode()):
             container.mux(packet)
-    return path
 
 
 def corrupt_packet(src: str, dst: str, packet_index: int) -> str:

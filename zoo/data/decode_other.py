@@ -45,7 +45,11 @@ def _quiet_cv2():
     os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
     import cv2
 
-    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+    log = getattr(cv2.utils, "logging", None)
+    if log is not None:  # OpenCV 5
+        log.setLogLevel(log.LOG_LEVEL_ERROR)
+    else:  # OpenCV 4 (4.8 to 4.12 checked) has only the older call; 2 is LOG_LEVEL_ERROR
+        cv2.setLogLevel(2)
     return cv2
 
 

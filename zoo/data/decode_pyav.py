@@ -92,6 +92,21 @@ OPEN_OPTIONS = {"metadata_errors": "ignore"} if _AV_MAJOR < 19 else {}
 PYAV = DecodingLibrary("PyAV", "av", (av.error.FFmpegError, OSError, EOFError))
 
 
+def _rotation(frame: av.VideoFrame) -> float:
+    """The frame's display-matrix rotation, degrees counter-clockwise (0 without one)."""
+    try:
+        return frame.rotation
+    except AttributeError:  # PyAV before 14.1: FFmpeg's av_display_rotation_get on the side data
+        for data in frame.side_data:
+            if data.type.name == "DISPLAYMATRIX":
+                m = np.frombuffer(bytes(data), dtype="<i4", count=9).astype(np.float64)
+                if np.hypot(m[0], m[3]) == 0.0 or np.hypot(m[1], m[4]) == 0.0:
+                    return 0.0  # degenerate matrix (FFmpeg: NaN): shown as stored
+                return -float(np.degrees(np.arctan2(m[1] / np.hypot(m[1], m[4]),
+                                                    m[0] / np.hypot(m[0], m[3]))))
+        return 0.0
+
+
 class _VariableRate(Exception):
     """Raised inside a constant-rate decode when timestamps leave the grid."""
 
@@ -176,8 +191,11 @@ class PyAVReader(VideoReader):
         # One converter per thread, reused by every video: frame.to_ndarray(format="rgb24") sets
         # up a new conversion for every frame (~6 ms of a 32-frame 64x64 clip against ~1 ms when
         # reused), and setting one up costs 3-10 ms per clip (it keeps its set-up while the
-        # frame size and format stay the same).
-        self._to_rgb = _reformatter()
+        # frame size and format stay the same). PyAV before 17 keeps the previous video's colour
+        # range and matrix where the next one's match the output's defaults (it then skips
+        # sws_setColorspaceDetails): after a full-range MJPEG every colour was wrong. There, one
+        # converter per video.
+        self._to_rgb = _reformatter() if _AV_MAJOR >= 17 else VideoReformatter()
         # Frame number = round((pts - start) * scale), in integers: Fractions cost ~0.1 ms a frame.
         rate = stream.average_rate or stream.guessed_rate
         scale = Fraction(stream.time_base) * Fraction(rate) if rate and stream.time_base else 0
@@ -208,7 +226,12 @@ class PyAVReader(VideoReader):
             if self._sequential:
                 # AVI's header counts empty "drop" chunks too (a remux from MP4 with B-frames
                 # claimed 500 frames for 250): its index, read at open, has the real ones.
-                count = self._indexed_frames() or count
+                indexed = self._indexed_frames()
+                if indexed is None:  # no index to read: count the non-empty packets instead
+                    count = self._count_packets()
+                    self._counted = True
+                else:
+                    count = indexed or count
             if count <= 0 and self._hint > 0:
                 count = self._hint
             if count <= 0:
@@ -217,13 +240,14 @@ class PyAVReader(VideoReader):
             self._num_frames = count
         return self._num_frames
 
-    def _indexed_frames(self) -> int:
-        """Non-empty entries of the demuxer's index (no reading), 0 when it has none."""
+    def _indexed_frames(self) -> Optional[int]:
+        """Non-empty entries of the demuxer's index (no reading), 0 when it has none, None when
+        PyAV cannot show it."""
         try:
             entries = self._stream.index_entries
-            return sum(1 for entry in entries if entry.size > 0) if entries else 0
         except AttributeError:  # PyAV before 14
-            return 0
+            return None
+        return sum(1 for entry in entries if entry.size > 0) if entries else 0
 
     def _packets(self):
         """The video packets from the start of the file (demuxing only); read errors wrapped."""
@@ -500,7 +524,7 @@ class PyAVReader(VideoReader):
     def _rgb(self, frame: av.VideoFrame) -> np.ndarray:
         """The frame as upright RGB (turned by its display matrix, as a player shows it), scaled
         to the output size when one is set."""
-        rotation = frame.rotation
+        rotation = _rotation(frame)
         size = self._scaled_size(frame, rotation)
         if size is None:
             image = self._to_rgb.reformat(frame, format="rgb24",

@@ -106,9 +106,15 @@ def _cpu_autocast_on() -> bool:
         return torch.is_autocast_cpu_enabled()
 
 
+def _cpu_autocast_dtype() -> torch.dtype:
+    if hasattr(torch, "get_autocast_dtype"):  # added in torch 2.4
+        return torch.get_autocast_dtype("cpu")
+    return torch.get_autocast_cpu_dtype()
+
+
 def cpu_bf16_autocast() -> bool:
     """True inside CPU autocast to bf16."""
-    return _cpu_autocast_on() and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    return _cpu_autocast_on() and _cpu_autocast_dtype() == torch.bfloat16
 
 
 def capturing() -> bool:

@@ -16,6 +16,7 @@ silences that FutureWarning inside these functions.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import warnings
@@ -23,6 +24,11 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
+
+# torch.onnx.export's choice of exporter: ``dynamo`` came in torch 2.5 (and became the default in
+# 2.9); before it the TorchScript-based exporter is the only one.
+_TORCHSCRIPT_EXPORTER = ({"dynamo": False}
+                         if "dynamo" in inspect.signature(torch.onnx.export).parameters else {})
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +68,7 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, opset: int =
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         torch.onnx.export(model, (example,), path, input_names=["clip"],
                           output_names=["logits"], opset_version=opset, dynamic_axes=axes,
-                          dynamo=False)
+                          **_TORCHSCRIPT_EXPORTER)
     return path
 
 

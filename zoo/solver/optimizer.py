@@ -56,12 +56,24 @@ def make_optimizer(name: str, groups: list, lr: float, momentum: float = 0.9,
     kwargs: Dict[str, Any] = {"lr": lr, "weight_decay": weight_decay}
     if name == "SGD":
         kwargs["momentum"] = momentum
-    for fast in ({"fused": True}, {"foreach": True}):
+    fast_kinds = [{"fused": True}, {"foreach": True}]
+    if not _fused_runs_on(groups):
+        fast_kinds.pop(0)
+    for fast in fast_kinds:
         try:
             return cls(groups, **kwargs, **fast)
         except (RuntimeError, TypeError, ValueError):  # not supported for these tensors/devices
             continue
     return cls(groups, **kwargs)
+
+
+def _fused_runs_on(groups: list) -> bool:
+    """False where a CPU parameter would meet a torch without CPU fused kernels: torch 2.3 builds
+    the fused optimizer for CPU parameters and fails only at its first step."""
+    if tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 4):  # CPU kernels: 2.4
+        return True
+    params = (p for g in groups for p in (g["params"] if isinstance(g, dict) else [g]))
+    return all(p.device.type != "cpu" for p in params)
 
 
 def build_optimizer(cfg, model: nn.Module,
