@@ -62,6 +62,14 @@ def videos(tmp_path_factory):
     return out
 
 
+def _opencv_before(*version: int) -> bool:
+    return tuple(int(v) for v in cv2.__version__.split(".")[:2]) < version
+
+
+def _odd_size(name: str) -> bool:
+    return any(size % 2 for size in SPECS[name][3])
+
+
 def _indices(n: int) -> list:
     picks = [n - 1, 0, 3, 3, 20, n // 2, 1, 38, 7, 8, 9]  # unsorted, repeated, across keyframes
     return [min(i, n - 1) for i in picks]
@@ -85,7 +93,11 @@ def test_same_frames_for_same_indices(videos, name, decoder):
     assert frames.shape == (len(indices), *reference.shape[1:]) and frames.dtype == np.uint8
     diff = np.abs(frames.astype(int) - reference[indices].astype(int))
     # Same stream, same FFmpeg: only colour-conversion rounding may differ between readers.
-    assert diff.mean() < 1.0 and diff.max() <= 24, (diff.mean(), diff.max())
+    # OpenCV before 4.13 interpolates the chroma of odd-sized 4:2:0 frames its own way: up to 29
+    # (4.12) and 56 (4.8) grey levels at the ramp's colour edges, mean below 1; the frames and
+    # the numbers they carry (checked below) are the same.
+    largest = 64 if decoder == "opencv" and _opencv_before(4, 13) and _odd_size(name) else 24
+    assert diff.mean() < 1.0 and diff.max() <= largest, (diff.mean(), diff.max())
     for image, i in zip(frames, indices):  # the pixels say which frame it is, red comes first
         assert frame_number(image) == pytest.approx((6 * i) % 246 / 6, abs=0.7)
         assert image[1, 1, 0] > 180 and image[1, 1, 2] < 80

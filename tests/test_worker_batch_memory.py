@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data.batch_memory import BatchMemory, PooledBatch
+from zoo.data.batch_memory import REUSE_WORKS, BatchMemory, PooledBatch
 from zoo.data.build import collate_train
 from zoo.utils.env import map_pages_now
 
@@ -112,13 +112,17 @@ def test_a_batch_still_held_is_never_written_again():
     assert memory.flags.tolist() == [1, 1]  # both buffers still viewed here
     del held, batch
     gc.collect()
-    assert memory.flags.tolist() == [0, 0]  # freed with the last tensor that viewed them
+    # Freed with the last tensor that viewed them; before torch 2.10 never (so the loader keeps
+    # no buffers there), and never too early.
+    assert memory.flags.tolist() == ([0, 0] if REUSE_WORKS else [1, 1])
 
 
 @pytest.mark.skipif(torch.multiprocessing.get_sharing_strategy() != "file_descriptor",
                     reason="reads the shared memory's inode through its file descriptor")
 @pytest.mark.parametrize("per_worker,context", [(0, None), (3, None), (3, "spawn")])
 def test_a_freed_buffer_is_filled_again(per_worker, context):
+    if per_worker and not REUSE_WORKS:
+        pytest.skip("torch before 2.10 never frees a received batch's storage: no buffer reuse")
     data = _Clips(torch.uint8, size=32)
     memory = BatchMemory(num_workers=1, per_worker=per_worker) if per_worker else None
     files = []

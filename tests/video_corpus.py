@@ -318,15 +318,8 @@ def reference_frames(path: str) -> np.ndarray:
         stream = container.streams.video[0]
         stream.thread_type = "NONE"
         for frame in container.decode(stream):
-            out.append(upright(frame.to_ndarray(format="rgb24"), _rotation(frame, stream)))
+            out.append(upright(frame.to_ndarray(format="rgb24"), frame.rotation or 0))
     return np.stack(out)
-
-
-def _rotation(frame: av.VideoFrame, stream: av.video.stream.VideoStream) -> float:
-    if hasattr(frame, "rotation"):  # PyAV 14.1 and later
-        return frame.rotation or 0
-    # Before it: the stream's display matrix, which PyAV also reads with av_display_rotation_get.
-    return (getattr(stream, "side_data", None) or {}).get("DISPLAYMATRIX", 0)
 
 
 def ffmpeg_frames(path: str, shape) -> np.ndarray:

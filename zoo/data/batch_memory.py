@@ -17,6 +17,10 @@ training process is done with it:
 A buffer is therefore never written while a tensor of the training process views it, whatever
 holds on to the batch (a hook, a list of batches): the worker then takes fresh memory, as PyTorch's
 own collate does for every batch. A batch unpickled anywhere else never frees its buffer.
+
+Before torch 2.10 the storage a received batch views outlives its last tensor (its finalizer never
+ran with torch 2.3, 2.4, 2.5, 2.6, 2.8 and 2.9; it did with 2.10, 2.11, 2.14 and 2.15), so no
+buffer would ever be freed: :data:`REUSE_WORKS` is False there and the loader keeps no buffers.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from torch.utils.data import get_worker_info
 
 from ..utils.env import map_pages_now
 
+# Whether the training process frees a buffer when its last tensor goes (see the module doc).
+REUSE_WORKS = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 10)
 # The memories made in this process, by token: where a received batch finds its flags.
 _MEMORIES: "weakref.WeakValueDictionary[str, BatchMemory]" = weakref.WeakValueDictionary()
 

@@ -60,7 +60,7 @@ from ..config import ConfigError
 from ..utils import comm
 from ..utils.env import keep_freed_memory
 from . import source_datasets, video_dataset  # noqa: F401  (register the built-in datasets)
-from .batch_memory import BatchMemory, PooledBatch, WrittenItems, batch_tensor
+from .batch_memory import REUSE_WORKS, BatchMemory, PooledBatch, WrittenItems, batch_tensor
 from .registry import DATASET_REGISTRY
 from .robust import GuardedLoader
 
@@ -443,7 +443,8 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
                         if train else batch_size)
     data = cfg.CONFIG.DATA
     num_workers = int(data.NUM_WORKERS)
-    buffers = int(data.BATCH_BUFFERS_PER_WORKER)
+    # (Kept buffers need torch 2.10+: see zoo/data/batch_memory.py.)
+    buffers = int(data.BATCH_BUFFERS_PER_WORKER) if REUSE_WORKS else 0
     memory = BatchMemory(num_workers, buffers) if train and num_workers and buffers else None
     if train and hasattr(dataset, "write_batches"):
         dataset.write_batches(memory)  # clips go straight into the batch (see ClipDataset)

@@ -73,11 +73,10 @@ _OFF_GRID = 0.35
 # FFmpeg's scaler filter for the one-pass resize: bilinear, widened when shrinking (antialiased)
 # like torch's antialiased bilinear resize; measured against it in docs/benchmarks.md (issue 15).
 _SCALE_FILTER = "BILINEAR"
-# PyAV 17 added threaded scaling (and ``threads``); planar RGB out is then the faster scaled
-# output (see _rgb), before it packed RGB (the same pixels).
+# The scaler is threaded (``threads``); planar RGB out is then the faster scaled output (see
+# _rgb; the same pixels as packed RGB).
 _AV_MAJOR = int(av.__version__.split(".")[0])
-_SCALER_THREADS = _AV_MAJOR >= 17
-_SCALED_FORMAT = "gbrp" if _SCALER_THREADS else "rgb24"
+_SCALED_FORMAT = "gbrp"
 # Containers (FFmpeg demuxer names) that store presentation timestamps; the rest are decoded from
 # the start. AVI stores none (decode order only), raw streams no timestamps at all.
 _PTS_FORMATS = {"mov", "mp4", "matroska", "webm"}
@@ -90,21 +89,6 @@ OPEN_OPTIONS = {"metadata_errors": "ignore"} if _AV_MAJOR < 19 else {}
 # system's, and a truncated stream's end. Anything else it raises (TypeError, AttributeError, ...)
 # is a call this PyAV does not support, and stops the job (DecoderLibraryError).
 PYAV = DecodingLibrary("PyAV", "av", (av.error.FFmpegError, OSError, EOFError))
-
-
-def _rotation(frame: av.VideoFrame) -> float:
-    """The frame's display-matrix rotation, degrees counter-clockwise (0 without one)."""
-    try:
-        return frame.rotation
-    except AttributeError:  # PyAV before 14.1: FFmpeg's av_display_rotation_get on the side data
-        for data in frame.side_data:
-            if data.type.name == "DISPLAYMATRIX":
-                m = np.frombuffer(bytes(data), dtype="<i4", count=9).astype(np.float64)
-                if np.hypot(m[0], m[3]) == 0.0 or np.hypot(m[1], m[4]) == 0.0:
-                    return 0.0  # degenerate matrix (FFmpeg: NaN): shown as stored
-                return -float(np.degrees(np.arctan2(m[1] / np.hypot(m[1], m[4]),
-                                                    m[0] / np.hypot(m[0], m[3]))))
-        return 0.0
 
 
 class _VariableRate(Exception):
@@ -191,11 +175,8 @@ class PyAVReader(VideoReader):
         # One converter per thread, reused by every video: frame.to_ndarray(format="rgb24") sets
         # up a new conversion for every frame (~6 ms of a 32-frame 64x64 clip against ~1 ms when
         # reused), and setting one up costs 3-10 ms per clip (it keeps its set-up while the
-        # frame size and format stay the same). PyAV before 17 keeps the previous video's colour
-        # range and matrix where the next one's match the output's defaults (it then skips
-        # sws_setColorspaceDetails): after a full-range MJPEG every colour was wrong. There, one
-        # converter per video.
-        self._to_rgb = _reformatter() if _AV_MAJOR >= 17 else VideoReformatter()
+        # frame size and format stay the same).
+        self._to_rgb = _reformatter()
         # Frame number = round((pts - start) * scale), in integers: Fractions cost ~0.1 ms a frame.
         rate = stream.average_rate or stream.guessed_rate
         scale = Fraction(stream.time_base) * Fraction(rate) if rate and stream.time_base else 0
@@ -226,12 +207,7 @@ class PyAVReader(VideoReader):
             if self._sequential:
                 # AVI's header counts empty "drop" chunks too (a remux from MP4 with B-frames
                 # claimed 500 frames for 250): its index, read at open, has the real ones.
-                indexed = self._indexed_frames()
-                if indexed is None:  # no index to read: count the non-empty packets instead
-                    count = self._count_packets()
-                    self._counted = True
-                else:
-                    count = indexed or count
+                count = self._indexed_frames() or count
             if count <= 0 and self._hint > 0:
                 count = self._hint
             if count <= 0:
@@ -240,13 +216,9 @@ class PyAVReader(VideoReader):
             self._num_frames = count
         return self._num_frames
 
-    def _indexed_frames(self) -> Optional[int]:
-        """Non-empty entries of the demuxer's index (no reading), 0 when it has none, None when
-        PyAV cannot show it."""
-        try:
-            entries = self._stream.index_entries
-        except AttributeError:  # PyAV before 14
-            return None
+    def _indexed_frames(self) -> int:
+        """Non-empty entries of the demuxer's index (no reading), 0 when it has none."""
+        entries = self._stream.index_entries
         return sum(1 for entry in entries if entry.size > 0) if entries else 0
 
     def _packets(self):
@@ -425,11 +397,8 @@ class PyAVReader(VideoReader):
         if self._keys is None:
             self._keys = []
             if not self._matroska:
-                try:
-                    entries = self._stream.index_entries
-                    self._keys = sorted(e.timestamp for e in entries if e.is_keyframe)
-                except AttributeError:  # PyAV before 14
-                    pass
+                entries = self._stream.index_entries
+                self._keys = sorted(e.timestamp for e in entries if e.is_keyframe)
         return self._keys
 
     def _seek_moves_on(self, pts: Optional[int], index: int) -> bool:
@@ -524,7 +493,7 @@ class PyAVReader(VideoReader):
     def _rgb(self, frame: av.VideoFrame) -> np.ndarray:
         """The frame as upright RGB (turned by its display matrix, as a player shows it), scaled
         to the output size when one is set."""
-        rotation = _rotation(frame)
+        rotation = frame.rotation
         size = self._scaled_size(frame, rotation)
         if size is None:
             image = self._to_rgb.reformat(frame, format="rgb24",
@@ -539,8 +508,8 @@ class PyAVReader(VideoReader):
         return upright(image, rotation) if rotation else image
 
     def _scaler_options(self) -> dict:
-        # PyAV 17 made the scaler threaded, one thread per core unless told otherwise.
-        return {"threads": self._scale_threads} if _SCALER_THREADS else {}
+        # The scaler is threaded, one thread per core unless told otherwise.
+        return {"threads": self._scale_threads}
 
     def _scaled_size(self, frame: av.VideoFrame, rotation: float) -> Optional[tuple]:
         """``(height, width)`` to scale the stored picture to, or None to keep its size."""
