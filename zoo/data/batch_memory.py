@@ -33,10 +33,10 @@ from typing import Optional, Tuple
 import torch
 from torch.utils.data import get_worker_info
 
-from ..utils.env import map_pages_now
+from ..utils.env import map_pages_now, torch_at_least
 
 # Whether the training process frees a buffer when its last tensor goes (see the module doc).
-REUSE_WORKS = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 10)
+REUSE_WORKS = torch_at_least(2, 10)
 # The memories made in this process, by token: where a received batch finds its flags.
 _MEMORIES: "weakref.WeakValueDictionary[str, BatchMemory]" = weakref.WeakValueDictionary()
 

@@ -180,15 +180,10 @@ class TorchCodecReader(VideoReader):
 
     def _open(self, decoder_class, threads: int):
         check_deadline()
-        try:
-            with TORCHCODEC.reading(self.path, "cannot open", open_kind, _reason):
-                return decoder_class(self.path, seek_mode="exact", dimension_order="NHWC",
-                                     num_ffmpeg_threads=threads)
-        except DecodeError as e:
-            # torchcodec 0.17 imports without FFmpeg and loads it at the first decoder it makes.
-            if "Could not load libtorchcodec" in str(e):
-                raise _cannot_load(one_line(e.__context__ or e)) from None
-            raise
+        # (A torchcodec that cannot load FFmpeg was refused by _import_torchcodec already.)
+        with TORCHCODEC.reading(self.path, "cannot open", open_kind, _reason):
+            return decoder_class(self.path, seek_mode="exact", dimension_order="NHWC",
+                                 num_ffmpeg_threads=threads)
 
     def close(self) -> None:
         self._decoder = None

@@ -37,8 +37,7 @@ def user_error_types() -> Tuple[Type[BaseException], ...]:
 
     return (ConfigError, AnnotationError, DecodeError, DecoderLibraryError, TooManyBadVideos,
             CheckpointError, LaunchError, ConversionError, WeightsError, NonFiniteLoss,
-            FileNotFoundError,
-            NotADirectoryError, IsADirectoryError, PermissionError, ImportError)
+            FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ImportError)
 
 
 def is_user_error(e: BaseException) -> bool:

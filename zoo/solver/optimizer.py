@@ -8,6 +8,8 @@ from typing import Any, Dict, Iterable, Optional, Set
 import torch
 import torch.nn as nn
 
+from ..utils.env import torch_at_least
+
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
 
 
@@ -70,7 +72,7 @@ def make_optimizer(name: str, groups: list, lr: float, momentum: float = 0.9,
 def _fused_runs_on(groups: list) -> bool:
     """False where a CPU parameter would meet a torch without CPU fused kernels: torch 2.3 builds
     the fused optimizer for CPU parameters and fails only at its first step."""
-    if tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 4):  # CPU kernels: 2.4
+    if torch_at_least(2, 4):  # CPU fused kernels came in 2.4
         return True
     params = (p for g in groups for p in (g["params"] if isinstance(g, dict) else [g]))
     return all(p.device.type != "cpu" for p in params)

@@ -19,6 +19,13 @@ from typing import Iterable
 import numpy as np
 
 
+def torch_at_least(major: int, minor: int) -> bool:
+    """Whether the installed torch release is ``major.minor`` or newer (local tags ignored)."""
+    import torch
+
+    return tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (major, minor)
+
+
 def seed_all(seed: int) -> None:
     """Seed Python, NumPy and torch RNGs of this process."""
     import torch
