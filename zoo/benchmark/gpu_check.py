@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ..engine.plots import read_metrics
 from ..utils.env import available_cpus
 
 QUICKSTART = "configs/quickstart/slowfast_tiny_motion.yaml"
@@ -142,7 +143,7 @@ def quickstart(c: Check) -> Tuple[bool, str]:
                  "DATA.SYNTHETIC.VAL_PER_CLASS", "2", "DDP_CONFIG.NUM_CPU_PROCS", "1"]
     rc = _train_and_test(c, "quickstart", args)
     run = os.path.join(run_dir, "run")
-    vals = [r for r in _records(os.path.join(run, "metrics.jsonl")) if r.get("split") == "val"]
+    vals = [r for r in _records(run) if r.get("split") == "val"]
     test = _json(os.path.join(run, "test_metrics.json"))
     figures = (f"val top-1 {vals[-1]['top1']:.1f}% (epoch {vals[-1]['epoch']})" if vals
                else "no val record")
@@ -215,7 +216,7 @@ def real_decoding(c: Check) -> Tuple[bool, str]:
         rc = c.run("real_decoding", [sys.executable, "-m", "zoo.cli.train", *args], on_line)
     finally:
         busy.stop()
-    epochs_done = [r for r in _records(os.path.join(run_dir, "run", "metrics.jsonl"))
+    epochs_done = [r for r in _records(os.path.join(run_dir, "run"))
                    if r.get("split") == "train_epoch"]
     timed = epochs_done[1:] or epochs_done
     clips = (len(open(list_path).readlines()) // batch) * batch
@@ -266,11 +267,11 @@ def markdown_table(rows: List[Dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def _records(path: str) -> List[dict]:
-    if not os.path.isfile(path):
+def _records(run_dir: str) -> List[dict]:
+    """The run's metrics.jsonl records; none when the run wrote no such file."""
+    if not os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
         return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_metrics(run_dir)
 
 
 def _json(path: str) -> Optional[dict]:
