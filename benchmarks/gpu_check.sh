@@ -56,4 +56,4 @@ if [ -n "$wheels" ]; then
     echo "installed:${missing:- nothing missing}; zoo runs from $(pwd) through PYTHONPATH"
   fi
 fi
-exec "$PY" -m zoo.cli.benchmark gpu --out "$out" --device "$device" $quick
+exec "$PY" -m benchmarks.run gpu --out "$out" --device "$device" $quick

@@ -19,10 +19,10 @@ from helpers import ROOT
 
 from zoo.config import get_cfg
 from zoo.data.build import build_dataset
-from zoo.data.decode_base import DecodeError
-from zoo.data.decoders import get_decoder
-from zoo.engine.hooks import user_hook_class
+from zoo.data.decode.base import DecodeError
+from zoo.data.decode.registry import get_decoder
 from zoo.models import create_model, model_facts
+from zoo.train.hooks import user_hook_class
 from zoo.utils.env import load_user_module
 
 PAGE = os.path.join(ROOT, "docs", "architecture.md")

@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader
 from videos_for_tests import bad_videos, ramp_frames, write
 
 from zoo.data import TooManyBadVideos
-from zoo.data.decode_base import DecodeTimeout, check_deadline, time_limit
-from zoo.data.decoders import PyAVReader
+from zoo.data.decode.base import DecodeTimeout, check_deadline, time_limit
+from zoo.data.decode.registry import PyAVReader
 from zoo.data.robust import GuardedLoader
 from zoo.data.video_dataset import VideoListDataset
 
@@ -28,7 +28,7 @@ BAD_KINDS = ["missing", "empty", "truncated", "text", "audio_only", "unreadable_
 # A decoder that hangs on files whose name contains "hang" (loaded by the training run too).
 SLEEPY_DECODER = '''
 import time
-from zoo.data.decoders import PyAVReader, register_decoder, DECODERS
+from zoo.data.decode.registry import PyAVReader, register_decoder, DECODERS
 
 
 class SleepyReader(PyAVReader):

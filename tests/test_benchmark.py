@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from helpers import TINY_DATA, run_tool
 
-from zoo.engine.precision import (
+from zoo.train.precision import (
     CpuConv3d,
     resolve_channels_last,
     resolve_precision,
@@ -196,7 +196,7 @@ def test_train_and_compare(tmp_path):
 
 
 def test_step_benchmarks_flush_subnormals():
-    from zoo.benchmark.commands import _steady_numbers
+    from benchmarks.commands import _steady_numbers
 
     tiny = torch.tensor(1e-39)  # subnormal in float32
     assert (tiny * 1.0).item() != 0
@@ -209,7 +209,7 @@ def test_step_benchmarks_flush_subnormals():
 
 
 def test_paired_ratio_pairs_the_steps_of_one_round():
-    from zoo.benchmark.compare import paired_ratio, times_ratio
+    from benchmarks.compare import paired_ratio, times_ratio
 
     # the machine slows down 3x halfway: each round still says "a takes twice as long as b"
     times = {"a": [1.0, 1.0, 6.0, 6.0, 6.0], "b": [0.5, 0.5, 3.0, 3.0, 3.0]}
@@ -219,7 +219,7 @@ def test_paired_ratio_pairs_the_steps_of_one_round():
 
 
 def test_profile_splits_a_step_into_operators_and_categories(tmp_path):
-    from zoo.benchmark.profile import category
+    from benchmarks.profile import category
 
     assert category("aten::convolution_backward") == "convolution backward"
     assert category("ConvolutionBackward0") == "convolution backward"
@@ -280,7 +280,7 @@ def test_scaling_data_startup(tmp_path, synth_root):
 
 
 def test_forward_flops_counts_two_per_multiply_add():
-    from zoo.benchmark.peak import forward_flops
+    from benchmarks.peak import forward_flops
 
     def build():
         return nn.Sequential(nn.Conv3d(3, 4, (1, 3, 3), padding=(0, 1, 1), bias=False),
@@ -295,7 +295,7 @@ def test_forward_flops_counts_two_per_multiply_add():
 def test_matmul_peak_is_2n3_over_best_time(monkeypatch):
     import types
 
-    from zoo.benchmark import peak
+    from benchmarks import peak
 
     ticks = iter([0.0, 0.5, 1.0, 1.25, 2.0, 3.0])  # three timed GEMMs: 0.5 s, 0.25 s, 1 s
     monkeypatch.setattr(peak, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
@@ -305,7 +305,7 @@ def test_matmul_peak_is_2n3_over_best_time(monkeypatch):
 def test_train_reports_percent_of_peak():
     from torch.utils.flop_counter import FlopCounterMode
 
-    from zoo.benchmark.train import random_batch, train_throughput
+    from benchmarks.train import random_batch, train_throughput
     from zoo.models import create_model
 
     rows = train_throughput("slowfast_tiny_resnet18", 8, 32, 1, ["fp32"], ["auto"], warmup=0,
@@ -365,7 +365,7 @@ def test_scaling_over_a_shaped_link_between_two_namespace_nodes(tmp_path, synth_
 
 
 def test_loader_ratios_compare_clip_counts_at_the_same_batch_buffers():
-    from zoo.benchmark.loader import median_rows
+    from benchmarks.loader import median_rows
 
     rows = [{"num_workers": 1, "batch_buffers": kept, "clips_per_video": per_video,
              "clips_window": "shared" if per_video > 1 else "", "clips_per_s": speed}

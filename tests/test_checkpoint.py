@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from zoo.config import cfg_to_yaml, load_config
-from zoo.engine.checkpoint import (
+from zoo.train.checkpoint import (
     atomic_save,
     config_differences,
     epoch_checkpoints,
@@ -31,7 +31,7 @@ def test_kill_during_write_leaves_previous_checkpoint_loadable(tmp_path):
     script = (
         "import sys, torch\n"
         f"sys.path.insert(0, {ROOT!r})\n"
-        "from zoo.engine.checkpoint import atomic_save\n"
+        "from zoo.train.checkpoint import atomic_save\n"
         "atomic_save({'model': {'w': torch.zeros(400_000_000 // 4)}, 'epoch': 2}, sys.argv[1])\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script, str(path)])

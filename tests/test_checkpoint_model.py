@@ -18,9 +18,9 @@ from videos_for_tests import ramp_frames, write
 
 from zoo.config import cfg_to_yaml, get_cfg, load_config
 from zoo.config.config import _GLUONCV_UNUSED_KEYS, _RENAMED_KEYS, _all_keys
-from zoo.engine.checkpoint import CheckpointError
-from zoo.engine.checkpoint_model import model_from_checkpoint
+from zoo.infer.checkpoint_model import model_from_checkpoint
 from zoo.models import MODEL_REGISTRY
+from zoo.train.checkpoint import CheckpointError
 
 
 def ckpt_test_toy(num_classes=10, width=8, **kwargs):

@@ -14,7 +14,7 @@ import shlex
 
 import pytest
 
-from zoo.engine.cli import ToolArgumentParser
+from zoo.cli.job import ToolArgumentParser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRAPPERS = sorted(glob.glob(os.path.join(ROOT, "tools", "*.py"))

@@ -12,7 +12,7 @@ from helpers import mini_clip_cfg
 from zoo.config import ConfigError
 from zoo.data import build_dataset, build_loader, sampling, transforms
 from zoo.data.build import collate_clips
-from zoo.data.decoders import VideoFile
+from zoo.data.decode.registry import VideoFile
 from zoo.data.synthetic import generate, write_video
 from zoo.data.video_dataset import VideoListDataset
 

@@ -352,7 +352,7 @@ def test_version_cannot_be_overridden():
 def test_resume_check_reads_an_older_checkpoint_config_with_new_names(version_2):
     import yaml
 
-    from zoo.engine.checkpoint import config_differences
+    from zoo.train.checkpoint import config_differences
 
     cfg = load_config(None, ["TRAIN.LR", "0.7"])
     saved = yaml.safe_load(cfg_to_yaml(cfg))

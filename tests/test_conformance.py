@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import video_corpus as vc
 
-from zoo.data.decode_base import END_SLACK
-from zoo.data.decoders import DECODERS, DecodeError, PyAVReader
+from zoo.data.decode.base import END_SLACK
+from zoo.data.decode.registry import DECODERS, DecodeError, PyAVReader
 
 # Readers registered for something other than video files.
 NOT_VIDEO_FILE_READERS = {"frames", "image"}

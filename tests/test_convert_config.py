@@ -7,9 +7,9 @@ import pytest
 import yaml
 from helpers import run_tool
 
+from zoo.cli.dry_run import dry_run_file
 from zoo.config import ConfigError, load_config
 from zoo.config.convert_pyslowfast import convert_pyslowfast, write_converted
-from zoo.engine.dry_run import dry_run_file
 from zoo.solver.lr_scheduler import WarmupScheduler
 
 # PySlowFast's Kinetics SlowFast R50 recipes (configs/Kinetics/SLOWFAST_{4x16,8x8}_R50.yaml in

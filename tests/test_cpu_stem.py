@@ -1,4 +1,4 @@
-"""The narrow RGB stem in float32 under CPU bf16 autocast (zoo/engine/cpu_stem.py): same
+"""The narrow RGB stem in float32 under CPU bf16 autocast (zoo/accel/cpu_stem.py): same
 parameters and keys, bf16 out in the clip's layout, and results within bf16 rounding of a float64
 stem (no further from it than autocast's own bf16 stem)."""
 
@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from zoo.engine.cpu_stem import CpuStem, route_cpu_stems
+from zoo.accel.cpu_stem import CpuStem, route_cpu_stems
 from zoo.models import create_model
 from zoo.models.blocks3d import Stem
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import ROOT, TINY_DATA, run_tool
 
-from zoo.benchmark.link import free_port
+from benchmarks.link import free_port
 
 QUICKSTART_TINY = os.path.join(ROOT, "configs", "quickstart", "slowfast_tiny_motion.yaml")
 CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.slow])
@@ -89,7 +89,7 @@ def test_one_process_job_under_torchrun(tmp_path, synth_root, device):
 def test_training_batches_arrive_pinned_and_go_to_the_device(synth_root, device, workers):
     from zoo.config import load_config
     from zoo.data import build_loader, normalization, prepare_synthetic
-    from zoo.engine.step import TrainStep
+    from zoo.train.step import TrainStep
 
     cfg = prepare_synthetic(load_config(QUICKSTART_TINY, [
         *TINY_DATA, "DATA.SYNTHETIC.ROOT", synth_root, "DATA.NUM_WORKERS", str(workers)]))
@@ -138,8 +138,8 @@ def test_a_checkpoint_resumes_on_the_other_device(tmp_path, synth_root, first, t
 def test_test_predict_and_export_on_the_gpu(gpu_run, tmp_path):
     from zoo.config import load_config
     from zoo.data import prepare_synthetic
-    from zoo.engine.predictor import Predictor
-    from zoo.models.export import export_model
+    from zoo.infer.export import export_model
+    from zoo.infer.predictor import Predictor
 
     run_dir, _ = gpu_run
     ckpt = str(run_dir / "checkpoints" / "epoch_1.pth")

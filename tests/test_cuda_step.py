@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import zoo
-from zoo.benchmark.train import zoo_step
+from benchmarks.train import zoo_step
 
 # One small representative per family: (name, builder kwargs, input shape).
 VIDEO = (2, 3, 8, 32, 32)

@@ -17,8 +17,8 @@ from videos_for_tests import frame_number, ramp_frames, write
 
 from zoo.config import load_config
 from zoo.data import DATASET_REGISTRY, build_dataset, transforms
-from zoo.data.decoders import PyAVReader
-from zoo.data.records import AnnotationListRecords, ListSource, RecordsProvider
+from zoo.data.decode.registry import PyAVReader
+from zoo.data.lists.providers import AnnotationListRecords, ListSource, RecordsProvider
 from zoo.data.video_dataset import ClipDataset, ClipSettings, DatasetRecipe, VideoListDataset
 from zoo.utils.env import import_extra_modules
 
@@ -46,7 +46,7 @@ class TabList(RecordsProvider):
 LEGACY_FILE = '''
 import os
 from zoo.data import DATASET_REGISTRY
-from zoo.data.annotations import VideoRecord
+from zoo.data.lists.annotations import VideoRecord
 from zoo.data.video_dataset import ClipDataset
 
 
@@ -193,7 +193,7 @@ def test_reader_errors_count_as_bad_videos_and_reader_bugs_do_not(videos, tmp_pa
 
 
 def test_records_providers_do_not_import_torch():
-    code = ("import sys, zoo.data.records, zoo.data.sources; "
+    code = ("import sys, zoo.data.lists.providers, zoo.data.lists.sources; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__)))
     subprocess.run([sys.executable, "-c", code], check=True, env=env)

@@ -12,9 +12,9 @@ from videos_for_tests import has_encoder, ramp_frames, write
 
 from zoo.config import load_config
 from zoo.data import DATASET_REGISTRY, build_dataset
-from zoo.data.annotations import AnnotationError, read_annotations, read_class_names
-from zoo.data.decoders import PyAVReader
-from zoo.data.sources import kinetics_records, kinetics_stem
+from zoo.data.decode.registry import PyAVReader
+from zoo.data.lists.annotations import AnnotationError, read_annotations, read_class_names
+from zoo.data.lists.sources import kinetics_records, kinetics_stem
 
 MEAN, STD = [0.45, 0.45, 0.45], [0.225, 0.225, 0.225]
 COMMON = dict(clip_len=4, frame_rate=2, crop_size=28, short_side_size=32,

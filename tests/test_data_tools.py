@@ -11,8 +11,8 @@ import av
 import pytest
 from videos_for_tests import ramp_frames, write
 
-from zoo.data.annotations import read_annotations
-from zoo.data.sources import kinetics_stem
+from zoo.data.lists.annotations import read_annotations
+from zoo.data.lists.sources import kinetics_stem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -12,12 +12,12 @@ from helpers import TINY_DATA
 
 from zoo.config import load_config
 from zoo.data import build_dataset, build_loader, normalization
-from zoo.engine.checkpoint import unwrap
-from zoo.engine.launch import launch
-from zoo.engine.step import TrainStep
-from zoo.engine.trainer import prepare_model
+from zoo.launch.launch import launch
 from zoo.models import MODEL_REGISTRY
 from zoo.solver import build_lr_scheduler, build_optimizer
+from zoo.train.checkpoint import unwrap
+from zoo.train.step import TrainStep
+from zoo.train.trainer import prepare_model
 from zoo.utils import comm
 from zoo.utils.env import seed_all
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from videos_for_tests import frame_number, has_encoder, long_video, ramp_frames, write
 
-from zoo.data.decoders import DECODERS, DecodeError, PyAVReader, open_video
+from zoo.data.decode.registry import DECODERS, DecodeError, PyAVReader, open_video
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_DECORD = importlib.util.find_spec("decord") is not None
@@ -153,8 +153,8 @@ def test_errors_name_the_file_for_every_decoder(tmp_path):
 # A fresh interpreter that imports only the readers: it must decode without ever importing torch.
 TORCH_FREE_SCRIPT = """
 import sys
-from zoo.data.decode_pyav import PyAVReader
-import zoo.data.decoders, zoo.data
+from zoo.data.decode.pyav import PyAVReader
+import zoo.data.decode.registry, zoo.data
 
 with PyAVReader(sys.argv[1]) as video:
     frames = video.decode_array([0, 5, 5, 39])
@@ -171,7 +171,7 @@ def test_pyav_reader_decodes_without_importing_torch(videos):
                             env=env, cwd=ROOT)
     assert result.returncode == 0, f"the torch-free decode failed: {result.stderr.strip()}"
     assert result.stdout.strip().endswith("torch modules: none"), (
-        "importing zoo.data.decode_pyav / zoo.data.decoders and decoding imported torch "
+        "importing zoo.data.decode.pyav / zoo.data.decode.registry and decoding imported torch "
         f"({result.stdout.strip()})")
     with PyAVReader(videos["h264_mp4"][0]) as video:  # decode() is decode_array() as a tensor
         assert (video.decode([0, 39]).numpy() == video.decode_array([0, 39])).all()
@@ -179,7 +179,7 @@ def test_pyav_reader_decodes_without_importing_torch(videos):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
 def test_one_clip_from_a_5_minute_720p_video_stays_under_400_mb(tmp_path):
-    from zoo.benchmark.data import LONG_CLIP_RSS_LIMIT_MB, long_clip
+    from benchmarks.data import LONG_CLIP_RSS_LIMIT_MB, long_clip
 
     path = long_video(str(tmp_path / "five_minutes.mp4"), seconds=300)
     # A fresh process that imports only the readers (no torch), as tools/benchmark_data.py

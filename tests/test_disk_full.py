@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import TINY_DATA, run_tool
 
-from zoo.engine.checkpoint import CheckpointWriteError, atomic_save
+from zoo.train.checkpoint import CheckpointWriteError, atomic_save
 
 
 @pytest.fixture()

@@ -8,8 +8,8 @@ import pytest
 import torch
 from helpers import TINY_DATA, run_tool
 
-from zoo.engine.metrics import classification_metrics, topk_correct
-from zoo.engine.plots import confusion_matrix
+from zoo.infer.metrics import classification_metrics, topk_correct
+from zoo.infer.plots import confusion_matrix
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""TorchScript / ONNX export through tools/export.py and zoo.models.export, checked vs eager."""
+"""TorchScript / ONNX export through tools/export.py and zoo.infer.export, checked vs eager."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch.nn as nn
 from helpers import run_tool
 
 import zoo
-from zoo.models.export import export_model
+from zoo.infer.export import export_model
 
 SMALL_SLOWFAST = dict(width=8, depth=18, zero_init_final_bn=False)
 

@@ -11,7 +11,7 @@ from videos_for_tests import noise_frames, write
 
 from zoo.config import load_config
 from zoo.data import build_dataset
-from zoo.engine.features import feature_path, pooled_features
+from zoo.infer.features import feature_path, pooled_features
 
 WIDTH = 6
 

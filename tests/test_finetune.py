@@ -65,8 +65,8 @@ def test_finetune_to_a_different_class_count(tmp_path, synth_root):
 def test_classifier_of_a_model_without_get_classifier():
     import torch.nn as nn
 
-    from zoo.engine.finetune import classifier_module, freeze_backbone
     from zoo.models.pretrained import head_keys
+    from zoo.train.finetune import classifier_module, freeze_backbone
 
     net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
     assert classifier_module(net) is net[2]
@@ -81,9 +81,9 @@ def test_no_classifier_is_one_line_and_the_loader_says_why():
     import torch
     import torch.nn as nn
 
-    from zoo.engine.finetune import classifier_module
     from zoo.models.pretrained import head_keys, load_state
     from zoo.models.weights import WeightsError
+    from zoo.train.finetune import classifier_module
 
     net = nn.Sequential(nn.Conv3d(3, 4, 1), nn.Conv3d(4, 5, 1))
     with pytest.raises(ValueError) as e:
@@ -104,7 +104,7 @@ def test_classifier_module_sees_through_wrappers():
     import torch.nn as nn
 
     import zoo
-    from zoo.engine.finetune import classifier_module
+    from zoo.train.finetune import classifier_module
 
     model = zoo.create_model("resnet18", num_classes=3, base_width=8)
     assert classifier_module(nn.DataParallel(model)) is model.fc

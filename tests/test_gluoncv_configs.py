@@ -16,9 +16,9 @@ from gluoncv_configs import CONFIGS, FEAT_CONFIGS, expected_classes, write_all
 from helpers import run_tool
 from videos_for_tests import write
 
+from zoo.cli.dry_run import dry_run_file
 from zoo.config import load_config
 from zoo.data import build_dataset
-from zoo.engine.dry_run import dry_run_file
 
 # Independent parameter references at 400 classes: SlowFast R50 from PySlowFast
 # (/work/shared/REFERENCE.md); its head is Linear(2048 + 256 -> classes).
@@ -215,7 +215,7 @@ def test_feature_config_dry_run(gluoncv_dir):
 
 
 def test_model_that_cannot_be_built_fails_the_dry_run(caplog):
-    from zoo.engine.dry_run import run_dry_run
+    from zoo.cli.dry_run import run_dry_run
 
     good = load_config(None, ["MODEL.NAME", "slowfast_tiny_resnet18", "DATA.SYNTHETIC.ENABLE",
                               "True", "DATA.NUM_CLASSES", "4"])
@@ -229,7 +229,7 @@ def test_model_that_cannot_be_built_fails_the_dry_run(caplog):
 
 
 def test_world_urls_of_other_hosts_are_a_warning_in_a_dry_run():
-    from zoo.engine.dry_run import dry_run
+    from zoo.cli.dry_run import dry_run
 
     cfg = load_config(None, ["MODEL.NAME", "slowfast_tiny_resnet18", "DATA.NUM_CLASSES", "4",
                              "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.DIST_BACKEND", "gloo",
@@ -260,7 +260,7 @@ CONFIG:
 
 
 def test_dry_run_says_where_weights_come_from_without_downloading(tmp_path, monkeypatch):
-    from zoo.engine.dry_run import dry_run
+    from zoo.cli.dry_run import dry_run
 
     monkeypatch.setenv("ZOO_HOME", str(tmp_path))
     base = ["MODEL.NAME", "slowfast_8x8_resnet50", "DATA.NUM_CLASSES", "400",

@@ -6,7 +6,7 @@ import torch
 from helpers import cross_entropy_grads, on_two_gloo_ranks
 
 from zoo.config import get_cfg
-from zoo.engine.ddp_comm import COMPRESSIONS, ddp_options, register_compression
+from zoo.train.ddp_comm import COMPRESSIONS, ddp_options, register_compression
 
 IN, OUT = 16, 32
 

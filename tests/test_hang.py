@@ -16,7 +16,7 @@ import time
 import pytest
 from helpers import ROOT, TOY_MODEL
 
-from zoo.engine import heartbeat
+from zoo.launch import heartbeat
 
 TIMEOUT_S = 2.0  # HANG_TIMEOUT of the in-process tests: beats every 0.5 s
 
@@ -156,7 +156,7 @@ elif sys.argv[1] == "sleeper":
     time.sleep(30)
 else:
     # heartbeat.py by its path: importing zoo.engine (and torch) would take seconds.
-    spec = importlib.util.spec_from_file_location("hb", "zoo/engine/heartbeat.py")
+    spec = importlib.util.spec_from_file_location("hb", "zoo/launch/heartbeat.py")
     hb = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hb)
     kill_if_sibling = hb.kill_if_sibling

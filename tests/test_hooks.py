@@ -10,11 +10,11 @@ import torch
 import torch.nn as nn
 
 from zoo.config import ConfigError, get_cfg
-from zoo.engine import hooks as H
-from zoo.engine.checkpoint import load_checkpoint
-from zoo.engine.ema import ModelEMA
-from zoo.engine.metrics import MetricsWriter
-from zoo.engine.trainer import Trainer
+from zoo.infer.metrics import MetricsWriter
+from zoo.train import hooks as H
+from zoo.train.checkpoint import load_checkpoint
+from zoo.train.ema import ModelEMA
+from zoo.train.trainer import Trainer
 
 
 class FakeTrainer:
@@ -233,7 +233,7 @@ def test_checkpointer_saves_on_its_schedule_and_the_best(tmp_path):
 
 
 USER_HOOKS = '''
-from zoo.engine.hooks import HookBase
+from zoo.train.hooks import HookBase
 
 
 class Counter(HookBase):
@@ -252,7 +252,7 @@ class NotAHook:
 def test_user_hooks_load_from_a_file_or_a_module(tmp_path):
     path = tmp_path / "my_hooks.py"
     path.write_text(USER_HOOKS)
-    hooks = H.load_user_hooks([f"{path}:Counter", "zoo.engine.hooks:HookBase", ""])
+    hooks = H.load_user_hooks([f"{path}:Counter", "zoo.train.hooks:HookBase", ""])
     assert [type(h).__name__ for h in hooks] == ["Counter", "HookBase"]
     assert type(hooks[0]).__module__.startswith("zoo_user_my_hooks")
 
@@ -260,7 +260,7 @@ def test_user_hooks_load_from_a_file_or_a_module(tmp_path):
 @pytest.mark.parametrize("entry, error, words", [
     ("{path}", ConfigError, "is not 'file.py:ClassName'"),
     ("{path}:Missing", ConfigError, "defines no 'Missing' (hook classes there: Counter)"),
-    ("{path}:NotAHook", ConfigError, "NotAHook is not a subclass of zoo.engine.hooks.HookBase"),
+    ("{path}:NotAHook", ConfigError, "NotAHook is not a subclass of zoo.train.hooks.HookBase"),
     ("{dir}/nope.py:Counter", FileNotFoundError, "no such file"),
     ("no_such_module_xyz:Counter", ImportError, "could not be imported"),
 ])
@@ -288,7 +288,7 @@ class Recorder(H.HookBase):
 
 def _bare_trainer(tmp_path, accum_steps, n_batches, epochs):
     """A Trainer with only what its loop uses (no worker setup, loaders or process group)."""
-    from zoo.engine.step import TrainStep
+    from zoo.train.step import TrainStep
 
     t = Trainer.__new__(Trainer)
     t.cfg = get_cfg()

@@ -4,14 +4,14 @@ for two launchers and a stranger on a real port)."""
 import json
 
 from zoo.config import cfg_to_yaml, load_config
-from zoo.engine.config_agreement import (
+from zoo.launch.agreement import (
     config_fingerprint,
     config_items,
     job_identity,
     local_differences,
     node_local_items,
 )
-from zoo.engine.setup import with_job_layout
+from zoo.launch.setup import with_job_layout
 
 NO_ENV = {}
 

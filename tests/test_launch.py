@@ -8,7 +8,7 @@ import pytest
 import torch.distributed as dist
 
 from zoo.config import load_config
-from zoo.engine.launch import LaunchError, launch, resolve_topology
+from zoo.launch.launch import LaunchError, launch, resolve_topology
 from zoo.utils import comm
 
 
@@ -43,7 +43,7 @@ def test_one_cpu_process_joins_a_one_rank_group_and_leaves_it():
 
 
 def _report_layout(cfg, folder):
-    from zoo.engine.setup import with_job_layout
+    from zoo.launch.setup import with_job_layout
 
     rec = with_job_layout(cfg).DDP_CONFIG
     with open(f"{folder}/rank{comm.get_rank()}.json", "w") as f:

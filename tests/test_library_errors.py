@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 from helpers import ROOT, TINY_DATA, run_tool
 
+from zoo.cli.data_preflight import check_data
 from zoo.config import load_config
 from zoo.data import build_dataset
-from zoo.data.decode_base import DecodeError, DecoderLibraryError
-from zoo.data.decode_other import OpenCVReader
-from zoo.data.decode_pyav import PyAVReader
+from zoo.data.decode.base import DecodeError, DecoderLibraryError
+from zoo.data.decode.opencv import OpenCVReader
+from zoo.data.decode.pyav import PyAVReader
 from zoo.data.motion import write_video
 from zoo.data.synthetic import generate
-from zoo.engine.data_preflight import check_data
-from zoo.engine.errors import is_user_error, one_line
+from zoo.utils.errors import is_user_error, one_line
 
 QUICKSTART = os.path.join(ROOT, "configs", "quickstart", "slowfast_tiny_motion.yaml")
 MESSAGE = "open() got an unexpected keyword argument 'timeout'"
@@ -144,7 +144,7 @@ def test_a_worker_error_becomes_the_workers_own_line():
         "Caught DecoderLibraryError in DataLoader worker process 0.\n"
         "Original Traceback (most recent call last):\n"
         '  File "x.py", line 1, in f\n'
-        "zoo.data.decode_base.DecoderLibraryError: PyAV 19.0.2: `av.open(x)` raised TypeError: t")
+        "zoo.data.decode.base.DecoderLibraryError: PyAV 19.0.2: `av.open(x)` raised TypeError: t")
     assert one_line(wrapped) == "PyAV 19.0.2: `av.open(x)` raised TypeError: t"
 
 

@@ -24,9 +24,9 @@ from helpers import run_tool
 from videos_for_tests import ramp_frames, write
 
 from zoo.config import ConfigError, load_config
-from zoo.data.annotations import AnnotationError, read_annotations
-from zoo.data.decoders import DECODERS, DecodeError
-from zoo.data.list_formats import decide_format
+from zoo.data.decode.registry import DECODERS, DecodeError
+from zoo.data.lists.annotations import AnnotationError, read_annotations
+from zoo.data.lists.formats import decide_format
 
 FLOW_COLOUR = (255, 0, 255)  # RGB magenta: never a grey level of the RGB frames below
 
@@ -344,7 +344,7 @@ def test_multi_label_and_header_errors_are_one_console_line(tmp_path, toy_model_
 
 
 def test_class_count_from_the_list_uses_list_format_and_data_path(tmp_path):
-    from zoo.engine.finetune import resolve_num_classes
+    from zoo.train.finetune import resolve_num_classes
 
     (tmp_path / "frames" / "sit" / "v 2").mkdir(parents=True)
     anno = _write(tmp_path / "l.txt", "jump/v1 12 0\nsit/v 2 12 4\n")

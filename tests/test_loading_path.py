@@ -11,9 +11,9 @@ import torch
 from torchvision.transforms.v2 import functional as tvf
 from videos_for_tests import ramp_frames, write
 
-from zoo.data.decode_base import OutputSize
-from zoo.data.decode_pyav import PyAVReader
-from zoo.data.decoders import AutoReader
+from zoo.data.decode.base import OutputSize
+from zoo.data.decode.pyav import PyAVReader
+from zoo.data.decode.registry import AutoReader
 
 # Mean absolute difference (0-255) allowed between the one-pass frames and a full-size decode
 # resized by torchvision (antialiased bilinear). Both are triangle filters widened by the scale
@@ -151,8 +151,8 @@ def test_dataset_asks_for_the_transform_size(tmp_path, bframe_video):
 
 @pytest.mark.slow  # ~5 s: benchmarks are in the full tier (DEVELOPERS.md)
 def test_end_to_end_benchmark_smoke(tmp_path, monkeypatch, capsys):
-    from zoo.benchmark import clip_loading
-    from zoo.benchmark import data as bench
+    from benchmarks import clip_loading
+    from benchmarks import data as bench
     from zoo.cli import benchmark_data
 
     small = dict(clip_loading.SETS["kinetics"], seconds=2, height=128, width=170, gop=25)

@@ -263,7 +263,7 @@ def _world_and_rank(cfg, box):
 
 def test_file_init_on_one_node_runs_twice_and_cleans_up(tmp_path):
     from zoo.config import load_config
-    from zoo.engine.launch import launch
+    from zoo.launch.launch import launch
 
     rdzv = tmp_path / "pg"
     cfg = load_config(None, ["DDP_CONFIG.DIST_URL", f"file://{rdzv}"])

@@ -9,8 +9,8 @@ import torch
 import torch.nn as nn
 from helpers import TINY_DATA, run_tool
 
-from zoo.engine.errors import NonFiniteLoss
-from zoo.engine.step import TrainStep
+from zoo.train.step import TrainStep
+from zoo.utils.errors import NonFiniteLoss
 
 # A toy model that returns NaN logits at its NAN_AT-th training forward on rank NAN_RANK.
 NAN_MODEL = '''

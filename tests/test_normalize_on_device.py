@@ -12,7 +12,7 @@ from zoo.config import ConfigError
 from zoo.data import build_loader, normalization, transforms
 from zoo.data.build import _takes, collate_train
 from zoo.data.synthetic import generate
-from zoo.engine.step import TrainStep
+from zoo.train.step import TrainStep
 
 MEAN, STD = [0.43, 0.45, 0.47], [0.2, 0.225, 0.25]
 

@@ -1,4 +1,4 @@
-"""DDP_CONFIG.GRAD_COMPRESSION powersgd (zoo/engine/powersgd.py) on two gloo ranks: the mean is
+"""DDP_CONFIG.GRAD_COMPRESSION powersgd (zoo/accel/powersgd.py) on two gloo ranks: the mean is
 rebuilt exactly where it has rank <= POWERSGD_RANK, every rank applies the same gradient, what a
 low rank leaves out is kept as each rank's error, the warm-up steps are the exact mean, and a
 channels-last conv net trains with it (several buckets, so several hooks per step)."""
@@ -7,9 +7,9 @@ import pytest
 import torch
 from helpers import cross_entropy_grads, on_two_gloo_ranks
 
+from zoo.accel.powersgd import PowerSGDState, make_state, powersgd_hook
 from zoo.config import get_cfg
-from zoo.engine.ddp_comm import ddp_options, register_compression
-from zoo.engine.powersgd import PowerSGDState, make_state, powersgd_hook
+from zoo.train.ddp_comm import ddp_options, register_compression
 
 N = 64
 STEPS = 6  # 2 warm-up steps, 4 compressed

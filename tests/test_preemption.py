@@ -1,4 +1,4 @@
-"""Preemption (zoo/engine/preemption.py): a SIGTERM mid-epoch stops every rank after the same step
+"""Preemption (zoo/launch/preemption.py): a SIGTERM mid-epoch stops every rank after the same step
 with a checkpoint at that iteration, all processes exit 75, and the same command again continues
 mid-epoch to weights bitwise equal to an uninterrupted run. Plus the pieces, in process: the agreed
 stop, the grace watchdog, the mid-epoch file names and the sampler offset."""
@@ -15,7 +15,7 @@ import pytest
 import torch
 from helpers import ROOT, TINY_DATA, run_tool
 
-from zoo.engine.preemption import PREEMPTED_EXIT_CODE, PreemptionWatch
+from zoo.launch.preemption import PREEMPTED_EXIT_CODE, PreemptionWatch
 
 # A toy video model with dropout: torch's global random stream then shapes the weights, so a resume
 # that did not restore it (or let the data loaders draw from it) would not be bitwise equal.
@@ -40,7 +40,7 @@ import os
 import signal
 import time
 
-from zoo.engine.hooks import HookBase
+from zoo.train.hooks import HookBase
 from zoo.utils import comm
 
 KILL_AT = {kill_at}
@@ -201,7 +201,7 @@ def test_one_process_stops_after_the_step_the_signal_arrived_in():
 
 
 def test_grace_runs_out_exits_75_saying_no_checkpoint_was_written(monkeypatch, capsys):
-    from zoo.engine import preemption
+    from zoo.launch import preemption
 
     exits = []
     left = threading.Event()
@@ -230,14 +230,14 @@ def test_grace_runs_out_exits_75_saying_no_checkpoint_was_written(monkeypatch, c
 
 def test_mid_epoch_checkpoints_sort_after_their_epoch_and_are_never_epoch_files(tmp_path):
     from zoo.config import get_cfg
-    from zoo.engine.checkpoint import (
+    from zoo.infer.tester import find_test_checkpoint
+    from zoo.train.checkpoint import (
         epoch_checkpoints,
         find_resume_checkpoint,
         latest_checkpoint,
         save_checkpoint,
         save_preempt_checkpoint,
     )
-    from zoo.engine.tester import find_test_checkpoint
 
     d = str(tmp_path)
     save_checkpoint(d, {"epoch": 1}, 1, keep_last=1)
@@ -262,7 +262,7 @@ def test_mid_epoch_checkpoints_sort_after_their_epoch_and_are_never_epoch_files(
 
 def test_a_mid_epoch_checkpoint_refuses_another_number_of_processes(tmp_path):
     from zoo.config import cfg_to_yaml, get_cfg
-    from zoo.engine.checkpoint import CheckpointError, load_training_state, training_state
+    from zoo.train.checkpoint import CheckpointError, load_training_state, training_state
 
     cfg = get_cfg()
     model = torch.nn.Linear(2, 2)
@@ -317,7 +317,7 @@ def _worker_that_stops_on_usr1(ready, code=PREEMPTED_EXIT_CODE):
 def test_the_launcher_forwards_the_signal_waits_for_its_workers_and_exits_75():
     import multiprocessing
 
-    from zoo.engine.preemption import Preempted, launcher_signals
+    from zoo.launch.preemption import Preempted, launcher_signals
 
     ctx = multiprocessing.get_context("fork")
     ready = ctx.Event()
@@ -342,7 +342,7 @@ def test_the_launcher_forwards_the_signal_waits_for_its_workers_and_exits_75():
 def test_a_signal_after_the_workers_finished_training_is_not_a_preemption():
     import multiprocessing
 
-    from zoo.engine.preemption import launcher_signals
+    from zoo.launch.preemption import launcher_signals
 
     ctx = multiprocessing.get_context("fork")
     ready = ctx.Event()
@@ -361,7 +361,7 @@ def test_a_signal_after_the_workers_finished_training_is_not_a_preemption():
 
 
 def test_a_launcher_signalled_before_any_worker_started_exits_75_at_once():
-    from zoo.engine.preemption import Preempted, launcher_signals
+    from zoo.launch.preemption import Preempted, launcher_signals
 
     with pytest.raises(Preempted, match="before any worker started"):
         with launcher_signals():

@@ -32,7 +32,7 @@ KILL_HOOK = """
 import os
 import signal
 
-from zoo.engine.hooks import HookBase
+from zoo.train.hooks import HookBase
 from zoo.utils import comm
 
 
@@ -160,7 +160,7 @@ RAISE_HOOK = """
 import os
 
 from zoo.config import ConfigError
-from zoo.engine.hooks import HookBase
+from zoo.train.hooks import HookBase
 from zoo.utils import comm
 
 
@@ -196,7 +196,7 @@ def test_one_node_restarts_after_an_error_but_not_after_a_user_error(tmp_path, s
 # ------------------------------------------------------------------------------ fast checks
 def test_a_restart_resumes_from_the_newest_checkpoint_whatever_the_config_says():
     from zoo.config import load_config
-    from zoo.engine.launch import resume_config
+    from zoo.launch.launch import resume_config
 
     cfg = load_config(None, ["TRAIN.AUTO_RESUME", "False", "TRAIN.RESUME_EPOCH", "3"])
     new = resume_config(cfg)
@@ -217,7 +217,7 @@ def test_a_restart_resumes_from_the_newest_checkpoint_whatever_the_config_says()
 ])
 def test_a_lost_peer_is_named_by_its_world_urls_entry(urls, message, named):
     from zoo.config import load_config
-    from zoo.engine.launch import _lost_peer
+    from zoo.launch.launch import _lost_peer
 
     cfg = load_config(None, ["DDP_CONFIG.WORLD_URLS", repr(urls), "DDP_CONFIG.WORLD_SIZE", "2"])
     assert _lost_peer(message, cfg, 2) == named

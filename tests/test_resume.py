@@ -33,7 +33,7 @@ KILL_HOOK = """
 import os
 import signal
 
-from zoo.engine.hooks import HookBase
+from zoo.train.hooks import HookBase
 from zoo.utils import comm
 
 KILL_AT = {kill_at}
@@ -120,14 +120,14 @@ def test_resume_refuses_a_checkpoint_from_another_config(tmp_path, synth_root, t
     again = run_tool("train_ddp.py", [*common, "TRAIN.EPOCH_NUM", "2", "TRAIN.AUTO_RESUME",
                                       "True", "TRAIN.LR", "0.5"])
     assert again.returncode != 0
-    # The error line goes to stderr (zoo/engine/errors.py), the log lines before it to stdout.
+    # The error line goes to stderr (zoo/utils/errors.py), the log lines before it to stdout.
     err = [ln for ln in again.stderr.splitlines() if "different config" in ln]
     assert err and "CONFIG.TRAIN.LR: 0.1 -> 0.5" in err[0]
 
 
 def _state(seed):
     """A small model, its AdamW optimizer, LR schedule and EMA after two steps from ``seed``."""
-    from zoo.engine.ema import ModelEMA
+    from zoo.train.ema import ModelEMA
 
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8),
@@ -146,7 +146,7 @@ def _state(seed):
 
 def test_load_training_state_restores_everything_a_checkpoint_holds(tmp_path):
     from zoo.config import cfg_to_yaml, get_cfg
-    from zoo.engine.checkpoint import (
+    from zoo.train.checkpoint import (
         gather_rng_states,
         load_training_state,
         save_checkpoint,
@@ -179,7 +179,7 @@ def test_load_training_state_refuses_another_config_and_warns_on_another_world(t
     import logging
 
     from zoo.config import cfg_to_yaml, get_cfg
-    from zoo.engine.checkpoint import CheckpointError, load_training_state, training_state
+    from zoo.train.checkpoint import CheckpointError, load_training_state, training_state
 
     cfg = get_cfg()
     model, opt, sched, ema = _state(0)

@@ -12,8 +12,8 @@ import pytest
 
 from zoo.config import ConfigError, load_config
 from zoo.data import prepare_synthetic, synthetic
-from zoo.data.annotations import read_annotations, read_class_names
-from zoo.data.decoders import decode_frames
+from zoo.data.decode.registry import decode_frames
+from zoo.data.lists.annotations import read_annotations, read_class_names
 
 TINY = dict(num_classes=3, train_per_class=2, val_per_class=1, num_frames=12, size=32)
 

@@ -5,8 +5,8 @@ import logging
 import pytest
 
 from zoo.config import load_config
-from zoo.engine.config_agreement import compare_summaries, config_items
-from zoo.engine.topology import (
+from zoo.launch.agreement import compare_summaries, config_items
+from zoo.launch.topology import (
     LaunchError,
     file_url_path,
     first_slurm_host,

@@ -19,9 +19,9 @@ import av
 import numpy as np
 import pytest
 
-from zoo.data import decoders
-from zoo.data.decode_torchcodec import torchcodec_unusable
-from zoo.data.decoders import DecodeError, auto_candidates, count_frames, open_video
+from zoo.data.decode import registry as decoders
+from zoo.data.decode.registry import DecodeError, auto_candidates, count_frames, open_video
+from zoo.data.decode.torchcodec import torchcodec_unusable
 
 HAVE_FFMPEG = shutil.which("ffmpeg") is not None
 # Not installed, or installed without FFmpeg libraries it can load: newer torchcodec imports even
@@ -276,7 +276,7 @@ def test_auto_is_the_default_and_explicit_names_stay():
 
 @needs_ffmpeg
 def test_benchmark_containers_hold_the_same_frames(tmp_path):
-    from zoo.benchmark import data as bench
+    from benchmarks import data as bench
 
     # testsrc2 rather than the benchmark's texture: its frames all differ, so order is checkable.
     src = str(tmp_path / "clip.mp4")

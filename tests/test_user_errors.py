@@ -164,8 +164,8 @@ def test_batch_size_check_agrees_with_torchs_sampler_and_drop_last():
     batch; checked against torch's own classes."""
     from torch.utils.data import DataLoader, DistributedSampler
 
+    from zoo.cli.data_preflight import check_batch_size
     from zoo.config import ConfigError, load_config
-    from zoo.engine.data_preflight import check_batch_size
 
     configs = {b: load_config(None, ["TRAIN.BATCH_SIZE", str(b)], validate=False)
                for b in range(1, 7)}
@@ -282,9 +282,9 @@ def test_slurm_job_step_worker_error(data, tmp_path):
 
 def test_what_is_a_user_error():
     from zoo.config import ConfigError
-    from zoo.data.annotations import AnnotationError
-    from zoo.engine.errors import is_user_error, one_line
+    from zoo.data.lists.annotations import AnnotationError
     from zoo.models import MODEL_REGISTRY
+    from zoo.utils.errors import is_user_error, one_line
 
     with pytest.raises(KeyError) as miss:
         MODEL_REGISTRY.get("no_such_model_anywhere")
@@ -305,7 +305,7 @@ def test_a_quiet_failed_rank_leaves_the_console_rank_time(monkeypatch, tmp_path,
                                                           local_rank, waits):
     # torchrun ends the job as soon as one process fails: a rank that does not print the error
     # line must not end before the node's first process, which prints it, had time to.
-    from zoo.engine import cli
+    from zoo.cli import job as cli
 
     slept = []
     monkeypatch.setenv("LOCAL_RANK", local_rank)

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from zoo.data import DATASET_REGISTRY
-from zoo.engine.hooks import HookBase
+from zoo.train.hooks import HookBase
 from zoo.utils import comm
 
 

@@ -70,9 +70,9 @@ def test_without_the_config_key_the_name_is_unknown(tmp_path):
 def test_user_model_without_get_classifier_uses_its_last_linear():
     # examples/my_model.py defines no get_classifier(): fine-tuning and the pretrained loader
     # take its last nn.Linear, the head `fc`.
-    from zoo.engine.finetune import classifier_module
     from zoo.models import build_model
     from zoo.models.pretrained import head_keys
+    from zoo.train.finetune import classifier_module
 
     cfg = load_config(EXAMPLE_YAML)
     import_extra_modules([os.path.join(ROOT, p) for p in cfg.CONFIG.EXTRA_MODULES])

@@ -9,7 +9,7 @@
     python tools/benchmark.py startup                  # quick start: command -> first iteration
 
 The same command as ``zoo-benchmark``; its code (and the full help) is
-zoo/cli/benchmark.py.
+benchmarks/run.py.
 """
 
 import sys

@@ -5,7 +5,7 @@
     python tools/benchmark_data.py --generate 8 --long-720p     # videos made here, no data needed
 
 The same command as ``zoo-benchmark-data``; its code (and the full help) is
-zoo/cli/benchmark_data.py.
+benchmarks/run_data.py.
 """
 
 import sys

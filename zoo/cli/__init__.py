@@ -3,7 +3,7 @@
 Each is installed as an entry point (``[project.scripts]`` in pyproject.toml: ``zoo-train``,
 ``zoo-test``, ``zoo-predict``, ...) and also runs as ``python -m zoo.cli.NAME``; the scripts under
 ``tools/`` and ``datasets/`` are thin wrappers that call the same ``main``. Every command starts
-from one parser (:func:`zoo.engine.cli.tool_parser`), so ``--config-file``, ``--extra-modules``
+from one parser (:func:`zoo.cli.job.tool_parser`), so ``--config-file``, ``--extra-modules``
 and trailing ``KEY VALUE`` overrides read the same everywhere.
 
 This package is the top layer: it imports ``zoo.engine`` and below, and nothing in zoo imports it

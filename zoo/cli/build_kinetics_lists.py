@@ -18,9 +18,9 @@ import os
 import sys
 from typing import List, Optional
 
-from ..data.annotations import AnnotationError
-from ..data.sources import kinetics_records, write_classes
-from ..engine.cli import tool_parser
+from ..data.lists.annotations import AnnotationError
+from ..data.lists.sources import kinetics_records, write_classes
+from .job import tool_parser
 
 
 def _sorted_labels(csv_path: str) -> list:

@@ -18,8 +18,8 @@ import random
 import sys
 from typing import List, Optional
 
-from ..data.sources import VIDEO_EXTS, write_classes
-from ..engine.cli import tool_parser
+from ..data.lists.sources import VIDEO_EXTS, write_classes
+from .job import tool_parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -16,9 +16,9 @@ import os
 import sys
 from typing import List, Optional
 
-from ..data.annotations import AnnotationError
-from ..data.sources import hmdb51_records, ucf101_records, write_classes
-from ..engine.cli import tool_parser
+from ..data.lists.annotations import AnnotationError
+from ..data.lists.sources import hmdb51_records, ucf101_records, write_classes
+from .job import tool_parser
 
 READERS = {"ucf101": ucf101_records, "hmdb51": hmdb51_records}
 

@@ -18,10 +18,10 @@ import logging
 import sys
 from typing import List, Optional
 
-from ..engine.cli import add_extra_modules_argument, tool_parser
 from ..models import parse_model_kwargs
 from ..models.convert import SCHEMES, ConversionError, convert_checkpoint
 from ..utils.env import import_extra_modules
+from .job import add_extra_modules_argument, tool_parser
 
 DESCRIPTION = ("Convert a PySlowFast / PyTorchVideo / MMAction2 / torchvision checkpoint into a "
                "zoo checkpoint.")

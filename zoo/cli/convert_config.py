@@ -15,7 +15,7 @@ from typing import List, Optional
 
 from ..config import ConfigError
 from ..config.convert_pyslowfast import write_converted
-from ..engine.cli import tool_parser
+from .job import tool_parser
 
 DESCRIPTION = "Convert a PySlowFast YAML to a zoo config."
 

@@ -17,9 +17,9 @@ import sys
 from typing import List, Optional
 
 from ..config import ConfigError
-from ..engine.cli import command_line_node_rank, setup_cfg, tool_parser
-from ..engine.preflight import print_report, run_checks
 from ..utils.logger import setup_logger
+from .job import command_line_node_rank, setup_cfg, tool_parser
+from .preflight import print_report, run_checks
 
 DESCRIPTION = "Check a multi-node set-up without training."
 

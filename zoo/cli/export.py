@@ -18,10 +18,10 @@ import logging
 import sys
 from typing import List, Optional
 
-from ..engine.cli import add_extra_modules_argument, tool_parser
+from ..infer.export import FORMATS, export_model
 from ..models import parse_model_kwargs
-from ..models.export import FORMATS, export_model
 from ..utils.env import import_extra_modules
+from .job import add_extra_modules_argument, tool_parser
 
 DESCRIPTION = "Export a registered model to TorchScript and/or ONNX and check each against eager."
 

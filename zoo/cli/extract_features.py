@@ -13,7 +13,7 @@ from typing import List, Optional
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from ..engine.features import extract_main
+    from ..infer.features import extract_main
 
     return extract_main(argv)
 

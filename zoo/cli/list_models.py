@@ -18,7 +18,6 @@ import argparse
 import sys
 from typing import List, Optional
 
-from ..engine.cli import add_extra_modules_argument, tool_parser
 from ..models.table import (
     alias_rows,
     format_alias_table,
@@ -27,6 +26,7 @@ from ..models.table import (
     model_rows,
 )
 from ..utils.env import import_extra_modules
+from .job import add_extra_modules_argument, tool_parser
 
 DESCRIPTION = ("Print the registered models with their facts (params, GFLOPs, frames x stride, "
                "crop) and tags.")

@@ -11,8 +11,8 @@ import os
 import sys
 from typing import List, Optional
 
-from ..engine.cli import tool_parser
-from ..engine.plots import plot_runs
+from ..infer.plots import plot_runs
+from .job import tool_parser
 
 DESCRIPTION = "Plot training loss, validation accuracy and LR of one or more runs to a PNG."
 

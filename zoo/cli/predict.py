@@ -18,10 +18,10 @@ import sys
 from typing import List, Optional, Tuple
 
 from ..data import prepare_synthetic
-from ..engine.cli import looks_like_key, setup_cfg, tool_parser
-from ..engine.errors import report_failure
-from ..engine.predictor import Predictor
+from ..infer.predictor import Predictor
+from ..utils.errors import report_failure
 from ..utils.logger import setup_logger
+from .job import looks_like_key, setup_cfg, tool_parser
 
 DESCRIPTION = "Print the top-5 classes of video files with a trained checkpoint."
 
@@ -87,7 +87,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         cfg = prepare_synthetic(setup_cfg(args))
         results = Predictor(cfg, args.checkpoint, _device(args.device)).predict(
             args.videos, args.topk)
-    except Exception as e:  # one `error:` line (zoo/engine/errors.py)
+    except Exception as e:  # one `error:` line (zoo/utils/errors.py)
         return report_failure(e)
     if args.json:
         print(json.dumps(results, indent=2))

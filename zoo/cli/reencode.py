@@ -25,8 +25,8 @@ from fractions import Fraction
 from multiprocessing import Pool
 from typing import List, Optional, Tuple
 
-from ..data.sources import VIDEO_EXTS
-from ..engine.cli import tool_parser
+from ..data.lists.sources import VIDEO_EXTS
+from .job import tool_parser
 
 
 def target_size(height: int, width: int, short_side: int, upscale: bool = False) -> Tuple[int, int]:
@@ -43,7 +43,7 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
     complete (written as ``<dst>.part.mp4`` first)."""
     import av
 
-    from zoo.data.decode_pyav import OPEN_OPTIONS
+    from ..data.decode.pyav import OPEN_OPTIONS
 
     part = dst + ".part.mp4"
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
@@ -99,7 +99,7 @@ def _job(task: Tuple[str, str, dict]) -> Tuple[str, Optional[str]]:
 
 def _sources(src_root: str, list_path: str) -> List[str]:
     if list_path:
-        from ..data.annotations import read_annotations
+        from ..data.lists.annotations import read_annotations
 
         return [r.path for r in read_annotations(list_path)]
     found = []
@@ -113,7 +113,7 @@ def _sources(src_root: str, list_path: str) -> List[str]:
 def _rewrite_list(list_path: str, dst_root: str) -> str:
     """A copy of a list whose paths end in .mp4, written into ``dst_root``: a text list (any
     LIST_FORMAT auto recognises) is written in the gluoncv format, a CSV list as a CSV."""
-    from ..data.annotations import read_annotations
+    from ..data.lists.annotations import read_annotations
 
     out = os.path.join(dst_root, os.path.basename(list_path))
     records = read_annotations(list_path)

@@ -10,7 +10,7 @@ import sys
 from typing import List, Optional
 
 from ..engine import test_worker
-from ..engine.cli import run
+from .job import run
 
 DESCRIPTION = "Evaluate a zoo checkpoint on the test (or validation) list."
 

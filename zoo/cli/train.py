@@ -10,7 +10,7 @@ import sys
 from typing import List, Optional
 
 from ..engine import train_worker
-from ..engine.cli import run
+from .job import run
 
 DESCRIPTION = "Train a zoo model (distributed over this node's GPUs or CPU processes)."
 

@@ -66,7 +66,7 @@ _C.DDP_CONFIG.JOB_TOKEN = ""
 # Gradient compression between ranks: "none", "bf16" / "fp16" (each bucket sent in 16 bits:
 # half the bytes) or "powersgd" (each weight's gradient sent as two rank-r factors, with error
 # feedback; ~1.6% of the bytes at rank 4 for SlowFast-R50; a resume is not bit-exact). It pays only
-# on a slow link between nodes; see zoo/engine/ddp_comm.py and docs/multi_node.md.
+# on a slow link between nodes; see zoo/train/ddp_comm.py and docs/multi_node.md.
 _C.DDP_CONFIG.GRAD_COMPRESSION = "none"
 # With GRAD_COMPRESSION powersgd: the rank r of the factors (higher = closer to the exact mean,
 # more bytes).
@@ -177,7 +177,7 @@ _C.CONFIG.TRAIN.NONFINITE = "stop"
 _C.CONFIG.TRAIN.PREEMPT_GRACE = 60.0
 # Extra trainer hooks, run after the built-in ones (progress bar, metrics, precise BN, validation,
 # checkpoints): entries "path/to/file.py:ClassName" (a user file, loaded like EXTRA_MODULES) or
-# "package.module:ClassName"; each class subclasses zoo.engine.hooks.HookBase and is built with no
+# "package.module:ClassName"; each class subclasses zoo.train.hooks.HookBase and is built with no
 # arguments. See docs/hooks.md.
 _C.CONFIG.TRAIN.HOOKS = []
 

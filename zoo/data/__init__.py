@@ -5,7 +5,7 @@ user's own dataset registers: a records provider (``RecordsProvider``, ``VideoLi
 ``register_dataset``, composed with the one ``ClipDataset`` (see ``zoo.data.build`` for the call
 contract).
 
-The names below are imported on first use (PEP 562), so ``import zoo.data.decode_pyav`` (a reader
+The names below are imported on first use (PEP 562), so ``import zoo.data.decode.pyav`` (a reader
 that needs only PyAV and numpy) does not import torch. ``zoo.data.build``, where
 ``DATASET_REGISTRY`` comes from, registers the built-in datasets when it is imported.
 """

@@ -5,13 +5,13 @@
 ``dataset_kwargs``:
 
 * ``anno_path`` (str), ``data_path`` (str; the list's video paths are relative to it), ``split``
-  ("train", "val" or "test"), ``list_format`` (a name in ``zoo.data.list_formats.LIST_FORMATS``),
-  ``official_split`` (1-3): what the records provider reads (``zoo.data.records.ListSource``);
+  ("train", "val" or "test"), ``list_format`` (a name in ``zoo.data.lists.formats.LIST_FORMATS``),
+  ``official_split`` (1-3): what the records provider reads (``zoo.data.lists.providers.ListSource``);
 * the fields of ``zoo.data.video_dataset.ClipSettings``: ``clip_len``, ``frame_rate`` (stride
   between sampled frames), ``crop_size``, ``short_side_size``, ``train_short_side_range``
   ([min, max]), ``random_flip`` (bool), ``mean`` and ``std`` (3 floats each, 0..1 scale),
   ``test_num_segment``, ``test_num_crop``, ``seed`` (int), ``sampling`` ("dense", "tsn",
-  "uniform"), ``num_segment``, ``decoder`` (a name in ``zoo.data.decoders.DECODERS``),
+  "uniform"), ``num_segment``, ``decoder`` (a name in ``zoo.data.decode.registry.DECODERS``),
   ``decode_threads``, ``decode_timeout`` (seconds, 0 = none), ``max_tries``, ``color_jitter``
   (4 floats), ``frame_template`` (frame file names of the "frames" decoder, e.g.
   ``img_{:05d}.jpg``), ``frame_size`` ([height, width], only when
@@ -360,7 +360,7 @@ def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0) -> N
     if signal_grace > 0:
         # A scheduler signals every process of the job (SIGTERM, or Slurm's --signal SIGUSR1),
         # these workers too. The training process then needs them for a step or two more before
-        # it stops with a checkpoint (zoo/engine/preemption.py): a worker dying at once would turn
+        # it stops with a checkpoint (zoo/launch/preemption.py): a worker dying at once would turn
         # that into a "worker died" failure. So the signal only sets a deadline (SIGALRM ends the
         # worker) a little after the trainer's own, in case nothing stops this worker first (the
         # trainer stops its workers itself, and a worker whose parent died stops by itself).
@@ -417,7 +417,7 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
 
     With ``CONFIG.DATA.NORMALIZE_ON`` "device" (the default) training batches are uint8 pixels,
     ``(B, C, T, H, W)`` stored in ``(B, T, H, W, C)`` order, that the training step normalises on
-    its device (:meth:`zoo.engine.step.TrainStep.prepare`); validation and test batches are float.
+    its device (:meth:`zoo.train.step.TrainStep.prepare`); validation and test batches are float.
 
     Training shuffles and drops the last partial batch; validation and testing keep every video
     in order (a DistributedSampler pads them by repeating a few videos, which the evaluator

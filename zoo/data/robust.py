@@ -23,7 +23,7 @@ from typing import Iterator, List, Sequence
 import torch
 from torch.utils.data import DataLoader
 
-from .decode_base import BAD_KINDS, KIND_NAMES
+from .decode.base import BAD_KINDS, KIND_NAMES
 
 logger = logging.getLogger(__name__)
 

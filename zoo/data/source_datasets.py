@@ -1,6 +1,6 @@
 """Registered datasets for each source ``CONFIG.DATA.DATASET`` can name besides VideoListDataset.
 
-Each is a records provider of :mod:`zoo.data.records` composed with the one
+Each is a records provider of :mod:`zoo.data.lists.providers` composed with the one
 :class:`~zoo.data.video_dataset.ClipDataset` (sampling, one decode per item, transforms, bad-video
 handling): they differ only in where the list of videos comes from.
 
@@ -23,7 +23,7 @@ ImageListDataset     ``path label`` per line (or CSV path,label)   folder the li
 
 from __future__ import annotations
 
-from .records import (
+from .lists.providers import (
     AnnotationListRecords,
     ClassFolderRecords,
     HMDB51Records,

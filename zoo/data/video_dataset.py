@@ -1,7 +1,7 @@
 """The one clip dataset: sample frame indices from a provider's records, decode them once,
 transform, and replace a video that cannot be read by another one.
 
-A dataset is a records provider (:mod:`zoo.data.records`: which videos, labels and class names)
+A dataset is a records provider (:mod:`zoo.data.lists.providers`: which videos, labels and class names)
 plus :class:`ClipDataset` with typed :class:`ClipSettings`. :func:`register_dataset` puts that
 pair in ``DATASET_REGISTRY`` under a name ``CONFIG.DATA.DATASET`` can select.
 """
@@ -20,12 +20,12 @@ import torch
 from torch.utils.data import Dataset
 
 from . import sampling, transforms
-from .annotations import AnnotationError, VideoRecord
 from .batch_memory import BatchMemory, WrittenItems, batch_tensor
-from .decode_base import DecodeError, OutputSize, one_line, time_limit
-from .decode_frames import DEFAULT_FRAME_TEMPLATE, FrameFolderReader, FrameTemplateMismatch
-from .decoders import VideoReader, get_decoder, open_video
-from .records import AnnotationListRecords, ListSource, RecordsProvider, VideoList
+from .decode.base import DecodeError, OutputSize, one_line, time_limit
+from .decode.frames import DEFAULT_FRAME_TEMPLATE, FrameFolderReader, FrameTemplateMismatch
+from .decode.registry import VideoReader, get_decoder, open_video
+from .lists.annotations import AnnotationError, VideoRecord
+from .lists.providers import AnnotationListRecords, ListSource, RecordsProvider, VideoList
 from .registry import DATASET_REGISTRY
 from .robust import BadVideoTable
 
@@ -68,7 +68,7 @@ class ClipSettings:
         test_num_crop: Spatial views per test video (1 or 3).
         seed: Seeds the choice of replacement videos for val/test, so evaluation is repeatable.
         max_tries: Videos tried for one item before giving up with an error.
-        decoder: Reader name (see ``zoo.data.decoders.DECODERS``).
+        decoder: Reader name (see ``zoo.data.decode.registry.DECODERS``).
         decode_threads: Decoder threads per video, 0 = automatic.
         decode_timeout: Seconds allowed to open and decode one video (x ``test_num_segment`` for
             test items, x ``clips_per_video`` for training items); 0 = no limit.
@@ -126,7 +126,7 @@ class ClipSettings:
 
 
 class ClipDataset(Dataset):
-    """Clips from the videos of a :class:`~zoo.data.records.VideoList`.
+    """Clips from the videos of a :class:`~zoo.data.lists.providers.VideoList`.
 
     Items are ``(clip, label, index, n_bad)``. For "train" and "val", ``clip`` is float
     ``(C, T, H, W)``; for "test" it is ``(V, C, T, H, W)`` with ``V = test_num_segment *
@@ -135,7 +135,7 @@ class ClipDataset(Dataset):
     its own augmentation and (``clips_window`` "independent") its own random window, cut from one
     decode of the union of their frames
     (:func:`zoo.data.build.collate_clips` flattens them into a batch of clips). A video that
-    cannot be read (a :class:`~zoo.data.decode_base.DecodeError` from its reader: missing, empty,
+    cannot be read (a :class:`~zoo.data.decode.base.DecodeError` from its reader: missing, empty,
     not a video, no video stream, an undecodable needed frame, far fewer frames than claimed, or
     slower than ``decode_timeout``) is replaced by another one: up to ``max_tries`` videos are
     tried, a warning names the file once, the video is remembered as bad by every loader worker,
@@ -507,7 +507,7 @@ class DatasetRecipe:
     """A ``DATASET_REGISTRY`` entry: a records provider composed with :class:`ClipDataset`.
 
     Called like every entry, as ``recipe(**dataset_kwargs(cfg, split)) -> ClipDataset``: the
-    list keywords go to the provider (a :class:`~zoo.data.records.ListSource`), the others
+    list keywords go to the provider (a :class:`~zoo.data.lists.providers.ListSource`), the others
     are :class:`ClipSettings` fields (an unknown keyword is a TypeError).
 
     Args:
@@ -542,7 +542,7 @@ def register_dataset(name: str, provider: Union[RecordsProvider, Type[RecordsPro
                      = None, **fixed: Any) -> Any:
     """Register ``provider`` + :class:`ClipDataset` in ``DATASET_REGISTRY`` as ``name``.
 
-    Works as a decorator on a :class:`~zoo.data.records.RecordsProvider` subclass (built with
+    Works as a decorator on a :class:`~zoo.data.lists.providers.RecordsProvider` subclass (built with
     no arguments) or called with a provider (an instance, for a provider with options)::
 
         @register_dataset("MyDataset")

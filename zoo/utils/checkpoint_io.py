@@ -9,7 +9,7 @@ converter). :func:`make_checkpoint` builds it, :func:`atomic_save` writes it and
 
 This module sits below ``zoo.models`` and ``zoo.engine`` (the trainer and the converter both write
 through it); training-specific parts (RNG gathering, resume, epoch files) live in
-``zoo.engine.checkpoint``. torch is imported inside the functions, so importing this is cheap.
+``zoo.train.checkpoint``. torch is imported inside the functions, so importing this is cheap.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Package attributes imported on first use (PEP 562), so importing a package stays cheap.
 
-``zoo``, ``zoo.data`` and ``zoo.benchmark`` use this: ``import zoo.data.decode_pyav`` must not
+``zoo``, ``zoo.data`` and ``benchmarks`` use this: ``import zoo.data.decode.pyav`` must not
 import torch (a decoding process then stays under ~200 MB), while ``zoo.create_model`` and
 ``from zoo.data import build_loader`` keep working.
 """

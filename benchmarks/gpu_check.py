@@ -1,0 +1,281 @@
+"""``zoo-benchmark gpu``: the GPU path checked in one command on a fresh machine.
+
+Four steps, each a child process whose output goes to its own log under ``out``; a failed step
+does not stop the others:
+
+1. ``cuda_tests``: ``pytest -m cuda tests`` (the tests marked ``cuda``).
+2. ``quickstart``: train and test configs/quickstart/slowfast_tiny_motion.yaml (val / test top-1).
+3. ``train_step``: ``zoo-benchmark train`` of SlowFast-R50 8x8 in fp32 and bf16 (clips/s and
+   percent of the device's measured matmul peak in the same precision).
+4. ``real_decoding``: SlowFast-R50 8x8 trained in bf16 on generated 10-s 340x256 H.264 videos
+   (Kinetics-like) with cores - 2 loader workers: clips/s after the first epoch, and the GPU's
+   busy percent over the same iterations, sampled by ``nvidia-smi`` every 200 ms.
+
+``quick`` shrinks every size (a tiny SlowFast, a few videos, short schedules) so the whole check
+runs in a minute or two on a CPU; with ``device`` "cpu" the children see no GPU
+(``CUDA_VISIBLE_DEVICES=""``) and the GPU's busy percent is n/a. Run from the checkout (configs/
+and tests/ are read from the current folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+from zoo.infer.plots import read_metrics
+from zoo.utils.env import available_cpus
+
+QUICKSTART = "configs/quickstart/slowfast_tiny_motion.yaml"
+STEPS = ("cuda_tests", "quickstart", "train_step", "real_decoding")
+
+
+class Check:
+    """One run of the check: where its logs go, which device, which sizes."""
+
+    def __init__(self, out: str, device: str, quick: bool, timeout_s: float) -> None:
+        self.out, self.device, self.quick, self.timeout_s = out, device, quick, timeout_s
+        self.env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if device == "cpu":
+            self.env["CUDA_VISIBLE_DEVICES"] = ""
+
+    def run(self, name: str, cmd: List[str], on_line: Optional[Callable] = None) -> int:
+        """Run ``cmd``, its output appended to ``out/name.log``; ``on_line(t, line)`` sees each
+        line as it comes. Returns the exit status (124 when it ran past the timeout)."""
+        log_path = os.path.join(self.out, f"{name}.log")
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"$ {' '.join(cmd)}\n")
+            log.flush()
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, env=self.env, errors="replace")
+            killed: List[bool] = []
+
+            def kill() -> None:
+                killed.append(True)
+                proc.kill()
+
+            timer = threading.Timer(self.timeout_s, kill)
+            timer.start()
+            try:
+                for line in proc.stdout:
+                    log.write(line)
+                    log.flush()
+                    if on_line is not None:
+                        on_line(time.time(), line)
+                rc = proc.wait()
+            finally:
+                timer.cancel()
+            if killed:
+                log.write(f"killed after {self.timeout_s:.0f} s\n")
+                return 124
+            return rc
+
+
+class GpuBusy:
+    """``nvidia-smi --query-gpu=utilization.gpu -lms 200`` in the background, each sample
+    timestamped here; :meth:`mean` averages a time window. Inactive (n/a) without nvidia-smi."""
+
+    def __init__(self, active: bool, log_path: str) -> None:
+        self.samples: List[Tuple[float, float]] = []
+        self.proc = None
+        if not active:
+            return
+        try:
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                 "-lms", "200", "--id=0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                text=True)
+        except OSError:
+            return
+        self.log = open(log_path, "w", encoding="utf-8")
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                self.samples.append((time.time(), float(line.strip())))
+            except ValueError:
+                continue
+            self.log.write(f"{self.samples[-1][0]:.3f} {line.strip()}\n")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait()
+            self.log.close()
+
+    def mean(self, start: float, end: float) -> Optional[float]:
+        inside = [u for t, u in self.samples if start <= t <= end]
+        return sum(inside) / len(inside) if inside else None
+
+
+def cuda_tests(c: Check) -> Tuple[object, str]:
+    """``pytest -m cuda``: passes when none fails and some ran; on the CPU they all skip."""
+    if not os.path.isdir("tests"):
+        return False, "tests/ not found: run from the checkout"
+    rc = c.run("cuda_tests", [sys.executable, "-m", "pytest", "-m", "cuda", "tests", "-q",
+                              "-p", "no:cacheprovider", "-o", "addopts=-ra"])
+    tail = open(os.path.join(c.out, "cuda_tests.log"), encoding="utf-8").read().splitlines()
+    summary = next((ln.strip("= ") for ln in reversed(tail) if " in " in ln and (
+        "passed" in ln or "skipped" in ln or "failed" in ln or "error" in ln)), "no summary")
+    if rc == 0 and "passed" not in summary and c.device == "cpu":
+        return "skipped", summary
+    return rc == 0 and "passed" in summary, summary
+
+
+def _train_and_test(c: Check, name: str, args: List[str]) -> int:
+    rc = c.run(name, [sys.executable, "-m", "zoo.cli.train", *args])
+    return rc or c.run(name, [sys.executable, "-m", "zoo.cli.test", *args])
+
+
+def quickstart(c: Check) -> Tuple[bool, str]:
+    """Train + test the quick start; figures: last val top-1 and test top-1."""
+    run_dir = os.path.join(c.out, "quickstart")
+    args = ["--config-file", QUICKSTART, "LOG.BASE_PATH", run_dir, "LOG.EXP_NAME", "run",
+            "LOG.PROGRESS_BAR", "False",
+            "DATA.SYNTHETIC.ROOT", os.path.join(c.out, "synthetic")]
+    if c.quick:
+        args += ["TRAIN.EPOCH_NUM", "2", "VAL.FREQ", "1", "DATA.SYNTHETIC.TRAIN_PER_CLASS", "6",
+                 "DATA.SYNTHETIC.VAL_PER_CLASS", "2", "DDP_CONFIG.NUM_CPU_PROCS", "1"]
+    rc = _train_and_test(c, "quickstart", args)
+    run = os.path.join(run_dir, "run")
+    vals = [r for r in _records(run) if r.get("split") == "val"]
+    test = _json(os.path.join(run, "test_metrics.json"))
+    figures = (f"val top-1 {vals[-1]['top1']:.1f}% (epoch {vals[-1]['epoch']})" if vals
+               else "no val record")
+    figures += f", test top-1 {test['top1']:.1f}%" if test else ", no test metrics"
+    return rc == 0 and bool(vals) and bool(test), figures
+
+
+def train_step(c: Check) -> Tuple[bool, str]:
+    """``zoo-benchmark train`` of SlowFast-R50 8x8 (quick: the tiny SlowFast), fp32 and bf16."""
+    out = os.path.join(c.out, "train_step")
+    sizes = (["--model", "slowfast_tiny_resnet18", "--frames", "16", "--size", "64", "--batch",
+              "2", "--warmup", "1", "--runs", "2", "--gemm-size", "512"] if c.quick else
+             ["--model", "slowfast_8x8_resnet50", "--frames", "32", "--size", "224", "--batch",
+              "16", "--warmup", "3", "--runs", "10"])
+    rc = c.run("train_step", [sys.executable, "-m", "benchmarks.run", "train", "--out", out,
+                              "--device", c.device, "--precision", "fp32", "bf16", *sizes])
+    rows = (_json(os.path.join(out, "train.json")) or {}).get("rows", [])
+    parts = [f"{r['precision']} {r['clips_per_s']:.1f} clips/s ({r['peak_pct']:.1f}% of "
+             f"{r['precision']} peak)" for r in rows]
+    if rows:
+        batch = rows[0]["batch"]
+        parts.append(f"{rows[0]['step_gflop'] / batch:.4g} GFLOP/clip")
+    return rc == 0 and len(rows) == 2, "; ".join(parts) or "no results"
+
+
+def _video_list(c: Check, count: int, repeats: int, classes: int) -> Tuple[str, str]:
+    """``count`` generated 10-s 340x256 videos (label i % classes), listed ``repeats`` times."""
+    from . import data
+
+    folder = os.path.join(c.out, "videos")
+    data.generate(folder, count, gop=250)
+    lines = [f"clip_{i:03d}.mp4 250 {i % classes}\n" for i in range(count)] * repeats
+    path = os.path.join(folder, "train_list.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(lines)
+    return path, folder
+
+
+def real_decoding(c: Check) -> Tuple[bool, str]:
+    """SlowFast-R50 8x8 in bf16 on generated videos with cores - 2 workers: clips/s and GPU busy
+    after the first epoch (the first holds the start-up: workers, cuDNN's choices)."""
+    workers = max(0, available_cpus() - 2)
+    count, repeats, batch, epochs = (4, 2, 2, 2) if c.quick else (48, 10, 16, 3)
+    list_path, folder = _video_list(c, count, repeats, classes=8)
+    run_dir = os.path.join(c.out, "real_decoding")
+    model = (["MODEL.NAME", "slowfast_tiny_resnet18", "DATA.CLIP_LEN", "16", "DATA.CROP_SIZE",
+              "64", "DATA.SHORT_SIDE_SIZE", "72", "DATA.TRAIN_SHORT_SIDE_RANGE", "[72, 90]"]
+             if c.quick else
+             ["MODEL.NAME", "slowfast_8x8_resnet50", "DATA.CLIP_LEN", "32", "DATA.CROP_SIZE",
+              "224", "DATA.SHORT_SIDE_SIZE", "256", "DATA.TRAIN_SHORT_SIDE_RANGE", "[256, 320]"])
+    args = ["--config-file", QUICKSTART, *model, "MODEL.KWARGS", "[]", "DATA.FRAME_RATE", "2",
+            "DATA.SYNTHETIC.ENABLE", "False", "DATA.NUM_CLASSES", "8",
+            "DATA.TRAIN_ANNO_PATH", list_path, "DATA.TRAIN_DATA_PATH", folder,
+            "DATA.VAL_ANNO_PATH", "", "DATA.NUM_WORKERS", str(workers),
+            "TRAIN.BATCH_SIZE", str(batch), "TRAIN.EPOCH_NUM", str(epochs),
+            "TRAIN.PRECISION", "bf16", "DDP_CONFIG.NUM_CPU_PROCS", "1",
+            "LOG.BASE_PATH", run_dir, "LOG.EXP_NAME", "run", "LOG.PROGRESS_BAR", "False",
+            "LOG.DISPLAY_FREQ", "10"]
+    marks: Dict[str, float] = {}
+
+    def on_line(t: float, line: str) -> None:
+        if "first iteration done" in line:
+            marks.setdefault("first", t)
+        if " done: mean loss" in line:  # "epoch N done: ..."
+            marks.setdefault("epoch1", t)
+            marks["end"] = t
+
+    busy = GpuBusy(c.device == "cuda", os.path.join(c.out, "real_decoding_gpu_busy.txt"))
+    try:
+        rc = c.run("real_decoding", [sys.executable, "-m", "zoo.cli.train", *args], on_line)
+    finally:
+        busy.stop()
+    epochs_done = [r for r in _records(os.path.join(run_dir, "run"))
+                   if r.get("split") == "train_epoch"]
+    timed = epochs_done[1:] or epochs_done
+    clips = (len(open(list_path).readlines()) // batch) * batch
+    figures = [f"{workers} workers, batch {batch}"]
+    if timed:
+        speed = clips * len(timed) / sum(r["time_s"] for r in timed)
+        figures.append(f"{speed:.1f} clips/s (epochs {timed[0]['epoch']}-{timed[-1]['epoch']})")
+    start = marks.get("epoch1" if len(epochs_done) > 1 else "first")
+    pct = busy.mean(start, marks["end"]) if start and "end" in marks else None
+    figures.append(f"GPU busy {pct:.0f}%" if pct is not None else "GPU busy n/a")
+    return rc == 0 and len(epochs_done) == epochs, ", ".join(figures)
+
+
+CHECKS = {"cuda_tests": cuda_tests, "quickstart": quickstart, "train_step": train_step,
+          "real_decoding": real_decoding}
+
+
+def run_gpu_check(out: str, device: str = "cuda", quick: bool = False,
+                  steps: Optional[List[str]] = None,
+                  timeout_s: float = 600) -> List[Dict[str, object]]:
+    """Run the steps (all by default) in order; returns one row per step: ``step``, ``status``
+    ("ok", "FAILED", or "skipped" for the cuda tests on a CPU), ``figures`` and ``seconds``.
+    A step that raises is a failed step; each child process is killed after ``timeout_s``."""
+    os.makedirs(out, exist_ok=True)
+    check = Check(out, device, quick, timeout_s)
+    rows = []
+    for name in steps or STEPS:
+        start = time.perf_counter()
+        try:
+            ok, figures = CHECKS[name](check)  # ok: True, False or "skipped"
+        except Exception as e:  # the step failed; the others still run
+            ok, figures = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}" \
+                if str(e).strip() else type(e).__name__
+            with open(os.path.join(out, f"{name}.log"), "a", encoding="utf-8") as log:
+                log.write(f"step failed: {figures}\n")
+        status = ok if isinstance(ok, str) else "ok" if ok else "FAILED"
+        rows.append({"step": name, "status": status, "figures": figures,
+                     "seconds": round(time.perf_counter() - start, 1)})
+    with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump({"device": device, "quick": quick, "rows": rows}, f, indent=2)
+    return rows
+
+
+def markdown_table(rows: List[Dict[str, object]]) -> str:
+    """The rows as a markdown table: step, status, key figures, seconds."""
+    lines = ["| step | status | key figures | seconds |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['step']} | {r['status']} | {r['figures']} | {r['seconds']} |" for r in rows]
+    return "\n".join(lines)
+
+
+def _records(run_dir: str) -> List[dict]:
+    """The run's metrics.jsonl records; none when the run wrote no such file."""
+    if not os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
+        return []
+    return read_metrics(run_dir)
+
+
+def _json(path: str) -> Optional[dict]:
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

@@ -1,0 +1,140 @@
+"""Training-step throughput: forward + backward + optimizer step of a registered model.
+
+``train_throughput`` times zoo's own step (:class:`~zoo.train.step.TrainStep` on a model prepared
+as the trainer prepares it) for every requested precision x memory format, interleaved in one
+process. Warm-up steps are excluded; each figure is the median of ``runs`` timed steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from zoo.models import create_model
+from zoo.solver.optimizer import make_optimizer
+from zoo.train.precision import resolve_channels_last, resolve_precision
+from zoo.train.step import TrainStep
+from zoo.train.trainer import apply_execution
+
+from .common import summary, time_interleaved
+from .peak import add_percent_of_peak, forward_flops
+
+
+def random_batch(batch: int, frames: int, size: int, num_classes: int, seed: int = 0,
+                 image: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A reproducible random batch: clips ``(B, 3, T, S, S)`` (images ``(B, 3, S, S)``), labels."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (batch, 3, size, size) if image else (batch, 3, frames, size, size)
+    return torch.randn(shape, generator=g), torch.randint(0, num_classes, (batch,), generator=g)
+
+
+def zoo_step(model: nn.Module, device: torch.device, num_classes: int, precision: str = "auto",
+             memory_format: str = "auto", route_convs: bool = True, compile_model: bool = False,
+             lr: float = 0.01, route_stems: bool = True) -> Tuple[TrainStep, str, bool]:
+    """Prepare ``model`` as zoo's trainer does and return its train step.
+
+    The optimizer is SGD (momentum 0.9, weight decay 1e-4, constant LR) built as zoo's trainer
+    builds it (:func:`~zoo.solver.optimizer.make_optimizer`: PyTorch's fused implementation where
+    it exists), so the update is what any framework's SGD step computes.
+
+    Returns:
+        ``(step, precision, channels_last)`` with "auto" resolved for ``device``.
+    """
+    precision = resolve_precision(precision, device)
+    channels_last = resolve_channels_last(memory_format, precision, device)
+    model.to(device).train()
+    apply_execution(model, device, channels_last, route_convs, route_stems)
+    if compile_model:
+        model.compile()
+    optimizer = make_optimizer("SGD", list(model.parameters()), lr, momentum=0.9,
+                               weight_decay=1e-4)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    step = TrainStep(model, optimizer, scheduler, device, num_classes, precision=precision,
+                     channels_last=channels_last)
+    return step, precision, channels_last
+
+
+def recording(step, clips: torch.Tensor, labels: torch.Tensor, first: Dict[str, float],
+              name: str, seed: int = 0):
+    """A closure that runs ``step(clips, labels)`` and keeps the loss of its first call (made with
+    the initial weights, the RNG seeded with ``seed`` so dropout draws alike) in ``first[name]``."""
+
+    def run():
+        if name not in first:
+            torch.manual_seed(seed)
+            first[name] = float(step(clips, labels))
+        else:
+            step(clips, labels)
+
+    return run
+
+
+def train_throughput(model_name: str, frames: int, size: int, batch: int,
+                     precisions: Sequence[str] = ("auto",),
+                     memory_formats: Sequence[str] = ("auto",), warmup: int = 2, runs: int = 5,
+                     device: Optional[torch.device] = None, num_classes: int = 400,
+                     model_kwargs: Optional[Dict[str, Any]] = None, compile_model: bool = False,
+                     seed: int = 0, peak: bool = True,
+                     gemm_size: Optional[int] = None) -> List[Dict[str, Any]]:
+    """Clips/s of zoo's train step for each precision x memory format.
+
+    Args:
+        model_name: A registered model.
+        frames, size, batch: Input ``(batch, 3, frames, size, size)``; image models take
+            ``(batch, 3, size, size)``.
+        precisions: Values of ``CONFIG.TRAIN.PRECISION`` to time ("auto" included).
+        memory_formats: Values of ``CONFIG.TRAIN.MEMORY_FORMAT`` to time.
+        warmup: Untimed steps per setting.
+        runs: Timed steps per setting (the figure is their median).
+        device: Where to train.
+        num_classes: Classifier size.
+        model_kwargs: Extra builder arguments (e.g. ``{"width": 16}``).
+        compile_model: ``torch.compile`` the model (compilation happens during warm-up).
+        seed: Seed of the weights and of the batch.
+        peak: Also report percent of peak (:mod:`benchmarks.peak`): the step's counted FLOPs
+            per second against a square GEMM timed afterwards in the same precision and process.
+        gemm_size: Side of that GEMM (default: :func:`~benchmarks.peak.default_gemm_size`).
+
+    Returns:
+        One row per setting: requested and resolved settings, step times, clips/s, first loss
+        and, with ``peak``, ``step_gflop``, ``achieved_gflops``, ``peak_gflops``, ``peak_pct``.
+    """
+    device = device or torch.device("cpu")
+    kwargs = dict(model_kwargs or {})
+    torch.manual_seed(seed)
+    probe = create_model(model_name, num_classes=num_classes, **kwargs)
+    image = not any(isinstance(m, nn.Conv3d) for m in probe.modules())
+    state = probe.state_dict()
+    del probe
+    clips, labels = random_batch(batch, frames, size, num_classes, seed, image)
+    fns, first, meta = {}, {}, {}
+    for precision, fmt in itertools.product(precisions, memory_formats):
+        model = create_model(model_name, num_classes=num_classes, **kwargs)
+        model.load_state_dict(state)
+        step, resolved, channels_last = zoo_step(model, device, num_classes, precision, fmt,
+                                                 compile_model=compile_model)
+        name = f"{precision}/{fmt}"
+        fns[name] = recording(step, clips, labels, first, name)
+        meta[name] = {"precision": precision, "memory_format": fmt, "resolved_precision": resolved,
+                      "channels_last": channels_last}
+    times = time_interleaved(fns, warmup, runs, device)
+    common = {"model": model_name, "batch": batch, "frames": 0 if image else frames, "size": size}
+    rows = [_row(common, meta[name], ts, first[name], batch, compile_model)
+            for name, ts in times.items()]
+    if peak:
+        flops = forward_flops(lambda: create_model(model_name, num_classes=num_classes, **kwargs),
+                              tuple(clips.shape))
+        add_percent_of_peak(rows, flops, device, gemm_size)
+    return rows
+
+
+def _row(common: Dict[str, Any], meta: Dict[str, Any], times: List[float], first_loss: float,
+         batch: int, compile_model: bool) -> Dict[str, Any]:
+    """One result row of :func:`train_throughput`, its columns in the CSV's order."""
+    stats = summary(times)
+    return {**common, **meta, "threads": torch.get_num_threads(), "compile": compile_model,
+            **stats, "clips_per_s": round(batch / stats["median_s"], 3),
+            "first_loss": round(first_loss, 6)}

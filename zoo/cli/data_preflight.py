@@ -1,0 +1,148 @@
+"""Data checks made once, in the main process, before any worker starts.
+
+A wrong data path or list otherwise surfaces inside every worker (N tracebacks), or only after
+``MAX_TRIES`` failed reads per video. Here each split's list is read with the dataset the config
+names (so every list format and source it understands is understood here too) and checked:
+
+* the list exists and has videos, and parses (AnnotationError / ConfigError from the reader);
+* labels stay below ``CONFIG.DATA.NUM_CLASSES`` when it is > 0 (``build_dataset`` checks it);
+* the data folder exists, and the first videos of the list are found in it;
+* the first video of the list decodes with ``CONFIG.DATA.DECODER`` (the next ones are tried when
+  it is unreadable): a decoding library that does not work here (an API its installed release does
+  not have, a part of it that cannot load) stops the job now, with one line naming the library,
+  its version and the call, instead of every video being skipped as unreadable in the workers;
+* training: ``CONFIG.TRAIN.BATCH_SIZE`` is not larger than the clips each process gets (its videos x
+  ``CONFIG.DATA.CLIPS_PER_VIDEO``), with the
+  loader's own arithmetic (a DistributedSampler without drop_last gives each of W processes
+  ``ceil(N / W)`` videos; the loader drops the last partial batch, so fewer than BATCH_SIZE videos
+  make no batch at all).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Optional, Sequence
+
+from ..config import ConfigError
+
+logger = logging.getLogger(__name__)
+
+# How many of a list's first videos are looked for on disk; all of them missing means the data
+# folder is wrong (a few missing videos are skipped and counted by the loader instead).
+_PROBE = 20
+# How many of a list's first videos are tried until one decodes (the decoding check).
+_DECODE_PROBE = 3
+
+
+def _data_key(cfg, split: str) -> str:
+    """The config key the data folder of ``split`` comes from (build.py's test -> val fallback)."""
+    data = cfg.CONFIG.DATA
+    if split == "train":
+        return "CONFIG.DATA.TRAIN_DATA_PATH"
+    if split == "test" and data.TEST_ANNO_PATH and data.TEST_DATA_PATH:
+        return "CONFIG.DATA.TEST_DATA_PATH"
+    return "CONFIG.DATA.VAL_DATA_PATH"
+
+
+def _check_videos_found(cfg, split: str, dataset, data_path: str) -> None:
+    key = _data_key(cfg, split)
+    if not os.path.isdir(data_path):
+        what = "is not a folder" if os.path.exists(data_path) else "does not exist"
+        raise ConfigError(f"{key} = {data_path!r} {what}: set it to the folder the "
+                          f"{split} list's paths are relative to")
+    paths = list(getattr(dataset, "paths", []))[:_PROBE]
+    if paths and not any(os.path.exists(p) for p in paths):
+        raise ConfigError(
+            f"none of the first {len(paths)} videos of the {split} list is in {key} = "
+            f"{data_path!r} (e.g. {paths[0]!r} does not exist): is {key} the folder the list's "
+            "paths are relative to?"
+        )
+
+
+def _check_decoding(split: str, dataset) -> None:
+    """Decode the first readable one of the list's first videos (see the module docstring).
+
+    A :class:`~zoo.data.decode.base.DecoderLibraryError` passes through and stops the job;
+    unreadable videos only warn: the loader skips and counts them (``MAX_BAD_FRACTION``).
+    """
+    from ..data.decode.base import DecodeError, one_line
+
+    probe = getattr(dataset, "probe", None)
+    if probe is None:  # a dataset of the user's own, or generated clips: nothing to decode here
+        return
+    reasons = []
+    for index in range(min(len(dataset), _DECODE_PROBE)):
+        try:
+            probe(index)
+            return
+        except DecodeError as e:
+            reasons.append(one_line(e))
+    if reasons:
+        logger.warning("data check: the first %d videos of the %s list could not be decoded "
+                       "(%s); training skips unreadable videos", len(reasons), split,
+                       "; ".join(reasons))
+
+
+def processes_at_least(cfg, node_rank: Optional[int] = None) -> int:
+    """How many processes the job has (a lower bound when other nodes' counts are unknown)."""
+    if not cfg.DDP_CONFIG.DISTRIBUTED:
+        return 1
+    from ..launch.topology import resolve_topology
+
+    topo = resolve_topology(cfg, node_rank)
+    if topo.world_size:
+        return int(topo.world_size)
+    # Other nodes run at least one process each.
+    return max(1, topo.local_procs) + max(0, topo.num_nodes - 1)
+
+
+def check_batch_size(cfg, num_videos: int, processes: int) -> None:
+    """Raise ConfigError when no process would get one full training batch."""
+    batch = int(cfg.CONFIG.TRAIN.BATCH_SIZE)
+    # The batch counts clips; CLIPS_PER_VIDEO of them come from each video.
+    clips = int(cfg.CONFIG.DATA.CLIPS_PER_VIDEO)
+    per_process = math.ceil(num_videos / max(1, processes))
+    if per_process * clips < batch:
+        per_video = f" (CONFIG.DATA.CLIPS_PER_VIDEO = {clips} clips each)" if clips > 1 else ""
+        raise ConfigError(
+            f"CONFIG.TRAIN.BATCH_SIZE = {batch} is larger than the {per_process} training "
+            f"videos{per_video} each of the {processes} process(es) gets ({num_videos} in "
+            f"{cfg.CONFIG.DATA.TRAIN_ANNO_PATH}), so no full batch exists: lower it to at most "
+            f"{max(1, per_process) * clips}"
+        )
+
+
+def check_data(cfg, splits: Sequence[str], node_rank: Optional[int] = None) -> None:
+    """Check the lists and data folders of ``splits`` (see the module docstring).
+
+    The validation split is checked only when ``CONFIG.DATA.VAL_ANNO_PATH`` is set (training
+    validates only then). For "test" the labels are not compared with NUM_CLASSES here: the
+    tester takes the class count from the checkpoint and checks them itself.
+
+    Raises:
+        ConfigError, AnnotationError: one line naming the key or file and what to change.
+    """
+    from ..data import build_dataset
+    from ..data.build import dataset_kwargs
+
+    # First: a topology that cannot work (WORLD_URLS, ranks) is the more basic error.
+    processes = processes_at_least(cfg, node_rank)
+    for split in splits:
+        if split == "val" and not cfg.CONFIG.DATA.VAL_ANNO_PATH:
+            continue
+        split_cfg = cfg
+        data = cfg.CONFIG.DATA
+        # (Synthetic data is generated for NUM_CLASSES classes: nothing to compare.)
+        if split == "test" and data.NUM_CLASSES > 0 and not data.SYNTHETIC.ENABLE:
+            split_cfg = cfg.clone()
+            split_cfg.defrost()
+            split_cfg.CONFIG.DATA.NUM_CLASSES = 0
+            split_cfg.freeze()
+        dataset = build_dataset(split_cfg, split)
+        _check_videos_found(cfg, split, dataset, dataset_kwargs(cfg, split)["data_path"])
+        if split == "train":
+            check_batch_size(cfg, len(dataset), processes)
+        _check_decoding(split, dataset)
+        logger.info("data check: %s list has %d videos", split, len(dataset))

@@ -1,0 +1,194 @@
+"""``--dry-run`` of tools/train_ddp.py and tools/test_ddp.py: check a config without running it.
+
+A dry run loads and validates the config (the caller has done that), builds the named model on
+the meta device (no memory, no weights) and counts its parameters, says where the pretrained
+weights would come from without downloading them (``zoo.models.weights.resolve_pretrained``), and
+lists every missing data path, a weights source it cannot resolve, and every machine-dependent
+problem (an nccl backend on a node without a GPU, WORLD_URLS that do not name
+this host) as one warning line each. It passes when the config and the model are valid.
+
+    result = dry_run(cfg, mode="train")   # DryRunResult; nothing printed
+    print_report(result)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any, List, Optional, Sequence
+
+logger = logging.getLogger("zoo")
+
+# Lists each mode reads: train reads the training and validation lists, test the test list (or
+# the validation list when no test list is set), feature extraction the validation list.
+_SPLITS = {"train": ("TRAIN", "VAL"), "test": ("TEST",), "features": ("VAL",)}
+
+
+@dataclasses.dataclass
+class DryRunResult:
+    """What a dry run found.
+
+    Attributes:
+        model: Registered model name.
+        num_classes: Classes of the head the model was built with.
+        params: Parameter count of the built model.
+        pretrained: Where the weights would come from ("random init", a local file, a tag's URL
+            and its cache path).
+        warnings: One line per missing data path, unresolvable weights source or
+            machine-dependent problem.
+        notes: Other facts worth a line (e.g. a feature-extraction config).
+    """
+
+    model: str
+    num_classes: int
+    params: int
+    pretrained: str
+    warnings: List[str] = dataclasses.field(default_factory=list)
+    notes: List[str] = dataclasses.field(default_factory=list)
+
+
+def describe_pretrained(value: Any, model_name: str) -> str:
+    """Where ``CONFIG.MODEL.PRETRAINED`` would load weights from; nothing is loaded or downloaded.
+
+    Raises:
+        zoo.models.weights.WeightsError: the value names no file, tag or URL for this model.
+    """
+    from ..models.weights import resolve_pretrained
+
+    return resolve_pretrained(value, model_name).describe()
+
+
+def _data_warnings(cfg, mode: str) -> List[str]:
+    data = cfg.CONFIG.DATA
+    if data.SYNTHETIC.ENABLE:
+        return []
+    out = []
+    for split in _SPLITS[mode]:
+        if split == "TEST" and not data.TEST_ANNO_PATH:
+            split = "VAL"  # the test tool reads the validation list when no test list is set
+        for kind in ("ANNO", "DATA"):
+            key = f"{split}_{kind}_PATH"
+            path = data[key]
+            if split == "TEST" and kind == "DATA" and not path:
+                key, path = "VAL_DATA_PATH", data.VAL_DATA_PATH
+            if kind == "ANNO" and not path:
+                out.append(f"missing data: CONFIG.DATA.{key} is empty")
+            elif path and not os.path.exists(path):
+                out.append(f"missing data: CONFIG.DATA.{key} = {path!r} does not exist")
+    return out
+
+
+def _machine_warnings(cfg, node_rank: Optional[int]) -> List[str]:
+    """Problems that depend on the node the command runs on (a real run stops on them)."""
+    from ..launch.topology import LaunchError, resolve_topology
+
+    try:
+        resolve_topology(cfg, node_rank)
+    except LaunchError as e:
+        return [f"on this machine: {e}"]
+    return []
+
+
+def count_parameters(cfg, num_classes: int) -> int:
+    """Build ``CONFIG.MODEL.NAME`` with ``MODEL.KWARGS`` on the meta device; its parameter count."""
+    import torch
+
+    from ..models import create_model, parse_model_kwargs
+
+    kwargs = parse_model_kwargs(list(cfg.CONFIG.MODEL.KWARGS))
+    try:
+        with torch.device("meta"):
+            model = create_model(cfg.CONFIG.MODEL.NAME, num_classes=num_classes, **kwargs)
+    except (NotImplementedError, RuntimeError):
+        # A builder that computes on tensors at construction time cannot run on meta.
+        model = create_model(cfg.CONFIG.MODEL.NAME, num_classes=num_classes, **kwargs)
+    return sum(p.numel() for p in model.parameters())
+
+
+def dry_run(cfg, mode: str = "train", node_rank: Optional[int] = None) -> DryRunResult:
+    """Check a loaded config (see the module docstring); prints nothing.
+
+    Args:
+        cfg: The config from ``zoo.cli.job.setup_cfg`` (validated, model name known).
+        mode: "train", "test" or "features": which data lists are checked.
+        node_rank: This node's rank when given on the command line.
+
+    Raises:
+        ValueError, TypeError: the model cannot be built with these arguments.
+    """
+    if mode not in _SPLITS:
+        raise ValueError(f"mode must be one of {', '.join(_SPLITS)}, got {mode!r}")
+    warnings = _data_warnings(cfg, mode)
+    notes = []
+    num_classes = int(cfg.CONFIG.DATA.NUM_CLASSES)
+    if num_classes == 0:
+        num_classes = 2
+        notes.append("CONFIG.DATA.NUM_CLASSES 0: the class count comes from the training list; "
+                     "the model was checked with a 2-class head")
+    if cfg.CONFIG.DATA.SYNTHETIC.ENABLE:
+        notes.append("CONFIG.DATA.SYNTHETIC.ENABLE: the motion dataset is generated on first use")
+    if mode == "test":
+        ckpt = cfg.CONFIG.TEST.CHECKPOINT
+        log = cfg.CONFIG.LOG
+        where = ckpt or os.path.join(log.BASE_PATH, log.EXP_NAME, log.SAVE_DIR)
+        what = f"CONFIG.TEST.CHECKPOINT {ckpt}" if ckpt else f"the newest checkpoint in {where}"
+        notes.append(f"tested weights: {what}")
+        if not os.path.exists(where):
+            warnings.append(f"missing data: the checkpoint {where!r} does not exist")
+    if cfg.CONFIG.INFERENCE.FEAT and mode != "features":
+        notes.append("CONFIG.INFERENCE.FEAT True: a feature-extraction config; run "
+                     "tools/extract_features.py --config-file FILE")
+    from ..models.weights import WeightsError
+
+    try:
+        pretrained = describe_pretrained(cfg.CONFIG.MODEL.PRETRAINED, cfg.CONFIG.MODEL.NAME)
+    except WeightsError as e:
+        # A file on another machine, or weights zoo cannot fetch: a real run stops here.
+        pretrained = f"unresolved: {cfg.CONFIG.MODEL.PRETRAINED!r}"
+        warnings.append(f"pretrained: {e}")
+    warnings += _machine_warnings(cfg, node_rank)
+    return DryRunResult(
+        model=cfg.CONFIG.MODEL.NAME, num_classes=num_classes,
+        params=count_parameters(cfg, num_classes), pretrained=pretrained,
+        warnings=warnings, notes=notes,
+    )
+
+
+def print_report(result: DryRunResult) -> None:
+    """The dry run's console lines: model, weights, notes, one ``warning:`` line per problem."""
+    logger.info("dry run: config is valid")
+    logger.info("model: %s, %s parameters, %d classes (built on the meta device)", result.model,
+                f"{result.params:,}", result.num_classes)
+    logger.info("pretrained: %s", result.pretrained)
+    for note in result.notes:
+        logger.info("note: %s", note)
+    for line in result.warnings:
+        logger.warning("warning: %s", line)
+    logger.info("dry run passed (%d warning%s); nothing was trained, loaded or downloaded",
+                len(result.warnings), "" if len(result.warnings) == 1 else "s")
+
+
+def dry_run_file(config_file: str, opts: Sequence[str] = (), mode: str = "train",
+                 extra_modules: Sequence[str] = ()) -> DryRunResult:
+    """Load ``config_file`` as the tools do (``cli.setup_cfg``) and :func:`dry_run` it in this
+    process; what ``--dry-run`` checks, for many configs without a process each."""
+    import argparse
+
+    from .job import setup_cfg  # late: cli imports this module
+
+    args = argparse.Namespace(config_file=config_file, opts=list(opts),
+                              extra_modules=list(extra_modules))
+    return dry_run(setup_cfg(args), mode)
+
+
+def run_dry_run(cfg, mode: str, node_rank: Optional[int] = None) -> int:
+    """``--dry-run`` of the tools: check, print, and return the exit code (0 = valid)."""
+    try:
+        result = dry_run(cfg, mode, node_rank)
+    except (TypeError, ValueError) as e:  # the builder refused its arguments
+        logger.error("error: model %s cannot be built with CONFIG.MODEL.KWARGS %s: %s",
+                     cfg.CONFIG.MODEL.NAME, list(cfg.CONFIG.MODEL.KWARGS), e)
+        return 1
+    print_report(result)
+    return 0

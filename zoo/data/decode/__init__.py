@@ -1,0 +1,1 @@
+"""zoo.data.decode."""

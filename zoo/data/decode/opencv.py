@@ -1,0 +1,282 @@
+"""The other video readers: OpenCV and decord (when installed).
+
+All follow :class:`~zoo.data.decode.base.VideoReader`: frame ``i`` is the ``i``-th frame in
+presentation order, uint8 RGB out, the same errors. Like the PyAV reader they need no torch
+(``decode_array``); ``decode`` converts to a tensor.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+
+from .base import (
+    END_SLACK,
+    DecodeError,
+    DecodingLibrary,
+    VideoReader,
+    check_deadline,
+    check_file,
+    check_indices,
+    fill_rows,
+    index_rows,
+    open_kind,
+)
+
+# With OpenCV, needed frames closer than this are reached with grab(), not with a seek.
+_CV_SEEK_GAP = 32
+# Probe results per (path, size, mtime): a data-loader worker opens the same videos every epoch.
+_SEEKABLE: Dict[tuple, bool] = {}
+_SEEKABLE_MAX = 100_000
+
+
+def _short(path: str, needed: int, last: int, claimed: int) -> DecodeError:
+    return DecodeError(
+        f"{path}: frame {needed} was needed but the video ends after frame {last} although "
+        f"{claimed} frames are claimed (truncated file, or a wrong num_frames in the list)",
+        "short",
+    )
+
+
+def _quiet_cv2():
+    """cv2, with its own warnings and its FFmpeg's log off (a broken file is reported by us)."""
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
+    import cv2
+
+    log = getattr(cv2.utils, "logging", None)
+    if log is not None:  # OpenCV 5
+        log.setLogLevel(log.LOG_LEVEL_ERROR)
+    else:  # OpenCV 4 (4.8 to 4.12 checked) has only the older call; 2 is LOG_LEVEL_ERROR
+        cv2.setLogLevel(2)
+    return cv2
+
+
+def _opencv(cv2) -> DecodingLibrary:
+    # A broken file makes OpenCV return False, or raise cv2.error; anything else is its API.
+    return DecodingLibrary("OpenCV", "cv2", (cv2.error, OSError))
+
+
+def _decord(decord) -> DecodingLibrary:
+    # decord's own error (DECORDError, a RuntimeError) for broken files, and the file system's.
+    return DecodingLibrary("decord", "decord", (RuntimeError, ValueError, OSError))
+
+
+class OpenCVReader(VideoReader):
+    """A video read with OpenCV's FFmpeg backend (``cv2.VideoCapture``).
+
+    OpenCV seeks (``CAP_PROP_POS_FRAMES``) by converting a frame number to a timestamp, which is
+    exact only where the container stores presentation timestamps on a constant-rate grid. Before
+    its first seek the file is probed with PyAV (:func:`~zoo.data.decode.pyav.probe_seekable`,
+    demuxing only); elsewhere (AVI, raw streams, variable frame rate, broken timestamps) frames are
+    grabbed from the start, and the frame count is PyAV's. OpenCV turns rotated videos upright by
+    itself (``CAP_PROP_ORIENTATION_AUTO``, on by default), as the other readers do.
+
+    Args:
+        path: Video file path.
+        num_frames_hint: Frame count to use when OpenCV reports none.
+        threads: Decoder threads; 0 = OpenCV's default.
+    """
+
+    def __init__(self, path: str, num_frames_hint: int = -1, threads: int = 0) -> None:
+        cv2 = _quiet_cv2()
+        self._cv2, self._library = cv2, _opencv(cv2)
+        self.path = path
+        self._threads = threads
+        check_file(path)
+        self._cap = cap = self._open()
+        width, height = cap.get(cv2.CAP_PROP_FRAME_WIDTH), cap.get(cv2.CAP_PROP_FRAME_HEIGHT)
+        if width <= 0 or height <= 0:
+            cap.release()
+            raise DecodeError(f"{path}: no video stream", "no_video")
+        fps = cap.get(cv2.CAP_PROP_FPS)
+        self.fps = float(fps) if fps and fps > 0 else None
+        self._count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
+        self._hint = num_frames_hint
+        self._next = 0  # index of the frame the next grab() returns
+        self._counted = False
+        self._seekable: Optional[bool] = None  # probed before the first seek
+
+    def _open(self):
+        cv2 = self._cv2
+        params = [cv2.CAP_PROP_N_THREADS, self._threads] if self._threads > 0 else []
+        # (Some builds raise instead of returning an unopened capture.)
+        with self._library.reading(self.path, "cannot open", "open"):
+            cap = cv2.VideoCapture(self.path, cv2.CAP_FFMPEG, params)
+        if not cap.isOpened():
+            raise DecodeError(f"{self.path}: cannot open (not a video OpenCV can read)", "open")
+        return cap
+
+    def close(self) -> None:
+        self._cap.release()
+
+    def _can_seek(self) -> bool:
+        """Whether OpenCV's frame-number seek is exact in this file (probed once, with PyAV)."""
+        if self._seekable is None:
+            from .pyav import probe_seekable
+
+            stat = os.stat(self.path)
+            key = (self.path, stat.st_size, stat.st_mtime_ns)
+            if key not in _SEEKABLE:
+                try:
+                    seekable = probe_seekable(self.path)
+                except DecodeError:
+                    seekable = False
+                if len(_SEEKABLE) >= _SEEKABLE_MAX:
+                    _SEEKABLE.clear()
+                _SEEKABLE[key] = seekable
+            self._seekable = _SEEKABLE[key]
+        return self._seekable
+
+    @property
+    def count_was_costly(self) -> bool:
+        return self._counted
+
+    @property
+    def num_frames(self) -> int:
+        if self._count > 0 and not self._can_seek():
+            # OpenCV estimates the count from duration x fps where it cannot seek exactly.
+            from .pyav import PyAVReader
+
+            with PyAVReader(self.path, num_frames_hint=self._hint) as video:
+                self._count, self._counted = video.num_frames, video.count_was_costly
+        if self._count <= 0 and self._hint > 0:
+            self._count = self._hint
+        if self._count <= 0:
+            self._rewind()
+            count = 0
+            while self._cap.grab():
+                check_deadline()
+                count += 1
+            self._rewind()
+            self._count, self._counted = count, True
+            if count == 0:
+                raise DecodeError(f"{self.path}: the video stream has no frames", "empty")
+        return self._count
+
+    def _rewind(self) -> None:
+        """Back to frame 0 (opening the file again: exact in every container)."""
+        if self._next:
+            self._cap.release()
+            self._cap = self._open()
+            self._next = 0
+
+    def _go_to(self, index: int) -> None:
+        """Place the capture so that the next grab() returns frame ``index`` or one before it."""
+        if index >= self._next and index - self._next <= _CV_SEEK_GAP:
+            return  # grab() through the gap
+        if self._can_seek():
+            self._cap.set(self._cv2.CAP_PROP_POS_FRAMES, index)  # seeks, then decodes forward
+            self._next = index
+        elif index < self._next:
+            self._rewind()
+
+    def decode_array(self, indices: Sequence[int]) -> np.ndarray:
+        cv2 = self._cv2
+        indices = check_indices(indices)
+        rows = index_rows(indices)
+        wanted = sorted(rows)
+        out = None
+        last_image = None
+        last_read = -1  # index of the last frame actually grabbed
+        with self._library.reading(self.path, "cannot decode"):
+            for index in wanted:
+                self._go_to(index)
+                ok = True
+                while self._next <= index:
+                    check_deadline()
+                    ok = self._cap.grab()
+                    if not ok:
+                        break
+                    last_read = self._next
+                    self._next += 1
+                if not ok:
+                    if last_image is not None and index <= last_read + END_SLACK:
+                        out = fill_rows(out, len(indices), rows[index], last_image)
+                        continue  # a frame count one or two too high: repeat the last frame
+                    # OpenCV cannot tell the end of the stream from a frame it cannot decode.
+                    raise DecodeError(
+                        f"{self.path}: frame {index} could not be read although "
+                        f"{self.num_frames} frames are claimed (corrupt or truncated video, or a "
+                        "wrong num_frames in the list)",
+                        "short" if index >= self.num_frames - END_SLACK else "decode",
+                    )
+                ok, bgr = self._cap.retrieve()
+                if not ok or bgr is None:
+                    raise DecodeError(f"{self.path}: frame {index} cannot be decoded", "decode")
+                last_image = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+                out = fill_rows(out, len(indices), rows[index], last_image)
+        return out
+
+
+class DecordReader(VideoReader):
+    """A video read with decord (optional: ``pip install decord``; unmaintained since 2021).
+
+    decord 0.6 seeks to the wrong frame in streams with B-frames (H.264, HEVC, MPEG-4 Part 2: a
+    neighbour 1-9 frames away, seen in MP4, MKV and AVI alike) and after a seek in AVI, so this
+    reader never seeks: it reads frames one by one from the start (``next()``), continues forward
+    between calls, and opens the file again to go back. Exact everywhere it opens, but a frame far
+    into a long video costs the decode of everything before it: use ``pyav`` for speed. decord turns
+    rotated videos upright by itself (display matrix), as the other readers do. It cannot open raw
+    H.264/HEVC streams (no duration): that is a :class:`DecodeError`.
+
+    Args:
+        path: Video file path.
+        num_frames_hint: Unused (decord indexes every frame when it opens a file).
+        threads: Decoder threads; 0 = 1.
+    """
+
+    def __init__(self, path: str, num_frames_hint: int = -1, threads: int = 0) -> None:
+        try:
+            import decord
+        except ImportError:
+            raise ImportError(
+                "CONFIG.DATA.DECODER 'decord' needs the decord package: pip install decord "
+                "(or use 'pyav', the default)"
+            ) from None
+        self._decord, self._library = decord, _decord(decord)
+        self.path = path
+        self._threads = max(threads, 1)
+        check_file(path)
+        self._open()
+        self._len = len(self._vr)
+        if self._len <= 0:
+            raise DecodeError(f"{path}: the video stream has no frames", "empty")
+        fps = self._vr.get_avg_fps()
+        self.fps = float(fps) if fps and fps > 0 else None
+
+    def _open(self) -> None:
+        with self._library.reading(self.path, "cannot open", open_kind):
+            self._vr = self._decord.VideoReader(self.path, ctx=self._decord.cpu(0),
+                                                num_threads=self._threads)
+        self._next = 0  # index of the frame next() returns
+
+    def close(self) -> None:
+        self._vr = None
+
+    @property
+    def num_frames(self) -> int:
+        return self._len
+
+    def decode_array(self, indices: Sequence[int]) -> np.ndarray:
+        indices = check_indices(indices)
+        last = self._len - 1
+        if max(indices) > last + END_SLACK:
+            raise _short(self.path, max(indices), last, self._len)
+        rows = index_rows([min(i, last) for i in indices])
+        wanted = sorted(rows)
+        if wanted[0] < self._next:
+            self._open()  # back to the start: decord's own seek is not exact
+        out = None
+        try:
+            with self._library.reading(self.path, "cannot decode"):
+                for index in wanted:
+                    while self._next <= index:
+                        check_deadline()
+                        frame = self._vr.next()
+                        self._next += 1
+                    out = fill_rows(out, len(indices), rows[index], frame.asnumpy())
+        except StopIteration:
+            raise _short(self.path, index, self._next - 1, self._len) from None
+        return out

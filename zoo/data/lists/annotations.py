@@ -1,0 +1,217 @@
+"""Reading annotation lists: one-video-per-line text lists and CSV files with a header.
+
+Text lists hold one video per line, in the format ``CONFIG.DATA.LIST_FORMAT`` names (``auto``
+recognises it; see :mod:`zoo.data.lists.formats`). zoo's own format is gluoncv's::
+
+    relative/path/to/video.mp4 300 12
+    # comments and blank lines are skipped
+    a folder with spaces/clip 1.mp4 -1 3
+
+The last two whitespace-separated fields are the frame count (``-1`` = unknown) and the integer
+class id; everything before them is the path, so paths may contain spaces. MMAction2
+(``path label``, ``dir [offset] total_frames label``) and PySlowFast (``path label``,
+``path,label``) lists are read too. CSV lists need a header with at least ``path`` and ``label``
+columns; ``start`` and ``end`` (seconds: use only that part of the video) and ``num_frames`` are
+optional. A ``classes.txt`` beside the list names the classes, one per line, line ``i`` naming
+class ``i``. The other sources (Kinetics CSVs, UCF101 and HMDB51 split files, class folders) are
+read by :mod:`zoo.data.lists.sources`.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Tuple
+
+logger = logging.getLogger(__name__)
+
+CSV_FORMAT = (
+    "a header with 'path' and 'label' columns (optional 'start', 'end' in seconds and "
+    "'num_frames'), one row per video"
+)
+
+
+class AnnotationError(ValueError):
+    """An annotation list is missing or has a line that does not parse."""
+
+
+@dataclass(frozen=True)
+class VideoRecord:
+    """One line of an annotation list.
+
+    Attributes:
+        path: Video path exactly as written in the list (relative to the data root).
+        num_frames: Frame count from the list; -1 when unknown (the decoder then finds it).
+        label: Integer class id, >= 0.
+        start: Use the video from this time (seconds); < 0 = from the start.
+        end: Use the video up to this time (seconds); < 0 = to the end.
+        offset: Frames of a frame folder before this video's first one (MMAction2 rawframe lists
+            with offsets); frame ``i`` is the file numbered ``offset + i + 1``.
+    """
+
+    path: str
+    num_frames: int
+    label: int
+    start: float = -1.0
+    end: float = -1.0
+    offset: int = 0
+
+
+def _parse_int(text: str, what: str, where: str, expected: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise AnnotationError(
+            f"{where}: {what} {text!r} is not an integer; expected {expected}"
+        ) from None
+    if value < minimum:
+        raise AnnotationError(f"{where}: {what} {value} is below {minimum}; expected {expected}")
+    return value
+
+
+def _parse_time(row: List[str], column: Optional[int], what: str, where: str) -> float:
+    text = row[column].strip() if column is not None else ""
+    if not text:
+        return -1.0
+    try:
+        return float(text)
+    except ValueError:
+        raise AnnotationError(
+            f"{where}: {what} {text!r} is not a number of seconds; expected {CSV_FORMAT}"
+        ) from None
+
+
+def list_lines(anno_path: str) -> Iterator[Tuple[str, str]]:
+    """``(where, line)`` for every line of a text list that is not blank or a ``#`` comment;
+    ``where`` is ``path:line_number`` for error messages."""
+    # utf-8-sig drops a byte-order mark that spreadsheet tools like to add.
+    with open(anno_path, encoding="utf-8-sig") as f:
+        for line_no, raw in enumerate(f, start=1):
+            line = raw.strip()
+            if line and not line.startswith("#"):
+                yield f"{anno_path}:{line_no}", line
+
+
+def _read_csv_list(anno_path: str) -> List[VideoRecord]:
+    records = []
+    with open(anno_path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return records
+        columns = {name.strip().lower(): i for i, name in enumerate(header)}
+        if "youtube_id" in columns:
+            raise AnnotationError(
+                f"{anno_path} is a Kinetics CSV (label,youtube_id,time_start,time_end,split): set "
+                "CONFIG.DATA.DATASET 'KineticsDataset' to read it"
+            )
+        if "path" not in columns or "label" not in columns:
+            raise AnnotationError(
+                f"{anno_path}:1: header {header!r} lacks 'path' or 'label'; expected {CSV_FORMAT}"
+            )
+        i_path, i_label = columns["path"], columns["label"]
+        i_frames = columns.get("num_frames")
+        i_start, i_end = columns.get("start"), columns.get("end")
+        for row in reader:
+            # csv.reader counts physical lines, which stays right for quoted multi-line fields.
+            where = f"{anno_path}:{reader.line_num}"
+            if not row or not any(cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
+                continue
+            if len(row) < len(header):
+                raise AnnotationError(
+                    f"{where}: {len(row)} columns where the header has {len(header)}; "
+                    f"expected {CSV_FORMAT}"
+                )
+            frames = row[i_frames].strip() if i_frames is not None else ""
+            records.append(
+                VideoRecord(
+                    path=row[i_path].strip(),
+                    num_frames=_parse_int(frames or "-1", "num_frames", where, CSV_FORMAT, -1),
+                    label=_parse_int(row[i_label].strip(), "label", where, CSV_FORMAT, 0),
+                    start=_parse_time(row, i_start, "start", where),
+                    end=_parse_time(row, i_end, "end", where),
+                )
+            )
+    return records
+
+
+def read_annotations(
+    anno_path: str, list_format: str = "auto", data_root: Optional[str] = None
+) -> List[VideoRecord]:
+    """Parse an annotation list.
+
+    A first line of plain words (``path,label``, ``video label``) is a header: with ``path`` and
+    ``label`` columns (comma-separated) or in a ``.csv`` file the list is read as a CSV with a
+    header, otherwise the line is skipped with a warning. Other lines are read in
+    ``list_format`` (see :mod:`zoo.data.lists.formats`). A folder instead of a file is read as a
+    folder of class sub-folders (see :func:`zoo.data.lists.sources.class_folder_records`).
+
+    Args:
+        anno_path: Path of the list file.
+        list_format: ``CONFIG.DATA.LIST_FORMAT``: "auto", "gluoncv", "mmaction2",
+            "mmaction2_rawframes" or "pyslowfast".
+        data_root: Folder the list's paths are relative to; lets "auto" settle a list whose
+            lines allow two readings by looking for the paths.
+
+    Returns:
+        One record per video, in file order.
+
+    Raises:
+        AnnotationError: The file is missing, empty, or a line does not parse (names file:line).
+    """
+    from .formats import check_header, header_fields, parse_lines
+
+    if os.path.isdir(anno_path):
+        from .sources import class_folder_records
+
+        return class_folder_records(anno_path)[0]
+    if not os.path.isfile(anno_path):
+        raise AnnotationError(f"annotation list {anno_path!r} does not exist")
+    lines = list(list_lines(anno_path))
+    fields = header_fields(lines[0][1]) if lines else None
+    if fields:
+        check_header(*lines[0])
+        csv_columns = ("path" in fields and "label" in fields and "," in lines[0][1])
+        if csv_columns or "youtube_id" in fields or anno_path.lower().endswith(".csv"):
+            records = _read_csv_list(anno_path)
+        else:
+            logger.warning("%s: skipping the header line %r", lines[0][0], lines[0][1])
+            records = parse_lines(lines[1:], list_format, anno_path, data_root)
+    else:
+        records = parse_lines(lines, list_format, anno_path, data_root)
+    if not records:
+        raise AnnotationError(f"annotation list {anno_path!r} has no videos in it")
+    return records
+
+
+def read_class_names(anno_path: str, num_classes: int) -> List[str]:
+    """Class names from ``classes.txt`` beside the list, else ``str(id)``.
+
+    Args:
+        anno_path: Path of the annotation list; ``classes.txt`` is looked for in its folder. For a
+            folder of class sub-folders: its ``classes.txt``, else the sorted sub-folder names.
+        num_classes: How many names are needed; missing names fall back to ``str(id)``.
+
+    Returns:
+        At least ``num_classes`` names (more when ``classes.txt`` lists more).
+    """
+    if os.path.isdir(anno_path):
+        names_path = os.path.join(anno_path, "classes.txt")
+        if not os.path.isfile(names_path):
+            from .sources import class_names_of_folder
+
+            names = class_names_of_folder(anno_path)
+            return names + [str(i) for i in range(len(names), num_classes)]
+    else:
+        names_path = os.path.join(os.path.dirname(os.path.abspath(anno_path)), "classes.txt")
+    names: List[str] = []
+    if os.path.isfile(names_path):
+        with open(names_path, encoding="utf-8-sig") as f:
+            names = [line.strip() for line in f]
+        # Only trailing blank lines are dropped: one in the middle still stands for a class id.
+        while names and not names[-1]:
+            names.pop()
+    names = [name or str(i) for i, name in enumerate(names)]
+    return names + [str(i) for i in range(len(names), num_classes)]

@@ -1,0 +1,300 @@
+"""The dataset sources besides gluoncv lists and CSVs: Kinetics CSVs, the UCF101 and HMDB51 official
+split files, folders of class sub-folders (videos, frame folders or images) and image lists.
+
+Each reader returns ``(records, classes)``: :class:`~zoo.data.lists.annotations.VideoRecord` per video
+(paths relative to the data root) and the class names, line ``i`` naming class ``i``. They are
+plain functions so that the preparation scripts in ``datasets/`` use the very same parsing.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..decode.frames import IMAGE_EXTS
+from .annotations import AnnotationError, VideoRecord, list_lines
+
+logger = logging.getLogger(__name__)
+
+VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv")
+KINETICS_COLUMNS = ("label", "youtube_id", "time_start", "time_end")
+Records = Tuple[List[VideoRecord], List[str]]
+
+
+def _names_file(path: str) -> Optional[List[str]]:
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8-sig") as f:
+        names = [line.strip() for line in f]
+    while names and not names[-1]:
+        names.pop()
+    return names
+
+
+# ----------------------------------------------------------------------------- Kinetics
+
+
+def kinetics_stem(youtube_id: str, start: float, end: float) -> str:
+    """The usual Kinetics file name without extension: ``<youtube_id>_<start>_<end>`` with the
+    times as 6-digit whole seconds (``abc_000010_000020``), as the ActivityNet downloader and
+    MMAction2 write them."""
+    return f"{youtube_id}_{int(float(start)):06d}_{int(float(end)):06d}"
+
+
+def index_files(
+    root: str, exts: Sequence[str] = VIDEO_EXTS, folders: bool = False
+) -> Dict[str, str]:
+    """Map file name stems (or, with ``folders``, leaf folder names) under ``root`` to their path
+    relative to ``root``. The first one found (sorted walk) wins for a stem seen twice."""
+    found: Dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        rel_dir = os.path.relpath(dirpath, root)
+        if folders:
+            if not dirnames and dirpath != root:
+                found.setdefault(os.path.basename(dirpath), rel_dir)
+            continue
+        for name in sorted(filenames):
+            stem, ext = os.path.splitext(name)
+            if ext.lower() in exts:
+                found.setdefault(stem, os.path.normpath(os.path.join(rel_dir, name)))
+    return found
+
+
+def kinetics_records(
+    csv_path: str, data_root: str, classes: Optional[Sequence[str]] = None, frames: bool = False
+) -> Tuple[List[VideoRecord], List[str], List[str]]:
+    """Read a Kinetics CSV (``label,youtube_id,time_start,time_end,split[,is_cc]``).
+
+    Files are found by name anywhere under ``data_root``: first the trimmed clip
+    ``<id>_<start:06d>_<end:06d>.<ext>`` (any video extension, any sub-folder layout), else an
+    untrimmed ``<id>.<ext>``, whose record then carries ``start``/``end`` so only that part is read.
+    Rows without a file are left out (Kinetics downloads always miss some videos).
+
+    Args:
+        csv_path: The CSV.
+        data_root: Folder holding the videos (any layout below it).
+        classes: Class names in id order; None = ``classes.txt`` beside the CSV, else the sorted
+            labels of this CSV (the standard Kinetics order).
+        frames: Look for frame folders (named by the same stems) instead of video files.
+
+    Returns:
+        ``(records, classes, missing)``: ``missing`` lists the stems that had no file.
+
+    Raises:
+        AnnotationError: The CSV lacks a column, has no label column (the test split), or a label
+            is not among ``classes``.
+    """
+    with open(csv_path, encoding="utf-8-sig", newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise AnnotationError(f"{csv_path}: no rows")
+    header = {k.strip() for k in rows[0] if k}
+    lacking = [c for c in KINETICS_COLUMNS if c not in header]
+    if lacking:
+        raise AnnotationError(
+            f"{csv_path}: a Kinetics CSV needs the columns {', '.join(KINETICS_COLUMNS)} "
+            f"(missing: {', '.join(lacking)}; the test split has no labels and cannot be used)"
+        )
+    if classes is None:
+        classes = _names_file(os.path.join(os.path.dirname(os.path.abspath(csv_path)),
+                                           "classes.txt"))
+    if classes is None:
+        classes = sorted({row["label"].strip() for row in rows})
+    label_ids = {name: i for i, name in enumerate(classes)}
+    index = index_files(data_root, folders=frames)
+    records, missing = [], []
+    for line_no, row in enumerate(rows, start=2):
+        name = row["label"].strip()
+        if name not in label_ids:
+            raise AnnotationError(f"{csv_path}:{line_no}: label {name!r} is not a known class")
+        start, end = float(row["time_start"]), float(row["time_end"])
+        stem = kinetics_stem(row["youtube_id"].strip(), start, end)
+        if stem in index:
+            records.append(VideoRecord(index[stem], -1, label_ids[name]))
+        elif row["youtube_id"].strip() in index:
+            records.append(
+                VideoRecord(index[row["youtube_id"].strip()], -1, label_ids[name], start, end)
+            )
+        else:
+            missing.append(stem)
+    return records, list(classes), missing
+
+
+# ----------------------------------------------------------------------------- UCF101 / HMDB51
+
+
+def _split_file(anno_path: str, pattern: str, split_id: int) -> str:
+    if os.path.isdir(anno_path):
+        path = os.path.join(anno_path, pattern.format(split_id))
+        if not os.path.isfile(path):
+            raise AnnotationError(f"{anno_path}: no {pattern.format(split_id)} in this folder")
+        return path
+    return anno_path
+
+
+def ucf101_records(anno_path: str, train: bool, split_id: int = 1) -> Records:
+    """Read an official UCF101 split file (``trainlist0N.txt`` / ``testlist0N.txt``).
+
+    Lines are ``Class/v_Class_g08_c01.avi [label]`` with 1-based labels (test lists have none);
+    ids come from ``classInd.txt`` beside the file (``1 ApplyEyeMakeup``), shifted to 0-based.
+
+    Args:
+        anno_path: A split file, or the ``ucfTrainTestlist`` folder (then ``split_id`` and
+            ``train`` pick the file).
+        train: Which file to pick when ``anno_path`` is the folder.
+        split_id: 1, 2 or 3.
+    """
+    name = "trainlist{:02d}.txt" if train else "testlist{:02d}.txt"
+    path = _split_file(anno_path, name, split_id)
+    class_file = os.path.join(os.path.dirname(os.path.abspath(path)), "classInd.txt")
+    if not os.path.isfile(class_file):
+        raise AnnotationError(f"{path}: UCF101 needs classInd.txt beside the split file")
+    ids: Dict[str, int] = {}
+    with open(class_file, encoding="utf-8-sig") as f:
+        for line in f:
+            if line.strip():
+                number, cls = line.split()
+                ids[cls] = int(number) - 1
+    classes = [c for c, _ in sorted(ids.items(), key=lambda item: item[1])]
+    lowered = {c.lower(): i for c, i in ids.items()}
+    records = []
+    with open(path, encoding="utf-8-sig") as f:
+        for line_no, line in enumerate(f, start=1):
+            parts = line.split()
+            if not parts:
+                continue
+            video = parts[0].replace("\\", "/")
+            # The class is the folder; some UCF101 names differ in case (HandStandPushups).
+            folder = video.split("/")[0].lower()
+            if folder not in lowered:
+                raise AnnotationError(f"{path}:{line_no}: class {folder!r} is not in classInd.txt")
+            records.append(VideoRecord(video, -1, lowered[folder]))
+    return records, classes
+
+
+def hmdb51_records(split_dir: str, train: bool, split_id: int = 1) -> Records:
+    """Read the official HMDB51 splits (``<class>_test_split<N>.txt``, lines ``video.avi 1|2|0``:
+    1 = train, 2 = test, 0 = not used). Classes are the sorted class names; paths are
+    ``<class>/<video>``.
+
+    Args:
+        split_dir: The ``testTrainMulti_7030_splits`` folder (or any one of its files).
+        train: Read the training (1) or the test (2) videos.
+        split_id: 1, 2 or 3.
+    """
+    if os.path.isfile(split_dir):
+        split_dir = os.path.dirname(os.path.abspath(split_dir))
+    suffix = f"_test_split{split_id}.txt"
+    files = sorted(n for n in os.listdir(split_dir) if n.endswith(suffix))
+    if not files:
+        raise AnnotationError(f"{split_dir}: no *{suffix} files (HMDB51 split folder expected)")
+    classes = [n[: -len(suffix)] for n in files]
+    wanted = "1" if train else "2"
+    records = []
+    for label, (name, cls) in enumerate(zip(files, classes)):
+        with open(os.path.join(split_dir, name), encoding="utf-8-sig") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 2 and parts[-1] == wanted:
+                    video = " ".join(parts[:-1])
+                    records.append(VideoRecord(f"{cls}/{video}", -1, label))
+    return records, classes
+
+
+# ----------------------------------------------------------------------------- class folders
+
+
+def class_names_of_folder(root: str) -> List[str]:
+    """Sorted names of the sub-folders of ``root`` (the classes of a class-folder dataset)."""
+    return sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))
+                  and not d.startswith("."))
+
+
+def class_folder_records(root: str, kind: str = "videos") -> Records:
+    """A folder with one sub-folder per class; class ids follow the sorted folder names.
+
+    Args:
+        root: The folder.
+        kind: "videos" (video files at any depth), "frames" (each folder of images is one video)
+            or "images" (each image file is one item).
+
+    Returns:
+        ``(records, classes)`` with paths relative to ``root``, sorted within each class.
+    """
+    if not os.path.isdir(root):
+        raise AnnotationError(f"{root!r} is not a folder")
+    classes = class_names_of_folder(root)
+    if not classes:
+        raise AnnotationError(f"{root!r} has no class sub-folders")
+    records = []
+    exts = IMAGE_EXTS if kind in ("images", "frames") else VIDEO_EXTS
+    for label, name in enumerate(classes):
+        items = []
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, name)):
+            dirnames.sort()
+            hits = [f for f in filenames if f.lower().endswith(exts)]
+            if kind == "frames":
+                if hits:
+                    items.append(os.path.relpath(dirpath, root))
+                    dirnames.clear()  # a frame folder is a leaf
+            else:
+                items += [os.path.relpath(os.path.join(dirpath, f), root) for f in hits]
+        records += [VideoRecord(path, -1, label) for path in sorted(items)]
+    if not records:
+        raise AnnotationError(f"{root!r}: no {kind} found in its class sub-folders")
+    return records, classes
+
+
+def write_classes(folder: str, classes: Sequence[str], required: bool = False) -> Optional[str]:
+    """Write ``classes.txt`` into ``folder`` (atomically) unless it already says the same.
+
+    Returns:
+        The path written or already correct, or None when the folder is not writable (with
+        ``required``, the OSError is raised instead).
+    """
+    path = os.path.join(folder, "classes.txt")
+    text = "".join(f"{c}\n" for c in classes)
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return path
+    except OSError:
+        pass
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        if required:
+            raise
+        logger.debug("could not write %s: %s", path, e)
+        return None
+    return path
+
+
+# ----------------------------------------------------------------------------- image lists
+
+
+def image_list_records(anno_path: str) -> List[VideoRecord]:
+    """A list of images, ``path label`` per line (the label is the last field, so paths may
+    contain spaces), or a CSV with ``path`` and ``label`` columns."""
+    if anno_path.lower().endswith(".csv"):
+        from .annotations import read_annotations
+
+        return read_annotations(anno_path)
+    records = []
+    for where, line in list_lines(anno_path):
+        parts = line.rsplit(None, 1)
+        if len(parts) != 2 or not re.fullmatch(r"\d+", parts[1]):
+            raise AnnotationError(
+                f"{where}: cannot parse {line!r}; expected 'path label' with an integer label >= 0"
+            )
+        records.append(VideoRecord(parts[0], 1, int(parts[1])))
+    if not records:
+        raise AnnotationError(f"image list {anno_path!r} has no images in it")
+    return records

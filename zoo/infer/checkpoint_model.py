@@ -1,0 +1,136 @@
+"""Testing and prediction build the model a checkpoint holds, whatever the config says.
+
+A checkpoint records the config it was trained with (``cfg``, YAML text). Its model name, builder
+kwargs and class count define the weights, so they win over the config given to
+``tools/test_ddp.py`` / ``tools/predict.py`` (one warning line names what differs): a README-style
+run whose YAML says 5 classes but was trained with ``DATA.NUM_CLASSES 3`` on the command line
+tests as trained. ``MODEL.PRETRAINED`` is never loaded: the checkpoint has every weight, and the
+file a fine-tuned run started from may be long gone. A checkpoint without a recorded config gets
+its class count from its classifier's shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Optional, Tuple
+
+import torch.nn as nn
+import yaml
+
+from ..config import lookup_key
+from ..models import build_model
+from ..models.pretrained import head_keys
+from ..train.checkpoint import CheckpointError, load_checkpoint
+
+logger = logging.getLogger("zoo")
+
+# The config keys that decide the weights' shapes, in the order they are reported.
+MODEL_KEYS = ("CONFIG.MODEL.NAME", "CONFIG.MODEL.KWARGS", "CONFIG.DATA.NUM_CLASSES")
+
+
+def saved_model_keys(state: Dict[str, Any]) -> Dict[str, Any]:
+    """The MODEL_KEYS values recorded in the checkpoint's config (those it records)."""
+    text = state.get("cfg") or ""
+    try:
+        saved = yaml.safe_load(text) if isinstance(text, str) and text else {}
+    except yaml.YAMLError:
+        saved = {}
+    found = {key: lookup_key(saved, key, None) for key in MODEL_KEYS}
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def _with(cfg, values: Dict[str, Any]):
+    new = cfg.clone()
+    new.defrost()
+    for key, value in values.items():
+        node = new
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = list(value) if isinstance(value, (list, tuple)) else value
+    new.freeze()
+    return new
+
+
+def config_for_checkpoint(cfg, state: Dict[str, Any], source: str):
+    """``cfg`` with the checkpoint's model name, kwargs and class count and no MODEL.PRETRAINED.
+
+    Logs one warning naming each key whose value the checkpoint overrides. NUM_CLASSES 0 in the
+    config ("count them") takes the checkpoint's count without a warning.
+    """
+    saved = saved_model_keys(state)
+    now = {key: lookup_key(cfg, key) for key in MODEL_KEYS}
+    differ = {k: v for k, v in saved.items() if _norm(v) != _norm(now[k])}
+    quiet = {k for k in differ if k == "CONFIG.DATA.NUM_CLASSES" and now[k] == 0}
+    loud = [k for k in differ if k not in quiet]
+    if loud:
+        what = ", ".join(f"{k} {differ[k]!r} (the config says {now[k]!r})" for k in loud)
+        logger.warning("%s was trained with %s; using the checkpoint's values", source, what)
+    return _with(cfg, {**differ, "CONFIG.MODEL.PRETRAINED": ""})
+
+
+def _norm(value: Any) -> Any:
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def _weights(state: Dict[str, Any], source: str) -> Dict[str, Any]:
+    # A run trained with EMA validated the EMA weights; test those too.
+    weights = state.get("ema") or state.get("model")
+    if not isinstance(weights, dict):
+        raise CheckpointError(f"{source}: holds no model weights (no 'model' entry); is it a zoo "
+                              "checkpoint? tools/convert_checkpoint.py converts other projects'")
+    return {k[len("module."):] if k.startswith("module.") else k: v for k, v in weights.items()}
+
+
+def _head_classes(model: nn.Module, weights: Dict[str, Any]) -> Optional[int]:
+    """The class count of the checkpoint's classifier when it differs from ``model``'s."""
+    own = model.state_dict()
+    for key in head_keys(model):
+        if key in weights and key in own and weights[key].shape[1:] == own[key].shape[1:]:
+            if weights[key].shape[0] != own[key].shape[0]:
+                return int(weights[key].shape[0])
+    return None
+
+
+def _check_fit(model: nn.Module, weights: Dict[str, Any], what: str) -> None:
+    """Raise one CheckpointError line naming the keys that do not fit (torch's message is a
+    screenful)."""
+    own = model.state_dict()
+    mismatched = [f"{k} {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+                  for k, v in weights.items() if k in own and own[k].shape != v.shape]
+    missing = [k for k in own if k not in weights]
+    unexpected = [k for k in weights if k not in own]
+    problems = []
+    if mismatched:
+        problems.append("shape mismatch: " + ", ".join(mismatched[:4]))
+    if missing:
+        problems.append(f"missing from the checkpoint ({len(missing)}): " + ", ".join(missing[:4]))
+    if unexpected:
+        problems.append(f"not in the model ({len(unexpected)}): " + ", ".join(unexpected[:4]))
+    if problems:
+        raise CheckpointError(f"{what}: " + "; ".join(problems))
+
+
+def model_from_checkpoint(cfg, path: str) -> Tuple[Any, nn.Module]:
+    """Build and load the model of checkpoint ``path``; returns ``(cfg, model)``.
+
+    The returned cfg carries the checkpoint's model name, kwargs and class count (see the module
+    docstring); the model is on the CPU, in train mode, with the checkpoint's (EMA) weights.
+
+    Raises:
+        FileNotFoundError, CheckpointError: the file is missing, unreadable or does not fit.
+    """
+    state = load_checkpoint(path)
+    cfg = config_for_checkpoint(cfg, state, path)
+    weights = _weights(state, path)
+    del state
+    model = build_model(cfg)
+    classes = _head_classes(model, weights)
+    if classes is not None:
+        logger.warning("%s has a %d-class classifier (the config says CONFIG.DATA.NUM_CLASSES "
+                       "%d); using the checkpoint's", path, classes, cfg.CONFIG.DATA.NUM_CLASSES)
+        cfg = _with(cfg, {"CONFIG.DATA.NUM_CLASSES": classes})
+        model = build_model(cfg)
+    _check_fit(model, weights, f"{path} does not fit {cfg.CONFIG.MODEL.NAME}")
+    model.load_state_dict(weights)
+    return cfg, model

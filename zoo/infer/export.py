@@ -1,0 +1,191 @@
+"""TorchScript and ONNX export of registered models, each verified against the eager model.
+
+Export traces the model in eval mode on one example clip, so shapes that the forward derives
+from the input (SlowFast's slow-frame indices, window padding) are fixed to the example's T, H
+and W; the batch axis stays dynamic. SlowFast is exported with its single-tensor input: the slow
+pathway is picked inside the graph, so a deployed model takes one ``(B, C, T, H, W)`` clip.
+
+ONNX uses torch's TorchScript-based exporter (``dynamo=False``), which needs no extra package;
+verification runs the file in onnxruntime. Both checks report the max absolute difference of the
+logits from the eager model's.
+
+torch 2.14 marks TorchScript (``torch.jit.trace`` / ``load``) deprecated in favour of
+``torch.export``; it still works and is what C++ / LibTorch deployments load, so zoo keeps it and
+silences that FutureWarning inside these functions.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import warnings
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+# torch.onnx.export's choice of exporter: ``dynamo`` came in torch 2.5 (and became the default in
+# 2.9); before it the TorchScript-based exporter is the only one.
+_TORCHSCRIPT_EXPORTER = ({"dynamo": False}
+                         if "dynamo" in inspect.signature(torch.onnx.export).parameters else {})
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FORMATS", "export_model", "export_onnx", "export_torchscript", "verify_onnx",
+           "verify_torchscript"]
+
+FORMATS = ("torchscript", "onnx")
+
+
+def export_torchscript(model: nn.Module, example: torch.Tensor, path: str) -> str:
+    """Trace ``model`` (eval mode) on ``example`` and save it to ``path``; returns the path."""
+    model.eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        # Python-side shape checks (e.g. SlowFast's frame count) become constants: expected.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", message=r".*torch\.jit", category=FutureWarning)
+        traced = torch.jit.trace(model, example, check_trace=False)
+        traced.save(path)
+    return path
+
+
+def export_onnx(model: nn.Module, example: torch.Tensor, path: str, opset: int = 17,
+                dynamic_batch: bool = True) -> str:
+    """Export ``model`` (eval mode) to ONNX with input ``clip`` and output ``logits``.
+
+    Args:
+        model: The model.
+        example: An input tensor; its non-batch sizes are fixed in the graph.
+        path: Output ``.onnx`` file.
+        opset: ONNX opset version.
+        dynamic_batch: Leave the batch axis of input and output free.
+    """
+    model.eval()
+    axes = {"clip": {0: "batch"}, "logits": {0: "batch"}} if dynamic_batch else None
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        torch.onnx.export(model, (example,), path, input_names=["clip"],
+                          output_names=["logits"], opset_version=opset, dynamic_axes=axes,
+                          **_TORCHSCRIPT_EXPORTER)
+    return path
+
+
+def _max_diff(got: torch.Tensor, want: torch.Tensor) -> float:
+    if got.shape != want.shape:
+        raise RuntimeError(f"exported model output {tuple(got.shape)} != eager "
+                           f"{tuple(want.shape)}")
+    return (got.float() - want.float()).abs().max().item()
+
+
+def verify_torchscript(path: str, model: nn.Module, example: torch.Tensor) -> float:
+    """Max abs difference between the saved TorchScript model's and ``model``'s logits."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*torch\.jit", category=FutureWarning)
+        loaded = torch.jit.load(path, map_location="cpu")
+    with torch.no_grad():
+        return _max_diff(loaded(example), model.eval()(example))
+
+
+def verify_onnx(path: str, model: nn.Module, example: torch.Tensor) -> float:
+    """Max abs difference between onnxruntime's and ``model``'s logits.
+
+    Raises:
+        ImportError: when onnxruntime is not installed (``pip install onnxruntime``).
+    """
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise ImportError("verifying ONNX needs onnxruntime: pip install onnxruntime") from e
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (out,) = session.run(["logits"], {"clip": example.numpy()})
+    with torch.no_grad():
+        return _max_diff(torch.from_numpy(out), model.eval()(example))
+
+
+def export_model(
+    name: str,
+    out_dir: str,
+    formats: Sequence[str] = FORMATS,
+    num_classes: int = 400,
+    pretrained: Optional[str] = None,
+    input_shape: Optional[Tuple[int, ...]] = None,
+    verify: bool = True,
+    atol: float = 1e-4,
+    rtol: float = 1e-5,
+    model_kwargs: Optional[Dict[str, Any]] = None,
+    seed: int = 0,
+) -> Dict[str, Dict[str, Any]]:
+    """Build a registered model, export it in each format and check the exports run.
+
+    Args:
+        name: Registered model name.
+        out_dir: Folder for ``{name}.pt`` (TorchScript) and ``{name}.onnx``.
+        formats: Any of ``"torchscript"``, ``"onnx"``.
+        num_classes: Head size.
+        pretrained: Local zoo checkpoint to load first.
+        input_shape: Example input shape (default: batch 1 at the model's facts).
+        verify: Run each export and compare its logits with eager.
+        atol: Accepted max-abs difference ...
+        rtol: ... plus this fraction of the largest eager logit (float32 rounding grows with
+            the logits' scale; randomly initialised deep nets can have logits in the 1e4s).
+        model_kwargs: Builder arguments (e.g. small widths).
+        seed: Seed of the random example clip (and of the weights when not pretrained).
+
+    Returns:
+        Per format: ``path`` and, when verified, ``max_abs_diff`` and ``max_abs_logit``.
+
+    Raises:
+        RuntimeError: when a verified export differs from eager by more than
+            ``atol + rtol * max_abs_logit``.
+    """
+    from ..models.build import create_model, model_facts
+    from ..models.flops import facts_input_shape
+
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"unknown export formats {unknown}; choose from {FORMATS}")
+    torch.manual_seed(seed)
+    model = create_model(name, num_classes=num_classes, pretrained=pretrained,
+                         **(model_kwargs or {})).eval()
+    shape = tuple(input_shape or facts_input_shape(model_facts(name)))
+    example = torch.randn(shape)
+    with torch.no_grad():
+        scale = model(example).abs().max().item()
+    os.makedirs(out_dir, exist_ok=True)
+    results: Dict[str, Dict[str, Any]] = {}
+    for fmt in formats:
+        results[fmt] = _export_one(fmt, name, model, example, out_dir)
+        if verify:
+            results[fmt].update(_verify_one(fmt, name, results[fmt]["path"], model, example,
+                                            atol, rtol, scale))
+    return results
+
+
+def _export_one(fmt: str, name: str, model: nn.Module, example: torch.Tensor,
+                out_dir: str) -> Dict[str, Any]:
+    """Write ``model`` in format ``fmt`` into ``out_dir``; returns ``{"path": ...}``."""
+    if fmt == "torchscript":
+        return {"path": export_torchscript(model, example, os.path.join(out_dir, f"{name}.pt"))}
+    return {"path": export_onnx(model, example, os.path.join(out_dir, f"{name}.onnx"))}
+
+
+def _verify_one(fmt: str, name: str, path: str, model: nn.Module, example: torch.Tensor,
+                atol: float, rtol: float, scale: float) -> Dict[str, Any]:
+    """Run the ``fmt`` export in ``path`` and compare it with eager (max |logit| ``scale``).
+
+    Returns:
+        ``max_abs_diff`` and ``max_abs_logit``.
+
+    Raises:
+        RuntimeError: when the difference exceeds ``atol + rtol * scale``.
+    """
+    check = verify_torchscript if fmt == "torchscript" else verify_onnx
+    diff = check(path, model, example)
+    logger.info("%s %s: max |exported - eager| = %.3g (max |logit| %.3g) on input %s",
+                name, fmt, diff, scale, tuple(example.shape))
+    if not diff <= atol + rtol * scale:
+        raise RuntimeError(f"{name} {fmt} export differs from eager by {diff:.3g} "
+                           f"(> {atol} + {rtol} * max |logit| {scale:.3g})")
+    return {"max_abs_diff": diff, "max_abs_logit": scale}

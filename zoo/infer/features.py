@@ -1,0 +1,166 @@
+"""Feature extraction: the pooled features a model feeds its classifier, one ``.npy`` per video.
+
+gluoncv.torch's ``*_feat.yaml`` configs (``CONFIG.INFERENCE.FEAT: True``) run here unedited. The
+videos are those of the validation list (``CONFIG.DATA.VAL_ANNO_PATH`` / ``VAL_DATA_PATH``), each
+read as one validation clip (centre window, centre crop), as gluoncv's feat_extract_pytorch.py
+does. The features are the input of the model's classifier layer (``finetune.classifier_module``:
+``model.classifier_name`` or the last ``nn.Linear``), caught by a forward hook, so every model
+works without a feature method of its own. Models that classify frames one by one (TSN, 2D
+ResNets) fold time into the batch; their per-frame features are averaged, as their logits are.
+
+Layout: ``OUT/<the video's path in the list, extension replaced by .npy>``, a float32 array of
+shape ``(D,)``. ``OUT`` is ``--output``, else ``BASE_PATH/EXP_NAME/SAVE_DIR`` for a config with
+``INFERENCE.FEAT`` True (gluoncv's folder), else ``BASE_PATH/EXP_NAME/features``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+from typing import Dict, Iterator, List, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..train.finetune import classifier_module
+
+logger = logging.getLogger("zoo")
+
+
+@contextlib.contextmanager
+def classifier_inputs(model: nn.Module) -> Iterator[List[torch.Tensor]]:
+    """While open, each forward of ``model`` appends its classifier's input to the yielded list."""
+    caught: List[torch.Tensor] = []
+
+    def hook(_module: nn.Module, inputs, _output) -> None:
+        caught.append(inputs[0].detach())
+
+    handle = classifier_module(model).register_forward_hook(hook)
+    try:
+        yield caught
+    finally:
+        handle.remove()
+
+
+@torch.no_grad()
+def pooled_features(model: nn.Module, clips: torch.Tensor) -> torch.Tensor:
+    """Features ``(B, D)`` that ``model`` feeds its classifier for a batch of ``B`` clips."""
+    with classifier_inputs(model) as caught:
+        model(clips)
+    if len(caught) != 1:
+        raise RuntimeError(f"the classifier of {type(model).__name__} ran {len(caught)} times in "
+                           "one forward; set model.classifier_name to the layer to read")
+    feats = caught[0].flatten(1) if caught[0].dim() > 2 else caught[0]
+    batch = clips[0].shape[0] if isinstance(clips, (list, tuple)) else clips.shape[0]
+    if feats.shape[0] != batch:
+        if feats.shape[0] % batch:
+            raise RuntimeError(f"classifier input has {feats.shape[0]} rows for {batch} clips")
+        # Frames folded into the batch (TSN / 2D nets): average them like the logits are.
+        feats = feats.view(batch, feats.shape[0] // batch, -1).mean(dim=1)
+    return feats.float()
+
+
+def feature_dir(cfg, output: Optional[str] = None) -> str:
+    """Where the ``.npy`` files go (see the module docstring)."""
+    if output:
+        return output
+    log = cfg.CONFIG.LOG
+    sub = log.SAVE_DIR if cfg.CONFIG.INFERENCE.FEAT else "features"
+    return os.path.join(log.BASE_PATH, log.EXP_NAME, sub)
+
+
+def feature_path(out_dir: str, rel_path: str) -> str:
+    """``out_dir/rel_path`` with the extension replaced by ``.npy`` (folders mirrored)."""
+    rel = os.path.normpath(rel_path).lstrip(os.sep)
+    if rel.startswith(".."):
+        rel = os.path.basename(rel)  # a path outside the data root: keep only its file name
+    return os.path.join(out_dir, os.path.splitext(rel)[0] + ".npy")
+
+
+def _save(path: str, array: np.ndarray) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp.npy"
+    np.save(tmp, array)
+    os.replace(tmp, path)  # never a half-written file under the final name
+
+
+def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
+                     device: Optional[torch.device] = None) -> Dict[str, object]:
+    """Write one ``.npy`` per video of the validation list; returns a summary.
+
+    Args:
+        cfg: Loaded config (``cli.setup_cfg``); ``MODEL.PRETRAINED`` names the weights.
+        output: Output folder (default: :func:`feature_dir`).
+        batch_size: Clips per forward (0 = ``CONFIG.VAL.BATCH_SIZE``).
+        device: Default: the first GPU when there is one, else the CPU.
+
+    Returns:
+        ``{"output": folder, "written": count, "dim": D, "unreadable": [paths]}``.
+    """
+    from ..data import build_dataset
+    from ..models import build_model
+
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    out_dir = feature_dir(cfg, output)
+    dataset = build_dataset(cfg, "val")
+    model = build_model(cfg).to(device).eval()
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=batch_size or cfg.CONFIG.VAL.BATCH_SIZE, shuffle=False,
+        num_workers=cfg.CONFIG.DATA.NUM_WORKERS)
+    written, dim, unreadable, start = 0, 0, [], 0
+    for clips, _labels, indices, _bad in loader:
+        feats = pooled_features(model, clips.to(device)).cpu().numpy()
+        for j, returned in enumerate(indices.tolist()):
+            wanted = start + j
+            if returned != wanted:  # the loader stood another video in for an unreadable one
+                unreadable.append(dataset.paths[wanted])
+                continue
+            _save(feature_path(out_dir, dataset.records[wanted].path), feats[j])
+            written, dim = written + 1, feats.shape[1]
+        start += len(indices)
+    logger.info("wrote %d feature files (%d floats each) under %s", written, dim, out_dir)
+    for path in unreadable:
+        logger.warning("warning: no features for %s: the video could not be read", path)
+    return {"output": out_dir, "written": written, "dim": dim, "unreadable": unreadable}
+
+
+def extract_main(argv: Optional[List[str]] = None) -> int:
+    """The command line of tools/extract_features.py; returns the exit code."""
+    from ..cli.dry_run import dry_run, print_report
+    from ..cli.job import default_argument_parser, setup_cfg
+    from ..config import ConfigError
+    from ..utils.logger import setup_logger
+
+    parser: argparse.ArgumentParser = default_argument_parser(
+        "Write the pooled pre-classifier features of every video in the validation list.")
+    parser.add_argument("--output", default="", metavar="DIR",
+                        help="output folder (default: BASE_PATH/EXP_NAME/SAVE_DIR for a "
+                        "CONFIG.INFERENCE.FEAT config, else BASE_PATH/EXP_NAME/features)")
+    parser.add_argument("--batch-size", type=int, default=0, help="clips per forward")
+    args = parser.parse_args(argv)
+    setup_logger(None, 0)
+    try:
+        cfg = setup_cfg(args)
+        if args.dry_run:
+            try:
+                result = dry_run(cfg, "features")
+            except (TypeError, ValueError) as e:
+                logger.error("error: model %s cannot be built: %s", cfg.CONFIG.MODEL.NAME, e)
+                return 1
+            result.notes.append(f"features would go to {feature_dir(cfg, args.output)}")
+            print_report(result)
+            return 0
+        extract_features(cfg, args.output or None, args.batch_size)
+    except ConfigError as e:
+        logger.error("error: %s", e)
+        return 2
+    except (FileNotFoundError, ImportError, RuntimeError) as e:
+        logger.error("error: %s", e)
+        return 1
+    except KeyError as e:
+        logger.error("error: %s", e.args[0] if e.args else e)
+        return 1
+    return 0

@@ -1,0 +1,81 @@
+"""Predict the classes of video files with a trained checkpoint (multi-view, like testing)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Dict, List, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..data import build_dataset, fill_normalization
+from ..data.lists.annotations import read_class_names
+from ..models import model_facts
+from .checkpoint_model import model_from_checkpoint
+
+
+class Predictor:
+    """Loads a checkpoint once and scores videos with the config's test views.
+
+    Args:
+        cfg: The run's config (crop and test view settings, class names from the training
+            list's classes.txt); the model name, kwargs and class count are the checkpoint's.
+        checkpoint: Path of a zoo checkpoint (its EMA weights are used when it has them).
+        device: Where to run.
+    """
+
+    def __init__(self, cfg, checkpoint: str, device: str = "cpu") -> None:
+        # Model name, kwargs and class count come from the checkpoint (a warning names
+        # differences); MODEL.PRETRAINED is not read.
+        cfg, self.model = model_from_checkpoint(cfg, checkpoint)
+        self.cfg = cfg = fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
+        self.device = torch.device(device)
+        self.model.to(self.device).eval()
+        num_classes = cfg.CONFIG.DATA.NUM_CLASSES
+        anno = cfg.CONFIG.DATA.TRAIN_ANNO_PATH or cfg.CONFIG.DATA.VAL_ANNO_PATH
+        self.classes = read_class_names(anno, num_classes) if anno else [
+            str(i) for i in range(num_classes)]
+
+    def _views(self, path: str) -> torch.Tensor:
+        with tempfile.TemporaryDirectory() as tmp:
+            lst = os.path.join(tmp, "predict.txt")
+            with open(lst, "w", encoding="utf-8") as f:
+                f.write(f"{os.path.abspath(path)} -1 0\n")
+            cfg = self.cfg.clone()
+            cfg.defrost()
+            cfg.CONFIG.DATA.SYNTHETIC.ENABLE = False
+            # The temporary list is in the gluoncv format, whatever source the run trained on.
+            cfg.CONFIG.DATA.DATASET = "VideoListDataset"
+            cfg.CONFIG.DATA.LIST_FORMAT = "gluoncv"
+            if cfg.CONFIG.DATA.DECODER in ("frames", "image"):
+                cfg.CONFIG.DATA.DECODER = "auto"  # trained on extracted frames; this is a file
+            cfg.CONFIG.DATA.TEST_ANNO_PATH = lst
+            cfg.CONFIG.DATA.TEST_DATA_PATH = "/"
+            cfg.freeze()
+            views, _, _, n_bad = build_dataset(cfg, "test")[0]
+        if n_bad:
+            raise RuntimeError(f"{path}: could not be decoded")
+        return views
+
+    @torch.no_grad()
+    def predict(self, paths: Sequence[str], topk: int = 5) -> List[Dict]:
+        """For each path: ``{"video", "top": [{"class", "name", "prob"}, ...]}`` or ``"error"``."""
+        results = []
+        for path in paths:
+            if not os.path.isfile(path):
+                results.append({"video": path, "error": "no such file"})
+                continue
+            try:
+                views = self._views(path)
+            except Exception as e:  # one bad file should not stop the others
+                results.append({"video": path, "error": str(e).splitlines()[0]})
+                continue
+            probs = F.softmax(self.model(views.to(self.device)).float(), dim=1).mean(dim=0)
+            top = probs.topk(min(topk, probs.numel()))
+            results.append({
+                "video": path,
+                "top": [{"class": int(c), "name": self.classes[int(c)], "prob": float(p)}
+                        for p, c in zip(top.values, top.indices)],
+            })
+        return results

@@ -1,0 +1,87 @@
+"""Multi-view testing of a checkpoint: test_metrics.json and a per-video predictions CSV."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+from ..data import build_loader
+from ..launch.setup import worker_setup
+from ..train.checkpoint import latest_checkpoint
+from ..utils import comm
+from .checkpoint_model import model_from_checkpoint
+from .evaluator import evaluate
+from .plots import confusion_matrix, write_confusion
+
+
+def find_test_checkpoint(cfg, out_dir: str) -> str:
+    """CONFIG.TEST.CHECKPOINT, else the newest epoch checkpoint of the run in ``out_dir`` (a
+    mid-epoch one a preemption left is a place to resume from, not a result to test)."""
+    if cfg.CONFIG.TEST.CHECKPOINT:
+        return cfg.CONFIG.TEST.CHECKPOINT
+    path = latest_checkpoint(os.path.join(out_dir, cfg.CONFIG.LOG.SAVE_DIR), mid_epoch=False)
+    if path is None:
+        raise FileNotFoundError(
+            f"no checkpoint in {os.path.join(out_dir, cfg.CONFIG.LOG.SAVE_DIR)}; train first or "
+            "set CONFIG.TEST.CHECKPOINT to a checkpoint file"
+        )
+    return path
+
+
+def write_predictions(path: str, dataset, raw: dict) -> None:
+    """One row per video: path, label, predicted class, its probability, top-5 class names."""
+    classes = list(getattr(dataset, "classes", []))
+
+    def name(c: int) -> str:
+        return classes[c] if c < len(classes) else str(c)
+
+    k = min(5, raw["probs"].shape[1]) if raw["probs"].numel() else 1
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["video", "label", "label_name", "pred", "pred_name", "prob", f"top{k}"])
+        for idx, probs, label in zip(raw["index"].tolist(), raw["probs"], raw["labels"].tolist()):
+            top = probs.topk(k)
+            pred = int(top.indices[0])
+            w.writerow([
+                dataset.paths[idx], label, name(label), pred, name(pred),
+                f"{float(top.values[0]):.4f}", " ".join(name(int(c)) for c in top.indices),
+            ])
+
+
+def test_worker(cfg) -> None:
+    """Evaluate a checkpoint on the test list with TEST_NUM_SEGMENT x TEST_NUM_CROP views.
+
+    The model is the checkpoint's (see zoo/infer/checkpoint_model.py); MODEL.PRETRAINED is not
+    read.
+    """
+    logger, device, out_dir = worker_setup(cfg, write_config=False)
+    ckpt_path = find_test_checkpoint(cfg, out_dir)
+    # Model name, kwargs and class count come from the checkpoint (a warning names differences).
+    cfg, model = model_from_checkpoint(cfg, ckpt_path)
+    model.to(device)
+    loader = build_loader(cfg, "test")
+    data = cfg.CONFIG.DATA
+    views = data.TEST_NUM_SEGMENT * data.TEST_NUM_CROP
+    logger.info("testing %s on %d videos x %d views", ckpt_path, len(loader.dataset), views)
+    m = evaluate(model, loader, device, progress=cfg.CONFIG.LOG.PROGRESS_BAR)
+    result = {
+        "top1": m["top1"], "top5": m["top5"], "mean_class_acc": m["mean_class_acc"],
+        "loss": m["loss"], "num_videos": m["num_videos"], "views": views,
+        "skipped_videos": m["skipped_videos"], "checkpoint": os.path.abspath(ckpt_path),
+    }
+    logger.info(
+        "test: top1 %.2f top5 %.2f mean-class %.2f on %d videos (%d views each)",
+        m["top1"], m["top5"], m["mean_class_acc"], m["num_videos"], views,
+    )
+    if comm.is_main_process():
+        with open(os.path.join(out_dir, "test_metrics.json"), "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+        write_predictions(os.path.join(out_dir, "predictions.csv"), loader.dataset, m["_raw"])
+        raw = m["_raw"]
+        matrix = confusion_matrix(raw["probs"].argmax(dim=1), raw["labels"],
+                                  cfg.CONFIG.DATA.NUM_CLASSES)
+        write_confusion(matrix, list(getattr(loader.dataset, "classes", [])),
+                        os.path.join(out_dir, "confusion_matrix.csv"),
+                        os.path.join(out_dir, "confusion_matrix.png"))
+        logger.info("wrote %s", os.path.join(out_dir, "test_metrics.json"))

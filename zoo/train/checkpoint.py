@@ -1,0 +1,291 @@
+"""Training checkpoints: written by rank 0 only, atomically; resumed by every rank.
+
+The file format, safe loading and atomic writes live in :mod:`zoo.utils.checkpoint_io` (shared
+with the checkpoint converter) and are re-exported here. A training checkpoint adds
+``best_top1`` and, with EMA, ``ema`` to the standard keys; ``rng`` holds one entry per rank.
+:func:`load_training_state` is the resume: it restores everything a checkpoint holds.
+
+Files: ``epoch_N.pth`` after N epochs (and ``best.pth``); ``preempt_epoch{E}_iter{N}.pth`` when a
+preemption signal stopped epoch E after N optimizer steps (it also holds ``epoch_iter``, the
+batches of epoch E trained). :func:`latest_checkpoint` orders them by where training was.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import random
+import re
+from typing import Any, Dict, List, NamedTuple, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..utils import comm
+from ..utils.checkpoint_io import (  # noqa: F401  (re-exported: the engine's checkpoint API)
+    CheckpointError,
+    CheckpointWriteError,
+    atomic_save,
+    load_checkpoint,
+    make_checkpoint,
+    write_failure,
+)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The bare model inside a DDP (or similar) wrapper."""
+    return model.module if hasattr(model, "module") else model
+
+
+def rng_state() -> Dict[str, Any]:
+    """RNG states of this process as plain Python values (they pass through all_gather_object
+    and ``weights_only`` loading unchanged): Python, NumPy, torch's CPU generator and, once this
+    process has used CUDA, its current device's generator (dropout on the GPU draws from it)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state().tolist(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state().tolist()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(torch.tensor(state["cuda"], dtype=torch.uint8))
+
+
+def gather_rng_states() -> List[Dict[str, Any]]:
+    """Every rank's RNG states, indexed by rank (a collective: call it on all ranks)."""
+    return comm.all_gather_object(rng_state())
+
+
+def save_checkpoint(
+    save_dir: str,
+    state: Dict[str, Any],
+    epoch: int,
+    keep_last: int = 0,
+    is_best: bool = False,
+) -> Optional[str]:
+    """Rank 0 writes ``save_dir/epoch_{epoch}.pth`` (and ``best.pth`` when ``is_best``).
+
+    ``keep_last`` > 0 deletes older epoch files beyond the newest ``keep_last``; ``best.pth`` is
+    never deleted by that. Other ranks return None without writing.
+    """
+    if not comm.is_main_process():
+        return None
+    path = os.path.join(save_dir, f"epoch_{epoch}.pth")
+    try:
+        os.makedirs(save_dir, exist_ok=True)
+    except OSError as e:
+        raise write_failure(path, e) from e
+    atomic_save(state, path)
+    if is_best:
+        atomic_save(state, os.path.join(save_dir, "best.pth"))
+    if keep_last > 0:
+        for old in epoch_checkpoints(save_dir)[:-keep_last]:
+            os.remove(old)
+    _remove_preempt_checkpoints(save_dir, before=(epoch, 0))
+    return path
+
+
+# A mid-epoch checkpoint written on a preemption signal (zoo/launch/preemption.py): E is the epoch
+# in progress (1-based), N the optimizer steps taken. Its name does not start with "epoch_", so
+# RESUME_EPOCH, KEEP_LAST and scripts that glob epoch_*.pth never take it for an epoch's end.
+PREEMPT_NAME = "preempt_epoch{epoch}_iter{iteration}.pth"
+_PREEMPT_RE = re.compile(r"preempt_epoch(\d+)_iter(\d+)\.pth")
+
+
+def save_preempt_checkpoint(save_dir: str, state: Dict[str, Any]) -> Optional[str]:
+    """Rank 0 writes the mid-epoch checkpoint ``state`` (with ``epoch`` epochs completed and
+    ``epoch_iter`` batches of the next one trained) and removes older mid-epoch ones.
+
+    Returns:
+        The path written (None on other ranks).
+    """
+    if not comm.is_main_process():
+        return None
+    path = os.path.join(save_dir, PREEMPT_NAME.format(epoch=int(state["epoch"]) + 1,
+                                                      iteration=int(state["iteration"])))
+    try:
+        os.makedirs(save_dir, exist_ok=True)
+    except OSError as e:
+        raise write_failure(path, e) from e
+    atomic_save(state, path)
+    _remove_preempt_checkpoints(save_dir, before=_position(path), keep=path)
+    return path
+
+
+def _position(path: str) -> Optional[tuple]:
+    """Where in training a checkpoint file name says it was written: ``(epochs completed,
+    0)`` for ``epoch_N.pth``, ``(epochs completed, optimizer steps)`` for a mid-epoch one (after
+    every epoch-end file of the same epoch count, before the next)."""
+    name = os.path.basename(path)
+    m = re.fullmatch(r"epoch_(\d+)\.pth", name)
+    if m:
+        return (int(m.group(1)), 0)
+    m = _PREEMPT_RE.fullmatch(name)
+    if m:
+        return (int(m.group(1)) - 1, int(m.group(2)))
+    return None
+
+
+def _remove_preempt_checkpoints(save_dir: str, before: tuple, keep: str = "") -> None:
+    """Delete the mid-epoch checkpoints older than ``before``: they only exist to resume from,
+    and a newer checkpoint now does that."""
+    for path in glob.glob(os.path.join(save_dir, "preempt_epoch*_iter*.pth")):
+        pos = _position(path)
+        if pos is not None and path != keep and pos < before:
+            os.remove(path)
+
+
+def training_state(model, optimizer, scheduler, scaler, ema, epoch: int, iteration: int,
+                   cfg_yaml: str, rng: List[Dict[str, Any]], best_top1: float,
+                   epoch_iter: int = 0) -> Dict[str, Any]:
+    """The training checkpoint dict (see :func:`zoo.utils.checkpoint_io.make_checkpoint`).
+
+    ``epoch_iter`` > 0 marks a mid-epoch checkpoint: that many batches of epoch ``epoch + 1`` were
+    trained (saved as the ``epoch_iter`` key; epoch-end checkpoints do not have it).
+    """
+    extra: Dict[str, Any] = {"best_top1": best_top1}
+    if epoch_iter > 0:
+        extra["epoch_iter"] = epoch_iter
+    if ema is not None:
+        extra["ema"] = ema.state_dict()
+    return make_checkpoint(
+        unwrap(model).state_dict(), cfg_yaml,
+        optimizer=optimizer.state_dict() if optimizer is not None else None,
+        scheduler=scheduler.state_dict() if scheduler is not None else None,
+        scaler=scaler.state_dict() if scaler is not None else None,
+        epoch=epoch, iteration=iteration, rng=rng, **extra)
+
+
+def epoch_checkpoints(save_dir: str) -> List[str]:
+    """The complete ``epoch_N.pth`` files of ``save_dir``, oldest epoch first (temporary files of
+    an interrupted write are never listed)."""
+    found = []
+    for path in glob.glob(os.path.join(save_dir, "epoch_*.pth")):
+        m = re.fullmatch(r"epoch_(\d+)\.pth", os.path.basename(path))
+        if m:
+            found.append((int(m.group(1)), path))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(save_dir: str, mid_epoch: bool = True) -> Optional[str]:
+    """The newest checkpoint of ``save_dir``: the ``epoch_N.pth`` with the largest N or, with
+    ``mid_epoch``, a mid-epoch ``preempt_epoch{E}_iter{N}.pth`` written after it (None when
+    there is none)."""
+    found = [(_position(p), p) for p in epoch_checkpoints(save_dir)]
+    if mid_epoch:
+        found += [(_position(p), p)
+                  for p in glob.glob(os.path.join(save_dir, "preempt_epoch*_iter*.pth"))
+                  if _position(p) is not None]
+    return max(found)[1] if found else None
+
+
+def find_resume_checkpoint(cfg, save_dir: str, logger: logging.Logger) -> Optional[str]:
+    """RESUME_EPOCH's checkpoint, else (with AUTO_RESUME) the newest one, else None."""
+    train = cfg.CONFIG.TRAIN
+    if train.RESUME_EPOCH >= 0:
+        return os.path.join(save_dir, f"epoch_{train.RESUME_EPOCH}.pth")
+    if train.AUTO_RESUME:
+        path = latest_checkpoint(save_dir)
+        if path is None:
+            logger.info("AUTO_RESUME: no checkpoint in %s yet; starting fresh", save_dir)
+        return path
+    return None
+
+
+class ResumedState(NamedTuple):
+    """Where a resumed run continues: epochs completed, optimizer steps taken, best val top-1,
+    and batches of the next epoch already trained (0 unless the checkpoint is mid-epoch)."""
+
+    epoch: int
+    iteration: int
+    best_top1: float
+    epoch_iter: int = 0
+
+
+def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, scaler=None,
+                        ema=None, logger: Optional[logging.Logger] = None) -> ResumedState:
+    """Resume from the checkpoint ``path``: restore the model, optimizer, LR schedule, grad scaler,
+    EMA and this rank's RNG states (every rank calls it).
+
+    Args:
+        path: The checkpoint file.
+        cfg: This run's config, compared with the checkpoint's (see :func:`config_differences`).
+        model: The model (plain or DDP-wrapped); its bare module is loaded.
+        optimizer, scheduler: Loaded from the checkpoint.
+        scaler: The fp16 grad scaler, or None.
+        ema: The :class:`~zoo.train.ema.ModelEMA`, or None.
+        logger: Where the RNG warning goes (default ``zoo``).
+
+    Raises:
+        CheckpointError: The checkpoint was trained with a different config (the message names
+            up to six keys), or cannot be read.
+    """
+    logger = logger or logging.getLogger("zoo")
+    ckpt = load_checkpoint(path)
+    diffs = config_differences(ckpt.get("cfg", ""), cfg)
+    if diffs:
+        raise CheckpointError(
+            f"{path} was trained with a different config ({'; '.join(diffs[:6])}); use "
+            "another CONFIG.LOG.EXP_NAME or set CONFIG.TRAIN.AUTO_RESUME False"
+        )
+    unwrap(model).load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    scheduler.load_state_dict(ckpt["scheduler"])
+    if scaler is not None and ckpt.get("scaler"):
+        scaler.load_state_dict(ckpt["scaler"])
+    if ema is not None and "ema" in ckpt:
+        ema.load_state_dict(ckpt["ema"])
+    rng, world = ckpt["rng"], comm.get_world_size()
+    epoch_iter = int(ckpt.get("epoch_iter", 0))
+    ranks = len(rng) if isinstance(rng, list) else 1
+    if epoch_iter and ranks != world:
+        # Mid-epoch, each rank's place in its shard of the epoch is only meaningful for the
+        # same number of shards.
+        raise CheckpointError(
+            f"{path} stopped mid-epoch in a job of {ranks} processes; resume it with {ranks} "
+            f"processes, or set CONFIG.TRAIN.RESUME_EPOCH to an epoch checkpoint")
+    if isinstance(rng, list) and ranks == world:
+        set_rng_state(rng[comm.get_rank()])
+    else:
+        logger.warning("%s holds RNG states for %s ranks, not %d: random streams restart",
+                       path, ranks, world)
+    return ResumedState(int(ckpt["epoch"]), int(ckpt.get("iteration", 0)),
+                        float(ckpt.get("best_top1", -1.0)), epoch_iter)
+
+
+# Keys that may change between a run and its resumption without changing what is trained.
+_RESUME_FREE = ("DDP_CONFIG.", "CONFIG.LOG.", "CONFIG.VAL.", "CONFIG.TEST.", "CONFIG.EXTRA_MODULES",
+                "CONFIG.TRAIN.EPOCH_NUM", "CONFIG.TRAIN.AUTO_RESUME", "CONFIG.TRAIN.RESUME_EPOCH",
+                "CONFIG.TRAIN.KEEP_LAST", "CONFIG.TRAIN.NONFINITE", "CONFIG.TRAIN.HOOKS",
+                "CONFIG.TRAIN.PREEMPT_GRACE",
+                "CONFIG.DATA.NUM_WORKERS", "CONFIG.DATA.TRAIN_ANNO_PATH",
+                "CONFIG.DATA.TRAIN_DATA_PATH",
+                "CONFIG.DATA.VAL_ANNO_PATH", "CONFIG.DATA.VAL_DATA_PATH", "CONFIG.DATA.TEST_",
+                "CONFIG.DATA.SYNTHETIC.ROOT")
+
+
+def config_differences(saved_yaml: str, cfg) -> List[str]:
+    """Keys whose values differ between a checkpoint's config and ``cfg`` (resume-free keys and
+    per-node keys are ignored), as ``KEY: saved -> now`` strings. A config saved at an older
+    VERSION is read with today's key names."""
+    import yaml
+
+    from ..config import cfg_to_yaml, diff_cfg, upgrade_config
+
+    saved = upgrade_config(yaml.safe_load(saved_yaml) or {}, "the checkpoint's config", log=False)
+    now = yaml.safe_load(cfg_to_yaml(cfg))
+    now.pop("VERSION", None)
+    return [f"{key}: {a!r} -> {b!r}" for key, a, b in diff_cfg(saved, now, ignore=_RESUME_FREE)]

@@ -1,0 +1,93 @@
+"""Fine-tuning helpers: class count from the data, the classifier head, frozen backbone / BN."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import List, Set
+
+import torch.nn as nn
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_num_classes(cfg):
+    """With ``CONFIG.DATA.NUM_CLASSES`` 0, count the classes of the training list.
+
+    The count is the number of names in ``classes.txt`` beside the list when it exists, else the
+    largest label + 1. Returns a frozen clone (or ``cfg`` itself when nothing changes).
+    """
+    if cfg.CONFIG.DATA.NUM_CLASSES > 0:
+        return cfg
+    from ..config import ConfigError
+    from ..data.lists.annotations import read_annotations, read_class_names
+
+    anno = cfg.CONFIG.DATA.TRAIN_ANNO_PATH
+    if not anno:
+        raise ConfigError(
+            "CONFIG.DATA.NUM_CLASSES is 0 (count from the data) but CONFIG.DATA.TRAIN_ANNO_PATH is "
+            "empty: set the training list or NUM_CLASSES"
+        )
+    data = cfg.CONFIG.DATA
+    root = data.TRAIN_DATA_PATH or os.path.dirname(os.path.abspath(anno))  # as build_loader does
+    records = read_annotations(anno, data.LIST_FORMAT, root)
+    largest = max(r.label for r in records) + 1
+    count = max(largest, len(read_class_names(anno, 0)))
+    logger.info("CONFIG.DATA.NUM_CLASSES 0: %d classes found in %s", count, anno)
+    new = cfg.clone()
+    new.defrost()
+    new.CONFIG.DATA.NUM_CLASSES = count
+    new.freeze()
+    return new
+
+
+def classifier_module(model: nn.Module) -> nn.Module:
+    """The classification layer of ``model`` (DDP / ``torch.compile`` wrappers removed): its
+    ``get_classifier()`` (every built-in model has one); for a user model without it, the module
+    its ``classifier_name`` attribute names, else its last ``nn.Linear``
+    (:func:`zoo.models.classifier.find_classifier`).
+
+    Raises:
+        ValueError: when none is found (one line saying what to define).
+    """
+    # Imported here: zoo.cli.job imports this module, and zoo.models registers every family.
+    from ..models.classifier import find_classifier
+
+    return find_classifier(model)
+
+
+def head_parameter_ids(model: nn.Module) -> Set[int]:
+    return {id(p) for p in classifier_module(model).parameters()}
+
+
+def freeze_backbone(model: nn.Module) -> List[str]:
+    """Stop gradients to every parameter outside the classifier; returns the frozen names."""
+    head = head_parameter_ids(model)
+    frozen = []
+    for name, p in model.named_parameters():
+        if id(p) not in head:
+            p.requires_grad_(False)
+            frozen.append(name)
+    return frozen
+
+
+def freeze_bn(model: nn.Module) -> int:
+    """Put every BatchNorm in eval mode for good (statistics fixed) and freeze its affine params.
+
+    Returns the number of BatchNorm layers frozen.
+    """
+    count = 0
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            for p in module.parameters():
+                p.requires_grad_(False)
+            module.eval()
+            # model.train() would switch it back; pin its training flag to False.
+            module.train = _stay_eval.__get__(module)
+            count += 1
+    return count
+
+
+def _stay_eval(self: nn.Module, mode: bool = True) -> nn.Module:
+    self.training = False
+    return self

@@ -1,0 +1,324 @@
+"""Trainer hooks: everything around the iteration loop that is not the step itself.
+
+A hook subclasses :class:`HookBase` and overrides any of its six methods; the
+:class:`~zoo.train.trainer.Trainer` calls them, hook by hook in list order, at::
+
+    before_train
+      before_epoch
+        before_step   (trainer.batch holds the batch, trainer.inner_iter its index in the epoch)
+        after_step    (trainer.loss holds its loss; trainer.iteration counts optimizer steps)
+      after_epoch
+    after_train       (only when training finished; a failed run stops where it failed)
+
+Every rank runs every hook: a hook that writes files or logs checks ``comm.is_main_process()``
+itself, and a hook that calls a collective must do so on every rank. The built-in hooks, in the
+order they run, are :class:`ProgressBar`, :class:`MetricsLogger` (log lines, metrics.jsonl and
+TensorBoard), :class:`PreciseBN`, :class:`Validation` (of the EMA weights when EMA is on) and
+:class:`Checkpointer`; the classes named in ``CONFIG.TRAIN.HOOKS`` follow them (see
+:func:`load_user_hooks` and docs/hooks.md).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, List, Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from ..config import ConfigError
+from ..infer.evaluator import evaluate
+from ..infer.metrics import show_progress
+from ..utils import comm
+from ..utils.env import load_user_module
+from .checkpoint import gather_rng_states, save_checkpoint, training_state, unwrap
+from .precise_bn import recompute_bn_stats
+
+if TYPE_CHECKING:  # the trainer imports this module
+    from .trainer import Trainer
+
+
+class HookBase:
+    """A hook of the :class:`~zoo.train.trainer.Trainer` (see the module docstring).
+
+    The trainer sets ``self.trainer`` before ``before_train``; a hook reads the run from it
+    (``cfg``, ``model``, ``optimizer``, ``scheduler``, ``step``, ``epoch`` (0-based),
+    ``iteration``, ``inner_iter``, ``batch``, ``loss``, ``writer``, ``logger``, ``out_dir``...).
+    Every method does nothing unless overridden.
+    """
+
+    trainer: "Trainer"
+
+    def before_train(self) -> None:
+        pass
+
+    def after_train(self) -> None:
+        pass
+
+    def before_epoch(self) -> None:
+        pass
+
+    def after_epoch(self) -> None:
+        pass
+
+    def before_step(self) -> None:
+        pass
+
+    def after_step(self) -> None:
+        pass
+
+
+def broadcast_buffers(module: nn.Module) -> None:
+    """Give every rank rank 0's buffers (the BatchNorm running statistics).
+
+    DDP is built without its broadcast before every forward (``broadcast_buffers`` /
+    ``forward_sync_buffers`` False): that broadcast is a second
+    synchronisation per step (~5% of a small model's step on CPU), and training-mode BatchNorm
+    never reads the running statistics. Rank 0's statistics - the ones DDP's broadcast kept and its
+    checkpoints save - reach the other ranks here, before anything reads them (validation).
+    """
+    if comm.get_world_size() > 1:
+        for buf in module.buffers():
+            dist.broadcast(buf, src=0)
+
+
+def seconds_since_launch() -> Optional[float]:
+    """Age of the launching process (the parent of a spawned worker), from /proc; None elsewhere."""
+    import multiprocessing
+
+    pid = os.getppid() if multiprocessing.parent_process() is not None else os.getpid()
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _skipped(t: "Trainer") -> int:
+    """Batches of the current epoch trained before a mid-epoch resume (0 otherwise)."""
+    return getattr(t, "start_iter", 0) if t.epoch == t.start_epoch else 0
+
+
+class ProgressBar(HookBase):
+    """A tqdm bar per epoch on rank 0's interactive console (``CONFIG.LOG.PROGRESS_BAR``).
+
+    While it is open, ``trainer.progress_bar`` is the bar and :class:`MetricsLogger` shows its
+    numbers there instead of logging a line per ``DISPLAY_FREQ`` iterations.
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+    def before_epoch(self) -> None:
+        t = self.trainer
+        t.progress_bar = None
+        if show_progress(self.enabled):
+            from tqdm import tqdm
+
+            t.progress_bar = tqdm(total=t.iters_per_epoch, desc=f"epoch {t.epoch + 1}/{t.epochs}",
+                                  dynamic_ncols=True, leave=False,
+                                  initial=_skipped(t))
+
+    def after_step(self) -> None:
+        if self.trainer.progress_bar is not None:
+            self.trainer.progress_bar.update(1)
+
+    def after_epoch(self) -> None:
+        if self.trainer.progress_bar is not None:
+            self.trainer.progress_bar.close()
+            self.trainer.progress_bar = None
+
+
+class MetricsLogger(HookBase):
+    """The training log lines and records: a ``train`` record (loss, LR, clips/s) every
+    ``DISPLAY_FREQ`` iterations and at the epoch's end, a ``train_epoch`` record (mean loss over
+    ranks, time, skipped videos and steps) per epoch, into ``trainer.writer`` (metrics.jsonl and
+    TensorBoard, rank 0) and the log.
+
+    Args:
+        display_freq: Iterations between ``train`` records (``CONFIG.LOG.DISPLAY_FREQ``).
+    """
+
+    def __init__(self, display_freq: int) -> None:
+        self.display_freq = display_freq
+
+    def before_train(self) -> None:
+        t = self.trainer
+        t.writer.start(t.start_epoch, t.iteration if getattr(t, "start_iter", 0) else 0)
+
+    def after_train(self) -> None:
+        self.trainer.writer.close()
+
+    def before_epoch(self) -> None:
+        self.epoch_start = self.tick = time.perf_counter()
+        self.loss_sum = torch.zeros((), device=self.trainer.device)
+        self.bad, self.seen, self.skipped_before = 0, 0, self.trainer.step.skipped
+
+    def after_step(self) -> None:
+        t = self.trainer
+        if t.epoch == t.start_epoch and t.inner_iter == _skipped(t):
+            since = seconds_since_launch()
+            t.logger.info("first iteration done%s", f", {since:.1f}s after launch" if since else "")
+        self.loss_sum += t.loss
+        self.bad += int(t.batch[3].sum())
+        self.seen += 1
+        i = t.inner_iter
+        if (i + 1) % self.display_freq == 0 or i + 1 == t.iters_per_epoch:
+            self._display(i)
+
+    def _display(self, i: int) -> None:
+        # .item() only here: it waits for the device, so not on every step.
+        t = self.trainer
+        now = time.perf_counter()
+        steps = (i % self.display_freq) + 1
+        speed = steps * t.cfg.CONFIG.TRAIN.BATCH_SIZE * comm.get_world_size() / max(
+            now - self.tick, 1e-9)
+        self.tick = now
+        record = {"split": "train", "epoch": t.epoch + 1, "iter": t.iteration,
+                  "loss": t.loss.item(), "lr": t.scheduler.get_last_lr(), "clips_per_s": speed}
+        t.writer.write(record, t.iteration)
+        if t.progress_bar is not None:
+            t.progress_bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.4g}",
+                                       clips_s=f"{speed:.1f}")
+        else:
+            t.logger.info("epoch %d iter %d/%d loss %.4f lr %.5g %.1f clips/s", t.epoch + 1,
+                          i + 1, t.iters_per_epoch, record["loss"], record["lr"], speed)
+
+    def after_epoch(self) -> None:
+        t = self.trainer
+        comm.all_reduce_sum(self.loss_sum)
+        bad_total = int(comm.all_reduce_sum(torch.tensor([self.bad], device=t.device)).item())
+        mean_loss = self.loss_sum.item() / max(1, self.seen * comm.get_world_size())
+        epoch_time = time.perf_counter() - self.epoch_start
+        # The same on every rank (the skip decision is all-reduced); a skipped step's NaN loss
+        # is in mean_loss, which is then NaN too.
+        skipped_steps = t.step.skipped - self.skipped_before
+        t.logger.info("epoch %d done: mean loss %.4f, %.1fs, %d bad videos skipped, %d non-finite "
+                      "steps skipped", t.epoch + 1, mean_loss, epoch_time, bad_total, skipped_steps)
+        t.writer.write({"split": "train_epoch", "epoch": t.epoch + 1, "loss": mean_loss,
+                        "time_s": epoch_time, "skipped_videos": bad_total,
+                        "skipped_steps": skipped_steps}, t.iteration)
+
+
+class PreciseBN(HookBase):
+    """Before each validation, recompute the BatchNorm statistics over ``num_iters`` training
+    batches (``CONFIG.TRAIN.PRECISE_BN_ITERS``; see zoo/train/precise_bn.py)."""
+
+    def __init__(self, num_iters: int) -> None:
+        self.num_iters = num_iters
+
+    def after_epoch(self) -> None:
+        t = self.trainer
+        if self.num_iters > 0 and t.validation_due():
+            recompute_bn_stats(unwrap(t.model), t.train_loader, self.num_iters, t.device,
+                               t.step.prepare)
+
+
+class Validation(HookBase):
+    """Evaluate on the validation list every ``CONFIG.VAL.FREQ`` epochs and after the last one:
+    the EMA weights when EMA is on, else the model. Logs the result, writes a ``val`` record and
+    updates ``trainer.best_top1`` / ``trainer.is_best`` (which :class:`Checkpointer` reads)."""
+
+    def after_epoch(self) -> None:
+        t = self.trainer
+        if not t.validation_due():
+            return
+        ema = t.step.ema
+        evaluated = ema.module if ema is not None else t.model
+        broadcast_buffers(unwrap(evaluated))
+        m = evaluate(evaluated, t.val_loader, t.device)
+        t.is_best = m["top1"] > t.best_top1
+        t.best_top1 = max(t.best_top1, m["top1"])
+        t.logger.info(
+            "epoch %d val%s: top1 %.2f top5 %.2f mean-class %.2f loss %.4f (%d videos)",
+            t.epoch + 1, " (EMA)" if ema is not None else "", m["top1"], m["top5"],
+            m["mean_class_acc"], m["loss"], m["num_videos"],
+        )
+        t.writer.write({"split": "val", "epoch": t.epoch + 1, "top1": m["top1"],
+                        "top5": m["top5"], "mean_class_acc": m["mean_class_acc"],
+                        "loss": m["loss"], "num_videos": m["num_videos"],
+                        "skipped_videos": m["skipped_videos"]}, t.iteration)
+
+
+class Checkpointer(HookBase):
+    """Save ``epoch_N.pth`` every ``save_freq`` epochs and after the last one (plus ``best.pth``
+    when validation found a new best), rank 0 writing atomically; every rank gives its RNG states.
+
+    Args:
+        save_dir: The checkpoint folder.
+        save_freq: Epochs between checkpoints (``CONFIG.LOG.SAVE_FREQ``).
+        keep_last: Keep only the newest K epoch files (``CONFIG.TRAIN.KEEP_LAST``; 0 = all).
+    """
+
+    def __init__(self, save_dir: str, save_freq: int, keep_last: int = 0) -> None:
+        self.save_dir = save_dir
+        self.save_freq = save_freq
+        self.keep_last = keep_last
+
+    def after_epoch(self) -> None:
+        t = self.trainer
+        if not (t.is_last_epoch() or (t.epoch + 1) % self.save_freq == 0):
+            return
+        rng = gather_rng_states()  # every rank takes part; rank 0 writes
+        if comm.is_main_process():
+            state = training_state(t.model, t.optimizer, t.scheduler, t.step.scaler, t.step.ema,
+                                   t.epoch + 1, t.iteration, t.cfg_yaml, rng, t.best_top1)
+            path = save_checkpoint(self.save_dir, state, t.epoch + 1, self.keep_last, t.is_best)
+            t.logger.info("saved %s%s", path, " (best so far)" if t.is_best else "")
+
+
+HOOKS_KEY = "CONFIG.TRAIN.HOOKS"
+
+
+def user_hook_class(entry: str) -> type:
+    """The hook class an entry of ``CONFIG.TRAIN.HOOKS`` names (imports its module).
+
+    Args:
+        entry: ``path/to/file.py:ClassName`` (a user file, loaded as ``CONFIG.EXTRA_MODULES``
+            loads it) or ``package.module:ClassName`` (importable). The class must subclass
+            :class:`HookBase`.
+
+    Raises:
+        ConfigError: The entry is not ``WHERE:ClassName``, the module has no such class, or the
+            class is not a hook.
+        FileNotFoundError / ImportError: The file or module cannot be loaded.
+    """
+    where, sep, name = str(entry).rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise ConfigError(f"{HOOKS_KEY} entry {entry!r} is not 'file.py:ClassName' or "
+                          "'module.name:ClassName'")
+    module = load_user_module(where, HOOKS_KEY)
+    cls = getattr(module, name, None)
+    if cls is None:
+        found = sorted(n for n, v in vars(module).items()
+                       if isinstance(v, type) and issubclass(v, HookBase) and v is not HookBase)
+        raise ConfigError(f"{HOOKS_KEY} entry {entry!r}: {where} defines no {name!r} (hook "
+                          f"classes there: {', '.join(found) or 'none'})")
+    if not (isinstance(cls, type) and issubclass(cls, HookBase)):
+        raise ConfigError(f"{HOOKS_KEY} entry {entry!r}: {name} is not a subclass of "
+                          "zoo.train.hooks.HookBase")
+    return cls
+
+
+def load_user_hook(entry: str) -> HookBase:
+    """Build the hook an entry of ``CONFIG.TRAIN.HOOKS`` names: its class (see
+    :func:`user_hook_class`) called with no arguments (a hook reads ``self.trainer``)."""
+    return user_hook_class(entry)()
+
+
+def load_user_hooks(entries) -> List[HookBase]:
+    """The hooks ``CONFIG.TRAIN.HOOKS`` names, in its order (see :func:`load_user_hook`)."""
+    return [load_user_hook(entry) for entry in entries if entry]
+
+
+def default_hooks(cfg, save_dir: str) -> List[HookBase]:
+    """The built-in hooks, in the order they run (see the module docstring)."""
+    train, log = cfg.CONFIG.TRAIN, cfg.CONFIG.LOG
+    return [ProgressBar(log.PROGRESS_BAR), MetricsLogger(log.DISPLAY_FREQ),
+            PreciseBN(train.PRECISE_BN_ITERS), Validation(),
+            Checkpointer(save_dir, log.SAVE_FREQ, train.KEEP_LAST)]

@@ -1,0 +1,351 @@
+"""The training loop run by every worker: :class:`Trainer` builds the run, resumes it, and runs its
+iterations, calling hooks (zoo/train/hooks.py) for logging, validation and checkpoints."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from typing import Any, List, Optional, Sequence
+
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+from ..accel.cpu_stem import route_cpu_stems
+from ..config import cfg_to_yaml
+from ..data import build_loader, normalization
+from ..infer.metrics import MetricsWriter
+from ..launch.heartbeat import note_step
+from ..launch.preemption import Preempted, PreemptionWatch, watching
+from ..launch.setup import with_job_layout, worker_setup
+from ..models import build_model
+from ..solver import build_lr_scheduler, build_optimizer
+from ..utils import comm
+from .checkpoint import (
+    CheckpointError,
+    find_resume_checkpoint,
+    gather_rng_states,
+    load_training_state,
+    save_preempt_checkpoint,
+    training_state,
+    unwrap,
+)
+from .ddp_comm import ddp_options, register_compression
+from .finetune import classifier_module, freeze_backbone, freeze_bn
+from .hooks import HookBase, default_hooks, load_user_hooks
+from .precision import execution_settings, memory_format, route_cpu_convs
+from .step import TrainStep
+from .sync_bn import convert_sync_bn
+
+
+def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Module:
+    """Build the model, apply freezing / SyncBN / execution settings, move it, wrap it in DDP."""
+    model = build_model(cfg)
+    if cfg.CONFIG.MODEL.FREEZE_BACKBONE:
+        logger.info("froze %d backbone tensors; training the head only",
+                    len(freeze_backbone(model)))
+    if cfg.CONFIG.MODEL.FREEZE_BN:
+        logger.info("froze %d BatchNorm layers", freeze_bn(model))
+    if cfg.CONFIG.TRAIN.SYNC_BN and comm.get_world_size() > 1:
+        model = convert_sync_bn(model, device)
+    model.to(device)
+    _, channels_last = execution_settings(cfg.CONFIG.TRAIN, device)
+    apply_execution(model, device, channels_last)
+    if cfg.CONFIG.TRAIN.COMPILE:
+        model.compile()  # in place: the module and its state-dict keys stay as they are
+    if comm.get_world_size() == 1:
+        return model
+    ids = [device.index] if device.type == "cuda" else None
+    # No buffer broadcast before every forward (see hooks.broadcast_buffers); gradients all-reduce
+    # straight from the buckets they live in. torch >= 2.14 names the switch
+    # forward_sync_buffers (it still syncs buffers once at construction, which is harmless here).
+    no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in _DDP_ARGS
+               else {"broadcast_buffers": False})
+    ddp = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
+                                  **no_sync, **ddp_options(cfg))
+    register_compression(ddp, cfg)
+    kind = cfg.DDP_CONFIG.GRAD_COMPRESSION
+    if kind != "none":
+        extra = (f" (rank {cfg.DDP_CONFIG.POWERSGD_RANK}, from step "
+                 f"{cfg.DDP_CONFIG.POWERSGD_START_STEP})" if kind == "powersgd" else "")
+        logger.info("gradients all-reduced with %s compression%s", kind, extra)
+    return ddp
+
+
+_DDP_ARGS = inspect.signature(DistributedDataParallel.__init__).parameters
+
+
+def apply_execution(model: nn.Module, device: torch.device, channels_last: bool,
+                    route_convs: bool = True, route_stems: bool = True) -> int:
+    """Put ``model`` (already on ``device``) in the layout zoo trains it in; on CPU, route the
+    conv3d layers to the kernels zoo picks for them (see precision.py) and the narrow RGB stems to
+    float32 under bf16 autocast (see cpu_stem.py; ``route_stems=False`` leaves them as they are).
+
+    Returns the number of conv3d layers that may be routed.
+    """
+    if channels_last:
+        dim = 5 if any(isinstance(m, nn.Conv3d) for m in model.modules()) else 4
+        model.to(memory_format=memory_format(dim))
+    if not route_convs or device.type != "cpu":
+        return 0
+    if route_stems:
+        route_cpu_stems(model)
+    return route_cpu_convs(model)
+
+
+def _check_steps(iters_per_epoch: int, accum_steps: int) -> int:
+    """Optimizer steps per epoch; an epoch too short for one accumulation is an error."""
+    if iters_per_epoch // accum_steps == 0:
+        raise RuntimeError(
+            f"one epoch has {iters_per_epoch} iterations, fewer than CONFIG.TRAIN.ACCUM_STEPS = "
+            f"{accum_steps}: lower ACCUM_STEPS or BATCH_SIZE"
+        )
+    return iters_per_epoch // accum_steps
+
+
+class Trainer:
+    """Runs the training iterations of one process and calls its hooks around them.
+
+    Construction builds everything from ``cfg`` (model, loaders, optimizer, schedule, the
+    :class:`~zoo.train.step.TrainStep`, the metrics writer); :meth:`train` resumes when the config
+    asks for it and runs the epochs. The attributes below are what hooks read.
+
+    Attributes:
+        cfg, logger, device, out_dir, save_dir: The run.
+        model: The model as trained (DDP-wrapped with several processes); ``unwrap(model)`` is
+            the bare one.
+        optimizer, scheduler, step: The optimizer, its per-step LR schedule and the train step
+            (``step.ema`` is the EMA or None, ``step.scaler`` the fp16 grad scaler or None).
+        train_loader, val_loader: The loaders (``val_loader`` None without a validation list).
+        writer: The :class:`~zoo.infer.metrics.MetricsWriter` (metrics.jsonl + TensorBoard).
+        epochs, start_epoch, epoch: ``CONFIG.TRAIN.EPOCH_NUM``, the first epoch this run trains
+            and the current one (0-based).
+        start_iter: Batches of ``start_epoch`` trained before a mid-epoch resume (else 0); the
+            run skips them without decoding them.
+        iters_per_epoch, steps_per_epoch: Loader batches and optimizer steps per epoch.
+        iteration: Optimizer steps taken since the run began (across resumes).
+        inner_iter, batch, loss: The batch index in this epoch, the batch ``(clips, labels,
+            indices, n_bad)`` and its loss (a detached tensor, set after the step).
+        best_top1, is_best: The best validation top-1 so far, and whether this epoch set it.
+        progress_bar: The open tqdm bar, or None.
+        hooks: The hooks, in call order.
+        preemption: The :class:`~zoo.launch.preemption.PreemptionWatch` of this process (None
+            until :meth:`train` installs one): a preemption signal stops every rank after the
+            same step, with a mid-epoch checkpoint (see zoo/launch/preemption.py).
+    """
+
+    start_iter = 0  # class defaults: hooks and tests may build a trainer without __init__
+    preemption: Optional[PreemptionWatch] = None
+
+    def __init__(self, cfg, hooks: Sequence[HookBase] = ()) -> None:
+        self.cfg = cfg
+        self.logger, self.device, self.out_dir = worker_setup(cfg)
+        user_hooks = load_user_hooks(cfg.CONFIG.TRAIN.HOOKS)  # a bad entry fails before building
+        self._build_model()
+        self.train_loader = build_loader(cfg, "train")
+        self.val_loader = build_loader(cfg, "val") if cfg.CONFIG.DATA.VAL_ANNO_PATH else None
+        self.iters_per_epoch = len(self.train_loader)
+        train = cfg.CONFIG.TRAIN
+        self.steps_per_epoch = _check_steps(self.iters_per_epoch, train.ACCUM_STEPS)
+        self._build_step()
+        log = cfg.CONFIG.LOG
+        self.save_dir = os.path.join(self.out_dir, log.SAVE_DIR)
+        self.writer = MetricsWriter(self.out_dir, os.path.join(self.out_dir, log.LOG_DIR))
+        self.cfg_yaml = cfg_to_yaml(with_job_layout(cfg))
+        self.epochs = train.EPOCH_NUM
+        self.start_epoch = self.epoch = self.iteration = self.inner_iter = self.start_iter = 0
+        self.preemption: Optional[PreemptionWatch] = None
+        self.best_top1, self.is_best = -1.0, False
+        self.batch: Any = None
+        self.loss: Optional[torch.Tensor] = None
+        self.progress_bar = None
+        self.hooks: List[HookBase] = []
+        self.register_hooks(default_hooks(cfg, self.save_dir))
+        self.register_hooks(hooks)
+        self.register_hooks(user_hooks)
+
+    def _build_model(self) -> None:
+        cfg = self.cfg
+        self.model = prepare_model(cfg, self.device, self.logger)
+        bare = unwrap(self.model)
+        self.logger.info("model %s: %.2fM parameters (%.2fM trainable)", cfg.CONFIG.MODEL.NAME,
+                         sum(p.numel() for p in bare.parameters()) / 1e6,
+                         sum(p.numel() for p in bare.parameters() if p.requires_grad) / 1e6)
+
+    def _build_step(self) -> None:
+        cfg, train = self.cfg, self.cfg.CONFIG.TRAIN
+        bare = unwrap(self.model)
+        self.optimizer = build_optimizer(cfg, bare, classifier_module(bare).parameters())
+        self.scheduler = build_lr_scheduler(cfg, self.optimizer, self.steps_per_epoch,
+                                            comm.get_world_size())
+        precision, channels_last = execution_settings(train, self.device)
+        self.logger.info("execution: %s%s, %s%s", precision,
+                         " (PRECISION auto)" if train.PRECISION == "auto" else "",
+                         "channels-last" if channels_last else "contiguous",
+                         ", torch.compile" if train.COMPILE else "")
+        self.step = TrainStep(
+            self.model, self.optimizer, self.scheduler, self.device, cfg.CONFIG.DATA.NUM_CLASSES,
+            precision=precision, channels_last=channels_last,
+            accum_steps=train.ACCUM_STEPS, clip_grad_norm=train.CLIP_GRAD_NORM,
+            label_smoothing=train.LABEL_SMOOTHING, mixup_alpha=train.MIXUP_ALPHA,
+            cutmix_alpha=train.CUTMIX_ALPHA, ema_decay=train.EMA_DECAY,
+            nonfinite=train.NONFINITE, normalization=normalization(cfg),
+        )
+
+    def register_hooks(self, hooks: Sequence[HookBase]) -> None:
+        """Append ``hooks`` (they run after the ones registered before them)."""
+        for hook in hooks:
+            hook.trainer = self
+            self.hooks.append(hook)
+
+    def _call(self, name: str) -> None:
+        for hook in self.hooks:
+            getattr(hook, name)()
+
+    def is_last_epoch(self) -> bool:
+        return self.epoch + 1 == self.epochs
+
+    def validation_due(self) -> bool:
+        """Whether this epoch ends with a validation: every ``CONFIG.VAL.FREQ`` epochs and after
+        the last one, when there is a validation list."""
+        freq = self.cfg.CONFIG.VAL.FREQ
+        return self.val_loader is not None and (
+            self.is_last_epoch() or (freq > 0 and (self.epoch + 1) % freq == 0))
+
+    def resume(self) -> None:
+        """Restore the checkpoint ``CONFIG.TRAIN.RESUME_EPOCH`` / ``AUTO_RESUME`` names, if any."""
+        path = find_resume_checkpoint(self.cfg, self.save_dir, self.logger)
+        if not path:
+            return
+        state = load_training_state(path, self.cfg, self.model, self.optimizer, self.scheduler,
+                                    self.step.scaler, self.step.ema, self.logger)
+        self.start_epoch, self.best_top1 = state.epoch, state.best_top1
+        self.start_iter = state.epoch_iter
+        where = ""
+        if self.start_iter:
+            n = self.start_iter
+            where = (f", batch {n + 1} of {self.iters_per_epoch} (the {n} batches already trained "
+                     "are skipped, not decoded)" if n < self.iters_per_epoch else
+                     ", after its last batch (its end-of-epoch validation and checkpoint follow)")
+        self.logger.info("resumed from %s: continuing at epoch %d%s", path, self.start_epoch + 1,
+                         where)
+
+    def train(self, preemption: Optional[PreemptionWatch] = None) -> None:
+        """Resume if asked, then train epochs ``start_epoch + 1 .. EPOCH_NUM``.
+
+        Args:
+            preemption: The installed watch that stops the run on a preemption signal (see
+                :func:`train_worker`); None = signals keep their usual effect.
+
+        Raises:
+            Preempted: A preemption signal stopped the run (after the mid-epoch checkpoint).
+        """
+        self.preemption = preemption
+        if preemption is not None:
+            preemption.prepare()
+        self.resume()
+        train, world = self.cfg.CONFIG.TRAIN, comm.get_world_size()
+        self.logger.info(
+            "training epochs %d..%d, %d iterations each, global batch %d (%d per process x %d "
+            "processes x %d accumulation), peak LR %.5g",
+            self.start_epoch + 1, self.epochs, self.iters_per_epoch,
+            train.BATCH_SIZE * world * train.ACCUM_STEPS, train.BATCH_SIZE, world,
+            train.ACCUM_STEPS, self.scheduler.base_lr,
+        )
+        self.iteration = self.step.steps = (self.start_epoch * self.steps_per_epoch
+                                            + self.start_iter // train.ACCUM_STEPS)
+        self._call("before_train")
+        for self.epoch in range(self.start_epoch, self.epochs):
+            self.run_epoch()
+        self._call("after_train")
+        skipped = self.step.skipped
+        self.logger.info("training finished; outputs in %s%s", self.out_dir,
+                         f"; {skipped} non-finite steps skipped" if skipped else "")
+
+    def run_epoch(self) -> None:
+        """One epoch: its steps between ``before_epoch`` and ``after_epoch``, then a barrier.
+
+        Raises:
+            Preempted: After the step at which all ranks agreed to stop for a preemption signal.
+        """
+        self.model.train()
+        skip = self.start_iter if self.epoch == self.start_epoch else 0
+        if hasattr(self.train_loader.sampler, "set_epoch"):
+            if skip:
+                self.train_loader.sampler.set_epoch(self.epoch, skip * self.train_loader.batch_size)
+            else:
+                self.train_loader.sampler.set_epoch(self.epoch)
+        self.is_best = False
+        self._call("before_epoch")
+        last = self.steps_per_epoch * self.cfg.CONFIG.TRAIN.ACCUM_STEPS
+        for self.inner_iter, self.batch in enumerate(self.train_loader, start=skip):
+            if self.inner_iter >= last:
+                break  # a partial accumulation at the epoch's end is dropped
+            self._call("before_step")
+            self.run_step()
+            self._call("after_step")
+            note_step(self.epoch + 1, self.inner_iter + 1)  # what a hang report names
+            if (self.preemption is not None and self.step.micro == 0
+                    and self.preemption.should_stop()):
+                self.stop_for_preemption()
+        self._call("after_epoch")
+        comm.synchronize()
+
+    def stop_for_preemption(self) -> None:
+        """Every rank, after the agreed step: rank 0 writes the mid-epoch checkpoint, all wait for
+        it, then raise :class:`Preempted` (the process exits 75)."""
+        watch, done = self.preemption, self.inner_iter + 1
+        rng = gather_rng_states()  # every rank takes part; rank 0 writes
+        written = True
+        if comm.is_main_process():
+            state = training_state(self.model, self.optimizer, self.scheduler, self.step.scaler,
+                                   self.step.ema, self.epoch, self.iteration, self.cfg_yaml, rng,
+                                   self.best_top1, epoch_iter=done)
+            try:
+                path = save_preempt_checkpoint(self.save_dir, state)
+                self.logger.info("preempted by %s: saved %s (epoch %d, batch %d of %d, iteration "
+                                 "%d)", watch.received or "a signal on another rank", path,
+                                 self.epoch + 1, done, self.iters_per_epoch, self.iteration)
+            except CheckpointError as e:  # a full disk: say so, still leave as preempted
+                written = False
+                self.logger.error("error: %s", e)
+        watch.checkpoint_written(written)
+        if self.progress_bar is not None:
+            self.progress_bar.close()
+        self.writer.close()
+        comm.synchronize()  # nobody leaves before the checkpoint is complete
+        raise Preempted(f"preempted at iteration {self.iteration}; resume with "
+                        "CONFIG.TRAIN.AUTO_RESUME True")
+
+    def stop_data_workers(self) -> None:
+        """Shut the loaders' persistent data workers down now, the way their iterator does when
+        it is freed. Otherwise they may still run when this process exits, and multiprocessing
+        then ends them with SIGTERM, which training data workers outlive (see
+        ``zoo.data.build._seed_worker``): the exit would wait for their deadline."""
+        for loader in (self.train_loader, self.val_loader):
+            iterator = getattr(loader, "_iterator", None)  # persistent workers live there
+            if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+                iterator._shutdown_workers()
+                loader._iterator = None
+
+    def run_step(self) -> None:
+        """Forward and backward one batch (the optimizer steps every ACCUM_STEPS of them)."""
+        clips, labels = self.batch[0], self.batch[1]
+        self.loss = self.step(clips, labels)
+        if self.step.micro == 0:
+            self.iteration += 1
+
+
+def train_worker(cfg) -> None:
+    """Train the model the config describes (called by ``launch`` in every process).
+
+    SIGTERM / SIGUSR1 stop it at the next step boundary with a checkpoint, and the process exits
+    with 75 (see zoo/launch/preemption.py); the watch is installed before anything is built.
+    """
+    with watching(cfg.CONFIG.TRAIN.PREEMPT_GRACE) as watch:
+        trainer = Trainer(cfg)
+        try:
+            trainer.train(preemption=watch)
+        finally:
+            trainer.stop_data_workers()

@@ -1,0 +1,105 @@
+"""What a user error is, and how a failed run says so: one ``error:`` line, traceback in the log.
+
+A *user error* is a problem with the user's input that a message can explain: a config value, an
+annotation list, a video file, a checkpoint, the job's topology, a missing file, an unknown
+registry name. Its console output is exactly one line, ``error: <message>``, and a non-zero exit
+code; its traceback (useful to developers only) goes to the rank's log file
+``BASE_PATH/EXP_NAME/log_rank{N}.txt`` when that file exists. Anything else is a bug: its line says
+so and where the full traceback is.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import traceback
+from typing import Optional, Tuple, Type
+
+from .logger import write_to_log_file
+
+
+class NonFiniteLoss(RuntimeError):
+    """Training produced a non-finite loss, parameter or gradient and ``CONFIG.TRAIN.NONFINITE``
+    is ``stop``: the message names the iteration, the rank and the first non-finite tensor."""
+
+
+def user_error_types() -> Tuple[Type[BaseException], ...]:
+    """The exception classes that are user errors (registry ``KeyError`` s are added by
+    :func:`is_user_error`). Imported here, late, so this module stays cheap to import."""
+    from ..config import ConfigError
+    from ..data.decode.base import DecodeError, DecoderLibraryError
+    from ..data.lists.annotations import AnnotationError
+    from ..data.robust import TooManyBadVideos
+    from ..launch.topology import LaunchError
+    from ..models.convert.common import ConversionError
+    from ..models.weights import WeightsError
+    from ..train.checkpoint import CheckpointError
+
+    return (ConfigError, AnnotationError, DecodeError, DecoderLibraryError, TooManyBadVideos,
+            CheckpointError, LaunchError, ConversionError, WeightsError, NonFiniteLoss,
+            FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ImportError)
+
+
+def is_user_error(e: BaseException) -> bool:
+    """True for the errors a user can fix from the message alone (see the module docstring)."""
+    if isinstance(e, KeyError):
+        # zoo.utils.registry raises KeyError naming the registry; any other KeyError is a bug.
+        return bool(e.args) and " registry" in str(e.args[0])
+    return isinstance(e, user_error_types())
+
+
+def one_line(e: BaseException) -> str:
+    """The exception's message as one line (a KeyError's message without the quotes; for an
+    error a DataLoader worker raised, the worker's own message, not the traceback around it)."""
+    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if len(lines) > 2 and lines[0].startswith("Caught ") and "Original Traceback" in lines[1]:
+        # torch re-raises a worker's exception as "Caught X in DataLoader worker process N.",
+        # "Original Traceback (most recent call last):", the traceback, then "X: message".
+        return re.sub(r"^[\w.]+: ", "", lines[-1], count=1)
+    return "; ".join(lines) if lines else type(e).__name__
+
+
+def exit_code(e: BaseException) -> int:
+    """2 for a config error (like argparse's usage errors), 1 for everything else."""
+    from ..config import ConfigError
+
+    return 2 if isinstance(e, ConfigError) else 1
+
+
+def report_failure(e: BaseException, output_dir: Optional[str] = None, rank: int = 0,
+                   console: bool = True) -> int:
+    """Log ``e``'s traceback to the rank's log file and print one ``error:`` line on stderr.
+
+    Args:
+        e: The exception that ended the run.
+        output_dir: The run's folder. A bug's traceback is written to ``log_rank{rank}.txt`` there
+            even when the file does not exist yet; a user error's traceback only goes to a log file
+            this process already has (a bad config does not create the run's folder).
+        rank: This process's rank (names the log file).
+        console: Print the ``error:`` line. False for the other ranks torchrun / Slurm started on
+            a node, which would repeat the first one's line; they write it to their log file.
+
+    Returns:
+        The process exit code.
+    """
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    user = is_user_error(e)
+    make_file = output_dir if (not user or not console) else None
+    if getattr(e, "zoo_traceback_logged", False):
+        log_path = write_to_log_file(f"{type(e).__name__}: {one_line(e)} (traceback above)",
+                                     make_file, rank)
+    else:
+        log_path = write_to_log_file(text.rstrip(), make_file, rank)
+    if user:
+        line = f"error: {one_line(e)}"
+    else:
+        if log_path is None and console:
+            sys.stderr.write(text)  # nowhere else to keep it
+        where = f"full traceback in {log_path}" if log_path else "traceback above"
+        line = (f"error: unexpected {type(e).__name__}: {one_line(e)} (an internal error, please "
+                f"report it; {where})")
+    write_to_log_file(line, None, rank)
+    if console:
+        print(line, file=sys.stderr, flush=True)
+    return exit_code(e)

@@ -1,0 +1,90 @@
+"""Modules that moved, importable under their old names for one more release, with a warning.
+
+``import zoo.engine.trainer`` (or ``from zoo.data.decoders import open_video``) gives the module
+at its new place, ``zoo.train.trainer``, and a ``DeprecationWarning`` naming it. The table is
+also the list of old -> new module paths (docs/architecture.md, "Where things moved").
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import warnings
+from typing import Dict, Optional
+
+# Old module path -> where it lives now.
+MOVED: Dict[str, str] = {
+    "zoo.engine.launch": "zoo.launch.launch",
+    "zoo.engine.topology": "zoo.launch.topology",
+    "zoo.engine.rendezvous": "zoo.launch.rendezvous",
+    "zoo.engine.config_agreement": "zoo.launch.agreement",
+    "zoo.engine.heartbeat": "zoo.launch.heartbeat",
+    "zoo.engine.preemption": "zoo.launch.preemption",
+    "zoo.engine.setup": "zoo.launch.setup",
+    "zoo.engine.trainer": "zoo.train.trainer",
+    "zoo.engine.hooks": "zoo.train.hooks",
+    "zoo.engine.step": "zoo.train.step",
+    "zoo.engine.checkpoint": "zoo.train.checkpoint",
+    "zoo.engine.precision": "zoo.train.precision",
+    "zoo.engine.ema": "zoo.train.ema",
+    "zoo.engine.mixup": "zoo.train.mixup",
+    "zoo.engine.precise_bn": "zoo.train.precise_bn",
+    "zoo.engine.sync_bn": "zoo.train.sync_bn",
+    "zoo.engine.finetune": "zoo.train.finetune",
+    "zoo.engine.ddp_comm": "zoo.train.ddp_comm",
+    "zoo.engine.evaluator": "zoo.infer.evaluator",
+    "zoo.engine.metrics": "zoo.infer.metrics",
+    "zoo.engine.tester": "zoo.infer.tester",
+    "zoo.engine.predictor": "zoo.infer.predictor",
+    "zoo.engine.features": "zoo.infer.features",
+    "zoo.engine.checkpoint_model": "zoo.infer.checkpoint_model",
+    "zoo.engine.plots": "zoo.infer.plots",
+    "zoo.models.export": "zoo.infer.export",
+    "zoo.engine.cpu_stem": "zoo.accel.cpu_stem",
+    "zoo.engine.powersgd": "zoo.accel.powersgd",
+    "zoo.engine.cli": "zoo.cli.job",
+    "zoo.engine.dry_run": "zoo.cli.dry_run",
+    "zoo.engine.preflight": "zoo.cli.preflight",
+    "zoo.engine.data_preflight": "zoo.cli.data_preflight",
+    "zoo.engine.output_preflight": "zoo.cli.output_preflight",
+    "zoo.engine.errors": "zoo.utils.errors",
+    "zoo.data.annotations": "zoo.data.lists.annotations",
+    "zoo.data.list_formats": "zoo.data.lists.formats",
+    "zoo.data.sources": "zoo.data.lists.sources",
+    "zoo.data.records": "zoo.data.lists.providers",
+    "zoo.data.decode_base": "zoo.data.decode.base",
+    "zoo.data.decode_pyav": "zoo.data.decode.pyav",
+    "zoo.data.decode_other": "zoo.data.decode.opencv",
+    "zoo.data.decode_torchcodec": "zoo.data.decode.torchcodec",
+    "zoo.data.decode_frames": "zoo.data.decode.frames",
+    "zoo.data.decoders": "zoo.data.decode.registry",
+}
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds the modules of :data:`MOVED` under their old names and hands out the new module
+    itself (one module object, so patching or registering through either name is the same)."""
+
+    def find_spec(self, fullname: str, path=None, target=None
+                  ) -> Optional[importlib.machinery.ModuleSpec]:
+        if fullname not in MOVED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec):
+        return None  # a placeholder module; exec_module swaps in the real one
+
+    def exec_module(self, module) -> None:
+        new = MOVED[module.__name__]
+        warnings.warn(f"{module.__name__} is deprecated: it moved to {new}; import that (the "
+                      f"old path goes in the next release)", DeprecationWarning, stacklevel=2)
+        # The import system returns what sys.modules holds after exec_module: the real module.
+        sys.modules[module.__name__] = importlib.import_module(new)
+
+
+def install() -> None:
+    """Put the finder on ``sys.meta_path`` once (``import zoo`` does it)."""
+    if not any(isinstance(f, MovedModuleFinder) for f in sys.meta_path):
+        sys.meta_path.append(MovedModuleFinder())
