@@ -25,8 +25,8 @@ import argparse
 import sys
 from typing import List, Optional
 
+from zoo.accel.ddp_comm import COMPRESSIONS
 from zoo.cli.job import add_config_arguments, tool_parser
-from zoo.train.ddp_comm import COMPRESSIONS
 
 from . import commands, common
 from .data import DECODERS

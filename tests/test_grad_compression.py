@@ -5,8 +5,9 @@ import pytest
 import torch
 from helpers import cross_entropy_grads, on_two_gloo_ranks
 
+from zoo.accel.ddp_comm import COMPRESSIONS, register_compression
 from zoo.config import get_cfg
-from zoo.train.ddp_comm import COMPRESSIONS, ddp_options, register_compression
+from zoo.train.trainer import ddp_options
 
 IN, OUT = 16, 32
 

@@ -72,7 +72,7 @@ def test_an_api_error_names_the_library_its_version_and_the_call(video, monkeypa
         PyAVReader(video)
     message = str(info.value)
     assert message.startswith(f"PyAV {av.__version__}: `")
-    assert "av.open(" in message and "decode_pyav.py:" in message
+    assert "av.open(" in message and "decode/pyav.py:" in message
     assert f"raised TypeError: {MESSAGE}" in message
     assert "\n" not in message
     assert not isinstance(info.value, DecodeError)  # so no bad-video path can catch it

@@ -19,8 +19,12 @@ import av
 import numpy as np
 import pytest
 
+from zoo.data.decode import auto
 from zoo.data.decode import registry as decoders
-from zoo.data.decode.registry import DecodeError, auto_candidates, count_frames, open_video
+from zoo.data.decode.auto import auto_candidates
+from zoo.data.decode.base import NotExact
+from zoo.data.decode.opencv import OpenCVReader
+from zoo.data.decode.registry import DecodeError, count_frames, open_video
 from zoo.data.decode.torchcodec import torchcodec_unusable
 
 HAVE_FFMPEG = shutil.which("ffmpeg") is not None
@@ -184,7 +188,7 @@ def test_frames_sharing_a_timestamp_are_refused_not_mixed_up(files, tmp_path):
     source, reference = _get(files, "vp9_webm")
     path = str(tmp_path / "same_pts.webm")  # a broken mux: every packet at time 0
     _ffmpeg(path, ["-c", "copy", "-bsf:v", "setts=pts=0:dts=0"], source=["-i", source])
-    with pytest.raises(decoders.NotExact, match="increasing timestamps"):
+    with pytest.raises(NotExact, match="increasing timestamps"):
         with open_video(path, "torchcodec") as video:
             video.decode_array([2, 30, 31])
     # auto hands the file to the next reader of its row, which must be right or say it cannot.
@@ -225,14 +229,14 @@ def test_auto_picks_per_container_and_skips_what_is_not_installed(files, tmp_pat
     avi = tmp_path / "clip.mp4"  # an AVI by content, whatever its name says
     avi.write_bytes(b"RIFF\x00\x00\x00\x00AVI LIST" + bytes(100))
     assert "torchcodec" not in auto_candidates(str(avi))
-    assert auto_candidates(str(avi))[0] == decoders.AUTO_ORDER["avi"][0]
+    assert auto_candidates(str(avi))[0] == auto.AUTO_ORDER["avi"][0]
     assert auto_candidates(str(tmp_path)) == ("frames",)  # a frame folder
     mkv = tmp_path / "clip.avi"  # Matroska by content
     mkv.write_bytes(b"\x1a\x45\xdf\xa3" + bytes(100))
-    expected = [n for n in decoders.AUTO_ORDER["matroska"]
+    expected = [n for n in auto.AUTO_ORDER["matroska"]
                 if n != "torchcodec" or importlib.util.find_spec("torchcodec") is not None]
     assert list(auto_candidates(str(mkv))) == expected
-    monkeypatch.setattr(decoders, "_UNUSABLE", {"torchcodec"})  # as if it failed to load
+    monkeypatch.setattr(auto, "_UNUSABLE", {"torchcodec"})  # as if it failed to load
     assert "torchcodec" not in auto_candidates(str(mkv))
 
 
@@ -258,11 +262,11 @@ def test_a_torchcodec_that_cannot_load_ffmpeg_is_one_line_and_auto_goes_on(tmp_p
         open_video(path, "torchcodec")
     assert "\n" not in str(info.value)
     # auto drops it for the rest of the process and reads the file with the next reader.
-    monkeypatch.setitem(decoders.AUTO_ORDER, "mp4", ("torchcodec", "pyav"))
-    monkeypatch.setattr(decoders, "_UNUSABLE", set())
+    monkeypatch.setitem(auto.AUTO_ORDER, "mp4", ("torchcodec", "pyav"))
+    monkeypatch.setattr(auto, "_UNUSABLE", set())
     with open_video(path, "auto") as video:
         assert video.decoder == "pyav" and video.decode_array([3]).shape == (1, 32, 48, 3)
-    assert "torchcodec" in decoders._UNUSABLE
+    assert "torchcodec" in auto._UNUSABLE
 
 
 def test_auto_is_the_default_and_explicit_names_stay():
@@ -270,7 +274,7 @@ def test_auto_is_the_default_and_explicit_names_stay():
 
     assert get_cfg().CONFIG.DATA.DECODER == "auto"
     assert decoders.get_decoder("pyav") is decoders.PyAVReader
-    assert decoders.get_decoder("opencv") is decoders.OpenCVReader
+    assert decoders.get_decoder("opencv") is OpenCVReader
     assert decoders.get_decoder("torchcodec") is decoders.TorchCodecReader
 
 

@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..models.blocks3d import Stem
-from ..train.precision import capturing, cpu_bf16_autocast
+from .cpu_conv import capturing, cpu_bf16_autocast
 
 __all__ = ["CpuStem", "route_cpu_stems"]
 

@@ -66,7 +66,7 @@ _C.DDP_CONFIG.JOB_TOKEN = ""
 # Gradient compression between ranks: "none", "bf16" / "fp16" (each bucket sent in 16 bits:
 # half the bytes) or "powersgd" (each weight's gradient sent as two rank-r factors, with error
 # feedback; ~1.6% of the bytes at rank 4 for SlowFast-R50; a resume is not bit-exact). It pays only
-# on a slow link between nodes; see zoo/train/ddp_comm.py and docs/multi_node.md.
+# on a slow link between nodes; see zoo/accel/ddp_comm.py and docs/multi_node.md.
 _C.DDP_CONFIG.GRAD_COMPRESSION = "none"
 # With GRAD_COMPRESSION powersgd: the rank r of the factors (higher = closer to the exact mean,
 # more bytes).
@@ -141,6 +141,10 @@ _C.CONFIG.TRAIN.PRECISION = "auto"
 # Activation layout: "auto" (channels-last on CPUs, and on GPUs with bf16/fp16; else contiguous),
 # "channels_last" (channels_last_3d for video) or "contiguous".
 _C.CONFIG.TRAIN.MEMORY_FORMAT = "auto"
+# On CPU only: run conv3d layers through zoo's CPU kernel routes (zoo/accel: PyTorch's slow
+# conv3d kernel avoided, bf16 computed as the hardware would where oneDNN cannot); the same
+# result. False runs PyTorch's kernels as they are. Never applied on a GPU.
+_C.CONFIG.TRAIN.CPU_KERNELS = True
 # Older switch: True = MEMORY_FORMAT "channels_last" whatever MEMORY_FORMAT says.
 _C.CONFIG.TRAIN.CHANNELS_LAST = False
 # Compile the model with torch.compile (the first iterations take minutes to compile; pays off on

@@ -6,7 +6,8 @@
 
 * ``anno_path`` (str), ``data_path`` (str; the list's video paths are relative to it), ``split``
   ("train", "val" or "test"), ``list_format`` (a name in ``zoo.data.lists.formats.LIST_FORMATS``),
-  ``official_split`` (1-3): what the records provider reads (``zoo.data.lists.providers.ListSource``);
+  ``official_split`` (1-3): what the records provider reads
+  (``zoo.data.lists.providers.ListSource``);
 * the fields of ``zoo.data.video_dataset.ClipSettings``: ``clip_len``, ``frame_rate`` (stride
   between sampled frames), ``crop_size``, ``short_side_size``, ``train_short_side_range``
   ([min, max]), ``random_flip`` (bool), ``mean`` and ``std`` (3 floats each, 0..1 scale),
@@ -348,7 +349,7 @@ def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int,
 
 def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0) -> None:
     """Give each data worker its own reproducible seed: SEED + rank * 1000 + worker id; with
-    ``signal_grace`` > 0, let it outlive a preemption signal by that many seconds."""
+    ``signal_grace`` > 0, let it outlive SIGTERM / SIGUSR1 by that many seconds."""
     seed = base_seed + worker_id
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -359,11 +360,11 @@ def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0) -> N
     keep_freed_memory()
     if signal_grace > 0:
         # A scheduler signals every process of the job (SIGTERM, or Slurm's --signal SIGUSR1),
-        # these workers too. The training process then needs them for a step or two more before
-        # it stops with a checkpoint (zoo/launch/preemption.py): a worker dying at once would turn
-        # that into a "worker died" failure. So the signal only sets a deadline (SIGALRM ends the
-        # worker) a little after the trainer's own, in case nothing stops this worker first (the
-        # trainer stops its workers itself, and a worker whose parent died stops by itself).
+        # these workers too, while the process reading them may need them for a few more batches
+        # (a worker dying at once would be a "worker died" failure there). So the signal only
+        # sets a deadline (SIGALRM ends the worker) a little after the reader's own, in case
+        # nothing stops this worker first (the reader stops its workers itself, and a worker
+        # whose parent died stops by itself).
         def outlive(signum, frame):
             signal.alarm(int(math.ceil(signal_grace)) + 5)
 
@@ -408,8 +409,13 @@ def _sampler(dataset, train: bool, seed: int):
     return None
 
 
-def build_loader(cfg: CfgNode, split: str) -> DataLoader:
+def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0) -> DataLoader:
     """A DataLoader for ``split``, sharded over ranks when a process group has several ranks.
+
+    ``signal_grace`` > 0: a SIGTERM / SIGUSR1 that reaches the loader's worker processes does not
+    end them at once; they keep serving batches for that many seconds (+5) so that the process
+    reading them can finish what it does on such a signal (the trainer passes
+    ``CONFIG.TRAIN.PREEMPT_GRACE``).
 
     ``CONFIG.TRAIN.BATCH_SIZE`` counts clips: with ``CONFIG.DATA.CLIPS_PER_VIDEO`` N > 1 a
     training batch holds ``BATCH_SIZE / N`` videos of N clips each (:func:`collate_clips`), and
@@ -462,8 +468,7 @@ def build_loader(cfg: CfgNode, split: str) -> DataLoader:
         persistent_workers=num_workers > 0,
         worker_init_fn=functools.partial(
             _seed_worker, base_seed=seed + rank * 1000,
-            # The loaders a training run reads (a signal may come during validation too).
-            signal_grace=float(cfg.CONFIG.TRAIN.PREEMPT_GRACE) if split != "test" else 0.0),
+            signal_grace=float(signal_grace)),
         pin_memory=torch.cuda.is_available(),
         drop_last=train,
         # A worker stuck inside C code (which no signal interrupts) becomes an error, not a hang.

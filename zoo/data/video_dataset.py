@@ -1,9 +1,9 @@
 """The one clip dataset: sample frame indices from a provider's records, decode them once,
 transform, and replace a video that cannot be read by another one.
 
-A dataset is a records provider (:mod:`zoo.data.lists.providers`: which videos, labels and class names)
-plus :class:`ClipDataset` with typed :class:`ClipSettings`. :func:`register_dataset` puts that
-pair in ``DATASET_REGISTRY`` under a name ``CONFIG.DATA.DATASET`` can select.
+A dataset is a records provider (:mod:`zoo.data.lists.providers`: which videos, labels and class
+names) plus :class:`ClipDataset` with typed :class:`ClipSettings`. :func:`register_dataset` puts
+that pair in ``DATASET_REGISTRY`` under a name ``CONFIG.DATA.DATASET`` can select.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from . import sampling, transforms
 from .batch_memory import BatchMemory, WrittenItems, batch_tensor
 from .decode.base import DecodeError, OutputSize, one_line, time_limit
 from .decode.frames import DEFAULT_FRAME_TEMPLATE, FrameFolderReader, FrameTemplateMismatch
-from .decode.registry import VideoReader, get_decoder, open_video
+from .decode.registry import VideoReader, get_decoder
 from .lists.annotations import AnnotationError, VideoRecord
 from .lists.providers import AnnotationListRecords, ListSource, RecordsProvider, VideoList
 from .registry import DATASET_REGISTRY
@@ -164,7 +164,8 @@ class ClipDataset(Dataset):
             raise ValueError(f"split must be train, val or test, got {split!r}")
         if not videos.records:
             raise AnnotationError(f"{videos.where or 'the records provider'}: no videos found")
-        get_decoder(settings.decoder)  # fail now, in the main process, on an unknown name
+        # The reader class, resolved once (an unknown name fails here, in the main process).
+        self.reader_class: Type[VideoReader] = get_decoder(settings.decoder)
         self.settings = settings
         self.split = split
         self.anno_path = videos.where
@@ -198,7 +199,7 @@ class ClipDataset(Dataset):
         raise NotImplementedError(f"{type(self).__name__} overrides no read_records")
 
     def _reads_frames(self) -> bool:
-        return issubclass(get_decoder(self.settings.decoder), FrameFolderReader)
+        return issubclass(self.reader_class, FrameFolderReader)
 
     def _check_frames(self) -> None:
         """Stop now, with one line, on what would otherwise make every video unreadable: offsets
@@ -223,11 +224,12 @@ class ClipDataset(Dataset):
         s = self.settings
         hint = self._counted.get(index, self.records[index].num_frames)
         if self._reads_frames():
-            return get_decoder(s.decoder)(
+            return self.reader_class(
                 self.paths[index], num_frames_hint=hint, threads=s.decode_threads,
                 template=s.frame_template, offset=self.records[index].offset,
             )
-        video = open_video(self.paths[index], s.decoder, hint, s.decode_threads)
+        video = self.reader_class(self.paths[index], num_frames_hint=hint,
+                                  threads=s.decode_threads)
         size = self.output_size()
         if size is not None and hasattr(video, "set_output_size"):
             video.set_output_size(size)
@@ -542,8 +544,8 @@ def register_dataset(name: str, provider: Union[RecordsProvider, Type[RecordsPro
                      = None, **fixed: Any) -> Any:
     """Register ``provider`` + :class:`ClipDataset` in ``DATASET_REGISTRY`` as ``name``.
 
-    Works as a decorator on a :class:`~zoo.data.lists.providers.RecordsProvider` subclass (built with
-    no arguments) or called with a provider (an instance, for a provider with options)::
+    Works as a decorator on a :class:`~zoo.data.lists.providers.RecordsProvider` subclass (built
+    with no arguments) or called with a provider (an instance, for a provider with options)::
 
         @register_dataset("MyDataset")
         class MyRecords(RecordsProvider):

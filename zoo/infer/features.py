@@ -3,7 +3,7 @@
 gluoncv.torch's ``*_feat.yaml`` configs (``CONFIG.INFERENCE.FEAT: True``) run here unedited. The
 videos are those of the validation list (``CONFIG.DATA.VAL_ANNO_PATH`` / ``VAL_DATA_PATH``), each
 read as one validation clip (centre window, centre crop), as gluoncv's feat_extract_pytorch.py
-does. The features are the input of the model's classifier layer (``finetune.classifier_module``:
+does. The features are the input of the model's classifier layer (``zoo.models.classifier.find_classifier``:
 ``model.classifier_name`` or the last ``nn.Linear``), caught by a forward hook, so every model
 works without a feature method of its own. Models that classify frames one by one (TSN, 2D
 ResNets) fold time into the batch; their per-frame features are averaged, as their logits are.
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..train.finetune import classifier_module
+from ..models.classifier import find_classifier
 
 logger = logging.getLogger("zoo")
 
@@ -38,7 +38,7 @@ def classifier_inputs(model: nn.Module) -> Iterator[List[torch.Tensor]]:
     def hook(_module: nn.Module, inputs, _output) -> None:
         caught.append(inputs[0].detach())
 
-    handle = classifier_module(model).register_forward_hook(hook)
+    handle = find_classifier(model).register_forward_hook(hook)
     try:
         yield caught
     finally:

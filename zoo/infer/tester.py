@@ -8,7 +8,7 @@ import os
 
 from ..data import build_loader
 from ..launch.setup import worker_setup
-from ..train.checkpoint import latest_checkpoint
+from ..utils.checkpoint_io import latest_checkpoint
 from ..utils import comm
 from .checkpoint_model import model_from_checkpoint
 from .evaluator import evaluate

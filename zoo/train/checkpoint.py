@@ -16,7 +16,6 @@ import glob
 import logging
 import os
 import random
-import re
 from typing import Any, Dict, List, NamedTuple, Optional
 
 import numpy as np
@@ -24,10 +23,14 @@ import torch
 import torch.nn as nn
 
 from ..utils import comm
-from ..utils.checkpoint_io import (  # noqa: F401  (re-exported: the engine's checkpoint API)
+from ..utils.checkpoint_io import (  # noqa: F401  (re-exported: the training checkpoint API)
+    PREEMPT_NAME,
     CheckpointError,
     CheckpointWriteError,
     atomic_save,
+    checkpoint_position,
+    epoch_checkpoints,
+    latest_checkpoint,
     load_checkpoint,
     make_checkpoint,
     write_failure,
@@ -98,13 +101,6 @@ def save_checkpoint(
     return path
 
 
-# A mid-epoch checkpoint written on a preemption signal (zoo/launch/preemption.py): E is the epoch
-# in progress (1-based), N the optimizer steps taken. Its name does not start with "epoch_", so
-# RESUME_EPOCH, KEEP_LAST and scripts that glob epoch_*.pth never take it for an epoch's end.
-PREEMPT_NAME = "preempt_epoch{epoch}_iter{iteration}.pth"
-_PREEMPT_RE = re.compile(r"preempt_epoch(\d+)_iter(\d+)\.pth")
-
-
 def save_preempt_checkpoint(save_dir: str, state: Dict[str, Any]) -> Optional[str]:
     """Rank 0 writes the mid-epoch checkpoint ``state`` (with ``epoch`` epochs completed and
     ``epoch_iter`` batches of the next one trained) and removes older mid-epoch ones.
@@ -121,29 +117,15 @@ def save_preempt_checkpoint(save_dir: str, state: Dict[str, Any]) -> Optional[st
     except OSError as e:
         raise write_failure(path, e) from e
     atomic_save(state, path)
-    _remove_preempt_checkpoints(save_dir, before=_position(path), keep=path)
+    _remove_preempt_checkpoints(save_dir, before=checkpoint_position(path), keep=path)
     return path
-
-
-def _position(path: str) -> Optional[tuple]:
-    """Where in training a checkpoint file name says it was written: ``(epochs completed,
-    0)`` for ``epoch_N.pth``, ``(epochs completed, optimizer steps)`` for a mid-epoch one (after
-    every epoch-end file of the same epoch count, before the next)."""
-    name = os.path.basename(path)
-    m = re.fullmatch(r"epoch_(\d+)\.pth", name)
-    if m:
-        return (int(m.group(1)), 0)
-    m = _PREEMPT_RE.fullmatch(name)
-    if m:
-        return (int(m.group(1)) - 1, int(m.group(2)))
-    return None
 
 
 def _remove_preempt_checkpoints(save_dir: str, before: tuple, keep: str = "") -> None:
     """Delete the mid-epoch checkpoints older than ``before``: they only exist to resume from,
     and a newer checkpoint now does that."""
     for path in glob.glob(os.path.join(save_dir, "preempt_epoch*_iter*.pth")):
-        pos = _position(path)
+        pos = checkpoint_position(path)
         if pos is not None and path != keep and pos < before:
             os.remove(path)
 
@@ -167,29 +149,6 @@ def training_state(model, optimizer, scheduler, scaler, ema, epoch: int, iterati
         scheduler=scheduler.state_dict() if scheduler is not None else None,
         scaler=scaler.state_dict() if scaler is not None else None,
         epoch=epoch, iteration=iteration, rng=rng, **extra)
-
-
-def epoch_checkpoints(save_dir: str) -> List[str]:
-    """The complete ``epoch_N.pth`` files of ``save_dir``, oldest epoch first (temporary files of
-    an interrupted write are never listed)."""
-    found = []
-    for path in glob.glob(os.path.join(save_dir, "epoch_*.pth")):
-        m = re.fullmatch(r"epoch_(\d+)\.pth", os.path.basename(path))
-        if m:
-            found.append((int(m.group(1)), path))
-    return [p for _, p in sorted(found)]
-
-
-def latest_checkpoint(save_dir: str, mid_epoch: bool = True) -> Optional[str]:
-    """The newest checkpoint of ``save_dir``: the ``epoch_N.pth`` with the largest N or, with
-    ``mid_epoch``, a mid-epoch ``preempt_epoch{E}_iter{N}.pth`` written after it (None when
-    there is none)."""
-    found = [(_position(p), p) for p in epoch_checkpoints(save_dir)]
-    if mid_epoch:
-        found += [(_position(p), p)
-                  for p in glob.glob(os.path.join(save_dir, "preempt_epoch*_iter*.pth"))
-                  if _position(p) is not None]
-    return max(found)[1] if found else None
 
 
 def find_resume_checkpoint(cfg, save_dir: str, logger: logging.Logger) -> Optional[str]:

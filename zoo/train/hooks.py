@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, List, Optional
+from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -36,9 +36,6 @@ from ..utils.env import load_user_module
 from .checkpoint import gather_rng_states, save_checkpoint, training_state, unwrap
 from .precise_bn import recompute_bn_stats
 
-if TYPE_CHECKING:  # the trainer imports this module
-    from .trainer import Trainer
-
 
 class HookBase:
     """A hook of the :class:`~zoo.train.trainer.Trainer` (see the module docstring).
@@ -49,7 +46,9 @@ class HookBase:
     Every method does nothing unless overridden.
     """
 
-    trainer: "Trainer"
+    # The zoo.train.trainer.Trainer running this hook (set by the trainer; typed loosely so that
+    # this module, which the trainer imports, does not import the trainer).
+    trainer: Any
 
     def before_train(self) -> None:
         pass
@@ -99,7 +98,7 @@ def seconds_since_launch() -> Optional[float]:
         return None
 
 
-def _skipped(t: "Trainer") -> int:
+def _skipped(t: Any) -> int:
     """Batches of the current epoch trained before a mid-epoch resume (0 otherwise)."""
     return getattr(t, "start_iter", 0) if t.epoch == t.start_epoch else 0
 

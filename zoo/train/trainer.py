@@ -6,13 +6,13 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..accel.cpu_stem import route_cpu_stems
+from ..accel import apply_cpu_kernels, register_compression
 from ..config import cfg_to_yaml
 from ..data import build_loader, normalization
 from ..infer.metrics import MetricsWriter
@@ -31,10 +31,9 @@ from .checkpoint import (
     training_state,
     unwrap,
 )
-from .ddp_comm import ddp_options, register_compression
 from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .hooks import HookBase, default_hooks, load_user_hooks
-from .precision import execution_settings, memory_format, route_cpu_convs
+from .precision import execution_settings, memory_format
 from .step import TrainStep
 from .sync_bn import convert_sync_bn
 
@@ -51,7 +50,7 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Modul
         model = convert_sync_bn(model, device)
     model.to(device)
     _, channels_last = execution_settings(cfg.CONFIG.TRAIN, device)
-    apply_execution(model, device, channels_last)
+    apply_execution(model, device, channels_last, route_convs=cfg.CONFIG.TRAIN.CPU_KERNELS)
     if cfg.CONFIG.TRAIN.COMPILE:
         model.compile()  # in place: the module and its state-dict keys stay as they are
     if comm.get_world_size() == 1:
@@ -76,11 +75,16 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Modul
 _DDP_ARGS = inspect.signature(DistributedDataParallel.__init__).parameters
 
 
+def ddp_options(cfg) -> Dict[str, Any]:
+    """Keyword arguments for :class:`DistributedDataParallel` from ``DDP_CONFIG``."""
+    return {"bucket_cap_mb": float(cfg.DDP_CONFIG.BUCKET_CAP_MB)}
+
+
 def apply_execution(model: nn.Module, device: torch.device, channels_last: bool,
                     route_convs: bool = True, route_stems: bool = True) -> int:
-    """Put ``model`` (already on ``device``) in the layout zoo trains it in; on CPU, route the
-    conv3d layers to the kernels zoo picks for them (see precision.py) and the narrow RGB stems to
-    float32 under bf16 autocast (see cpu_stem.py; ``route_stems=False`` leaves them as they are).
+    """Put ``model`` (already on ``device``) in the layout zoo trains it in; on CPU, with
+    ``route_convs``, route the conv3d layers to the kernels zoo picks for them and the narrow RGB
+    stems to float32 under bf16 autocast (zoo/accel; ``route_stems=False`` leaves the stems).
 
     Returns the number of conv3d layers that may be routed.
     """
@@ -89,9 +93,7 @@ def apply_execution(model: nn.Module, device: torch.device, channels_last: bool,
         model.to(memory_format=memory_format(dim))
     if not route_convs or device.type != "cpu":
         return 0
-    if route_stems:
-        route_cpu_stems(model)
-    return route_cpu_convs(model)
+    return apply_cpu_kernels(model, stems=route_stems)
 
 
 def _check_steps(iters_per_epoch: int, accum_steps: int) -> int:
@@ -143,8 +145,12 @@ class Trainer:
         self.logger, self.device, self.out_dir = worker_setup(cfg)
         user_hooks = load_user_hooks(cfg.CONFIG.TRAIN.HOOKS)  # a bad entry fails before building
         self._build_model()
-        self.train_loader = build_loader(cfg, "train")
-        self.val_loader = build_loader(cfg, "val") if cfg.CONFIG.DATA.VAL_ANNO_PATH else None
+        # The loaders' workers outlive a preemption signal until the step that stops with a
+        # checkpoint (zoo/launch/preemption.py; it may come during validation too).
+        grace = float(cfg.CONFIG.TRAIN.PREEMPT_GRACE)
+        self.train_loader = build_loader(cfg, "train", signal_grace=grace)
+        self.val_loader = (build_loader(cfg, "val", signal_grace=grace)
+                           if cfg.CONFIG.DATA.VAL_ANNO_PATH else None)
         self.iters_per_epoch = len(self.train_loader)
         train = cfg.CONFIG.TRAIN
         self.steps_per_epoch = _check_steps(self.iters_per_epoch, train.ACCUM_STEPS)

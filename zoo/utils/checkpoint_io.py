@@ -14,10 +14,11 @@ through it); training-specific parts (RNG gathering, resume, epoch files) live i
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 # The keys every zoo checkpoint has, in the order they are written.
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "scaler", "epoch", "iteration", "cfg", "rng")
@@ -136,3 +137,47 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
             f"{path}: refused to load ({first}); zoo loads checkpoints with weights_only=True, "
             "so files that would run code while unpickling are rejected"
         ) from None
+
+
+# A mid-epoch checkpoint written on a preemption signal (zoo/launch/preemption.py): E is the epoch
+# in progress (1-based), N the optimizer steps taken. Its name does not start with "epoch_", so
+# RESUME_EPOCH, KEEP_LAST and scripts that glob epoch_*.pth never take it for an epoch's end.
+PREEMPT_NAME = "preempt_epoch{epoch}_iter{iteration}.pth"
+PREEMPT_RE = re.compile(r"preempt_epoch(\d+)_iter(\d+)\.pth")
+
+
+def checkpoint_position(path: str) -> Optional[tuple]:
+    """Where in training a checkpoint file name says it was written: ``(epochs completed,
+    0)`` for ``epoch_N.pth``, ``(epochs completed, optimizer steps)`` for a mid-epoch one (after
+    every epoch-end file of the same epoch count, before the next)."""
+    name = os.path.basename(path)
+    m = re.fullmatch(r"epoch_(\d+)\.pth", name)
+    if m:
+        return (int(m.group(1)), 0)
+    m = PREEMPT_RE.fullmatch(name)
+    if m:
+        return (int(m.group(1)) - 1, int(m.group(2)))
+    return None
+
+
+def epoch_checkpoints(save_dir: str) -> List[str]:
+    """The complete ``epoch_N.pth`` files of ``save_dir``, oldest epoch first (temporary files of
+    an interrupted write are never listed)."""
+    found = []
+    for path in glob.glob(os.path.join(save_dir, "epoch_*.pth")):
+        m = re.fullmatch(r"epoch_(\d+)\.pth", os.path.basename(path))
+        if m:
+            found.append((int(m.group(1)), path))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(save_dir: str, mid_epoch: bool = True) -> Optional[str]:
+    """The newest checkpoint of ``save_dir``: the ``epoch_N.pth`` with the largest N or, with
+    ``mid_epoch``, a mid-epoch ``preempt_epoch{E}_iter{N}.pth`` written after it (None when
+    there is none)."""
+    found = [(checkpoint_position(p), p) for p in epoch_checkpoints(save_dir)]
+    if mid_epoch:
+        found += [(checkpoint_position(p), p)
+                  for p in glob.glob(os.path.join(save_dir, "preempt_epoch*_iter*.pth"))
+                  if checkpoint_position(p) is not None]
+    return max(found)[1] if found else None

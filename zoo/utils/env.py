@@ -166,3 +166,13 @@ def load_user_module(entry: str, key: str = "CONFIG.EXTRA_MODULES") -> ModuleTyp
             f"{key} entry {entry!r} could not be imported ({e}); "
             "give a .py path or a module on PYTHONPATH"
         ) from None
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX); oneDNN runs bf16
+    convolutions and matmuls natively only there."""
+    import torch
+
+    cpu = getattr(torch, "cpu", None)
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(cpu, name, lambda: False)() for name in checks)

@@ -33,7 +33,7 @@ MOVED: Dict[str, str] = {
     "zoo.engine.precise_bn": "zoo.train.precise_bn",
     "zoo.engine.sync_bn": "zoo.train.sync_bn",
     "zoo.engine.finetune": "zoo.train.finetune",
-    "zoo.engine.ddp_comm": "zoo.train.ddp_comm",
+    "zoo.engine.ddp_comm": "zoo.accel.ddp_comm",
     "zoo.engine.evaluator": "zoo.infer.evaluator",
     "zoo.engine.metrics": "zoo.infer.metrics",
     "zoo.engine.tester": "zoo.infer.tester",

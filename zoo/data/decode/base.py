@@ -429,3 +429,20 @@ def _disarm(old_handler: object, old_timer: tuple, start: float, active: list) -
     if old_timer[0] > 0:  # someone else's timer was running: give it back what is left of it
         left = old_timer[0] - (time.monotonic() - start)
         signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), old_timer[1])
+
+
+class NotExact(DecodeError):
+    """A reader cannot give this file's frames exactly (torchcodec on frames that share a timestamp,
+    a container it gets wrong); ``auto`` then uses another reader."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="open")
+
+
+def short_error(path: str, needed: int, last: int, claimed: int) -> DecodeError:
+    """The error of a video that ends before frame ``needed`` although it claims ``claimed``."""
+    return DecodeError(
+        f"{path}: frame {needed} was needed but the video ends after frame {last} although "
+        f"{claimed} frames are claimed (truncated file, or a wrong num_frames in the list)",
+        "short",
+    )

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..lists.records import IMAGE_EXTS
 from .base import (
     END_SLACK,
     DecodeError,
@@ -33,7 +34,6 @@ from .base import (
 if TYPE_CHECKING:
     import torch
 
-IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 # MMAction2, TSN and gluoncv name RGB frames img_00001.jpg, ... (numbered from 1).
 DEFAULT_FRAME_TEMPLATE = "img_{:05d}.jpg"
 

@@ -19,7 +19,6 @@ never when ``zoo.data.decode.registry`` is imported.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -30,6 +29,7 @@ from .base import (
     LIBRARY_API_ERRORS,
     DecodeError,
     DecodingLibrary,
+    NotExact,
     VideoReader,
     check_deadline,
     check_file,
@@ -37,6 +37,7 @@ from .base import (
     one_line,
     open_kind,
 )
+from .containers import sniff_container
 
 # Containers in which torchcodec's exact mode returned every frame right (see the module doc).
 EXACT_CONTAINERS = ("mp4", "matroska", "gif")
@@ -47,54 +48,10 @@ _WRONG_CONTAINERS = ("avi", "mpegts", "mpeg")
 _THREADED_MIN_PIXELS = 256 * 256
 # Frames decoded per call when a needed frame has to be reached by decoding through (see below).
 _CHUNK = 16
-# Top-level boxes that can open an ISO base media file (MP4, MOV, 3GP, M4V).
-_ISO_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot")
 # torchcodec's C++ errors start with "Class, /build/path/File.cpp:NN, ": not for the user.
 _CPP_PREFIX = re.compile(r"^\S+, \S+\.cpp:\d+, ")
 # FFmpeg's errors come back from torchcodec's C++ as RuntimeError / ValueError.
 TORCHCODEC = DecodingLibrary("torchcodec", "torchcodec", (RuntimeError, ValueError, OSError))
-_EXTENSIONS = {
-    ".mp4": "mp4", ".m4v": "mp4", ".mov": "mp4", ".3gp": "mp4", ".mkv": "matroska",
-    ".webm": "matroska", ".gif": "gif", ".avi": "avi", ".ts": "mpegts", ".mts": "mpegts",
-    ".m2ts": "mpegts", ".mpg": "mpeg", ".mpeg": "mpeg", ".flv": "flv",
-}
-
-
-def sniff_container(path: str) -> str:
-    """The container family of ``path`` from its first bytes; the extension when they are unknown.
-
-    Returns:
-        "mp4" (MP4/MOV/3GP), "matroska" (MKV/WebM), "avi", "gif", "mpegts", "mpeg", "flv", or the
-        lower-case extension without its dot ("" when none) for anything else.
-
-    Raises:
-        OSError: The file cannot be read.
-    """
-    with open(path, "rb") as f:
-        head = f.read(12)
-    if head[4:8] in _ISO_BOXES:
-        return "mp4"
-    if head[:4] == b"\x1a\x45\xdf\xa3":
-        return "matroska"
-    if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
-        return "avi"
-    if head[:4] == b"GIF8":
-        return "gif"
-    if head[:3] == b"FLV":
-        return "flv"
-    if head[:4] == b"\x00\x00\x01\xba":
-        return "mpeg"
-    if head[:1] == b"\x47":
-        return "mpegts"
-    ext = os.path.splitext(path)[1].lower()
-    return _EXTENSIONS.get(ext, ext.lstrip("."))
-
-
-class NotExact(DecodeError):
-    """torchcodec cannot find this file's frames exactly (``auto`` then uses another reader)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, kind="open")
 
 
 def _reason(error: BaseException) -> str:

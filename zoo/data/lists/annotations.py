@@ -22,8 +22,16 @@ from __future__ import annotations
 import csv
 import logging
 import os
-from dataclasses import dataclass
-from typing import Iterator, List, Optional, Tuple
+import re
+from typing import List, Optional
+
+from .formats import check_header, header_fields, parse_lines
+from .records import (  # noqa: F401  (AnnotationError, VideoRecord, list_lines re-exported)
+    AnnotationError,
+    VideoRecord,
+    list_lines,
+)
+from .sources import class_folder_records, class_names_of_folder
 
 logger = logging.getLogger(__name__)
 
@@ -31,32 +39,6 @@ CSV_FORMAT = (
     "a header with 'path' and 'label' columns (optional 'start', 'end' in seconds and "
     "'num_frames'), one row per video"
 )
-
-
-class AnnotationError(ValueError):
-    """An annotation list is missing or has a line that does not parse."""
-
-
-@dataclass(frozen=True)
-class VideoRecord:
-    """One line of an annotation list.
-
-    Attributes:
-        path: Video path exactly as written in the list (relative to the data root).
-        num_frames: Frame count from the list; -1 when unknown (the decoder then finds it).
-        label: Integer class id, >= 0.
-        start: Use the video from this time (seconds); < 0 = from the start.
-        end: Use the video up to this time (seconds); < 0 = to the end.
-        offset: Frames of a frame folder before this video's first one (MMAction2 rawframe lists
-            with offsets); frame ``i`` is the file numbered ``offset + i + 1``.
-    """
-
-    path: str
-    num_frames: int
-    label: int
-    start: float = -1.0
-    end: float = -1.0
-    offset: int = 0
 
 
 def _parse_int(text: str, what: str, where: str, expected: str, minimum: int) -> int:
@@ -81,17 +63,6 @@ def _parse_time(row: List[str], column: Optional[int], what: str, where: str) ->
         raise AnnotationError(
             f"{where}: {what} {text!r} is not a number of seconds; expected {CSV_FORMAT}"
         ) from None
-
-
-def list_lines(anno_path: str) -> Iterator[Tuple[str, str]]:
-    """``(where, line)`` for every line of a text list that is not blank or a ``#`` comment;
-    ``where`` is ``path:line_number`` for error messages."""
-    # utf-8-sig drops a byte-order mark that spreadsheet tools like to add.
-    with open(anno_path, encoding="utf-8-sig") as f:
-        for line_no, raw in enumerate(f, start=1):
-            line = raw.strip()
-            if line and not line.startswith("#"):
-                yield f"{anno_path}:{line_no}", line
 
 
 def _read_csv_list(anno_path: str) -> List[VideoRecord]:
@@ -161,11 +132,7 @@ def read_annotations(
     Raises:
         AnnotationError: The file is missing, empty, or a line does not parse (names file:line).
     """
-    from .formats import check_header, header_fields, parse_lines
-
     if os.path.isdir(anno_path):
-        from .sources import class_folder_records
-
         return class_folder_records(anno_path)[0]
     if not os.path.isfile(anno_path):
         raise AnnotationError(f"annotation list {anno_path!r} does not exist")
@@ -200,7 +167,6 @@ def read_class_names(anno_path: str, num_classes: int) -> List[str]:
     if os.path.isdir(anno_path):
         names_path = os.path.join(anno_path, "classes.txt")
         if not os.path.isfile(names_path):
-            from .sources import class_names_of_folder
 
             names = class_names_of_folder(anno_path)
             return names + [str(i) for i in range(len(names), num_classes)]
@@ -215,3 +181,24 @@ def read_class_names(anno_path: str, num_classes: int) -> List[str]:
             names.pop()
     names = [name or str(i) for i, name in enumerate(names)]
     return names + [str(i) for i in range(len(names), num_classes)]
+
+
+# ----------------------------------------------------------------------------- image lists
+
+
+def image_list_records(anno_path: str) -> List[VideoRecord]:
+    """A list of images, ``path label`` per line (the label is the last field, so paths may
+    contain spaces), or a CSV with ``path`` and ``label`` columns."""
+    if anno_path.lower().endswith(".csv"):
+        return read_annotations(anno_path)
+    records = []
+    for where, line in list_lines(anno_path):
+        parts = line.rsplit(None, 1)
+        if len(parts) != 2 or not re.fullmatch(r"\d+", parts[1]):
+            raise AnnotationError(
+                f"{where}: cannot parse {line!r}; expected 'path label' with an integer label >= 0"
+            )
+        records.append(VideoRecord(parts[0], 1, int(parts[1])))
+    if not records:
+        raise AnnotationError(f"image list {anno_path!r} has no images in it")
+    return records

@@ -35,8 +35,7 @@ import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ...utils.logger import log_once
-from .annotations import AnnotationError, VideoRecord
-from .sources import VIDEO_EXTS
+from .records import VIDEO_EXTS, AnnotationError, VideoRecord
 
 logger = logging.getLogger(__name__)
 

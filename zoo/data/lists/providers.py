@@ -169,7 +169,8 @@ class ClassFolderRecords(RecordsProvider):
     written into it (when writable) so the names travel with it.
 
     Attributes:
-        kind: "videos", "frames" or "images" (see :func:`zoo.data.lists.sources.class_folder_records`);
+        kind: "videos", "frames" or "images" (see
+            :func:`zoo.data.lists.sources.class_folder_records`);
             empty = frame folders with the "frames" decoder, else video files.
     """
 

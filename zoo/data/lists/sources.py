@@ -1,8 +1,8 @@
 """The dataset sources besides gluoncv lists and CSVs: Kinetics CSVs, the UCF101 and HMDB51 official
 split files, folders of class sub-folders (videos, frame folders or images) and image lists.
 
-Each reader returns ``(records, classes)``: :class:`~zoo.data.lists.annotations.VideoRecord` per video
-(paths relative to the data root) and the class names, line ``i`` naming class ``i``. They are
+Each reader returns ``(records, classes)``: :class:`~zoo.data.lists.records.VideoRecord` per
+video (paths relative to the data root) and the class names, line ``i`` naming class ``i``. They are
 plain functions so that the preparation scripts in ``datasets/`` use the very same parsing.
 """
 
@@ -11,15 +11,18 @@ from __future__ import annotations
 import csv
 import logging
 import os
-import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..decode.frames import IMAGE_EXTS
-from .annotations import AnnotationError, VideoRecord, list_lines
+from .records import (  # noqa: F401  (VIDEO_EXTS re-exported)
+    IMAGE_EXTS,
+    VIDEO_EXTS,
+    AnnotationError,
+    VideoRecord,
+    list_lines,
+)
 
 logger = logging.getLogger(__name__)
 
-VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv")
 KINETICS_COLUMNS = ("label", "youtube_id", "time_start", "time_end")
 Records = Tuple[List[VideoRecord], List[str]]
 
@@ -275,26 +278,3 @@ def write_classes(folder: str, classes: Sequence[str], required: bool = False) -
         logger.debug("could not write %s: %s", path, e)
         return None
     return path
-
-
-# ----------------------------------------------------------------------------- image lists
-
-
-def image_list_records(anno_path: str) -> List[VideoRecord]:
-    """A list of images, ``path label`` per line (the label is the last field, so paths may
-    contain spaces), or a CSV with ``path`` and ``label`` columns."""
-    if anno_path.lower().endswith(".csv"):
-        from .annotations import read_annotations
-
-        return read_annotations(anno_path)
-    records = []
-    for where, line in list_lines(anno_path):
-        parts = line.rsplit(None, 1)
-        if len(parts) != 2 or not re.fullmatch(r"\d+", parts[1]):
-            raise AnnotationError(
-                f"{where}: cannot parse {line!r}; expected 'path label' with an integer label >= 0"
-            )
-        records.append(VideoRecord(parts[0], 1, int(parts[1])))
-    if not records:
-        raise AnnotationError(f"image list {anno_path!r} has no images in it")
-    return records

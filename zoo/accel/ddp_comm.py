@@ -1,5 +1,4 @@
-"""How DDP moves gradients between ranks: bucket size and compression (``DDP_CONFIG.BUCKET_CAP_MB``,
-``DDP_CONFIG.GRAD_COMPRESSION``).
+"""Gradient compression between ranks (``DDP_CONFIG.GRAD_COMPRESSION``).
 
 Compression is a DDP communication hook, registered on the wrapped model:
 
@@ -19,18 +18,13 @@ and precision to save bandwidth that is not short. It pays on a slow link betwee
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from torch.nn.parallel import DistributedDataParallel
 
-from ..accel.powersgd import make_state, powersgd_hook
+from .powersgd import make_state, powersgd_hook
 
 COMPRESSIONS = ("none", "bf16", "fp16", "powersgd")
-
-
-def ddp_options(cfg) -> Dict[str, Any]:
-    """Keyword arguments for :class:`DistributedDataParallel` from ``DDP_CONFIG``."""
-    return {"bucket_cap_mb": float(cfg.DDP_CONFIG.BUCKET_CAP_MB)}
 
 
 def register_compression(model: DistributedDataParallel, cfg) -> Optional[Any]:

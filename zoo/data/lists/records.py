@@ -1,0 +1,50 @@
+"""What an annotation list is made of, as plain data: :class:`VideoRecord` (one video of a list),
+:class:`AnnotationError`, the file extensions zoo reads, and the lines of a text list. Every other
+module of zoo/data/lists builds on this one, which imports nothing of zoo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Tuple
+
+# File extensions of the videos and images zoo reads (lower case).
+VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv")
+IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+
+
+class AnnotationError(ValueError):
+    """An annotation list is missing or has a line that does not parse."""
+
+
+@dataclass(frozen=True)
+class VideoRecord:
+    """One line of an annotation list.
+
+    Attributes:
+        path: Video path exactly as written in the list (relative to the data root).
+        num_frames: Frame count from the list; -1 when unknown (the decoder then finds it).
+        label: Integer class id, >= 0.
+        start: Use the video from this time (seconds); < 0 = from the start.
+        end: Use the video up to this time (seconds); < 0 = to the end.
+        offset: Frames of a frame folder before this video's first one (MMAction2 rawframe lists
+            with offsets); frame ``i`` is the file numbered ``offset + i + 1``.
+    """
+
+    path: str
+    num_frames: int
+    label: int
+    start: float = -1.0
+    end: float = -1.0
+    offset: int = 0
+
+
+def list_lines(anno_path: str) -> Iterator[Tuple[str, str]]:
+    """``(where, line)`` for every line of a text list that is not blank or a ``#`` comment;
+    ``where`` is ``path:line_number`` for error messages."""
+    # utf-8-sig drops a byte-order mark that spreadsheet tools like to add.
+    with open(anno_path, encoding="utf-8-sig") as f:
+        for line_no, raw in enumerate(f, start=1):
+            line = raw.strip()
+            if line and not line.startswith("#"):
+                yield f"{anno_path}:{line_no}", line
