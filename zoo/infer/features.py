@@ -3,9 +3,9 @@
 gluoncv.torch's ``*_feat.yaml`` configs (``CONFIG.INFERENCE.FEAT: True``) run here unedited. The
 videos are those of the validation list (``CONFIG.DATA.VAL_ANNO_PATH`` / ``VAL_DATA_PATH``), each
 read as one validation clip (centre window, centre crop), as gluoncv's feat_extract_pytorch.py
-does. The features are the input of the model's classifier layer (``zoo.models.classifier.find_classifier``:
-``model.classifier_name`` or the last ``nn.Linear``), caught by a forward hook, so every model
-works without a feature method of its own. Models that classify frames one by one (TSN, 2D
+does. The features are the input of the model's classifier layer
+(``zoo.models.classifier.find_classifier``: ``model.classifier_name`` or the last ``nn.Linear``),
+caught by a forward hook, so every model works without a feature method of its own. Models that classify frames one by one (TSN, 2D
 ResNets) fold time into the batch; their per-frame features are averaged, as their logits are.
 
 Layout: ``OUT/<the video's path in the list, extension replaced by .npy>``, a float32 array of

@@ -8,8 +8,8 @@ import os
 
 from ..data import build_loader
 from ..launch.setup import worker_setup
-from ..utils.checkpoint_io import latest_checkpoint
 from ..utils import comm
+from ..utils.checkpoint_io import latest_checkpoint
 from .checkpoint_model import model_from_checkpoint
 from .evaluator import evaluate
 from .plots import confusion_matrix, write_confusion
