@@ -5,8 +5,9 @@ videos are those of the validation list (``CONFIG.DATA.VAL_ANNO_PATH`` / ``VAL_D
 read as one validation clip (centre window, centre crop), as gluoncv's feat_extract_pytorch.py
 does. The features are the input of the model's classifier layer
 (``zoo.models.classifier.find_classifier``: ``model.classifier_name`` or the last ``nn.Linear``),
-caught by a forward hook, so every model works without a feature method of its own. Models that classify frames one by one (TSN, 2D
-ResNets) fold time into the batch; their per-frame features are averaged, as their logits are.
+caught by a forward hook, so every model works without a feature method of its own. Models that
+classify frames one by one (TSN, 2D ResNets) fold time into the batch; their per-frame features
+are averaged, as their logits are.
 
 Layout: ``OUT/<the video's path in the list, extension replaced by .npy>``, a float32 array of
 shape ``(D,)``. ``OUT`` is ``--output``, else ``BASE_PATH/EXP_NAME/SAVE_DIR`` for a config with
