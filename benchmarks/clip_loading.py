@@ -164,8 +164,9 @@ def end_to_end(list_path: str, root: str, paths: Sequence[str] = PATHS, clips: i
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in paths}
     for r in range(max(rounds, 1)):
         for p in (paths if r % 2 == 0 else list(reversed(paths))):
-            runs[p].append(bench._spawn("e2e", timeout=timeout, path_name=p,
-                                        list_path=list_path, root=root, clips=clips))
+            runs[p].append(bench._spawn("benchmarks.clip_loading:_worker", timeout=timeout,
+                                        path_name=p, list_path=list_path, root=root,
+                                        clips=clips))
     rows = []
     for p in paths:
         errors = [r for r in runs[p] if "error" in r]

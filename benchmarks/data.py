@@ -19,6 +19,7 @@ This module imports nothing heavy at its top, so a measuring process pays only f
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -42,7 +43,8 @@ LONG_CLIP_RSS_LIMIT_MB = 400
 # The library a reader imports when it opens a file, by decoder name (PyAV comes with the module).
 _LIBRARY = {"opencv": "cv2", "frames": "cv2", "image": "cv2", "decord": "decord",
             "torchcodec": "torchcodec.decoders"}
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The repository root: the folder holding benchmarks/ and zoo/.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A fresh interpreter per measurement; it imports this module (stdlib only) and what it measures.
 _ENTRY = "import sys; from benchmarks.data import _child; _child(sys.argv[1])"
 
@@ -317,13 +319,12 @@ def _long_clip_worker(path: str, decoder: str, torch_free: bool, clip_len: int =
 def _child(request: str) -> None:
     """Entry of a measuring process: run the worker named in the JSON ``request``, print JSON."""
     params = json.loads(request)
-    if params["worker"] == "e2e":  # end-to-end clip loading, see benchmarks.clip_loading
-        from .clip_loading import _worker as _e2e_worker
-
-        params["worker"] = _e2e_worker
-    worker = {"clips": _clips_worker, "long": _long_clip_worker}.get(params["worker"],
-                                                                     params["worker"])
-    params.pop("worker")
+    name = params.pop("worker")
+    if ":" in name:  # "module:function", e.g. the end-to-end worker of benchmarks.clip_loading
+        module, _, function = name.partition(":")
+        worker = getattr(importlib.import_module(module), function)
+    else:
+        worker = {"clips": _clips_worker, "long": _long_clip_worker}[name]
     print(json.dumps(worker(**params)))
 
 

@@ -94,8 +94,8 @@ def _child_env(procs: int) -> Dict[str, str]:
     env = dict(os.environ)
     if torch.cuda.is_available():
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(procs))
-    # The child imports this same copy of zoo: the folder holding the package goes first.
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    # The child imports this same copy of zoo and of the benchmarks: the repository root first.
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (os.path.abspath(package_parent), env.get("PYTHONPATH", "")) if p)
     return env

@@ -1,11 +1,9 @@
 """zoo/accel: the CPU conv3d routes compute what nn.Conv3d computes (float32 through 2-D
 kernels, bf16 as the hardware would), replace the model's layers without copying a parameter, and
-take exactly the calls PyTorch would send to its slow kernel; only the trainer imports zoo.accel."""
+take exactly the calls PyTorch would send to its slow kernel."""
 
-import ast
 import copy
 import itertools
-import pathlib
 
 import pytest
 import torch
@@ -166,22 +164,3 @@ def test_slow_kernel_rule_is_the_one_pytorch_applies(threads):
     finally:
         torch.set_num_threads(before)
     assert not differ, differ[:5]
-
-
-def test_only_the_trainer_imports_accel():
-    """zoo.accel is an opt-in layer: of zoo's modules, only zoo.train.trainer imports it."""
-    zoo_dir = pathlib.Path(__file__).resolve().parent.parent / "zoo"
-    importers = []
-    for path in zoo_dir.rglob("*.py"):
-        if "accel" in path.relative_to(zoo_dir).parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                names = (node.module or "").split(".") + [a.name for a in node.names]
-            elif isinstance(node, ast.Import):
-                names = [part for a in node.names for part in a.name.split(".")]
-            else:
-                continue
-            if "accel" in names:
-                importers.append(path.relative_to(zoo_dir).as_posix())
-    assert sorted(set(importers)) == ["train/trainer.py"]

@@ -21,11 +21,11 @@ import os
 from dataclasses import dataclass, field
 from typing import List
 
-from .annotations import AnnotationError, VideoRecord, read_annotations, read_class_names
+from .annotations import image_list_records, read_annotations, read_class_names
+from .records import AnnotationError, VideoRecord
 from .sources import (
     class_folder_records,
     hmdb51_records,
-    image_list_records,
     kinetics_records,
     ucf101_records,
     write_classes,
