@@ -155,7 +155,7 @@ if sys.argv[1] == "parent":
 elif sys.argv[1] == "sleeper":
     time.sleep(30)
 else:
-    # heartbeat.py by its path: importing zoo.engine (and torch) would take seconds.
+    # heartbeat.py by its path: importing zoo.launch (and torch) would take seconds.
     spec = importlib.util.spec_from_file_location("hb", "zoo/launch/heartbeat.py")
     hb = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hb)

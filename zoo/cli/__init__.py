@@ -6,6 +6,7 @@ Each is installed as an entry point (``[project.scripts]`` in pyproject.toml: ``
 from one parser (:func:`zoo.cli.job.tool_parser`), so ``--config-file``, ``--extra-modules``
 and trailing ``KEY VALUE`` overrides read the same everywhere.
 
-This package is the top layer: it imports ``zoo.engine`` and below, and nothing in zoo imports it
-(the benchmarks start a command as ``python -m zoo.cli.NAME``).
+This package is the top layer: it imports ``zoo.train``, ``zoo.infer``, ``zoo.launch`` and below,
+and nothing in zoo imports it. ``zoo-benchmark`` and ``zoo-benchmark-data`` run the benchmarks of
+the source checkout (``benchmarks/``, see :mod:`zoo.cli.checkout`).
 """

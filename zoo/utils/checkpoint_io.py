@@ -7,9 +7,11 @@ order, plus optional keys: ``best_top1`` and ``ema`` (training), ``converted_fro
 converter). :func:`make_checkpoint` builds it, :func:`atomic_save` writes it and
 :func:`load_checkpoint` reads it with ``torch.load(weights_only=True)``.
 
-This module sits below ``zoo.models`` and ``zoo.engine`` (the trainer and the converter both write
-through it); training-specific parts (RNG gathering, resume, epoch files) live in
-``zoo.train.checkpoint``. torch is imported inside the functions, so importing this is cheap.
+This module sits below ``zoo.models``, ``zoo.train`` and ``zoo.infer`` (the trainer and the
+converter both write through it; testing and prediction find and read checkpoints with it), and
+owns the checkpoint file names (``epoch_N.pth``, mid-epoch ``preempt_epoch{E}_iter{N}.pth``);
+training-specific parts (RNG gathering, resume) live in ``zoo.train.checkpoint``. torch is
+imported inside the functions, so importing this is cheap.
 """
 
 from __future__ import annotations
