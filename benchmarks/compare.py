@@ -1,10 +1,10 @@
 """zoo's SlowFast-R50 8x8 train step against PyTorchVideo's ``create_slowfast``, in one process.
 
 Both models hold the same weights: PyTorchVideo's are copied into zoo's model with the checkpoint
-converter (``zoo.models.convert``, scheme "pytorchvideo"). Both get the same batch, the same thread
-count and the same optimizer (SGD, momentum 0.9, weight decay 1e-4); head dropout is 0 in both so
-the loss of a batch is deterministic. PyTorchVideo's step is the plain PyTorch loop its examples
-use (slow pathway packed by index, forward, cross-entropy, backward, step); zoo's is
+converter (``zoo.models.weights.convert``, scheme "pytorchvideo"). Both get the same batch, the
+same thread count and the same optimizer (SGD, momentum 0.9, weight decay 1e-4); head dropout is 0
+in both so the loss of a batch is deterministic. PyTorchVideo's step is the plain PyTorch loop its
+examples use (slow pathway packed by index, forward, cross-entropy, backward, step); zoo's is
 :class:`~zoo.train.step.TrainStep` on a model prepared as zoo's trainer prepares it. Each variant
 has its own model copy; the steps of all variants are timed interleaved (``time_interleaved``), and
 the first step of each (initial weights, same batch) gives the losses that must agree.
@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from zoo.models import create_model
-from zoo.models.convert import convert_state_dict
+from zoo.models.weights.convert import convert_state_dict
 from zoo.train.precision import memory_format as layout_of
 from zoo.train.precision import resolve_channels_last, resolve_precision
 

@@ -16,7 +16,11 @@ import torch.nn as nn
 from helpers import run_tool
 
 import zoo
-from zoo.models.convert import ConversionError, convert_checkpoint, convert_state_dict
+from zoo.models.weights.convert import (
+    ConversionError,
+    convert_checkpoint,
+    convert_state_dict,
+)
 
 BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 PATHS = ("slow", "fast")

@@ -65,7 +65,7 @@ def test_finetune_to_a_different_class_count(tmp_path, synth_root):
 def test_classifier_of_a_model_without_get_classifier():
     import torch.nn as nn
 
-    from zoo.models.pretrained import head_keys
+    from zoo.models.classifier import head_keys
     from zoo.train.finetune import classifier_module, freeze_backbone
 
     net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
@@ -81,8 +81,9 @@ def test_no_classifier_is_one_line_and_the_loader_says_why():
     import torch
     import torch.nn as nn
 
-    from zoo.models.pretrained import head_keys, load_state
+    from zoo.models.classifier import head_keys
     from zoo.models.weights import WeightsError
+    from zoo.models.weights.load import load_state
     from zoo.train.finetune import classifier_module
 
     net = nn.Sequential(nn.Conv3d(3, 4, 1), nn.Conv3d(4, 5, 1))

@@ -305,7 +305,7 @@ def test_alias_table_in_docs_is_fresh():
 
 
 def test_tpn_classifier_is_the_head():
-    from zoo.models.pretrained import head_keys
+    from zoo.models.classifier import head_keys
 
     # The classifier first; TPN's auxiliary classifier (one output per class too) after it.
     assert head_keys(_meta("tpn_resnet50_f8s8")) == ("head.proj.weight", "head.proj.bias",

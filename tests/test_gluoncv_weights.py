@@ -28,9 +28,8 @@ from test_weights import _file_bytes, server, zoo_home  # noqa: F401  (fixtures)
 import zoo
 from zoo.config import load_config
 from zoo.models import build_model, model_facts
-from zoo.models import weights_table as table
-from zoo.models.pretrained import detect_format, to_model_keys
-from zoo.models.weights import WeightsError, cache_path
+from zoo.models.weights import WeightsError, cache_path, table
+from zoo.models.weights.load import detect_format, to_model_keys
 
 # ----------------------------------------------------------------------------- gluoncv's layout
 _BLOCK = {"conv_a": "conv1", "bn_a": "bn1", "conv_b": "conv2", "bn_b": "bn2", "conv_c": "conv3",
@@ -177,7 +176,7 @@ def test_gluoncv_layout_loads_with_identical_logits(name, shape):
 
 
 def test_a_second_copy_that_differs_is_an_error():
-    from zoo.models.convert import ConversionError
+    from zoo.models.weights.convert import ConversionError
 
     with torch.device("meta"):
         model = zoo.create_model("i3d_resnet50_v1_kinetics400")
@@ -370,7 +369,7 @@ def test_gluoncv_code_gives_the_same_logits(gluoncv_ar, name, shape, tmp_path, m
 
 def test_convert_checkpoint_from_gluoncv_for_a_fixed_class_name(tmp_path):
     """tools/convert_checkpoint.py --from gluoncv on a 174-class name (Something-Something)."""
-    from zoo.models.convert import convert_checkpoint
+    from zoo.models.weights.convert import convert_checkpoint
 
     name = "i3d_resnet50_v1_sthsthv2"
     torch.manual_seed(0)
@@ -388,7 +387,7 @@ def test_an_alias_for_another_input_or_alpha_gets_no_video_weights_of_its_base()
     """gluoncv's 4x16 R101 (alpha 8) and 16x8 R101 (64 frames) build zoo's 8x8 R101 layers, but
     PyTorchVideo's 8x8 R101 file was trained for alpha 4 and 32 frames: same shapes, another
     net. They must not load it by True; a same-input alias still does."""
-    from zoo.models.weights_table import default_tag, entries
+    from zoo.models.weights.table import default_tag, entries
 
     for name in ("slowfast_4x16_resnet101_kinetics400", "slowfast_16x8_resnet101_kinetics400"):
         assert not any(e.dataset != "imagenet1k" for e in entries(name).values()), name

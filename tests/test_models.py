@@ -98,7 +98,7 @@ def _tiny_kwargs(arch: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", zoo.list_models())
 def test_every_model_has_get_and_reset_classifier(name):
-    from zoo.models.pretrained import head_keys
+    from zoo.models.classifier import head_keys
     from zoo.train.finetune import classifier_module
 
     facts = model_facts(name)

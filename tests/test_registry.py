@@ -117,3 +117,48 @@ def test_a_plain_facts_dict_is_still_read():
 
     registry_dict_facts_net.facts = {"task": "video", "input_frames": 4, "custom": "kept"}
     assert model_facts("registry_dict_facts_net") == registry_dict_facts_net.facts
+
+
+def _zoo_imports(path, root):
+    """The zoo modules (and imported names) a file imports, function-local imports included."""
+    import ast
+
+    package = list(path.relative_to(root).with_suffix("").parts[:-1])
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1]
+                                + ([node.module] if node.module else []))
+            out |= {base} | {f"{base}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return {m for m in out if m == "zoo" or m.startswith("zoo.")}
+
+
+def test_registry_is_a_leaf_and_the_weights_code_stands_below_build():
+    import pathlib
+
+    models = pathlib.Path(zoo.__file__).parent / "models"
+    root = models.parent.parent
+    leaf = _zoo_imports(models / "registry.py", root)
+    assert leaf and all(m.startswith(("zoo.models.facts", "zoo.utils.registry")) for m in leaf)
+    for path in sorted((models / "weights").rglob("*.py")):
+        assert not {m for m in _zoo_imports(path, root) if m.startswith("zoo.models.build")}, path
+    assert "zoo.models.weights.load" in _zoo_imports(models / "build.py", root)
+
+
+@pytest.mark.parametrize("old", ["zoo.models.weights_table", "zoo.models.pretrained",
+                                 "zoo.models.convert", "zoo.models.convert.common",
+                                 "zoo.models.convert.torchvision"])
+def test_moved_model_modules_import_under_their_old_names(old):
+    import importlib
+    import sys
+
+    from zoo.utils.moved import MOVED
+
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=MOVED[old]):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(MOVED[old])  # one module, not a second copy

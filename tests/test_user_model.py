@@ -71,7 +71,7 @@ def test_user_model_without_get_classifier_uses_its_last_linear():
     # examples/my_model.py defines no get_classifier(): fine-tuning and the pretrained loader
     # take its last nn.Linear, the head `fc`.
     from zoo.models import build_model
-    from zoo.models.pretrained import head_keys
+    from zoo.models.classifier import head_keys
     from zoo.train.finetune import classifier_module
 
     cfg = load_config(EXAMPLE_YAML)

@@ -25,8 +25,7 @@ from helpers import ROOT, fast_sample, run_tool
 import zoo
 from zoo.config import load_config
 from zoo.models import build_model, model_facts
-from zoo.models import weights_table as table
-from zoo.models.weights import WeightsError, cache_path, fetch, resolve_pretrained
+from zoo.models.weights import WeightsError, cache_path, fetch, resolve_pretrained, table
 
 TINY = "slowfast_tiny_resnet18"
 
@@ -202,7 +201,8 @@ def test_each_published_file_fits_its_architecture(name, tag):
     """The table's claim that a publisher's network is this zoo architecture: its tensors are
     recognised as the listed format and convert onto every key of the zoo model, shape for
     shape (shapes only, on the meta device; the class count may differ)."""
-    from zoo.models.pretrained import detect_format, head_keys, to_model_keys
+    from zoo.models.classifier import head_keys
+    from zoo.models.weights.load import detect_format, to_model_keys
 
     entry = table.WEIGHTS[name][tag]
     state = _publisher_state(name, entry)
@@ -406,7 +406,7 @@ _LOADER = textwrap.dedent("""
     import logging, sys, torch
     from zoo.config import load_config
     from zoo.models import create_model
-    from zoo.models.pretrained import load_pretrained
+    from zoo.models.weights.load import load_pretrained
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     url, ready, x_path, out = sys.argv[1:]
     cfg = load_config(None, ["MODEL.NAME", "slowfast_8x8_resnet50", "DATA.NUM_CLASSES", "400",

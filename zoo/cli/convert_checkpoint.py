@@ -19,7 +19,7 @@ import sys
 from typing import List, Optional
 
 from ..models import parse_model_kwargs
-from ..models.convert import SCHEMES, ConversionError, convert_checkpoint
+from ..models.weights.convert import SCHEMES, ConversionError, convert_checkpoint
 from ..utils.env import import_extra_modules
 from .job import add_extra_modules_argument, tool_parser
 

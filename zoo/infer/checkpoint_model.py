@@ -19,7 +19,7 @@ import yaml
 
 from ..config import lookup_key
 from ..models import build_model
-from ..models.pretrained import head_keys
+from ..models.classifier import head_keys
 from ..utils.checkpoint_io import CheckpointError, load_checkpoint
 
 logger = logging.getLogger("zoo")

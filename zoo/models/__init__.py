@@ -10,6 +10,10 @@ Importing this package registers every built-in model. Add your own with::
 (or a plain ``@MODEL_REGISTRY.register()`` on a builder function) and load the file with
 CONFIG.EXTRA_MODULES (or --extra-modules). Every built-in model has ``get_classifier()`` /
 ``reset_classifier(num_classes)`` (:class:`ClassifierMixin`, zoo/models/classifier.py).
+
+Layout: registry.py (MODEL_REGISTRY, register_model, model_facts, list_models) imports nothing
+else of zoo.models but facts.py; the family files and weights/ (the published-weights table,
+download, loading, converters) stand on it; build.py (create_model, build_model) stands on both.
 """
 
 # Importing the family modules registers their models.
@@ -24,17 +28,10 @@ from . import (  # noqa: F401
     tsn,
     vmz,
 )
-from .build import (
-    MODEL_REGISTRY,
-    build_model,
-    create_model,
-    list_models,
-    model_facts,
-    parse_model_kwargs,
-    register_model,
-)
+from .build import build_model, create_model, parse_model_kwargs
 from .classifier import ClassifierMixin
 from .facts import ModelFacts
+from .registry import MODEL_REGISTRY, list_models, model_facts, register_model
 
 __all__ = [
     "MODEL_REGISTRY", "ClassifierMixin", "ModelFacts", "build_model", "create_model",

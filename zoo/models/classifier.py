@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 
 import torch.nn as nn
 
-__all__ = ["ClassifierMixin", "classifier_keys", "find_classifier", "new_classifier",
+__all__ = ["ClassifierMixin", "classifier_keys", "find_classifier", "head_keys", "new_classifier",
            "num_outputs", "unwrap"]
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -143,3 +143,14 @@ def classifier_keys(model: nn.Module) -> Tuple[str, ...]:
         prefix = f"{name}." if name else ""
         keys += [prefix + n for n, _ in model.get_submodule(name).named_parameters(recurse=False)]
     return tuple(keys)
+
+
+def head_keys(model: nn.Module) -> Tuple[str, ...]:
+    """State-dict keys of the classifier (``model.get_classifier()``; for a user model without it,
+    the rule of :func:`find_classifier`), then of any auxiliary classifier the model lists (TPN's
+    ``aux_head``). Empty when no classifier can be found: then every tensor must fit as it is
+    (what the pretrained loader and the converters want, where :func:`classifier_keys` raises)."""
+    try:
+        return classifier_keys(model)
+    except ValueError:
+        return ()

@@ -14,7 +14,8 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from .build import create_model, model_facts
+from .build import create_model
+from .registry import model_facts
 
 __all__ = ["count_gflops", "count_params", "facts_input_shape", "measure"]
 

@@ -20,8 +20,8 @@ import torch.nn as nn
 
 # The families whose architectures the aliases build must be registered first.
 from . import r2plus1d, resnet3d, slowfast, tpn, tsn, vmz  # noqa: F401
-from .build import MODEL_REGISTRY, register_model
 from .facts import IMAGENET_MEAN, IMAGENET_STD, ModelFacts, video_facts
+from .registry import MODEL_REGISTRY, register_model
 
 __all__ = ["GLUONCV_BASES", "SUFFIX_CLASSES", "gluoncv_aliases"]
 

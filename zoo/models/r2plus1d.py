@@ -26,9 +26,9 @@ import torch
 import torch.nn as nn
 
 from .blocks3d import init_3d_weights
-from .build import register_model
 from .classifier import ClassifierMixin
 from .facts import video_facts
+from .registry import register_model
 
 __all__ = ["R2Plus1D"]
 

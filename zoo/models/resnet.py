@@ -16,9 +16,9 @@ from typing import Callable, List, Optional, Sequence, Type, Union
 import torch
 import torch.nn as nn
 
-from .build import register_model
 from .classifier import ClassifierMixin
 from .facts import IMAGENET_MEAN, IMAGENET_STD, ModelFacts
+from .registry import register_model
 
 __all__ = ["BasicBlock", "Bottleneck", "ResNet"]
 

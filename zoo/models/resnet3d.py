@@ -21,7 +21,7 @@ State-dict keys: the SlowFast scheme without the pathway prefix (``stem.conv``, 
 ``res{n}.{j}.conv_a`` / ``bn_a`` / ``conv_b`` / ``bn_b`` / ``conv_c`` / ``bn_c``,
 ``res{n}.0.shortcut.{conv,bn}``, ``res{n}.{j}.nonlocal_block.{theta,phi,g,W,bn}``, ``head.proj``);
 320 entries for the R50 nets, like a PySlowFast or PyTorchVideo checkpoint.
-:func:`zoo.models.convert.torchvision.inflate_from_file` (the builders' ``inflate_from`` argument)
+:func:`zoo.models.weights.load.inflate_from_file` (the builders' ``inflate_from`` argument)
 fills them from a 2D ResNet with torchvision keys: each 2D kernel is repeated over the temporal
 kernel and divided by its size, so a static clip gives the 2D logits (exactly with
 ``temporal_pad="replicate"``); non-local blocks keep their identity init.
@@ -35,10 +35,11 @@ import torch
 import torch.nn as nn
 
 from .blocks3d import STAGE_BLOCKS, Stem, block_kernels, init_3d_weights, make_stage
-from .build import register_model
 from .classifier import ClassifierMixin
 from .facts import KINETICS_MEAN, KINETICS_STD, ModelFacts, video_facts
 from .nonlocal_block import NonLocal3d
+from .registry import register_model
+from .weights.load import inflate_from_file
 
 __all__ = ["ResNet3d"]
 
@@ -151,8 +152,6 @@ def _facts(params: int, gflops: float, frames: int, stride: int, **extra: Any) -
 def _inflate(model: ResNet3d, path: str, num_classes: int, args: Dict[str, Any]) -> None:
     """Fill ``model`` from the 2D ResNet in ``path``; non-local blocks (no 2D counterpart) keep
     their fresh identity init, as in gluoncv's inflated I3D-NL nets."""
-    from .convert.torchvision import inflate_from_file
-
     if not any(args.get("nonlocal_blocks", ())):
         inflate_from_file(model, path)
         return

@@ -30,8 +30,9 @@ PySlowFast names map one to one: ``s1.pathway0_stem`` -> ``slow_stem``, ``s1_fus
 -> ``fast_res{n}.{j}.conv_a`` (``a_bn`` -> ``bn_a``), ``branch1`` / ``branch1_bn`` ->
 ``shortcut.conv`` / ``shortcut.bn``, ``head.projection`` -> ``head.proj``. The R50 nets have 662
 state-dict entries and the R101 nets 1274, the same counts as PySlowFast / PyTorchVideo
-checkpoints. ``zoo.models.convert`` maps the PySlowFast, PyTorchVideo and MMAction2 schemes.
-With ``fuse_norm_act=False`` the laterals are bare convs (MMAction2's design; no ``fuse_*.bn``).
+checkpoints. ``zoo.models.weights.convert`` maps the PySlowFast, PyTorchVideo and MMAction2
+schemes. With ``fuse_norm_act=False`` the laterals are bare convs (MMAction2's design; no
+``fuse_*.bn``).
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ import torch
 import torch.nn as nn
 
 from .blocks3d import STAGE_BLOCKS, Bottleneck, Stem, block_kernels, init_3d_weights, make_stage
-from .build import register_model
 from .classifier import ClassifierMixin
 from .facts import KINETICS_MEAN, KINETICS_STD, ModelFacts, video_facts
+from .registry import register_model
 
 __all__ = ["SlowFast", "STAGE_BLOCKS", "Bottleneck"]
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from .build import list_models, model_facts
+from .flops import measure
+from .registry import list_models, model_facts
+from .weights.table import default_tag, entries, table_rows
 
 __all__ = ["alias_rows", "format_alias_table", "format_table", "format_weights_table",
            "model_rows"]
@@ -42,8 +44,6 @@ def model_rows(names: Optional[Sequence[str]] = None,
         params, gflops = facts.get("params"), facts.get("gflops")
         mark_p = mark_g = ""
         if recount and facts:
-            from .flops import measure
-
             got = measure(name)
             mark_p = "" if params == got["params"] else "!"
             mark_g = "" if gflops is not None and abs(gflops - got["gflops"]) < 0.05 else "!"
@@ -63,8 +63,6 @@ def model_rows(names: Optional[Sequence[str]] = None,
 
 def _weight_tags(name: str) -> str:
     """The weights tags of a model, the one ``PRETRAINED True`` means first ("" when none)."""
-    from .weights_table import default_tag, entries
-
     tags, first = list(entries(name)), default_tag(name)
     return ",".join(sorted(tags, key=lambda t: t != first))
 
@@ -99,15 +97,13 @@ def format_table(rows: List[Dict[str, str]], markdown: bool = False) -> str:
 
 
 def format_weights_table(names: Optional[Sequence[str]] = None, markdown: bool = False) -> str:
-    """The published weights per architecture and tag (zoo/models/weights_table.py).
+    """The published weights per architecture and tag (zoo/models/weights/table.py).
 
     Args:
         names: Models to list (default: every architecture with weights); an alias shows its
             base architecture's weights.
         markdown: A Markdown table (docs/models.md) instead of aligned text.
     """
-    from .weights_table import table_rows
-
     rows = table_rows(list(names) if names else None)
     if not rows:
         return "no published weights for " + ", ".join(names or [])

@@ -23,9 +23,9 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import torch.nn as nn
 
-from .build import register_model
 from .classifier import ClassifierMixin
 from .facts import video_facts
+from .registry import register_model
 
 __all__ = ["TORCHVISION_VIDEO_MODELS"]
 

@@ -30,9 +30,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .blocks3d import ConvBN
-from .build import register_model
 from .facts import IMAGENET_MEAN, IMAGENET_STD, video_facts
+from .registry import register_model
 from .resnet3d import ResNet3d
+from .weights.load import inflate_from_file
 
 __all__ = ["TPN", "TPNNeck"]
 
@@ -155,8 +156,6 @@ class TPN(ResNet3d):
 
 def _inflate_backbone(model: TPN, path: str, num_classes: int, args: dict) -> None:
     """Inflate the 2D ResNet in ``path`` into the Slow backbone and head of ``model``."""
-    from .convert.torchvision import inflate_from_file
-
     plain = ResNet3d(num_classes=num_classes, **{k: v for k, v in args.items()
                                                  if k not in ("temporal_scales", "level_pools")})
     inflate_from_file(plain, path)

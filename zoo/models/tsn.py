@@ -16,8 +16,8 @@ from typing import Any, Sequence
 
 import torch
 
-from .build import register_model
 from .facts import IMAGENET_MEAN, IMAGENET_STD, ModelFacts
+from .registry import register_model
 from .resnet import BasicBlock, Bottleneck, ResNet
 
 __all__ = ["TSN"]

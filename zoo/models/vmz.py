@@ -22,9 +22,9 @@ import torch
 import torch.nn as nn
 
 from .blocks3d import init_3d_weights
-from .build import register_model
 from .classifier import ClassifierMixin
 from .facts import IMAGENET_MEAN, IMAGENET_STD, video_facts
+from .registry import register_model
 
 __all__ = ["VMZResNet"]
 

@@ -31,8 +31,8 @@ def user_error_types() -> Tuple[Type[BaseException], ...]:
     from ..data.lists.annotations import AnnotationError
     from ..data.robust import TooManyBadVideos
     from ..launch.topology import LaunchError
-    from ..models.convert.common import ConversionError
     from ..models.weights import WeightsError
+    from ..models.weights.convert.common import ConversionError
     from ..train.checkpoint import CheckpointError
 
     return (ConfigError, AnnotationError, DecodeError, DecoderLibraryError, TooManyBadVideos,

@@ -60,6 +60,15 @@ MOVED: Dict[str, str] = {
     "zoo.data.decode_torchcodec": "zoo.data.decode.torchcodec",
     "zoo.data.decode_frames": "zoo.data.decode.frames",
     "zoo.data.decoders": "zoo.data.decode.registry",
+    "zoo.models.weights_table": "zoo.models.weights.table",
+    "zoo.models.pretrained": "zoo.models.weights.load",
+    "zoo.models.convert": "zoo.models.weights.convert",
+    "zoo.models.convert.common": "zoo.models.weights.convert.common",
+    "zoo.models.convert.gluoncv": "zoo.models.weights.convert.gluoncv",
+    "zoo.models.convert.mmaction2": "zoo.models.weights.convert.mmaction2",
+    "zoo.models.convert.pyslowfast": "zoo.models.weights.convert.pyslowfast",
+    "zoo.models.convert.pytorchvideo": "zoo.models.weights.convert.pytorchvideo",
+    "zoo.models.convert.torchvision": "zoo.models.weights.convert.torchvision",
 }
 
 
@@ -85,6 +94,11 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def install() -> None:
-    """Put the finder on ``sys.meta_path`` once (``import zoo`` does it)."""
+    """Put the finder on ``sys.meta_path`` once (``import zoo`` does it).
+
+    It goes first: a moved package's old submodule names (``zoo.models.convert.common``) would
+    otherwise be found by the path finder inside the new package's folder and run a second copy
+    of the module under the old name. The finder answers only the names in :data:`MOVED`.
+    """
     if not any(isinstance(f, MovedModuleFinder) for f in sys.meta_path):
-        sys.meta_path.append(MovedModuleFinder())
+        sys.meta_path.insert(0, MovedModuleFinder())

@@ -3,7 +3,7 @@
 
 Python::
 
-    from zoo.models.convert import convert_checkpoint
+    from zoo.models.weights.convert import convert_checkpoint
     convert_checkpoint("SLOWFAST_8x8_R50.pyth", "sf.pth", "pyslowfast", "slowfast_8x8_resnet50")
     model = zoo.create_model("slowfast_8x8_resnet50", num_classes=400, pretrained="sf.pth")
 
@@ -24,12 +24,14 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from ...utils.checkpoint_io import (
+from ....utils.checkpoint_io import (
     CheckpointWriteError,
     atomic_save,
     make_checkpoint,
     write_failure,
 )
+from ...classifier import head_keys
+from ...registry import MODEL_REGISTRY, model_facts
 from .common import ConversionError, Layout, Report, Scheme, map_state, read_source
 from .gluoncv import GluonCVScheme
 from .mmaction2 import MMAction2Scheme
@@ -54,10 +56,9 @@ def _scheme(name: str) -> Scheme:
 
 
 def _meta_model(model_name: str, num_classes: int, kwargs: Dict[str, Any]) -> torch.nn.Module:
-    from ..build import create_model
-
-    with torch.device("meta"):  # shapes only: no memory, no init cost
-        return create_model(model_name, num_classes=num_classes, **kwargs)
+    """The registered model built on the meta device: shapes only, no memory, no init cost."""
+    with torch.device("meta"):
+        return MODEL_REGISTRY.get(model_name)(num_classes=num_classes, **kwargs)
 
 
 def convert_state_dict(
@@ -80,9 +81,6 @@ def convert_state_dict(
     Raises:
         ConversionError: when any tensor is left over, missing or of the wrong shape.
     """
-    from ..build import model_facts
-    from ..pretrained import head_keys
-
     sch = _scheme(scheme)
     # A name with a fixed class count (gluoncv's "_sthsthv2", "_kinetics700") is built with it.
     probe = _meta_model(model_name, model_facts(model_name).get("num_classes") or 400,

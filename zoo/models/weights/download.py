@@ -1,7 +1,7 @@
 """Resolving ``MODEL.PRETRAINED`` and downloading published weights into a cache.
 
 ``MODEL.PRETRAINED`` is one of: ``""`` / ``False`` (random init), ``True`` (the architecture's
-default tag), a tag from :mod:`zoo.models.weights_table` (``kinetics400``), an ``http(s)://``
+default tag), a tag from :mod:`zoo.models.weights.table` (``kinetics400``), an ``http(s)://``
 URL, or a local path. A tag or URL is downloaded once into ``$ZOO_HOME/weights`` (default
 ``~/.cache/zoo/weights``), under the URL's host and path, so that a file copied there by hand is
 found too.
@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from .weights_table import WeightsEntry, default_tag, entries
+from .table import WeightsEntry, default_tag, entries
 
 logger = logging.getLogger(__name__)
 

@@ -1,9 +1,10 @@
 """Published weights by architecture and tag: the publisher's URL, file format and hash.
 
 ``CONFIG.MODEL.PRETRAINED kinetics400`` (or ``True``, the architecture's default tag) looks the
-model up here; :mod:`zoo.models.weights` downloads the file and :mod:`zoo.models.pretrained`
-converts it from its format in memory. Only files a zoo converter reads are listed, and only URLs
-found in the publisher's own code or documentation; the comment above each group says where.
+model up here; :mod:`zoo.models.weights.download` downloads the file and
+:mod:`zoo.models.weights.load` converts it from its format in memory. Only files a zoo converter
+reads are listed, and only URLs found in the publisher's own code or documentation; the comment
+above each group says where.
 
 Not listed, and why:
 
@@ -31,10 +32,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from ..registry import MODEL_REGISTRY, model_facts
+
 __all__ = ["WeightsEntry", "WEIGHTS", "DEFAULT_TAGS", "FORMATS", "GLUONCV_SHA1", "HASH_ALGOS",
            "base_architecture", "default_tag", "entries", "register_alias", "table_rows"]
 
-# File formats pretrained.py recognises (and converts with zoo.models.convert).
+# File formats load.py recognises (and converts with zoo.models.weights.convert).
 FORMATS = ("zoo", "pyslowfast", "pytorchvideo", "mmaction2", "torchvision", "gluoncv")
 
 # Hash algorithms the download check knows (hashlib names).
@@ -190,8 +193,8 @@ DEFAULT_TAGS: Dict[str, str] = {
 # gluoncv.torch's own PyTorch weights (gluoncv/torch/model_zoo/model_store.py, gluoncv
 # 0.10.5.post0: _model_sha1, apache_repo_url + "torch/models/{name}-{sha1[:8]}.pth"; its
 # action-recognition builders load get_model_file(NAME)). Keys are gluoncv's
-# (zoo.models.convert.gluoncv). Each is listed under gluoncv's model name, tagged by the name's
-# suffix (kinetics400, kinetics700, sthsthv2), which PRETRAINED True then means.
+# (zoo.models.weights.convert.gluoncv). Each is listed under gluoncv's model name, tagged by the
+# name's suffix (kinetics400, kinetics700, sthsthv2), which PRETRAINED True then means.
 _GCV = "https://apache-mxnet.s3-accelerate.dualstack.amazonaws.com/torch/models/"
 _GCV_SRC = "gluoncv 0.10.5.post0 gluoncv/torch/model_zoo/model_store.py"
 GLUONCV_SHA1: Dict[str, str] = {
@@ -287,8 +290,6 @@ def base_architecture(name: str) -> str:
 
 
 def _fact_base(name: str) -> Optional[str]:
-    from .build import MODEL_REGISTRY, model_facts
-
     if name not in MODEL_REGISTRY.names():
         return None
     facts = model_facts(name)
@@ -299,8 +300,6 @@ def _inherits_video_weights(name: str) -> bool:
     """False for an alias whose input or layers differ from its base's (its ``inherits_weights``
     fact): the base's video-trained files have the right shapes but were trained for another
     net, so only image-trained (input-agnostic, inflated) files carry over."""
-    from .build import MODEL_REGISTRY, model_facts
-
     return name not in MODEL_REGISTRY.names() or model_facts(name).get("inherits_weights", True)
 
 

@@ -1,11 +1,12 @@
 """Loading pretrained weights into a model, re-initialising a head whose class count differs.
 
 The source is what ``MODEL.PRETRAINED`` names (a local file, a weights tag, ``True`` or a URL;
-:mod:`zoo.models.weights` resolves and downloads it). The file is read with
+:mod:`zoo.models.weights.download` resolves and downloads it). The file is read with
 ``torch.load(weights_only=True)``; its format is told from its keys (:func:`detect_format`):
 zoo's own keys (which torchvision files share for the models that mirror torchvision) load as
 they are, PySlowFast / PyTorchVideo / MMAction2 / torchvision-ResNet / gluoncv.torch keys are
-converted in memory by :mod:`zoo.models.convert`.
+converted in memory by :mod:`zoo.models.weights.convert`. :func:`inflate_from_file` loads a 2D
+ResNet file into a 3D ResNet (the ``inflate_from`` argument of the Slow / I3D / TPN builders).
 """
 
 from __future__ import annotations
@@ -13,15 +14,22 @@ from __future__ import annotations
 import logging
 import os
 from collections import defaultdict
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import torch
 import torch.nn as nn
 
-from .classifier import classifier_keys
-from .weights import WeightsError
+from ..classifier import head_keys
+from .convert import SCHEMES
+from .convert.common import Layout, map_state
+from .convert.gluoncv import looks_like_gluoncv
+from .convert.torchvision import inflate_state_dict
+from .download import WeightsError, fetch, resolve_pretrained
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["detect_format", "head_keys", "inflate_from_file", "load_pretrained", "load_state",
+           "read_state_dict", "to_model_keys"]
 
 
 # Dict keys that hold the model state in each project's checkpoint file, tried in order.
@@ -74,8 +82,6 @@ def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
         return "pyslowfast"
     if any(k.startswith(("backbone.", "cls_head.")) for k in keys):
         return "mmaction2"
-    from .convert.gluoncv import looks_like_gluoncv
-
     if looks_like_gluoncv(keys, state):  # before torchvision: gluoncv's Slow has its layer names
         return "gluoncv"
     if "conv1.weight" in state and any(k.startswith("layer1.") for k in keys):
@@ -90,9 +96,6 @@ def to_model_keys(state: Dict[str, torch.Tensor], model: nn.Module, fmt: str,
     """``state`` (in format ``fmt``) renamed and reshaped to ``model``'s keys, in memory."""
     if fmt == "zoo":
         return state
-    from .convert import SCHEMES
-    from .convert.common import Layout, map_state
-
     layout = Layout.from_shapes({k: v.shape for k, v in model.state_dict().items()},
                                 head_keys(model))
     converted, report = map_state(SCHEMES[fmt], state, layout)
@@ -100,17 +103,6 @@ def to_model_keys(state: Dict[str, torch.Tensor], model: nn.Module, fmt: str,
         logger.warning("%s: %s", source, line)
     logger.info("%s: converted %d %s tensors", source, report.num_source, fmt)
     return converted
-
-
-def head_keys(model: nn.Module) -> Tuple[str, ...]:
-    """State-dict keys of the classifier (``model.get_classifier()``; for a user model without it,
-    the rule of :func:`zoo.models.classifier.find_classifier`), then of any auxiliary classifier
-    the model lists (TPN's ``aux_head``). Empty when no classifier can be found: then every
-    tensor must fit as it is."""
-    try:
-        return classifier_keys(model)
-    except ValueError:
-        return ()
 
 
 def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = None) -> None:
@@ -122,8 +114,6 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
             tag, ``True`` / ``False``, or a URL (downloaded into the cache once).
         model_name: The registered name of ``model``, for tags and ``True``.
     """
-    from .weights import fetch, resolve_pretrained
-
     expected, new_head = None, False
     if model_name is not None:
         source = resolve_pretrained(path, model_name)
@@ -194,3 +184,15 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
     for group, items in skipped.items():
         logger.warning("%s: re-initialised %s (checkpoint had %s)", source, group, ", ".join(items))
     logger.info("loaded %d tensors from %s", len(load), source)
+
+
+def inflate_from_file(model: nn.Module, path: str) -> None:
+    """Load ``model`` (a zoo ``ResNet3d``) with the 2D ResNet weights in ``path``, inflated
+    (:func:`zoo.models.weights.convert.torchvision.inflate_state_dict`).
+
+    Args:
+        model: The 3D model, changed in place.
+        path: A torchvision ``resnet50`` state-dict file or a zoo checkpoint of ``resnet50``.
+    """
+    load_state(model, inflate_state_dict(model, read_state_dict(path)), source=path)
+    logger.info("inflated %s from the 2D weights in %s", type(model).__name__, path)

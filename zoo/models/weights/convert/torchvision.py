@@ -16,16 +16,14 @@ SlowFast has no 2D counterpart for its fast pathway and laterals, so it is not a
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Callable, Optional, Sequence
 
 import torch
 import torch.nn as nn
 
+from ...classifier import head_keys
 from .common import PARAM, Layout, Scheme, map_state
-
-logger = logging.getLogger(__name__)
 
 _BLOCK = {"conv1": "conv_a", "bn1": "bn_a", "conv2": "conv_b", "bn2": "bn_b",
           "conv3": "conv_c", "bn3": "bn_c", "downsample.0": "shortcut.conv",
@@ -68,25 +66,11 @@ class TorchvisionScheme(Scheme):
 def inflate_state_dict(model: nn.Module, state_2d: dict) -> dict:
     """The 3D state dict for ``model`` (a zoo ``ResNet3d``) inflated from a 2D ResNet's tensors.
 
-    The head keeps the 2D class count; :func:`zoo.models.pretrained.load_state` skips it when it
-    differs from the model's.
+    The head keeps the 2D class count; :func:`zoo.models.weights.load.load_state` skips it when
+    it differs from the model's (:func:`zoo.models.weights.load.inflate_from_file` reads a file
+    and loads it so).
     """
-    from ..pretrained import head_keys
-
     shapes = {k: v.shape for k, v in model.state_dict().items()}
     layout = Layout.from_shapes(shapes, head_keys(model))
     state, _ = map_state(TorchvisionScheme(), state_2d, layout)
     return state
-
-
-def inflate_from_file(model: nn.Module, path: str) -> None:
-    """Load ``model`` (a zoo ``ResNet3d``) with the 2D ResNet weights in ``path``, inflated.
-
-    Args:
-        model: The 3D model, changed in place.
-        path: A torchvision ``resnet50`` state-dict file or a zoo checkpoint of ``resnet50``.
-    """
-    from ..pretrained import load_state, read_state_dict
-
-    load_state(model, inflate_state_dict(model, read_state_dict(path)), source=path)
-    logger.info("inflated %s from the 2D weights in %s", type(model).__name__, path)
