@@ -1,8 +1,8 @@
 """Testing reads the model from the checkpoint; YAML keys zoo uses are never dropped as gluoncv's.
 
-Issue 11: a TSN run's NUM_SEGMENT was thrown away as an "unused gluoncv key"; a class count that
-differs between config and checkpoint gave torch's raw size mismatch; a fine-tuned run could not
-be tested once its MODEL.PRETRAINED file was gone.
+A TSN run's NUM_SEGMENT is kept (not dropped as an "unused gluoncv key"); a class count that
+differs between config and checkpoint is a one-line error, not torch's raw size mismatch; a
+fine-tuned run can be tested once its MODEL.PRETRAINED file is gone.
 """
 
 import json

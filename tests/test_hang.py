@@ -1,4 +1,4 @@
-"""Hung ranks (issue 14): the heartbeat names a silent rank and ends the job; a slow one is left be.
+"""Hung ranks: the heartbeat names a silent rank and ends the job; a slow one is left be.
 
 The first tests run heartbeat threads in this process against a real TCPStore (seconds); the
 others start real jobs and SIGSTOP one worker (slow tier).

@@ -401,7 +401,7 @@ def test_unknown_format_is_one_line(server, tmp_path):
         zoo.create_model(TINY, num_classes=5, pretrained=server.url + "/f/x.pth")
 
 
-# ----------------------------------------------------------------------------- the issue's case
+# --------------------------------------- one weights URL, two processes, one download
 _LOADER = textwrap.dedent("""
     import logging, sys, torch
     from zoo.config import load_config
