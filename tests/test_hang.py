@@ -61,11 +61,29 @@ def _wait(cond, limit_s):
     return True
 
 
+def _seen_step(watcher):
+    """The step in the last beat ``watcher`` read from the rank it watches, else None."""
+    beat = watcher._beat
+    return (beat["epoch"], beat["iter"]) if beat else None
+
+
+def _rounds_after(ranks, seconds, limit_s=30):
+    """Wait until ``seconds`` have passed and every rank in ``ranks`` has then begun two more beat
+    rounds, i.e. each has judged its neighbour at least once with that much time gone; False if a
+    rank stopped beating (it ended) or ``limit_s`` ran out."""
+    until = time.monotonic() + seconds
+    if not _wait(lambda: time.monotonic() >= until, seconds + limit_s):
+        return False
+    seqs = [hb._seq for hb in ranks]
+    return _wait(lambda: all(hb._seq >= seq + 2 for hb, seq in zip(ranks, seqs)), limit_s)
+
+
 def test_a_silent_rank_is_named_with_its_node_host_and_last_step(store):
     ranks = _ranks(store, 3)
     try:
         ranks[1].step = (2, 140)  # what trainer.note_step records after epoch 2 iteration 140
-        time.sleep(1.2)  # two beats carry it
+        # Its watcher (rank 0) has read a beat that carries it.
+        assert _wait(lambda: _seen_step(ranks[0]) == (2, 140), 30), ranks[0]._beat
         _freeze(ranks[1])
         frozen_at = time.monotonic()
         live = [ranks[0], ranks[2]]
@@ -92,7 +110,9 @@ def test_a_rank_that_finished_is_not_hung_and_its_successor_is_still_watched(sto
     ranks = _ranks(store, 3)
     try:
         ranks[1].stop()  # finished normally: marks itself done
-        time.sleep(TIMEOUT_S + 1.5)
+        assert _wait(lambda: ranks[0]._target == 2, 30)  # rank 0 skipped the finished rank 1
+        # Longer than HANG_TIMEOUT later, with rounds of both live ranks in between: no report.
+        _rounds_after([ranks[0], ranks[2]], TIMEOUT_S + 1.5)
         assert [hb.ended for hb in ranks] == [None, None, None]
         assert heartbeat.read_report(store) is None
         assert ranks[0]._target == 2  # rank 0 skipped the finished rank 1
@@ -109,9 +129,10 @@ class _GatedStore:
     """A store whose ``set`` waits for ``gate``: a watcher stuck in a store call (or paused)."""
 
     def __init__(self, store):
-        self.store, self.gate = store, threading.Event()
+        self.store, self.gate, self.entered = store, threading.Event(), threading.Event()
 
     def set(self, key, value):
+        self.entered.set()
         self.gate.wait()
         return self.store.set(key, value)
 
@@ -127,15 +148,19 @@ def test_a_watcher_that_was_held_up_itself_does_not_blame_its_neighbour(store):
     try:
         watcher, neighbour = ranks
         watcher.store = _GatedStore(watcher.store)
-        time.sleep(watcher.interval * 2)  # rank 0 is now waiting in set()
+        assert watcher.store.entered.wait(30)  # rank 0 is waiting in set()
         _freeze(neighbour)
-        time.sleep(TIMEOUT_S + 1.0)
+        time.sleep(TIMEOUT_S + 1.0)  # both held up longer than HANG_TIMEOUT (at least this long)
         neighbour._stop.clear()
         neighbour._changed = time.monotonic()  # what its own pause check does in a real process
         neighbour._thread = threading.Thread(target=neighbour._run, daemon=True)
         neighbour._thread.start()
         watcher.store.gate.set()
-        time.sleep(TIMEOUT_S / 2)
+        # Rank 0 has read a beat its neighbour sent after coming back, and judged it: no report.
+        back = neighbour._seq
+        assert _wait(lambda: watcher._beat is not None and watcher._beat["seq"] > back
+                     or watcher.ended is not None, 30)
+        _rounds_after([watcher], 0)
         assert watcher.ended is None and neighbour.ended is None, watcher.ended or neighbour.ended
         _freeze(neighbour)  # and a real silence after that is still caught
         assert _wait(lambda: watcher.ended is not None, TIMEOUT_S + 4)
@@ -256,7 +281,14 @@ def _stop_rank_in_training(procs, log, rank_log):
         time.sleep(0.2)
     pid = _worker_with_log(str(rank_log))
     assert pid is not None
-    time.sleep(2.0)  # a few beats (every 0.6 s) carry a finished step by now
+    # A few beats (every 0.6 s) carry a finished step: wait until the rank itself has logged
+    # 8 more steps (each sleeps >= 0.25 s in its forward), whatever the machine's load.
+    steps = len(re.findall(r"epoch \d+ iter \d+/", rank_log.read_text()))
+    deadline = time.monotonic() + 150
+    while len(re.findall(r"epoch \d+ iter \d+/", rank_log.read_text())) < steps + 8:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+            "training stopped:\n" + "\n".join(out for _, out in _finish(procs, 5))
+        time.sleep(0.2)
     os.kill(pid, signal.SIGSTOP)
     return pid
 

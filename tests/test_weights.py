@@ -9,6 +9,7 @@ real PyTorchVideo package (a test-only dependency), not from zoo.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import socket
 import subprocess
@@ -341,7 +342,8 @@ def _hold_lock(dest, part=True):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="fcntl locks")
-def test_waiters_take_over_when_the_downloader_dies(server, tmp_path):
+def test_waiters_take_over_when_the_downloader_dies(server, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="zoo.models.weights")
     body = _file_bytes({"model": _tiny_state()}, tmp_path)
     server.files["/w/d.pth"] = body
     src = resolve_pretrained(server.url + "/w/d.pth", TINY)
@@ -349,7 +351,10 @@ def test_waiters_take_over_when_the_downloader_dies(server, tmp_path):
     result = {}
     waiter = threading.Thread(target=lambda: result.setdefault("path", fetch(src)))
     waiter.start()
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60  # until the waiter says it waits on the lock
+    while not any("waiting for another process" in r.getMessage() for r in caplog.records):
+        assert waiter.is_alive() and time.monotonic() < deadline, result
+        time.sleep(0.05)
     assert waiter.is_alive() and not server.requests  # waiting on the lock, not downloading
     holder.kill()
     holder.wait()
