@@ -248,9 +248,9 @@ def toy_sleepy(num_classes=10, **kwargs):
 
 
 def _job_args(tmp_path, synth_root, hang_timeout, epochs, port):
-    from test_multinode import _toy_args
+    from helpers import toy_args
 
-    return _toy_args(tmp_path, synth_root, model="toy_sleepy", model_src=SLEEPY_MODEL,
+    return toy_args(tmp_path, synth_root, model="toy_sleepy", model_src=SLEEPY_MODEL,
                      epochs=epochs, procs=2) + [
         "DDP_CONFIG.HANG_TIMEOUT", str(hang_timeout), "DDP_CONFIG.INIT_TIMEOUT", "60",
         "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}"]
@@ -272,12 +272,12 @@ def _worker_with_log(log_name):
 
 def _stop_rank_in_training(procs, log, rank_log):
     """Wait until ``log`` shows a step, SIGSTOP the process writing ``rank_log``; its pid."""
-    from test_multinode import _finish
+    from helpers import finish_processes
 
     deadline = time.monotonic() + 150
     while not (log.exists() and "epoch 2 iter 1/" in log.read_text()):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
-            "training did not start:\n" + "\n".join(out for _, out in _finish(procs, 5))
+            "training did not start:\n" + "\n".join(out for _, out in finish_processes(procs, 5))
         time.sleep(0.2)
     pid = _worker_with_log(str(rank_log))
     assert pid is not None
@@ -287,7 +287,7 @@ def _stop_rank_in_training(procs, log, rank_log):
     deadline = time.monotonic() + 150
     while len(re.findall(r"epoch \d+ iter \d+/", rank_log.read_text())) < steps + 8:
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
-            "training stopped:\n" + "\n".join(out for _, out in _finish(procs, 5))
+            "training stopped:\n" + "\n".join(out for _, out in finish_processes(procs, 5))
         time.sleep(0.2)
     os.kill(pid, signal.SIGSTOP)
     return pid
@@ -307,7 +307,7 @@ def test_a_slow_healthy_job_under_torchrun_is_not_ended(tmp_path, synth_root):
     """Steps longer than the beat interval, and a first step longer than HANG_TIMEOUT itself: the
     heartbeat thread keeps beating, so the job trains to the end. Under torchrun, whose store
     (env://) the heartbeat finds by itself."""
-    from test_multinode import _finish, _start
+    from helpers import finish_processes, start_process
 
     hang_s = 3  # beats every 0.5 s; every step sleeps 1 s, the first one 5 s
     torchrun = shutil.which("torchrun")
@@ -315,7 +315,8 @@ def test_a_slow_healthy_job_under_torchrun_is_not_ended(tmp_path, synth_root):
     args = _job_args(tmp_path, synth_root, hang_s, epochs=1, port=0)[:-2]  # no DIST_URL
     cmd = [*launcher, "--standalone", "--nproc_per_node", "2",
            os.path.join(ROOT, "tools", "train_ddp.py"), *args]
-    [(rc, out)] = _finish([_start(cmd, env={"SLEEP": "1.0", "FIRST_SLEEP": "5"})], timeout=240)
+    [(rc, out)] = finish_processes([start_process(cmd, env={"SLEEP": "1.0", "FIRST_SLEEP": "5"})],
+                                   timeout=240)
     assert rc == 0, out
     assert "sent no heartbeat" not in out
     assert f"a rank silent for {hang_s} s ends the job" in out  # it was on (rank 0's console)
@@ -331,18 +332,18 @@ def test_a_sigstopped_worker_ends_the_whole_job_naming_its_rank(tmp_path, synth_
     """Must-show 3. Two launchers on this host: node 0 runs ranks 0 and 1, node 1 runs rank 2.
     Rank 1 is SIGSTOPped mid-epoch: rank 0 reports it, node 0's launcher kills it and prints the
     report, node 1 stops on it too; all within HANG_TIMEOUT + 10 s, nothing left running."""
-    from test_multinode import _error_line, _finish, _free_port, _toy_args, _two_nodes_here
+    from helpers import error_line, finish_processes, free_port, toy_args, two_nodes_here
 
     hang_s = 6
-    args = _toy_args(tmp_path, synth_root, model="toy_sleepy", model_src=SLEEPY_MODEL,
+    args = toy_args(tmp_path, synth_root, model="toy_sleepy", model_src=SLEEPY_MODEL,
                      epochs=50) + ["DDP_CONFIG.HANG_TIMEOUT", str(hang_s),
                                    "DDP_CONFIG.INIT_TIMEOUT", "60"]
-    procs = _two_nodes_here(args, _free_port(), node_args=(("DDP_CONFIG.NUM_CPU_PROCS", "2"), ()))
+    procs = two_nodes_here(args, free_port(), node_args=(("DDP_CONFIG.NUM_CPU_PROCS", "2"), ()))
     run = tmp_path / "runs" / "job"
     pid = _stop_rank_in_training(procs, run / "log_rank2.txt", run / "log_rank1.txt")
     stopped_at = time.monotonic()
     try:
-        (rc0, out0), (rc1, out1) = _finish(procs, timeout=hang_s + 60)
+        (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=hang_s + 60)
         took = time.monotonic() - stopped_at
     finally:
         _assert_gone(pid)
@@ -353,7 +354,7 @@ def test_a_sigstopped_worker_ends_the_whole_job_naming_its_rank(tmp_path, synth_
               re.findall(r"epoch (\d+) iter (\d+)/", (run / "log_rank1.txt").read_text())]
     named = f"rank 1 (node 0, {socket.gethostname()}) sent no heartbeat for {hang_s} s; "
     for out in (out0, out1):
-        line = _error_line(out)
+        line = error_line(out)
         assert named in line, f"{line!r} does not contain {named!r}"
         step = re.search(r"the last step it reported was epoch (\d+) iter (\d+) ", line)
         assert step and tuple(map(int, step.groups())) in logged[-3:], (line, logged[-3:])
