@@ -48,7 +48,7 @@ SETS: dict[str, dict[str, Any]] = {
     "1080p-hevc": {"seconds": 6, "height": 1080, "width": 1920, "fps": 30, "gop": 30,
                    "codec": "libx265", "preset": "ultrafast", "fresh": 0.0, "copies": 5},
 }
-# The bar for zoo's defaults against the best peer, per set.
+# The target ratio of zoo's defaults against the best peer, per set (the benchmark's pass bar).
 BARS = {"kinetics": 1.0, "1080p-h264": 1.5, "1080p-hevc": 1.5}
 
 

@@ -38,7 +38,7 @@ CONTAINERS = {
     "webm": ("libvpx-vp9", {"deadline": "realtime", "cpu-used": "8", "b": "400k"}, 0),
     "avi": ("mpeg4", {"qscale": "4"}, 2),  # MPEG-4 Part 2 with B-frames, as DivX/Xvid write it
 }
-# The bar: one 32-frame clip from a 5-minute 720p video, process peak below this (MB).
+# The memory bar: one 32-frame clip from a 5-minute 720p video, process peak below this (MB).
 LONG_CLIP_RSS_LIMIT_MB = 400
 # The library a reader imports when it opens a file, by decoder name (PyAV comes with the module).
 _LIBRARY = {"opencv": "cv2", "frames": "cv2", "image": "cv2", "decord": "decord",

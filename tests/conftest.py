@@ -1,5 +1,13 @@
-"""Shared fixtures: a tiny generated dataset and a toy model file (helpers are in helpers.py), and
-the skip of ``cuda``-marked tests where no CUDA GPU is visible."""
+"""Shared fixtures: a tiny generated dataset, a toy model file, a loopback weights server and a
+private ZOO_HOME, two network namespaces (helpers are in helpers.py), and the skip of
+``cuda``-marked tests where no CUDA GPU is visible."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from helpers import TOY_MODEL
@@ -31,3 +39,107 @@ def toy_model_file(tmp_path):
     path = tmp_path / "toy_models.py"
     path.write_text(TOY_MODEL)
     return str(path)
+
+
+class WeightsServerHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+    def do_GET(self):
+        srv = self.server
+        srv.requests.append((self.path, self.headers.get("Range")))
+        body = srv.files.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+        start, rng = 0, self.headers.get("Range")
+        if rng and self.headers.get("If-Range") in (None, etag):
+            start = int(rng.split("=")[1].split("-")[0])
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.send_header("ETag", etag)
+        self.end_headers()
+        if srv.gate is not None:
+            srv.gate()
+        payload = body[start:]
+        if srv.cut.get(self.path, 0) > 0:  # close the connection halfway through the body
+            srv.cut[self.path] -= 1
+            payload = payload[: len(payload) // 2]
+        self.wfile.write(payload)
+
+
+@pytest.fixture()
+def server():
+    """A loopback HTTP server of weights files: ``files`` (path -> bytes), ``requests`` (path,
+    Range) seen, ``cut`` (path -> how many responses to cut halfway), ``gate`` (called before a
+    body is sent), ``url``."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), WeightsServerHandler)
+    srv.daemon_threads = True
+    srv.files, srv.requests, srv.cut, srv.gate = {}, [], {}, None
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture()
+def zoo_home(tmp_path, monkeypatch):
+    """A private ZOO_HOME (weights cache) and no weights mirror; test_weights.py and
+    test_gluoncv_weights.py use it for every test."""
+    home = tmp_path / "zoo_home"
+    monkeypatch.setenv("ZOO_HOME", str(home))
+    monkeypatch.delenv("ZOO_WEIGHTS_MIRROR", raising=False)
+    return home
+
+
+def _ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=20)
+
+
+@pytest.fixture()
+def two_netns():
+    """Two network namespaces joined by a veth pair: [(name, address), ...]; no default route.
+
+    Inside them the hostnames ``node-a`` / ``node-b`` resolve to the two addresses
+    (``ip netns exec`` mounts ``/etc/netns/<name>/hosts`` over ``/etc/hosts``).
+    """
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 (ip) is not installed, so no network namespaces")
+    tag = os.getpid() % 100000
+    names, addrs = [f"zoo{tag}a", f"zoo{tag}b"], ["10.77.0.1", "10.77.0.2"]
+    created = []
+    try:
+        for name in names:
+            _ip("netns", "add", name)
+            created.append(name)
+    except (subprocess.CalledProcessError, OSError) as e:
+        for name in created:
+            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+        reason = getattr(e, "stderr", "") or str(e)
+        pytest.skip(f"network namespaces are refused here ({reason.strip()})")
+    try:
+        veths = [f"zv{tag}a", f"zv{tag}b"]
+        _ip("link", "add", veths[0], "type", "veth", "peer", "name", veths[1])
+        for name, veth, addr in zip(names, veths, addrs):
+            _ip("link", "set", veth, "netns", name)
+            _ip("-n", name, "addr", "add", f"{addr}/24", "dev", veth)
+            _ip("-n", name, "link", "set", veth, "up")
+            _ip("-n", name, "link", "set", "lo", "up")
+            os.makedirs(f"/etc/netns/{name}", exist_ok=True)
+            with open(f"/etc/netns/{name}/hosts", "w") as f:
+                f.write(f"127.0.0.1 localhost\n{addrs[0]} node-a\n{addrs[1]} node-b\n")
+        yield list(zip(names, addrs))
+    finally:
+        for name in created:  # deleting a namespace deletes its end of the veth pair too
+            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+            shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+        try:
+            os.rmdir("/etc/netns")  # only if nothing else uses it
+        except OSError:
+            pass

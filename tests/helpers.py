@@ -1,10 +1,15 @@
 """What several test files share: the repository root, a toy model file's source, overrides for
 a tiny run on generated data, running a tool as a user would, running a function on two gloo
-ranks, and a model's cross-entropy gradients (``from helpers import ...``)."""
+ranks, a model's cross-entropy gradients, reference checkpoint key schemes (SlowFast's tensors in
+PySlowFast's / MMAction2's / gluoncv's layouts), gluoncv's config names, and starting and finishing
+launcher processes (``from helpers import ...``). Shared fixtures are in conftest.py."""
 
 import os
+import re
+import socket
 import subprocess
 import sys
+from typing import Iterator, Optional, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -113,3 +118,310 @@ def cross_entropy_grads(model, x, y):
     model.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     return [p.grad.detach().clone() for p in model.parameters()]
+
+
+# ----------------------------------------- checkpoint key schemes (test_convert, test_weights)
+BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
+PATHS = ("slow", "fast")
+# One tensor of the architecture: (what, pathway, stage 0..3, block, part, param) -> shape.
+Entry = Tuple[str, int, int, int, str, str]
+
+
+def slowfast_entries(depth: int = 50, alpha: int = 4, k: int = 7, width: int = 64,
+                     beta: int = 8, ratio: int = 2, classes: int = 400,
+                     temp_blocks: Optional[Sequence[int]] = None,
+                     ) -> Iterator[Tuple[Entry, Tuple[int, ...]]]:
+    """Every tensor of a PySlowFast SlowFast, with its shape, from the paper's layer table."""
+    blocks = {18: (2, 2, 2, 2), 50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}[depth]
+    widths = (width, width // beta)
+    stem_kt, stage_kt = (1, 5), ((1, 3), (1, 3), (3, 3), (3, 3))
+
+    def conv_bn(what, p, i, j, part, conv_shape, bn=True):
+        yield (what, p, i, j, part, "conv.weight"), conv_shape
+        for param in BN if bn else ():
+            yield (what, p, i, j, part, f"bn.{param}"), (conv_shape[0],) if param[0] != "n" else ()
+
+    for p in (0, 1):
+        yield from conv_bn("stem", p, -1, -1, "", (widths[p], 3, stem_kt[p], 7, 7))
+    yield from conv_bn("fuse", -1, 0, -1, "", (ratio * widths[1], widths[1], k, 1, 1))
+    c_in = [widths[0] + ratio * widths[1], widths[1]]
+    for i, n in enumerate(blocks):
+        for p in (0, 1):
+            inner = widths[p] * 2**i
+            for j in range(n):
+                kt = stage_kt[i][p] if temp_blocks is None or j < temp_blocks[i] else 1
+                cin = c_in[p] if j == 0 else 4 * inner
+                yield from conv_bn("block", p, i, j, "a", (inner, cin, kt, 1, 1))
+                yield from conv_bn("block", p, i, j, "b", (inner, inner, 1, 3, 3))
+                yield from conv_bn("block", p, i, j, "c", (4 * inner, inner, 1, 1, 1))
+                if j == 0:
+                    yield from conv_bn("block", p, i, j, "short", (4 * inner, cin, 1, 1, 1))
+        c_in = [4 * widths[0] * 2**i, 4 * widths[1] * 2**i]
+        if i < 3:
+            yield from conv_bn("fuse", -1, i + 1, -1, "", (ratio * c_in[1], c_in[1], k, 1, 1))
+            c_in[0] += ratio * c_in[1]
+    yield ("head", -1, -1, -1, "", "weight"), (classes, c_in[0] + c_in[1])
+    yield ("head", -1, -1, -1, "", "bias"), (classes,)
+
+
+def mmaction2_key(e: Entry) -> Optional[str]:
+    """MMAction2's key, or None for the lateral BNs MMAction2 does not have."""
+    what, p, i, j, part, param = e
+    path = f"backbone.{PATHS[p]}_path"
+    if what == "stem":
+        return f"{path}.conv1.{param}"
+    if what == "fuse":
+        lateral = "conv1_lateral" if i == 0 else f"layer{i}_lateral"
+        return f"backbone.slow_path.{lateral}.{param}" if param.startswith("conv.") else None
+    if what == "block":
+        name = {"a": "conv1", "b": "conv2", "c": "conv3", "short": "downsample"}[part]
+        return f"{path}.layer{i + 1}.{j}.{name}.{param}"
+    return f"cls_head.fc_cls.{param}"
+
+
+def single_pathway_key(scheme: str, key: str) -> str:
+    """A zoo Slow/I3D key written in PySlowFast's or MMAction2's documented scheme."""
+    sub = {"conv_a": "a", "conv_b": "b", "conv_c": "c", "shortcut.conv": "short"}
+    m = re.match(r"^(stem|res(\d)\.(\d+))\.(.+)\.(\w+)$", key)
+    if key.startswith("head.proj."):
+        return key.replace("head.proj", {"pyslowfast": "head.projection",
+                                         "mmaction2": "cls_head.fc_cls"}[scheme])
+    part, param = m.group(4), m.group(5)
+    if scheme == "pyslowfast":
+        if m.group(1) == "stem":
+            return f"s1.pathway0_stem.{part}.{param}"
+        bn = part.startswith("bn") or part == "shortcut.bn"
+        bns = {"bn_a": "a", "bn_b": "b", "bn_c": "c", "shortcut.bn": "short"}
+        base = bns.get(part) or sub[part]
+        name = "branch1" if base == "short" else f"branch2.{base}"
+        return f"s{m.group(2)}.pathway0_res{m.group(3)}.{name}{'_bn' if bn else ''}.{param}"
+    if m.group(1) == "stem":
+        return f"backbone.conv1.{part}.{param}"
+    mm = {"conv_a": "conv1.conv", "bn_a": "conv1.bn", "conv_b": "conv2.conv", "bn_b": "conv2.bn",
+          "conv_c": "conv3.conv", "bn_c": "conv3.bn", "shortcut.conv": "downsample.conv",
+          "shortcut.bn": "downsample.bn"}[part]
+    return f"backbone.layer{int(m.group(2)) - 1}.{m.group(3)}.{mm}.{param}"
+
+
+def calibrated(model, x):
+    """Random BN affine params and running stats from one batch, so logits are O(1) and every
+    residual branch contributes (a fresh net's zero-init gammas would hide mapping errors)."""
+    import torch
+    import torch.nn as nn
+
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm3d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+                m.momentum = 1.0
+        model.train()(list(x) if isinstance(x, list) else x)
+    return model.eval()
+
+
+# ----------------------------------------------------------------------------- gluoncv's layout
+_BLOCK = {"conv_a": "conv1", "bn_a": "bn1", "conv_b": "conv2", "bn_b": "bn2", "conv_c": "conv3",
+          "bn_c": "bn3", "shortcut.conv": "downsample.0", "shortcut.bn": "downsample.1"}
+_TPN = {
+    "neck.spatial.conv": "TPN_neck.spatial_modulation.spatial_modulation.0.0.conv",
+    "neck.spatial.bn": "TPN_neck.spatial_modulation.spatial_modulation.0.0.bn",
+    "neck.pyramid_fusion.conv": "TPN_neck.pyramid_fusion_op.0",
+    "neck.pyramid_fusion.bn": "TPN_neck.pyramid_fusion_op.1",
+    "aux_head.0.conv": "TPN_neck.aux_head.convs.conv",
+    "aux_head.0.bn": "TPN_neck.aux_head.convs.bn",
+    "aux_head.1": "TPN_neck.aux_head.fc",
+    "head.proj": "fc",
+}
+for _i in range(2):
+    _TPN[f"neck.temporal.{_i}.0"] = f"TPN_neck.temporal_modulation_ops.{_i}.conv"
+    _TPN[f"neck.downsample.{_i}"] = f"TPN_neck.downsampling_ops.{_i}.conv"
+    for _zoo, _gcv in (("bottom_up_fusion", "level_fusion_op"),
+                       ("top_down_fusion", "level_fusion_op2")):
+        _TPN[f"neck.{_zoo}.convs.{_i}.0"] = f"TPN_neck.{_gcv}.ops.{_i}.conv"
+        _TPN[f"neck.{_zoo}.convs.{_i}.1"] = f"TPN_neck.{_gcv}.ops.{_i}.norm"
+        _TPN[f"neck.{_zoo}.fuse.conv"] = f"TPN_neck.{_gcv}.fusion_conv.0"
+        _TPN[f"neck.{_zoo}.fuse.bn"] = f"TPN_neck.{_gcv}.fusion_conv.1"
+
+
+def gluoncv_family(name: str) -> str:
+    for prefix, family in (("i3d_slow_", "slow"), ("tpn_", "slow"), ("i3d_", "i3d"),
+                           ("slowfast_", "slowfast"), ("r2plus1d_v1_", "r2plus1d_v1")):
+        if name.startswith(prefix):
+            return family
+    return "same"  # ircsn_v2, r2plus1d_v2, resnet*_v1b: zoo has gluoncv's names
+
+
+def _resnet_block(rest: str) -> str:
+    """``j.conv_a.weight`` -> ``j.conv1.weight`` (non-local tensors keep their names)."""
+    block, module_param = rest.split(".", 1)
+    module, param = module_param.rsplit(".", 1)
+    return f"{block}.{_BLOCK.get(module, module)}.{param}"
+
+
+def _one_key(family: str, key: str) -> str:
+    module, param = key.rsplit(".", 1)
+    if family == "same":
+        return key
+    if family == "r2plus1d_v1":
+        stem = {"stem.0": "conv1", "stem.1": "bn1", "stem.3": "conv2", "stem.4": "bn2"}
+        if module in stem:
+            return f"{stem[module]}.{param}"
+        m = re.match(r"^(layer\d\.\d+)\.conv(\d)\.(0\.[013]|0|1)$", module)
+        if m:
+            part = {"0.0": f"conv{m[2]}.conv1", "0.1": f"conv{m[2]}.bn1",
+                    "0.3": f"conv{m[2]}.conv2", "0": f"conv{m[2]}", "1": f"bn{m[2]}"}[m[3]]
+            return f"{m[1]}.{part}.{param}"
+        return key  # downsample, fc
+    if module in _TPN:
+        return f"{_TPN[module]}.{param}"
+    if family == "slowfast":
+        for zoo_name, gcv in (("slow_stem.conv", "slow_conv1"), ("slow_stem.bn", "slow_bn1"),
+                              ("fast_stem.conv", "fast_conv1"), ("fast_stem.bn", "fast_bn1"),
+                              ("fuse_stem.conv", "lateral_p1.0"), ("fuse_stem.bn", "lateral_p1.1")):
+            if module == zoo_name:
+                return f"{gcv}.{param}"
+        m = re.match(r"^fuse_res(\d)\.(conv|bn)$", module)
+        if m:
+            return f"lateral_res{m[1]}.{0 if m[2] == 'conv' else 1}.{param}"
+        m = re.match(r"^(slow|fast)_res(\d)\.(.+)$", key)
+        return f"{m[1]}_res{m[2]}.{_resnet_block(m[3])}"
+    stem = ({"stem.conv": "first_stage.0", "stem.bn": "first_stage.1"} if family == "i3d"
+            else {"stem.conv": "conv1", "stem.bn": "bn1"})
+    if module in stem:
+        return f"{stem[module]}.{param}"
+    m = re.match(r"^res(\d)\.(.+)$", key)
+    stage = int(m[1])
+    where = f"res_layers.{stage - 2}" if family == "i3d" else f"layer{stage - 1}"
+    return f"{where}.{_resnet_block(m[2])}"
+
+
+def gluoncv_layout(name: str, state: dict) -> dict:
+    """A zoo state dict of the model ``name`` renamed to gluoncv's keys, with gluoncv's second
+    copies (I3D's ``head.1`` = ``fc``, non-local ``W_bn.0/1`` = ``W`` / ``bn``)."""
+    family = gluoncv_family(name)
+    out = {}
+    for key, value in state.items():
+        gkey = _one_key(family, key)
+        out[gkey] = value
+        if family == "i3d" and gkey.startswith("fc."):
+            out["head.1." + gkey[3:]] = value
+        m = re.match(r"^(.*nonlocal_block)\.(W|bn)\.(.+)$", gkey)
+        if m:
+            out[f"{m[1]}.W_bn.{0 if m[2] == 'W' else 1}.{m[3]}"] = value
+    return out
+
+
+# ----------------------------------------- gluoncv configs (test_gluoncv_models and _weights)
+# name: (NUM_CLASSES, CLIP_LEN or NUM_SEGMENT, FRAME_RATE (None = TSN segments), CROP_SIZE)
+CONFIG_NAMES = {
+    "i3d_nl10_resnet101_v1_kinetics400": (400, 32, 2, 224),
+    "i3d_nl10_resnet50_v1_kinetics400": (400, 32, 2, 224),
+    "i3d_nl5_resnet101_v1_kinetics400": (400, 32, 2, 224),
+    "i3d_nl5_resnet50_v1_kinetics400": (400, 32, 2, 224),
+    "i3d_resnet101_v1_kinetics400": (400, 32, 2, 224),
+    "i3d_resnet50_v1_custom": (174, 32, 2, 224),
+    "i3d_resnet50_v1_kinetics400": (400, 32, 2, 224),
+    "i3d_resnet50_v1_sthsthv2": (174, 16, 2, 224),
+    "i3d_slow_resnet101_f16s4_kinetics400": (400, 16, 4, 224),
+    "i3d_slow_resnet101_f16s4_kinetics700": (700, 16, 4, 224),
+    "i3d_slow_resnet101_f32s2_kinetics400": (400, 32, 2, 224),
+    "i3d_slow_resnet101_f8s8_kinetics400": (400, 8, 8, 224),
+    "i3d_slow_resnet50_f16s4_kinetics400": (400, 16, 4, 224),
+    "i3d_slow_resnet50_f32s2_custom": (174, 32, 2, 224),
+    "i3d_slow_resnet50_f32s2_kinetics400": (400, 32, 2, 224),
+    "i3d_slow_resnet50_f8s8_kinetics400": (400, 8, 8, 224),
+    "ircsn_v2_resnet152_f32s2_kinetics400": (400, 32, 2, 224),
+    "r2plus1d_v1_resnet18_kinetics400": (400, 16, 2, 112),
+    "r2plus1d_v1_resnet34_kinetics400": (400, 16, 2, 112),
+    "r2plus1d_v1_resnet50_custom": (174, 16, 2, 112),
+    "r2plus1d_v1_resnet50_kinetics400": (400, 16, 2, 112),
+    "r2plus1d_v2_resnet152_kinetics400": (400, 32, 2, 112),
+    "resnet101_v1b_kinetics400": (400, 7, None, 224),
+    "resnet152_v1b_kinetics400": (400, 7, None, 224),
+    "resnet18_v1b_kinetics400": (400, 7, None, 224),
+    "resnet34_v1b_kinetics400": (400, 7, None, 224),
+    "resnet50_v1b_custom": (174, 7, None, 224),
+    "resnet50_v1b_kinetics400": (400, 7, None, 224),
+    "resnet50_v1b_sthsthv2": (174, 8, None, 224),
+    "slowfast_16x8_resnet50_sthsthv2": (174, 64, 2, 224),
+    "slowfast_4x16_resnet50_custom": (174, 32, 2, 224),
+    "slowfast_4x16_resnet50_kinetics400": (400, 32, 2, 224),
+    "slowfast_8x8_resnet101_kinetics400": (400, 32, 2, 224),
+    "slowfast_8x8_resnet50_kinetics400": (400, 32, 2, 224),
+    "tpn_resnet101_f16s4_kinetics400": (400, 16, 4, 224),
+    "tpn_resnet101_f32s2_kinetics400": (400, 32, 2, 224),
+    "tpn_resnet101_f8s8_kinetics400": (400, 8, 8, 224),
+    "tpn_resnet50_f16s4_kinetics400": (400, 16, 4, 224),
+    "tpn_resnet50_f32s2_custom": (400, 32, 2, 224),
+    "tpn_resnet50_f32s2_kinetics400": (400, 32, 2, 224),
+    "tpn_resnet50_f8s8_kinetics400": (400, 8, 8, 224),
+}
+
+
+def file_bytes(obj, tmp_path, name="w.pth") -> bytes:
+    """The bytes of ``obj`` saved with torch.save (as a published weights file is)."""
+    import torch
+
+    path = tmp_path / name
+    torch.save(obj, path)
+    return path.read_bytes()
+
+
+# --------------------------------- launcher processes (test_multinode, test_hang, test_restarts)
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tool_command(tool, args, netns=None):
+    cmd = [sys.executable, os.path.join(ROOT, "tools", tool), *args]
+    return ["ip", "netns", "exec", netns, *cmd] if netns else cmd
+
+
+def start_process(cmd, env=None):
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "ZOO_NODE_RANK"):
+        if var not in (env or {}):
+            full_env.pop(var, None)
+    return subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def finish_processes(procs, timeout=240):
+    """Wait for all; returns [(returncode, output)]."""
+    results = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            out += "\n<killed by the test: timeout>"
+        results.append((p.returncode, out))
+    return results
+
+
+def error_line(out: str) -> str:
+    """The single 'error:' line of a failed run (asserts there is exactly one)."""
+    lines = [ln for ln in out.splitlines() if "error:" in ln]
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+def two_nodes_here(extra, port, node_args=((), ())):
+    """Start node 0 and node 1 of a 2-node job on this host; returns the Popen objects."""
+    common = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+              "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", *extra]
+    return [start_process(tool_command("train_ddp.py", [*common, *node_args[k]]),
+                          env={"ZOO_NODE_RANK": str(k)})
+            for k in (0, 1)]
+
+
+def toy_args(tmp_path, synth_root, model="toy_conv3d", model_src=TOY_MODEL, epochs=1, procs=1):
+    path = tmp_path / f"{model}.py"
+    path.write_text(model_src)
+    return ["CONFIG.EXTRA_MODULES", repr([str(path)]), "MODEL.NAME", model,
+            "TRAIN.EPOCH_NUM", str(epochs), "DDP_CONFIG.NUM_CPU_PROCS", str(procs),
+            "DDP_CONFIG.INIT_TIMEOUT", "20", "DATA.SYNTHETIC.ROOT", synth_root,
+            "LOG.BASE_PATH", str(tmp_path / "runs"), "LOG.EXP_NAME", "job", *TINY_DATA]

@@ -1,19 +1,18 @@
 """Testing reads the model from the checkpoint; YAML keys zoo uses are never dropped as gluoncv's.
 
-Issue 11: a TSN run's NUM_SEGMENT was thrown away as an "unused gluoncv key"; a class count that
-differs between config and checkpoint gave torch's raw size mismatch; a fine-tuned run could not
-be tested once its MODEL.PRETRAINED file was gone.
+A TSN run's NUM_SEGMENT is kept (not dropped as an "unused gluoncv key"); a class count that
+differs between config and checkpoint is a one-line error, not torch's raw size mismatch; a
+fine-tuned run can be tested once its MODEL.PRETRAINED file is gone.
 """
 
 import json
 import logging
-import socket
 
 import pytest
 import torch
 import torch.nn as nn
 import yaml
-from helpers import TOY_MODEL, run_tool
+from helpers import TOY_MODEL, free_port, run_tool
 from videos_for_tests import ramp_frames, write
 
 from zoo.config import cfg_to_yaml, get_cfg, load_config
@@ -35,12 +34,6 @@ def _toy_registered():
     MODEL_REGISTRY.register(ckpt_test_toy)
     yield
     MODEL_REGISTRY._obj_map.pop("ckpt_test_toy", None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------- config key lists
@@ -186,7 +179,7 @@ def test_test_ddp_with_the_yaml_of_a_finetuned_run(finetuned_run, procs):
     yaml_path, run_dir, _ = finetuned_run
     mode = (["DDP_CONFIG.DISTRIBUTED", "False"] if procs == "one"
             else ["DDP_CONFIG.NUM_CPU_PROCS", "2", "DDP_CONFIG.DIST_URL",
-                  f"tcp://127.0.0.1:{_free_port()}"])
+                  f"tcp://127.0.0.1:{free_port()}"])
     (run_dir / "test_metrics.json").unlink(missing_ok=True)
     r = run_tool("test_ddp.py", ["--config-file", str(yaml_path), *mode])
     _console_checks(r)

@@ -7,13 +7,20 @@ PyTorchVideo round trip runs against the real ``pytorchvideo`` package (a test-o
 
 from __future__ import annotations
 
-import re
-from typing import Dict, Iterator, Optional, Sequence, Tuple
+from typing import Dict, Tuple
 
 import pytest
 import torch
 import torch.nn as nn
-from helpers import run_tool
+from helpers import (
+    PATHS,
+    Entry,
+    calibrated,
+    mmaction2_key,
+    run_tool,
+    single_pathway_key,
+    slowfast_entries,
+)
 
 import zoo
 from zoo.models.weights.convert import (
@@ -21,48 +28,6 @@ from zoo.models.weights.convert import (
     convert_checkpoint,
     convert_state_dict,
 )
-
-BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
-PATHS = ("slow", "fast")
-# One tensor of the architecture: (what, pathway, stage 0..3, block, part, param) -> shape.
-Entry = Tuple[str, int, int, int, str, str]
-
-
-def slowfast_entries(depth: int = 50, alpha: int = 4, k: int = 7, width: int = 64,
-                     beta: int = 8, ratio: int = 2, classes: int = 400,
-                     temp_blocks: Optional[Sequence[int]] = None,
-                     ) -> Iterator[Tuple[Entry, Tuple[int, ...]]]:
-    """Every tensor of a PySlowFast SlowFast, with its shape, from the paper's layer table."""
-    blocks = {18: (2, 2, 2, 2), 50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}[depth]
-    widths = (width, width // beta)
-    stem_kt, stage_kt = (1, 5), ((1, 3), (1, 3), (3, 3), (3, 3))
-
-    def conv_bn(what, p, i, j, part, conv_shape, bn=True):
-        yield (what, p, i, j, part, "conv.weight"), conv_shape
-        for param in BN if bn else ():
-            yield (what, p, i, j, part, f"bn.{param}"), (conv_shape[0],) if param[0] != "n" else ()
-
-    for p in (0, 1):
-        yield from conv_bn("stem", p, -1, -1, "", (widths[p], 3, stem_kt[p], 7, 7))
-    yield from conv_bn("fuse", -1, 0, -1, "", (ratio * widths[1], widths[1], k, 1, 1))
-    c_in = [widths[0] + ratio * widths[1], widths[1]]
-    for i, n in enumerate(blocks):
-        for p in (0, 1):
-            inner = widths[p] * 2**i
-            for j in range(n):
-                kt = stage_kt[i][p] if temp_blocks is None or j < temp_blocks[i] else 1
-                cin = c_in[p] if j == 0 else 4 * inner
-                yield from conv_bn("block", p, i, j, "a", (inner, cin, kt, 1, 1))
-                yield from conv_bn("block", p, i, j, "b", (inner, inner, 1, 3, 3))
-                yield from conv_bn("block", p, i, j, "c", (4 * inner, inner, 1, 1, 1))
-                if j == 0:
-                    yield from conv_bn("block", p, i, j, "short", (4 * inner, cin, 1, 1, 1))
-        c_in = [4 * widths[0] * 2**i, 4 * widths[1] * 2**i]
-        if i < 3:
-            yield from conv_bn("fuse", -1, i + 1, -1, "", (ratio * c_in[1], c_in[1], k, 1, 1))
-            c_in[0] += ratio * c_in[1]
-    yield ("head", -1, -1, -1, "", "weight"), (classes, c_in[0] + c_in[1])
-    yield ("head", -1, -1, -1, "", "bias"), (classes,)
 
 
 def zoo_key(e: Entry) -> str:
@@ -90,21 +55,6 @@ def pyslowfast_key(e: Entry) -> str:
         name = {"short": "branch1"}.get(part, f"branch2.{part}")
         return f"s{i + 2}.pathway{p}_res{j}.{name}{'_bn' if kind == 'bn' else ''}.{rest}"
     return f"head.projection.{param}"
-
-
-def mmaction2_key(e: Entry) -> Optional[str]:
-    """MMAction2's key, or None for the lateral BNs MMAction2 does not have."""
-    what, p, i, j, part, param = e
-    path = f"backbone.{PATHS[p]}_path"
-    if what == "stem":
-        return f"{path}.conv1.{param}"
-    if what == "fuse":
-        lateral = "conv1_lateral" if i == 0 else f"layer{i}_lateral"
-        return f"backbone.slow_path.{lateral}.{param}" if param.startswith("conv.") else None
-    if what == "block":
-        name = {"a": "conv1", "b": "conv2", "c": "conv3", "short": "downsample"}[part]
-        return f"{path}.layer{i + 1}.{j}.{name}.{param}"
-    return f"cls_head.fc_cls.{param}"
 
 
 def _tensor(shape):
@@ -207,35 +157,11 @@ def test_conversion_errors_name_the_keys(tmp_path):
     assert not (tmp_path / "o.pth").exists()
 
 
-def _single_pathway_key(scheme: str, key: str) -> str:
-    """A zoo Slow/I3D key written in PySlowFast's or MMAction2's documented scheme."""
-    sub = {"conv_a": "a", "conv_b": "b", "conv_c": "c", "shortcut.conv": "short"}
-    m = re.match(r"^(stem|res(\d)\.(\d+))\.(.+)\.(\w+)$", key)
-    if key.startswith("head.proj."):
-        return key.replace("head.proj", {"pyslowfast": "head.projection",
-                                         "mmaction2": "cls_head.fc_cls"}[scheme])
-    part, param = m.group(4), m.group(5)
-    if scheme == "pyslowfast":
-        if m.group(1) == "stem":
-            return f"s1.pathway0_stem.{part}.{param}"
-        bn = part.startswith("bn") or part == "shortcut.bn"
-        bns = {"bn_a": "a", "bn_b": "b", "bn_c": "c", "shortcut.bn": "short"}
-        base = bns.get(part) or sub[part]
-        name = "branch1" if base == "short" else f"branch2.{base}"
-        return f"s{m.group(2)}.pathway0_res{m.group(3)}.{name}{'_bn' if bn else ''}.{param}"
-    if m.group(1) == "stem":
-        return f"backbone.conv1.{part}.{param}"
-    mm = {"conv_a": "conv1.conv", "bn_a": "conv1.bn", "conv_b": "conv2.conv", "bn_b": "conv2.bn",
-          "conv_c": "conv3.conv", "bn_c": "conv3.bn", "shortcut.conv": "downsample.conv",
-          "shortcut.bn": "downsample.bn"}[part]
-    return f"backbone.layer{int(m.group(2)) - 1}.{m.group(3)}.{mm}.{param}"
-
-
 @pytest.mark.parametrize("scheme", ["pyslowfast", "mmaction2"])
 @pytest.mark.parametrize("name", ["i3d_resnet50", "slow_8x8_resnet50"])
 def test_single_pathway_key_schemes(scheme, name):
     zoo_state = zoo.create_model(name, num_classes=9, width=8, depth=18).state_dict()
-    source = {_single_pathway_key(scheme, k): v for k, v in zoo_state.items()}
+    source = {single_pathway_key(scheme, k): v for k, v in zoo_state.items()}
     state, classes, _ = convert_state_dict(source, scheme, name, width=8, depth=18)
     assert classes == 9 and list(state) == list(zoo_state)
     assert all(torch.equal(state[k], v) for k, v in zoo_state.items())
@@ -254,19 +180,6 @@ def test_torchvision_same_key_models_convert_unchanged():
             assert classes == tv.state_dict()[list(tv.state_dict())[-2]].shape[0]
 
 
-def _calibrated(model: nn.Module, x) -> nn.Module:
-    """Random BN affine params and running stats from one batch, so logits are O(1) and every
-    residual branch contributes (a fresh net's zero-init gammas would hide mapping errors)."""
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm3d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.2, 0.2)
-                m.momentum = 1.0
-        model.train()(list(x) if isinstance(x, list) else x)
-    return model.eval()
-
-
 @pytest.mark.slow
 def test_pytorchvideo_round_trip_slowfast_r50(tmp_path):
     slowfast = pytest.importorskip("pytorchvideo.models.slowfast")
@@ -275,7 +188,7 @@ def test_pytorchvideo_round_trip_slowfast_r50(tmp_path):
     slow = fast[:, :, torch.linspace(0, 31, 8).long()]
     # create_slowfast's defaults are SlowFast R50 8x8; its head pools with a fixed window.
     ptv = slowfast.create_slowfast(head_pool_kernel_sizes=((8, 2, 2), (32, 2, 2)))
-    ptv = _calibrated(ptv, [slow, fast])
+    ptv = calibrated(ptv, [slow, fast])
     src = tmp_path / "SLOWFAST_8x8_R50.pyth"
     torch.save({"model_state": ptv.state_dict()}, src)
     out = tmp_path / "zoo.pth"
@@ -302,7 +215,7 @@ def test_pytorchvideo_slowfast_r101_16x8_small():
         stage_conv_a_kernel_sizes=kernels, model_num_class=7,
         head_pool_kernel_sizes=((4, 1, 1), (16, 1, 1)))
     x = [torch.randn(2, 3, 4, 32, 32), torch.randn(2, 3, 16, 32, 32)]
-    ptv = _calibrated(ptv, x)
+    ptv = calibrated(ptv, x)
     state, classes, _ = convert_state_dict(ptv.state_dict(), "pytorchvideo",
                                            "slowfast_16x8_resnet101", width=16)
     model = zoo.create_model("slowfast_16x8_resnet101", num_classes=classes, width=16).eval()
@@ -324,7 +237,7 @@ def test_pytorchvideo_single_pathway_small(name):
         arch = dict(stem_conv_kernel_size=(1, 7, 7), head_pool_kernel_size=(8, 1, 1))
     ptv = resnet.create_resnet(stem_dim_out=8, model_num_class=6, **arch)
     x = torch.randn(2, 3, 8, 32, 32)
-    ptv = _calibrated(ptv, x)
+    ptv = calibrated(ptv, x)
     state, classes, _ = convert_state_dict(ptv.state_dict(), "pytorchvideo", name, width=8)
     model = zoo.create_model(name, num_classes=classes, width=8).eval()
     model.load_state_dict(state)

@@ -179,7 +179,7 @@ def test_pyav_reader_decodes_without_importing_torch(videos):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
 def test_one_clip_from_a_5_minute_720p_video_stays_under_400_mb(tmp_path):
-    from benchmarks.data import LONG_CLIP_RSS_LIMIT_MB, long_clip
+    from benchmarks.data import long_clip, long_clip_table
 
     path = long_video(str(tmp_path / "five_minutes.mp4"), seconds=300)
     # A fresh process that imports only the readers (no torch), as tools/benchmark_data.py
@@ -190,5 +190,7 @@ def test_one_clip_from_a_5_minute_720p_video_stays_under_400_mb(tmp_path):
     assert info["shape"] == [32, 720, 1280, 3], info
     # The clip itself is 88 MB of RGB; the decode must not grow with the video's length.
     assert info["decode_rss_mb"] < 200, info
-    assert LONG_CLIP_RSS_LIMIT_MB == 400  # the bar, also printed by the benchmark
-    assert info["peak_rss_mb"] < LONG_CLIP_RSS_LIMIT_MB, info
+    assert info["peak_rss_mb"] < 400, info
+    # The benchmark's report judges the same run against the same 400 MB bar.
+    verdict = long_clip_table([dict(info, decoder="pyav", process="torch-free")])[-1]
+    assert verdict.endswith("without torch (limit 400 MB): OK"), verdict

@@ -24,57 +24,12 @@ import os
 
 import pytest
 import torch
-from helpers import fast_sample
+from helpers import CONFIG_NAMES, fast_sample
 
 import zoo
 from zoo.models import model_facts
 from zoo.models.gluoncv_names import gluoncv_aliases
 from zoo.models.nonlocal_block import NonLocal3d
-
-# name: (NUM_CLASSES, CLIP_LEN or NUM_SEGMENT, FRAME_RATE (None = TSN segments), CROP_SIZE)
-CONFIG_NAMES = {
-    "i3d_nl10_resnet101_v1_kinetics400": (400, 32, 2, 224),
-    "i3d_nl10_resnet50_v1_kinetics400": (400, 32, 2, 224),
-    "i3d_nl5_resnet101_v1_kinetics400": (400, 32, 2, 224),
-    "i3d_nl5_resnet50_v1_kinetics400": (400, 32, 2, 224),
-    "i3d_resnet101_v1_kinetics400": (400, 32, 2, 224),
-    "i3d_resnet50_v1_custom": (174, 32, 2, 224),
-    "i3d_resnet50_v1_kinetics400": (400, 32, 2, 224),
-    "i3d_resnet50_v1_sthsthv2": (174, 16, 2, 224),
-    "i3d_slow_resnet101_f16s4_kinetics400": (400, 16, 4, 224),
-    "i3d_slow_resnet101_f16s4_kinetics700": (700, 16, 4, 224),
-    "i3d_slow_resnet101_f32s2_kinetics400": (400, 32, 2, 224),
-    "i3d_slow_resnet101_f8s8_kinetics400": (400, 8, 8, 224),
-    "i3d_slow_resnet50_f16s4_kinetics400": (400, 16, 4, 224),
-    "i3d_slow_resnet50_f32s2_custom": (174, 32, 2, 224),
-    "i3d_slow_resnet50_f32s2_kinetics400": (400, 32, 2, 224),
-    "i3d_slow_resnet50_f8s8_kinetics400": (400, 8, 8, 224),
-    "ircsn_v2_resnet152_f32s2_kinetics400": (400, 32, 2, 224),
-    "r2plus1d_v1_resnet18_kinetics400": (400, 16, 2, 112),
-    "r2plus1d_v1_resnet34_kinetics400": (400, 16, 2, 112),
-    "r2plus1d_v1_resnet50_custom": (174, 16, 2, 112),
-    "r2plus1d_v1_resnet50_kinetics400": (400, 16, 2, 112),
-    "r2plus1d_v2_resnet152_kinetics400": (400, 32, 2, 112),
-    "resnet101_v1b_kinetics400": (400, 7, None, 224),
-    "resnet152_v1b_kinetics400": (400, 7, None, 224),
-    "resnet18_v1b_kinetics400": (400, 7, None, 224),
-    "resnet34_v1b_kinetics400": (400, 7, None, 224),
-    "resnet50_v1b_custom": (174, 7, None, 224),
-    "resnet50_v1b_kinetics400": (400, 7, None, 224),
-    "resnet50_v1b_sthsthv2": (174, 8, None, 224),
-    "slowfast_16x8_resnet50_sthsthv2": (174, 64, 2, 224),
-    "slowfast_4x16_resnet50_custom": (174, 32, 2, 224),
-    "slowfast_4x16_resnet50_kinetics400": (400, 32, 2, 224),
-    "slowfast_8x8_resnet101_kinetics400": (400, 32, 2, 224),
-    "slowfast_8x8_resnet50_kinetics400": (400, 32, 2, 224),
-    "tpn_resnet101_f16s4_kinetics400": (400, 16, 4, 224),
-    "tpn_resnet101_f32s2_kinetics400": (400, 32, 2, 224),
-    "tpn_resnet101_f8s8_kinetics400": (400, 8, 8, 224),
-    "tpn_resnet50_f16s4_kinetics400": (400, 16, 4, 224),
-    "tpn_resnet50_f32s2_custom": (400, 32, 2, 224),
-    "tpn_resnet50_f32s2_kinetics400": (400, 32, 2, 224),
-    "tpn_resnet50_f8s8_kinetics400": (400, 8, 8, 224),
-}
 
 # gluoncv builder -> (NUM_CLASSES it was built with, parameters); see the module docstring.
 GLUONCV_PARAMS = {

@@ -2,28 +2,28 @@
 
 Two references, neither of them zoo's converter:
 
-* ``gluoncv_layout`` below writes a zoo state dict in gluoncv's key layout, written here from
-  gluoncv's model code (the module names of ``gluoncv/torch/model_zoo/action_recognition/*.py``),
-  including the tensors gluoncv's state dicts hold twice. It needs nothing installed.
+* ``gluoncv_layout`` (tests/helpers.py) writes a zoo state dict in gluoncv's key layout, written
+  from gluoncv's model code (the module names of
+  ``gluoncv/torch/model_zoo/action_recognition/*.py``), including the tensors gluoncv's state
+  dicts hold twice. It needs nothing installed.
 * With ``ZOO_GLUONCV_WHEEL`` naming gluoncv's wheel (``pip download gluoncv==0.10.5.post0
   --no-deps``), ``test_gluoncv_code_gives_the_same_logits`` imports gluoncv's own model files
   from it (only those; no mxnet, and gluoncv is no dependency of zoo), builds gluoncv's nets with
   random weights and checks that zoo, loading gluoncv's state dict, gives gluoncv's logits.
 
-Downloads come from the loopback server of tests/test_weights.py.
+Downloads come from the loopback server of tests/conftest.py (``server``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import sys
 import zipfile
 
 import pytest
 import torch
-from test_weights import _file_bytes, server, zoo_home  # noqa: F401  (fixtures)
+from helpers import file_bytes, gluoncv_family, gluoncv_layout
 
 import zoo
 from zoo.config import load_config
@@ -31,96 +31,8 @@ from zoo.models import build_model, model_facts
 from zoo.models.weights import WeightsError, cache_path, table
 from zoo.models.weights.load import detect_format, to_model_keys
 
-# ----------------------------------------------------------------------------- gluoncv's layout
-_BLOCK = {"conv_a": "conv1", "bn_a": "bn1", "conv_b": "conv2", "bn_b": "bn2", "conv_c": "conv3",
-          "bn_c": "bn3", "shortcut.conv": "downsample.0", "shortcut.bn": "downsample.1"}
-_TPN = {
-    "neck.spatial.conv": "TPN_neck.spatial_modulation.spatial_modulation.0.0.conv",
-    "neck.spatial.bn": "TPN_neck.spatial_modulation.spatial_modulation.0.0.bn",
-    "neck.pyramid_fusion.conv": "TPN_neck.pyramid_fusion_op.0",
-    "neck.pyramid_fusion.bn": "TPN_neck.pyramid_fusion_op.1",
-    "aux_head.0.conv": "TPN_neck.aux_head.convs.conv",
-    "aux_head.0.bn": "TPN_neck.aux_head.convs.bn",
-    "aux_head.1": "TPN_neck.aux_head.fc",
-    "head.proj": "fc",
-}
-for _i in range(2):
-    _TPN[f"neck.temporal.{_i}.0"] = f"TPN_neck.temporal_modulation_ops.{_i}.conv"
-    _TPN[f"neck.downsample.{_i}"] = f"TPN_neck.downsampling_ops.{_i}.conv"
-    for _zoo, _gcv in (("bottom_up_fusion", "level_fusion_op"),
-                       ("top_down_fusion", "level_fusion_op2")):
-        _TPN[f"neck.{_zoo}.convs.{_i}.0"] = f"TPN_neck.{_gcv}.ops.{_i}.conv"
-        _TPN[f"neck.{_zoo}.convs.{_i}.1"] = f"TPN_neck.{_gcv}.ops.{_i}.norm"
-        _TPN[f"neck.{_zoo}.fuse.conv"] = f"TPN_neck.{_gcv}.fusion_conv.0"
-        _TPN[f"neck.{_zoo}.fuse.bn"] = f"TPN_neck.{_gcv}.fusion_conv.1"
-
-
-def _family(name: str) -> str:
-    for prefix, family in (("i3d_slow_", "slow"), ("tpn_", "slow"), ("i3d_", "i3d"),
-                           ("slowfast_", "slowfast"), ("r2plus1d_v1_", "r2plus1d_v1")):
-        if name.startswith(prefix):
-            return family
-    return "same"  # ircsn_v2, r2plus1d_v2, resnet*_v1b: zoo has gluoncv's names
-
-
-def _resnet_block(rest: str) -> str:
-    """``j.conv_a.weight`` -> ``j.conv1.weight`` (non-local tensors keep their names)."""
-    block, module_param = rest.split(".", 1)
-    module, param = module_param.rsplit(".", 1)
-    return f"{block}.{_BLOCK.get(module, module)}.{param}"
-
-
-def _one_key(family: str, key: str) -> str:
-    module, param = key.rsplit(".", 1)
-    if family == "same":
-        return key
-    if family == "r2plus1d_v1":
-        stem = {"stem.0": "conv1", "stem.1": "bn1", "stem.3": "conv2", "stem.4": "bn2"}
-        if module in stem:
-            return f"{stem[module]}.{param}"
-        m = re.match(r"^(layer\d\.\d+)\.conv(\d)\.(0\.[013]|0|1)$", module)
-        if m:
-            part = {"0.0": f"conv{m[2]}.conv1", "0.1": f"conv{m[2]}.bn1",
-                    "0.3": f"conv{m[2]}.conv2", "0": f"conv{m[2]}", "1": f"bn{m[2]}"}[m[3]]
-            return f"{m[1]}.{part}.{param}"
-        return key  # downsample, fc
-    if module in _TPN:
-        return f"{_TPN[module]}.{param}"
-    if family == "slowfast":
-        for zoo_name, gcv in (("slow_stem.conv", "slow_conv1"), ("slow_stem.bn", "slow_bn1"),
-                              ("fast_stem.conv", "fast_conv1"), ("fast_stem.bn", "fast_bn1"),
-                              ("fuse_stem.conv", "lateral_p1.0"), ("fuse_stem.bn", "lateral_p1.1")):
-            if module == zoo_name:
-                return f"{gcv}.{param}"
-        m = re.match(r"^fuse_res(\d)\.(conv|bn)$", module)
-        if m:
-            return f"lateral_res{m[1]}.{0 if m[2] == 'conv' else 1}.{param}"
-        m = re.match(r"^(slow|fast)_res(\d)\.(.+)$", key)
-        return f"{m[1]}_res{m[2]}.{_resnet_block(m[3])}"
-    stem = ({"stem.conv": "first_stage.0", "stem.bn": "first_stage.1"} if family == "i3d"
-            else {"stem.conv": "conv1", "stem.bn": "bn1"})
-    if module in stem:
-        return f"{stem[module]}.{param}"
-    m = re.match(r"^res(\d)\.(.+)$", key)
-    stage = int(m[1])
-    where = f"res_layers.{stage - 2}" if family == "i3d" else f"layer{stage - 1}"
-    return f"{where}.{_resnet_block(m[2])}"
-
-
-def gluoncv_layout(name: str, state: dict) -> dict:
-    """A zoo state dict of the model ``name`` renamed to gluoncv's keys, with gluoncv's second
-    copies (I3D's ``head.1`` = ``fc``, non-local ``W_bn.0/1`` = ``W`` / ``bn``)."""
-    family = _family(name)
-    out = {}
-    for key, value in state.items():
-        gkey = _one_key(family, key)
-        out[gkey] = value
-        if family == "i3d" and gkey.startswith("fc."):
-            out["head.1." + gkey[3:]] = value
-        m = re.match(r"^(.*nonlocal_block)\.(W|bn)\.(.+)$", gkey)
-        if m:
-            out[f"{m[1]}.W_bn.{0 if m[2] == 'W' else 1}.{m[3]}"] = value
-    return out
+# Every test gets a private ZOO_HOME (conftest.py).
+pytestmark = pytest.mark.usefixtures("zoo_home")
 
 
 def _randomised(model: torch.nn.Module) -> torch.nn.Module:
@@ -163,7 +75,7 @@ def test_gluoncv_layout_loads_with_identical_logits(name, shape):
     state = gluoncv_layout(name, reference.state_dict())
     model = zoo.create_model(name, **kwargs).eval()
     fmt = detect_format(state, model)
-    assert fmt == ("zoo" if _family(name) == "same" else "gluoncv")
+    assert fmt == ("zoo" if gluoncv_family(name) == "same" else "gluoncv")
     converted = to_model_keys(state, model, fmt, name)
     want = reference.state_dict()
     assert set(converted) == set(want)
@@ -211,7 +123,7 @@ def test_table_has_gluoncv_files_under_their_names():
 
 
 def test_every_gluoncv_config_model_has_gluoncv_weights_for_true():
-    from test_gluoncv_models import CONFIG_NAMES
+    from helpers import CONFIG_NAMES
 
     from zoo.models.weights import resolve_pretrained
 
@@ -236,7 +148,7 @@ def _serve_gluoncv(server, tmp_path, monkeypatch, sha1=None):  # noqa: F811
     reference model and the URL."""
     torch.manual_seed(0)
     reference = _randomised(zoo.create_model(_NAME, **_NARROW))
-    body = _file_bytes(gluoncv_layout(_NAME, reference.state_dict()), tmp_path)
+    body = file_bytes(gluoncv_layout(_NAME, reference.state_dict()), tmp_path)
     entry = table.WEIGHTS[_NAME]["kinetics400"]
     path = entry.url.split(".com", 1)[1]
     server.files[path] = body

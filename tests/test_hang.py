@@ -1,4 +1,4 @@
-"""Hung ranks (issue 14): the heartbeat names a silent rank and ends the job; a slow one is left be.
+"""Hung ranks: the heartbeat names a silent rank and ends the job; a slow one is left be.
 
 The first tests run heartbeat threads in this process against a real TCPStore (seconds); the
 others start real jobs and SIGSTOP one worker (slow tier).
@@ -61,11 +61,29 @@ def _wait(cond, limit_s):
     return True
 
 
+def _seen_step(watcher):
+    """The step in the last beat ``watcher`` read from the rank it watches, else None."""
+    beat = watcher._beat
+    return (beat["epoch"], beat["iter"]) if beat else None
+
+
+def _rounds_after(ranks, seconds, limit_s=30):
+    """Wait until ``seconds`` have passed and every rank in ``ranks`` has then begun two more beat
+    rounds, i.e. each has judged its neighbour at least once with that much time gone; False if a
+    rank stopped beating (it ended) or ``limit_s`` ran out."""
+    until = time.monotonic() + seconds
+    if not _wait(lambda: time.monotonic() >= until, seconds + limit_s):
+        return False
+    seqs = [hb._seq for hb in ranks]
+    return _wait(lambda: all(hb._seq >= seq + 2 for hb, seq in zip(ranks, seqs)), limit_s)
+
+
 def test_a_silent_rank_is_named_with_its_node_host_and_last_step(store):
     ranks = _ranks(store, 3)
     try:
         ranks[1].step = (2, 140)  # what trainer.note_step records after epoch 2 iteration 140
-        time.sleep(1.2)  # two beats carry it
+        # Its watcher (rank 0) has read a beat that carries it.
+        assert _wait(lambda: _seen_step(ranks[0]) == (2, 140), 30), ranks[0]._beat
         _freeze(ranks[1])
         frozen_at = time.monotonic()
         live = [ranks[0], ranks[2]]
@@ -92,7 +110,9 @@ def test_a_rank_that_finished_is_not_hung_and_its_successor_is_still_watched(sto
     ranks = _ranks(store, 3)
     try:
         ranks[1].stop()  # finished normally: marks itself done
-        time.sleep(TIMEOUT_S + 1.5)
+        assert _wait(lambda: ranks[0]._target == 2, 30)  # rank 0 skipped the finished rank 1
+        # Longer than HANG_TIMEOUT later, with rounds of both live ranks in between: no report.
+        _rounds_after([ranks[0], ranks[2]], TIMEOUT_S + 1.5)
         assert [hb.ended for hb in ranks] == [None, None, None]
         assert heartbeat.read_report(store) is None
         assert ranks[0]._target == 2  # rank 0 skipped the finished rank 1
@@ -109,9 +129,10 @@ class _GatedStore:
     """A store whose ``set`` waits for ``gate``: a watcher stuck in a store call (or paused)."""
 
     def __init__(self, store):
-        self.store, self.gate = store, threading.Event()
+        self.store, self.gate, self.entered = store, threading.Event(), threading.Event()
 
     def set(self, key, value):
+        self.entered.set()
         self.gate.wait()
         return self.store.set(key, value)
 
@@ -127,15 +148,19 @@ def test_a_watcher_that_was_held_up_itself_does_not_blame_its_neighbour(store):
     try:
         watcher, neighbour = ranks
         watcher.store = _GatedStore(watcher.store)
-        time.sleep(watcher.interval * 2)  # rank 0 is now waiting in set()
+        assert watcher.store.entered.wait(30)  # rank 0 is waiting in set()
         _freeze(neighbour)
-        time.sleep(TIMEOUT_S + 1.0)
+        time.sleep(TIMEOUT_S + 1.0)  # both held up longer than HANG_TIMEOUT (at least this long)
         neighbour._stop.clear()
         neighbour._changed = time.monotonic()  # what its own pause check does in a real process
         neighbour._thread = threading.Thread(target=neighbour._run, daemon=True)
         neighbour._thread.start()
         watcher.store.gate.set()
-        time.sleep(TIMEOUT_S / 2)
+        # Rank 0 has read a beat its neighbour sent after coming back, and judged it: no report.
+        back = neighbour._seq
+        assert _wait(lambda: watcher._beat is not None and watcher._beat["seq"] > back
+                     or watcher.ended is not None, 30)
+        _rounds_after([watcher], 0)
         assert watcher.ended is None and neighbour.ended is None, watcher.ended or neighbour.ended
         _freeze(neighbour)  # and a real silence after that is still caught
         assert _wait(lambda: watcher.ended is not None, TIMEOUT_S + 4)
@@ -223,9 +248,9 @@ def toy_sleepy(num_classes=10, **kwargs):
 
 
 def _job_args(tmp_path, synth_root, hang_timeout, epochs, port):
-    from test_multinode import _toy_args
+    from helpers import toy_args
 
-    return _toy_args(tmp_path, synth_root, model="toy_sleepy", model_src=SLEEPY_MODEL,
+    return toy_args(tmp_path, synth_root, model="toy_sleepy", model_src=SLEEPY_MODEL,
                      epochs=epochs, procs=2) + [
         "DDP_CONFIG.HANG_TIMEOUT", str(hang_timeout), "DDP_CONFIG.INIT_TIMEOUT", "60",
         "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}"]
@@ -247,16 +272,23 @@ def _worker_with_log(log_name):
 
 def _stop_rank_in_training(procs, log, rank_log):
     """Wait until ``log`` shows a step, SIGSTOP the process writing ``rank_log``; its pid."""
-    from test_multinode import _finish
+    from helpers import finish_processes
 
     deadline = time.monotonic() + 150
     while not (log.exists() and "epoch 2 iter 1/" in log.read_text()):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
-            "training did not start:\n" + "\n".join(out for _, out in _finish(procs, 5))
+            "training did not start:\n" + "\n".join(out for _, out in finish_processes(procs, 5))
         time.sleep(0.2)
     pid = _worker_with_log(str(rank_log))
     assert pid is not None
-    time.sleep(2.0)  # a few beats (every 0.6 s) carry a finished step by now
+    # A few beats (every 0.6 s) carry a finished step: wait until the rank itself has logged
+    # 8 more steps (each sleeps >= 0.25 s in its forward), whatever the machine's load.
+    steps = len(re.findall(r"epoch \d+ iter \d+/", rank_log.read_text()))
+    deadline = time.monotonic() + 150
+    while len(re.findall(r"epoch \d+ iter \d+/", rank_log.read_text())) < steps + 8:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+            "training stopped:\n" + "\n".join(out for _, out in finish_processes(procs, 5))
+        time.sleep(0.2)
     os.kill(pid, signal.SIGSTOP)
     return pid
 
@@ -275,7 +307,7 @@ def test_a_slow_healthy_job_under_torchrun_is_not_ended(tmp_path, synth_root):
     """Steps longer than the beat interval, and a first step longer than HANG_TIMEOUT itself: the
     heartbeat thread keeps beating, so the job trains to the end. Under torchrun, whose store
     (env://) the heartbeat finds by itself."""
-    from test_multinode import _finish, _start
+    from helpers import finish_processes, start_process
 
     hang_s = 3  # beats every 0.5 s; every step sleeps 1 s, the first one 5 s
     torchrun = shutil.which("torchrun")
@@ -283,7 +315,8 @@ def test_a_slow_healthy_job_under_torchrun_is_not_ended(tmp_path, synth_root):
     args = _job_args(tmp_path, synth_root, hang_s, epochs=1, port=0)[:-2]  # no DIST_URL
     cmd = [*launcher, "--standalone", "--nproc_per_node", "2",
            os.path.join(ROOT, "tools", "train_ddp.py"), *args]
-    [(rc, out)] = _finish([_start(cmd, env={"SLEEP": "1.0", "FIRST_SLEEP": "5"})], timeout=240)
+    [(rc, out)] = finish_processes([start_process(cmd, env={"SLEEP": "1.0", "FIRST_SLEEP": "5"})],
+                                   timeout=240)
     assert rc == 0, out
     assert "sent no heartbeat" not in out
     assert f"a rank silent for {hang_s} s ends the job" in out  # it was on (rank 0's console)
@@ -299,18 +332,18 @@ def test_a_sigstopped_worker_ends_the_whole_job_naming_its_rank(tmp_path, synth_
     """Must-show 3. Two launchers on this host: node 0 runs ranks 0 and 1, node 1 runs rank 2.
     Rank 1 is SIGSTOPped mid-epoch: rank 0 reports it, node 0's launcher kills it and prints the
     report, node 1 stops on it too; all within HANG_TIMEOUT + 10 s, nothing left running."""
-    from test_multinode import _error_line, _finish, _free_port, _toy_args, _two_nodes_here
+    from helpers import error_line, finish_processes, free_port, toy_args, two_nodes_here
 
     hang_s = 6
-    args = _toy_args(tmp_path, synth_root, model="toy_sleepy", model_src=SLEEPY_MODEL,
+    args = toy_args(tmp_path, synth_root, model="toy_sleepy", model_src=SLEEPY_MODEL,
                      epochs=50) + ["DDP_CONFIG.HANG_TIMEOUT", str(hang_s),
                                    "DDP_CONFIG.INIT_TIMEOUT", "60"]
-    procs = _two_nodes_here(args, _free_port(), node_args=(("DDP_CONFIG.NUM_CPU_PROCS", "2"), ()))
+    procs = two_nodes_here(args, free_port(), node_args=(("DDP_CONFIG.NUM_CPU_PROCS", "2"), ()))
     run = tmp_path / "runs" / "job"
     pid = _stop_rank_in_training(procs, run / "log_rank2.txt", run / "log_rank1.txt")
     stopped_at = time.monotonic()
     try:
-        (rc0, out0), (rc1, out1) = _finish(procs, timeout=hang_s + 60)
+        (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=hang_s + 60)
         took = time.monotonic() - stopped_at
     finally:
         _assert_gone(pid)
@@ -321,7 +354,7 @@ def test_a_sigstopped_worker_ends_the_whole_job_naming_its_rank(tmp_path, synth_
               re.findall(r"epoch (\d+) iter (\d+)/", (run / "log_rank1.txt").read_text())]
     named = f"rank 1 (node 0, {socket.gethostname()}) sent no heartbeat for {hang_s} s; "
     for out in (out0, out1):
-        line = _error_line(out)
+        line = error_line(out)
         assert named in line, f"{line!r} does not contain {named!r}"
         step = re.search(r"the last step it reported was epoch (\d+) iter (\d+) ", line)
         assert step and tuple(map(int, step.groups())) in logged[-3:], (line, logged[-3:])

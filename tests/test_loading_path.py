@@ -1,4 +1,4 @@
-"""The loading path for real sizes (issue 15): the one-pass scale + convert against an independent
+"""The loading path for real sizes: the one-pass scale + convert against an independent
 reference, skipped non-reference frames against a sequential decode, the dataset's choice of the
 output size, and a smoke run of ``tools/benchmark_data.py --end-to-end``."""
 

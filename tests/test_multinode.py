@@ -10,12 +10,22 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 
 import pytest
-from helpers import ROOT, TINY_DATA, TOY_MODEL
+from helpers import (
+    ROOT,
+    TINY_DATA,
+    TOY_MODEL,
+    error_line,
+    finish_processes,
+    free_port,
+    start_process,
+    tool_command,
+    toy_args,
+    two_nodes_here,
+)
 
 # Several processes per test, network namespaces: deselect with -m "not multinode".
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
@@ -46,112 +56,6 @@ def toy_slow(num_classes=10, **kwargs):
 '''
 
 
-# ------------------------------------------------------------------------------------- helpers
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _tool(tool, args, netns=None):
-    cmd = [sys.executable, os.path.join(ROOT, "tools", tool), *args]
-    return ["ip", "netns", "exec", netns, *cmd] if netns else cmd
-
-
-def _start(cmd, env=None):
-    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "ZOO_NODE_RANK"):
-        if var not in (env or {}):
-            full_env.pop(var, None)
-    return subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
-def _finish(procs, timeout=240):
-    """Wait for all; returns [(returncode, output)]."""
-    results = []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-            out += "\n<killed by the test: timeout>"
-        results.append((p.returncode, out))
-    return results
-
-
-def _error_line(out: str) -> str:
-    """The single 'error:' line of a failed run (asserts there is exactly one)."""
-    lines = [ln for ln in out.splitlines() if "error:" in ln]
-    assert len(lines) == 1, out
-    return lines[0]
-
-
-def _two_nodes_here(extra, port, node_args=((), ())):
-    """Start node 0 and node 1 of a 2-node job on this host; returns the Popen objects."""
-    common = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
-              "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", *extra]
-    return [_start(_tool("train_ddp.py", [*common, *node_args[k]]), env={"ZOO_NODE_RANK": str(k)})
-            for k in (0, 1)]
-
-
-def _toy_args(tmp_path, synth_root, model="toy_conv3d", model_src=TOY_MODEL, epochs=1, procs=1):
-    path = tmp_path / f"{model}.py"
-    path.write_text(model_src)
-    return ["CONFIG.EXTRA_MODULES", repr([str(path)]), "MODEL.NAME", model,
-            "TRAIN.EPOCH_NUM", str(epochs), "DDP_CONFIG.NUM_CPU_PROCS", str(procs),
-            "DDP_CONFIG.INIT_TIMEOUT", "20", "DATA.SYNTHETIC.ROOT", synth_root,
-            "LOG.BASE_PATH", str(tmp_path / "runs"), "LOG.EXP_NAME", "job", *TINY_DATA]
-
-
-def _ip(*args):
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=20)
-
-
-@pytest.fixture()
-def two_netns():
-    """Two network namespaces joined by a veth pair: [(name, address), ...]; no default route.
-
-    Inside them the hostnames ``node-a`` / ``node-b`` resolve to the two addresses
-    (``ip netns exec`` mounts ``/etc/netns/<name>/hosts`` over ``/etc/hosts``).
-    """
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 (ip) is not installed, so no network namespaces")
-    tag = os.getpid() % 100000
-    names, addrs = [f"zoo{tag}a", f"zoo{tag}b"], ["10.77.0.1", "10.77.0.2"]
-    created = []
-    try:
-        for name in names:
-            _ip("netns", "add", name)
-            created.append(name)
-    except (subprocess.CalledProcessError, OSError) as e:
-        for name in created:
-            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
-        reason = getattr(e, "stderr", "") or str(e)
-        pytest.skip(f"network namespaces are refused here ({reason.strip()})")
-    try:
-        veths = [f"zv{tag}a", f"zv{tag}b"]
-        _ip("link", "add", veths[0], "type", "veth", "peer", "name", veths[1])
-        for name, veth, addr in zip(names, veths, addrs):
-            _ip("link", "set", veth, "netns", name)
-            _ip("-n", name, "addr", "add", f"{addr}/24", "dev", veth)
-            _ip("-n", name, "link", "set", veth, "up")
-            _ip("-n", name, "link", "set", "lo", "up")
-            os.makedirs(f"/etc/netns/{name}", exist_ok=True)
-            with open(f"/etc/netns/{name}/hosts", "w") as f:
-                f.write(f"127.0.0.1 localhost\n{addrs[0]} node-a\n{addrs[1]} node-b\n")
-        yield list(zip(names, addrs))
-    finally:
-        for name in created:  # deleting a namespace deletes its end of the veth pair too
-            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
-            shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
-        try:
-            os.rmdir("/etc/netns")  # only if nothing else uses it
-        except OSError:
-            pass
-
-
 # ------------------------------------------------------------------------- jobs that must work
 def test_two_namespaces_auto_rank_match_train_one_4_rank_job(two_netns, tmp_path, synth_root):
     """Must-show 1: the quick start config on two 'hosts' found by their own addresses."""
@@ -167,8 +71,8 @@ def test_two_namespaces_auto_rank_match_train_one_4_rank_job(two_netns, tmp_path
             *TINY_DATA,
             "DATA.SYNTHETIC.ROOT", synth_root, "TRAIN.EPOCH_NUM", "1",
             "LOG.BASE_PATH", str(out), "LOG.EXP_NAME", "netns"]
-    procs = [_start(_tool("train_ddp.py", args, netns=ns)) for ns in (ns1, ns0)]
-    (rc1, out1), (rc0, out0) = _finish(procs)
+    procs = [start_process(tool_command("train_ddp.py", args, netns=ns)) for ns in (ns1, ns0)]
+    (rc1, out1), (rc0, out0) = finish_processes(procs)
     assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
     assert f"AUTO_RANK_MATCH: this host is WORLD_URLS[0] = {ip0}" in out0
     assert f"AUTO_RANK_MATCH: this host is WORLD_URLS[1] = {ip1}" in out1
@@ -187,8 +91,8 @@ def test_doctor_in_two_namespaces_by_hostname(two_netns):
     args = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['node-a', 'node-b']",
             "DDP_CONFIG.DIST_URL", "tcp://node-a:29500", "DDP_CONFIG.DIST_BACKEND", "gloo",
             "DDP_CONFIG.NUM_CPU_PROCS", "1", "DDP_CONFIG.INIT_TIMEOUT", "30"]
-    procs = [_start(_tool("doctor.py", args, netns=ns)) for ns in (ns0, ns1)]
-    (rc0, out0), (rc1, out1) = _finish(procs, timeout=120)
+    procs = [start_process(tool_command("doctor.py", args, netns=ns)) for ns in (ns0, ns1)]
+    (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=120)
     assert rc0 == 0 and rc1 == 0, out0 + out1
     assert "this host is WORLD_URLS[0] = node-a" in out0
     assert "this host is WORLD_URLS[1] = node-b" in out1
@@ -205,7 +109,7 @@ def test_torchrun_runs_one_2_rank_job_without_spawning_again(tmp_path, synth_roo
            os.path.join(ROOT, "tools", "train_ddp.py"), "--config-file", QUICKSTART, *TINY_DATA,
            "DATA.SYNTHETIC.ROOT", synth_root, "TRAIN.EPOCH_NUM", "1",
            "LOG.BASE_PATH", str(out), "LOG.EXP_NAME", "torchrun"]
-    [(rc, text)] = _finish([_start(cmd)])
+    [(rc, text)] = finish_processes([start_process(cmd)])
     assert rc == 0, text
     # Only rank 0 talks on the console; each process being one rank shows in the rank logs below.
     assert text.count("torchrun started this process as rank") == 1
@@ -219,18 +123,18 @@ def test_torchrun_runs_one_2_rank_job_without_spawning_again(tmp_path, synth_roo
 def test_file_store_rendezvous_across_two_nodes_and_a_reused_file(tmp_path, synth_root):
     """file:// (shared file system, seed 000): two nodes meet in a file; a second run reuses it."""
     rdzv = tmp_path / "shared" / "rdzv"
-    args = _toy_args(tmp_path, synth_root) + [
+    args = toy_args(tmp_path, synth_root) + [
         "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.AUTO_RANK_MATCH", "False",
         "DDP_CONFIG.DIST_URL", f"file://{rdzv}"]
     for attempt in range(2):
         # The second time node 1 starts well before node 0 and finds the first run's file: it must
         # wait for node 0's new session instead of acting on the old one.
         before = _file_state(rdzv)
-        node1 = _start(_tool("train_ddp.py", args), env={"ZOO_NODE_RANK": "1"})
+        node1 = start_process(tool_command("train_ddp.py", args), env={"ZOO_NODE_RANK": "1"})
         if attempt:  # node 1 has written to the old file before node 0 starts
             _wait_for_change(rdzv, before, node1)
-        node0 = _start(_tool("train_ddp.py", args), env={"ZOO_NODE_RANK": "0"})
-        (rc1, out1), (rc0, out0) = _finish([node1, node0], timeout=120)
+        node0 = start_process(tool_command("train_ddp.py", args), env={"ZOO_NODE_RANK": "0"})
+        (rc1, out1), (rc0, out0) = finish_processes([node1, node0], timeout=120)
         assert rc0 == 0 and rc1 == 0, f"run {attempt}\nnode 0:\n{out0}\nnode 1:\n{out1}"
         assert "global ranks 1..1 of 2" in out1
     assert rdzv.exists()
@@ -248,7 +152,7 @@ def _wait_for_change(path, before, proc, timeout=60):
     """Block until ``path`` differs from ``before`` (a store write), failing if ``proc`` exits."""
     deadline = time.monotonic() + timeout
     while _file_state(path) == before:
-        assert proc.poll() is None, _finish([proc])[0][1]
+        assert proc.poll() is None, finish_processes([proc])[0][1]
         assert time.monotonic() < deadline, f"nothing was written to {path} in {timeout}s"
         time.sleep(0.05)
 
@@ -275,13 +179,14 @@ def test_file_init_on_one_node_runs_twice_and_cleans_up(tmp_path):
 
 
 def test_doctor_checks_two_nodes_with_different_process_counts(tmp_path):
-    port = _free_port()
+    port = free_port()
     args = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
             "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", "DDP_CONFIG.DIST_BACKEND", "gloo",
             "DDP_CONFIG.INIT_TIMEOUT", "20"]
-    procs = [_start(_tool("doctor.py", [*args, "DDP_CONFIG.NUM_CPU_PROCS", str(2 - k)]),
-                    env={"ZOO_NODE_RANK": str(k)}) for k in (0, 1)]
-    (rc0, out0), (rc1, out1) = _finish(procs, timeout=120)
+    procs = [start_process(
+        tool_command("doctor.py", [*args, "DDP_CONFIG.NUM_CPU_PROCS", str(2 - k)]),
+        env={"ZOO_NODE_RANK": str(k)}) for k in (0, 1)]
+    (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=120)
     assert rc0 == 0 and rc1 == 0, out0 + out1
     assert "node 0 of 2 (ZOO_NODE_RANK=0), 2 CPU process(es)" in out0
     assert "node 1 of 2 (ZOO_NODE_RANK=1), 1 CPU process(es)" in out1
@@ -291,11 +196,11 @@ def test_doctor_checks_two_nodes_with_different_process_counts(tmp_path):
 def test_slurm_tasks_as_ranks_join_one_job():
     """Slurm variables set by hand, one task per rank: each process is a rank, nothing spawned."""
     env = {"SLURM_NTASKS": "2", "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_STEP_ID": "0",
-           "SLURM_JOB_NODELIST": "localhost", "MASTER_PORT": str(_free_port())}
+           "SLURM_JOB_NODELIST": "localhost", "MASTER_PORT": str(free_port())}
     args = ["DDP_CONFIG.DIST_BACKEND", "gloo", "DDP_CONFIG.INIT_TIMEOUT", "20"]
-    procs = [_start(_tool("doctor.py", args), env=dict(env, SLURM_PROCID=str(k),
+    procs = [start_process(tool_command("doctor.py", args), env=dict(env, SLURM_PROCID=str(k),
                                                        SLURM_LOCALID=str(k))) for k in (0, 1)]
-    (rc0, out0), (rc1, out1) = _finish(procs, timeout=120)
+    (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=120)
     assert rc0 == 0 and rc1 == 0, out0 + out1
     assert "Slurm: rank 1 of 2 (SLURM_PROCID=1 of SLURM_NTASKS=2); nothing is spawned" in out1
     assert "all_reduce over 2 ranks gave 2" in out0
@@ -303,47 +208,47 @@ def test_slurm_tasks_as_ranks_join_one_job():
 
 # ------------------------------------------------------------- failures: fast, one line, non-zero
 def test_ranks_from_the_environment_with_different_configs_stop(tmp_path, synth_root):
-    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     # Valid data, so that the data checks made before the group forms pass on both ranks.
     data = ["DATA.SYNTHETIC.ROOT", synth_root, "LOG.BASE_PATH", str(tmp_path), *TINY_DATA]
     start = time.monotonic()
-    procs = [_start(_tool("train_ddp.py", ["DDP_CONFIG.DIST_BACKEND", "gloo", *data,
+    procs = [start_process(tool_command("train_ddp.py", ["DDP_CONFIG.DIST_BACKEND", "gloo", *data,
                                            "TRAIN.LR", str(0.1 * (k + 1))]),
                     env=dict(env, RANK=str(k), LOCAL_RANK=str(k))) for k in (0, 1)]
-    results = _finish(procs, timeout=FAILURE_BUDGET_S + 30)
+    results = finish_processes(procs, timeout=FAILURE_BUDGET_S + 30)
     assert time.monotonic() - start < FAILURE_BUDGET_S
     assert all(rc != 0 for rc, _ in results)
     # One console line per node: local rank 1 would repeat it (its log file has it).
     (_, out0), (_, out1) = results
-    assert "the config on rank 1 (" in _error_line(out0) and "CONFIG.TRAIN.LR = 0.2" in out0
+    assert "the config on rank 1 (" in error_line(out0) and "CONFIG.TRAIN.LR = 0.2" in out0
     assert "error:" not in out1, out1
 def _fails_fast(cmd, env=None, expect=()):
     start = time.monotonic()
-    [(rc, out)] = _finish([_start(cmd, env)], timeout=FAILURE_BUDGET_S + 30)
+    [(rc, out)] = finish_processes([start_process(cmd, env)], timeout=FAILURE_BUDGET_S + 30)
     elapsed = time.monotonic() - start
     assert rc != 0, out
     assert elapsed < FAILURE_BUDGET_S, f"took {elapsed:.1f}s\n{out}"
-    line = _error_line(out)
+    line = error_line(out)
     for text in expect:
         assert text in line, line
     return line, elapsed
 
 
 def test_this_host_not_in_world_urls():
-    _fails_fast(_tool("train_ddp.py", [
+    _fails_fast(tool_command("train_ddp.py", [
         "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['203.0.113.10', '203.0.113.11']",
         "DDP_CONFIG.DIST_URL", "tcp://203.0.113.10:29500"]),
         expect=["matches none of ['203.0.113.10', '203.0.113.11']", "127.0.0.1", "WORLD_RANK"])
 
 
 def test_world_urls_and_world_size_disagree():
-    _fails_fast(_tool("train_ddp.py", [
+    _fails_fast(tool_command("train_ddp.py", [
         "DDP_CONFIG.WORLD_SIZE", "3", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '203.0.113.11']"]),
         expect=["WORLD_URLS has 2 entries", "WORLD_SIZE is 3"])
 
 
 def test_dist_url_host_is_not_node_0():
-    _fails_fast(_tool("train_ddp.py", [
+    _fails_fast(tool_command("train_ddp.py", [
         "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '203.0.113.11']",
         "DDP_CONFIG.DIST_URL", "tcp://203.0.113.11:29500"]),
         expect=["its host is not node 0", "tcp://127.0.0.1:29500"])
@@ -362,8 +267,8 @@ def _listed_files(tmp_path):
 
 
 def test_node_0_never_comes_up(tmp_path):
-    port = _free_port()
-    _, elapsed = _fails_fast(_tool("train_ddp.py", [
+    port = free_port()
+    _, elapsed = _fails_fast(tool_command("train_ddp.py", [
         *_listed_files(tmp_path),
         "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
         "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", "DDP_CONFIG.INIT_TIMEOUT", "5"]),
@@ -376,7 +281,7 @@ def test_busy_port_on_node_0(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        _fails_fast(_tool("train_ddp.py", [
+        _fails_fast(tool_command("train_ddp.py", [
             *_listed_files(tmp_path),
         "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
             "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}"]),
@@ -385,13 +290,13 @@ def test_busy_port_on_node_0(tmp_path):
 
 def test_nodes_with_different_configs_stop_naming_the_keys(tmp_path, synth_root):
     start = time.monotonic()
-    procs = _two_nodes_here(_toy_args(tmp_path, synth_root), _free_port(),
+    procs = two_nodes_here(toy_args(tmp_path, synth_root), free_port(),
                             node_args=((), ("TRAIN.LR", "0.2")))
-    results = _finish(procs, timeout=FAILURE_BUDGET_S + 30)
+    results = finish_processes(procs, timeout=FAILURE_BUDGET_S + 30)
     assert time.monotonic() - start < FAILURE_BUDGET_S
     for rc, out in results:
         assert rc != 0
-        line = _error_line(out)
+        line = error_line(out)
         assert "config on node 1" in line and "CONFIG.TRAIN.LR = 0.2 (on node 0" in line, line
 
 
@@ -415,22 +320,22 @@ def _workers_of(pid):
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds worker processes in /proc")
 def test_worker_killed_mid_epoch_stops_every_node_naming_the_rank(tmp_path, synth_root):
-    args = _toy_args(tmp_path, synth_root, model="toy_slow", model_src=SLOW_MODEL, epochs=50)
-    procs = _two_nodes_here(args + ["DDP_CONFIG.INIT_TIMEOUT", "15"], _free_port())
+    args = toy_args(tmp_path, synth_root, model="toy_slow", model_src=SLOW_MODEL, epochs=50)
+    procs = two_nodes_here(args + ["DDP_CONFIG.INIT_TIMEOUT", "15"], free_port())
     log = tmp_path / "runs" / "job" / "log_rank1.txt"
     deadline = time.monotonic() + 120
     while not (log.exists() and "epoch 1 iter 1/" in log.read_text()):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
-            "training did not start:\n" + "\n".join(out for _, out in _finish(procs, 5))
+            "training did not start:\n" + "\n".join(out for _, out in finish_processes(procs, 5))
         time.sleep(0.2)
     [victim] = _workers_of(procs[1].pid)  # node 1's only worker: global rank 1
     killed_at = time.monotonic()
     os.kill(victim, signal.SIGKILL)
-    (rc0, out0), (rc1, out1) = _finish(procs, timeout=FAILURE_BUDGET_S + 30)
+    (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=FAILURE_BUDGET_S + 30)
     assert time.monotonic() - killed_at < FAILURE_BUDGET_S
     assert rc0 != 0 and rc1 != 0
-    assert "global rank 1 (node 1, local process 0) died with signal SIGKILL" in _error_line(out1)
-    line0 = _error_line(out0)
+    assert "global rank 1 (node 1, local process 0) died with signal SIGKILL" in error_line(out1)
+    line0 = error_line(out0)
     assert "global rank 1 (node 1" in line0 and "SIGKILL" in line0, line0
 
 
@@ -438,9 +343,9 @@ def test_worker_killed_mid_epoch_stops_every_node_naming_the_rank(tmp_path, synt
 def test_nodes_differing_only_in_base_path_train_together_with_one_warning(tmp_path, synth_root):
     """Each node writes under its own BASE_PATH; node 0 names the key and both values once."""
     base = [tmp_path / "out0", tmp_path / "out1"]
-    procs = _two_nodes_here(_toy_args(tmp_path, synth_root), _free_port(),
+    procs = two_nodes_here(toy_args(tmp_path, synth_root), free_port(),
                             node_args=tuple(("LOG.BASE_PATH", str(b)) for b in base))
-    (rc0, out0), (rc1, out1) = _finish(procs, timeout=120)
+    (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=120)
     assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
     [line] = [ln for ln in out0.splitlines() if "node-local key(s) differ" in ln]
     assert "CONFIG.LOG.BASE_PATH" in line and repr(str(base[0])) in line
@@ -457,7 +362,7 @@ def _wait_for_training(procs, log, timeout=120):
     deadline = time.monotonic() + timeout
     while not (log.exists() and "epoch 1 iter 1/" in log.read_text()):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
-            "training did not start:\n" + "\n".join(out for _, out in _finish(procs, 5))
+            "training did not start:\n" + "\n".join(out for _, out in finish_processes(procs, 5))
         time.sleep(0.2)
 
 
@@ -494,21 +399,21 @@ def test_a_stranger_on_the_port_is_refused_and_the_job_finishes(tmp_path, synth_
                                                                 stranger_token):
     """Another job's node 1 (another token, or the same config with no token) started on a running
     job's port: one error line for it, one warning on node 0, and the job finishes unharmed."""
-    port = _free_port()
+    port = free_port()
     gate = tmp_path / "gate"
-    args = _toy_args(tmp_path, synth_root, model="toy_gated",
+    args = toy_args(tmp_path, synth_root, model="toy_gated",
                      model_src=GATED_MODEL + f"\nGATE = {str(gate)!r}\n", epochs=2)
-    procs = _two_nodes_here([*args, "DDP_CONFIG.JOB_TOKEN", job_token], port)
+    procs = two_nodes_here([*args, "DDP_CONFIG.JOB_TOKEN", job_token], port)
     _wait_for_training(procs, tmp_path / "runs" / "job" / "log_rank1.txt")
     stranger_env = {"ZOO_NODE_RANK": "1", "ZOO_JOB_TOKEN": stranger_token}
     common = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
               "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", *args,
               "LOG.BASE_PATH", str(tmp_path / "stranger")]
-    line, _ = _fails_fast(_tool("train_ddp.py", common), env=stranger_env,
+    line, _ = _fails_fast(tool_command("train_ddp.py", common), env=stranger_env,
                           expect=["is held by another job", f"127.0.0.1:{port}", "JOB_TOKEN"])
     assert all(p.poll() is None for p in procs), "the running job stopped"
     gate.touch()
-    (rc0, out0), (rc1, out1) = _finish(procs, timeout=120)
+    (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=120)
     assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
     warned = [ln for ln in out0.splitlines() if "another job identity" in ln]
     assert len(warned) == 1 and "was refused" in warned[0] and "node 1" in warned[0], out0
@@ -530,15 +435,15 @@ def test_a_stranger_while_node_0_waits_for_nodes_is_refused_and_the_job_still_fo
         tmp_path, synth_root):
     """The stranger arrives while node 0 is still waiting for node 1: it is refused and writes
     nothing node 0 waits on; the real node 1 then joins and the job trains."""
-    port = _free_port()
+    port = free_port()
     common = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
-              "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", *_toy_args(tmp_path, synth_root)]
-    node0 = _start(_tool("train_ddp.py", common), env={"ZOO_NODE_RANK": "0"})
-    _fails_fast(_tool("train_ddp.py", [*common, "DDP_CONFIG.JOB_TOKEN", "other-job"]),
+              "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", *toy_args(tmp_path, synth_root)]
+    node0 = start_process(tool_command("train_ddp.py", common), env={"ZOO_NODE_RANK": "0"})
+    _fails_fast(tool_command("train_ddp.py", [*common, "DDP_CONFIG.JOB_TOKEN", "other-job"]),
                 env={"ZOO_NODE_RANK": "1"}, expect=["is held by another job", "JOB_TOKEN"])
-    assert node0.poll() is None, _finish([node0])[0][1]
-    node1 = _start(_tool("train_ddp.py", common), env={"ZOO_NODE_RANK": "1"})
-    (rc0, out0), (rc1, out1) = _finish([node0, node1], timeout=120)
+    assert node0.poll() is None, finish_processes([node0])[0][1]
+    node1 = start_process(tool_command("train_ddp.py", common), env={"ZOO_NODE_RANK": "1"})
+    (rc0, out0), (rc1, out1) = finish_processes([node0, node1], timeout=120)
     assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
     assert sum("another job identity" in ln for ln in out0.splitlines()) == 1, out0
     assert "other-job" not in out0 + out1

@@ -14,15 +14,12 @@ import subprocess
 import time
 
 import pytest
-import test_multinode
 import torch
-from helpers import ROOT
-from test_multinode import _finish, _free_port, _start, _tool, _toy_args
+from helpers import ROOT, finish_processes, free_port, start_process, tool_command, toy_args
 
 SLOW = pytest.mark.slow  # each test trains a few epochs in spawned processes
 MULTINODE = pytest.mark.multinode  # several processes per test, network namespaces
 
-two_netns = test_multinode.two_netns  # the fixture: two network namespaces on a veth pair
 
 EPOCHS = 2
 STEPS_PER_EPOCH = 2  # TINY_DATA: 8 training clips, 2 ranks x batch 2
@@ -48,7 +45,7 @@ class KillOnce(HookBase):
 
 
 def _job_args(tmp_path, synth_root, exp):
-    args = _toy_args(tmp_path, synth_root, epochs=EPOCHS)
+    args = toy_args(tmp_path, synth_root, epochs=EPOCHS)
     # One thread per rank everywhere, so that one node with 2 processes computes as 2 nodes do.
     return [*args, "LOG.EXP_NAME", exp, "DDP_CONFIG.MAX_RESTARTS", "2",
             "DDP_CONFIG.INIT_TIMEOUT", "60", "DDP_CONFIG.THREADS_PER_PROC", "1"]
@@ -58,12 +55,13 @@ def _job_args(tmp_path, synth_root, exp):
 def reference(tmp_path_factory, synth_root):
     """The final checkpoint of the same job run without interruption (two launchers here)."""
     tmp = tmp_path_factory.mktemp("reference")
-    port = _free_port()
+    port = free_port()
     common = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
               "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}",
               *_job_args(tmp, synth_root, "straight")]
-    procs = [_start(_tool("train_ddp.py", common), env={"ZOO_NODE_RANK": str(k)}) for k in (0, 1)]
-    (rc0, out0), (rc1, out1) = _finish(procs, timeout=240)
+    procs = [start_process(tool_command("train_ddp.py", common), env={"ZOO_NODE_RANK": str(k)})
+             for k in (0, 1)]
+    (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=240)
     assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
     assert "restart" not in out0 + out1
     return torch.load(tmp / "runs" / "straight" / "checkpoints" / f"epoch_{EPOCHS}.pth",
@@ -90,7 +88,7 @@ def _start_node(args, netns):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "ZOO_NODE_RANK"):
         env.pop(var, None)
-    return subprocess.Popen(_tool("train_ddp.py", args, netns=netns), cwd=ROOT, env=env,
+    return subprocess.Popen(tool_command("train_ddp.py", args, netns=netns), cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 
@@ -113,7 +111,7 @@ def test_a_killed_worker_restarts_the_job_and_it_ends_bitwise_equal(
     (ns0, _), (ns1, _) = two_netns
     args, marker = _netns_job(two_netns, tmp_path, synth_root, whole_node=False)
     procs = [_start_node(args, ns) for ns in (ns0, ns1)]
-    (rc0, out0), (rc1, out1) = _finish(procs, timeout=300)
+    (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=300)
     assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
     assert marker.exists(), "the hook never killed the worker"
     [line1] = [ln for ln in out1.splitlines() if "restart 1 of 2" in ln]
@@ -137,13 +135,13 @@ def test_a_killed_node_rejoins_when_its_command_is_run_again(
     deadline = time.monotonic() + 240
     while nodes[victim].poll() is None:
         assert time.monotonic() < deadline and nodes[1 - victim].poll() is None, \
-            "\n".join(out for _, out in _finish(nodes, 5))
+            "\n".join(out for _, out in finish_processes(nodes, 5))
         time.sleep(0.2)
-    [(rc, out)] = _finish([nodes[victim]])
+    [(rc, out)] = finish_processes([nodes[victim]])
     assert rc == -signal.SIGKILL and marker.exists(), out
     assert nodes[1 - victim].poll() is None, f"node {1 - victim} gave up instead of waiting"
     nodes[victim] = _start_node(args, netns[victim])  # the same command on the same node
-    (rc0, out0), (rc1, out1) = _finish(nodes, timeout=300)
+    (rc0, out0), (rc1, out1) = finish_processes(nodes, timeout=300)
     assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
     survivor, rerun = (out0, out1) if victim == 1 else (out1, out0)
     [line] = [ln for ln in survivor.splitlines() if "restart 1 of 2" in ln]
@@ -180,7 +178,7 @@ def test_one_node_restarts_after_an_error_but_not_after_a_user_error(tmp_path, s
     hook.write_text(RAISE_HOOK.format(kill_at=KILL_AT, marker=str(tmp_path / "raised_once")))
     args = [*_job_args(tmp_path, synth_root, "job"), "DDP_CONFIG.NUM_CPU_PROCS", "2",
             "TRAIN.HOOKS", repr([f"{hook}:Raise"])]
-    [(rc, out)] = _finish([_start(_tool("train_ddp.py", args))], timeout=240)
+    [(rc, out)] = finish_processes([start_process(tool_command("train_ddp.py", args))], timeout=240)
     assert rc != 0, out
     [restart] = [ln for ln in out.splitlines() if "restart 1 of 2" in ln]
     assert "global rank 1 (node 0, local process 1) failed: unexpected RuntimeError: a one-off " \

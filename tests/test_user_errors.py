@@ -3,7 +3,7 @@
 The tools run as a user runs them (a subprocess; the console is what it prints). Launch modes: one
 process (DDP_CONFIG.DISTRIBUTED False), two gloo processes spawned by zoo's launcher, torchrun,
 and a Slurm job step (its environment, two tasks). Tracebacks belong in the rank's log file
-(BASE_PATH/EXP_NAME/log_rank{N}.txt), never on the console. Issue 11, "Errors".
+(BASE_PATH/EXP_NAME/log_rank{N}.txt), never on the console.
 """
 
 import os

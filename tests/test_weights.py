@@ -9,6 +9,7 @@ real PyTorchVideo package (a test-only dependency), not from zoo.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import socket
 import subprocess
@@ -16,76 +17,20 @@ import sys
 import textwrap
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
-from helpers import ROOT, fast_sample, run_tool
+from helpers import ROOT, fast_sample, file_bytes, run_tool
 
 import zoo
 from zoo.config import load_config
 from zoo.models import build_model, model_facts
 from zoo.models.weights import WeightsError, cache_path, fetch, resolve_pretrained, table
 
+# Every test gets a private ZOO_HOME (conftest.py).
+pytestmark = pytest.mark.usefixtures("zoo_home")
+
 TINY = "slowfast_tiny_resnet18"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):  # keep pytest output clean
-        pass
-
-    def do_GET(self):
-        srv = self.server
-        srv.requests.append((self.path, self.headers.get("Range")))
-        body = srv.files.get(self.path)
-        if body is None:
-            self.send_error(404)
-            return
-        etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
-        start, rng = 0, self.headers.get("Range")
-        if rng and self.headers.get("If-Range") in (None, etag):
-            start = int(rng.split("=")[1].split("-")[0])
-            self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        else:
-            self.send_response(200)
-        self.send_header("Content-Length", str(len(body) - start))
-        self.send_header("ETag", etag)
-        self.end_headers()
-        if srv.gate is not None:
-            srv.gate()
-        payload = body[start:]
-        if srv.cut.get(self.path, 0) > 0:  # close the connection halfway through the body
-            srv.cut[self.path] -= 1
-            payload = payload[: len(payload) // 2]
-        self.wfile.write(payload)
-
-
-@pytest.fixture()
-def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    srv.files, srv.requests, srv.cut, srv.gate = {}, [], {}, None
-    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-@pytest.fixture(autouse=True)
-def zoo_home(tmp_path, monkeypatch):
-    home = tmp_path / "zoo_home"
-    monkeypatch.setenv("ZOO_HOME", str(home))
-    monkeypatch.delenv("ZOO_WEIGHTS_MIRROR", raising=False)
-    return home
-
-
-def _file_bytes(obj, tmp_path, name="w.pth") -> bytes:
-    path = tmp_path / name
-    torch.save(obj, path)
-    return path.read_bytes()
 
 
 def _tiny_state(num_classes=5):
@@ -163,10 +108,10 @@ def _publisher_state(name, entry):
     publisher's own code where it is installed (PyTorchVideo's hub, torchvision) and from
     MMAction2's documented key scheme (tests/test_convert.py) otherwise."""
     import torchvision
-    from test_convert import mmaction2_key, slowfast_entries
+    from helpers import mmaction2_key, slowfast_entries
 
     if entry.format == "gluoncv":  # gluoncv's key layout, written in test_gluoncv_weights.py
-        from test_gluoncv_weights import gluoncv_layout
+        from helpers import gluoncv_layout
 
         with torch.device("meta"):
             return gluoncv_layout(name, zoo.create_model(name).state_dict())
@@ -231,7 +176,7 @@ def test_docs_weights_table_is_current():
 # ----------------------------------------------------------------------------- downloads
 def _serve_tiny(server, tmp_path, monkeypatch, hash_="", path="/models/tiny-0.pth"):
     state = _tiny_state()
-    body = _file_bytes({"model": state}, tmp_path)
+    body = file_bytes({"model": state}, tmp_path)
     server.files[path] = body
     url = "https://weights.example" + path
     monkeypatch.setitem(table.WEIGHTS, TINY, {"kinetics400": table.WeightsEntry(
@@ -281,7 +226,7 @@ def test_no_network_is_one_line_naming_url_and_place(tmp_path):
 
 def test_interrupted_download_resumes_and_never_leaves_a_corrupt_file(server, tmp_path):
     state = _tiny_state()
-    body = _file_bytes({"model": state}, tmp_path)
+    body = file_bytes({"model": state}, tmp_path)
     server.files["/w/tiny.pth"] = body
     url = server.url + "/w/tiny.pth"
     dest = cache_path(url)
@@ -301,7 +246,7 @@ def test_interrupted_download_resumes_and_never_leaves_a_corrupt_file(server, tm
 
 
 def test_cut_once_resumes_within_one_call_and_changed_file_restarts(server, tmp_path):
-    old = _file_bytes({"model": _tiny_state()}, tmp_path)
+    old = file_bytes({"model": _tiny_state()}, tmp_path)
     server.files["/w/a.pth"] = old
     server.cut["/w/a.pth"] = 1
     path = fetch(resolve_pretrained(server.url + "/w/a.pth", TINY))
@@ -312,7 +257,7 @@ def test_cut_once_resumes_within_one_call_and_changed_file_restarts(server, tmp_
     server.cut["/w/b.pth"] = 100
     with pytest.raises(WeightsError):
         fetch(resolve_pretrained(server.url + "/w/b.pth", TINY))
-    new = _file_bytes({"model": _tiny_state(num_classes=7)}, tmp_path, "new.pth")
+    new = file_bytes({"model": _tiny_state(num_classes=7)}, tmp_path, "new.pth")
     server.files["/w/b.pth"], server.cut["/w/b.pth"] = new, 0
     server.requests.clear()
     path = fetch(resolve_pretrained(server.url + "/w/b.pth", TINY))
@@ -341,15 +286,19 @@ def _hold_lock(dest, part=True):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="fcntl locks")
-def test_waiters_take_over_when_the_downloader_dies(server, tmp_path):
-    body = _file_bytes({"model": _tiny_state()}, tmp_path)
+def test_waiters_take_over_when_the_downloader_dies(server, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="zoo.models.weights")
+    body = file_bytes({"model": _tiny_state()}, tmp_path)
     server.files["/w/d.pth"] = body
     src = resolve_pretrained(server.url + "/w/d.pth", TINY)
     holder = _hold_lock(src.path)  # leaves 1000 bytes it cannot vouch for (no ETag recorded)
     result = {}
     waiter = threading.Thread(target=lambda: result.setdefault("path", fetch(src)))
     waiter.start()
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60  # until the waiter says it waits on the lock
+    while not any("waiting for another process" in r.getMessage() for r in caplog.records):
+        assert waiter.is_alive() and time.monotonic() < deadline, result
+        time.sleep(0.05)
     assert waiter.is_alive() and not server.requests  # waiting on the lock, not downloading
     holder.kill()
     holder.wait()
@@ -375,7 +324,7 @@ def test_waiter_stops_when_the_downloader_makes_no_progress(server, monkeypatch)
 # ----------------------------------------------------------------------------- formats
 @pytest.mark.parametrize("scheme", ["zoo", "wrapped", "pyslowfast", "mmaction2"])
 def test_formats_are_detected_and_converted(server, tmp_path, scheme):
-    from test_convert import _single_pathway_key
+    from helpers import single_pathway_key
 
     torch.manual_seed(0)
     want = zoo.create_model("i3d_resnet50", num_classes=9, width=8, depth=18).state_dict()
@@ -384,10 +333,10 @@ def test_formats_are_detected_and_converted(server, tmp_path, scheme):
     elif scheme == "wrapped":  # PySlowFast's wrapper module around a network: "model." keys
         obj = {"model_state": {f"model.{k}": v for k, v in want.items()}}
     else:
-        state = {_single_pathway_key(scheme, k): v for k, v in want.items()}
+        state = {single_pathway_key(scheme, k): v for k, v in want.items()}
         obj = ({"model_state": state, "cfg": "x: 1\n"} if scheme == "pyslowfast"
                else {"meta": {"epoch": 1}, "state_dict": state})
-    server.files["/f/w.pth"] = _file_bytes(obj, tmp_path)
+    server.files["/f/w.pth"] = file_bytes(obj, tmp_path)
     cfg = load_config(None, ["MODEL.NAME", "i3d_resnet50", "MODEL.KWARGS",
                              "['width', 8, 'depth', 18]", "DATA.NUM_CLASSES", "9",
                              "MODEL.PRETRAINED", server.url + "/f/w.pth"])
@@ -396,12 +345,12 @@ def test_formats_are_detected_and_converted(server, tmp_path, scheme):
 
 
 def test_unknown_format_is_one_line(server, tmp_path):
-    server.files["/f/x.pth"] = _file_bytes({"encoder.w": torch.zeros(3)}, tmp_path)
+    server.files["/f/x.pth"] = file_bytes({"encoder.w": torch.zeros(3)}, tmp_path)
     with pytest.raises(RuntimeError, match="cannot tell which project wrote"):
         zoo.create_model(TINY, num_classes=5, pretrained=server.url + "/f/x.pth")
 
 
-# ----------------------------------------------------------------------------- the issue's case
+# --------------------------------------- one weights URL, two processes, one download
 _LOADER = textwrap.dedent("""
     import logging, sys, torch
     from zoo.config import load_config
@@ -422,19 +371,19 @@ _LOADER = textwrap.dedent("""
 @pytest.mark.slow
 def test_pytorchvideo_slowfast_by_url_one_download_for_two_processes(server, tmp_path,
                                                                      zoo_home):
-    from test_convert import _calibrated
+    from helpers import calibrated
 
     ptv_slowfast = pytest.importorskip("pytorchvideo.models.slowfast")
     torch.manual_seed(0)
     fast = torch.randn(1, 3, 32, 64, 64)
     slow = fast[:, :, torch.linspace(0, 31, 8).long()]
     ptv = ptv_slowfast.create_slowfast(head_pool_kernel_sizes=((8, 2, 2), (32, 2, 2)))
-    ptv = _calibrated(ptv, [slow, fast])
+    ptv = calibrated(ptv, [slow, fast])
     with torch.no_grad():
         want = ptv([slow, fast])
     assert 0.1 < want.abs().max() < 100
     path = "/pytorchvideo/model_zoo/kinetics/SLOWFAST_8x8_R50.pyth"
-    server.files[path] = _file_bytes({"model_state": ptv.state_dict(), "epoch": 196,
+    server.files[path] = file_bytes({"model_state": ptv.state_dict(), "epoch": 196,
                                       "cfg": "MODEL:\n  ARCH: slowfast\n"}, tmp_path)
     url = server.url + path
     x_path = tmp_path / "x.pt"

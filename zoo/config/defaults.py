@@ -308,7 +308,8 @@ _C.CONFIG.DATA.DECODE_THREADS = 0
 # TRAIN_SHORT_SIDE_RANGE for training, SHORT_SIDE_SIZE for val/test, NEW_HEIGHT x NEW_WIDTH when
 # KEEP_ASPECT_RATIO is False; never enlarged) while it converts them to RGB, in one pass of
 # FFmpeg's bilinear scaler (pyav; other readers hand over full frames). Pixels differ from a
-# full-size decode + torch resize by interpolation details only (docs/benchmarks.md, issue 15).
+# full-size decode + torch resize by interpolation details only (docs/benchmarks.md, "End-to-end
+# clip loading at real sizes").
 _C.CONFIG.DATA.DECODE_RESIZE = True
 # Where training clips are normalised (mean/std): "device" (the loader hands over uint8 clips and
 # the training step normalises them after moving them to its device: a quarter of the bytes through

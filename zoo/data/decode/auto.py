@@ -37,11 +37,12 @@ _READERS: Dict[str, Type[VideoReader]] = {
 # OpenCV were within the run-to-run noise of each other; torchcodec was the slowest of the three
 # in every row (0.46-0.96x PyAV; tied only on VP9 at GOP 250), so it is tried last, and never for
 # AVI or MPEG-TS/PS, where it returns wrong frames. AVI (where both decode from the start, see
-# docs/datasets.md) goes to PyAV first: re-measured on a quiet machine after PyAV's AVI fix it was
+# docs/datasets.md) goes to PyAV first: measured on a quiet machine (both frame-exact) it was
 # 57.3 / 64.6 clips/s against OpenCV's 56.8 / 55.4 (GOP 16 / 250), and it is the bit-exact
-# reference. decord is left out (it shifts pixels on some widths). Re-measured end to end for
-# issue 15 (tools/benchmark_data.py --end-to-end: decode + the training transform, 340x256 and
-# 1080p H.264/HEVC MP4), PyAV with its one-pass resize led torchcodec and decord on every set.
+# reference. decord is left out (it shifts pixels on some widths). Measured end to end
+# (tools/benchmark_data.py --end-to-end: decode + the training transform, 340x256 and 1080p
+# H.264/HEVC MP4; docs/benchmarks.md), PyAV with its one-pass resize led torchcodec and decord on
+# every set.
 AUTO_ORDER: Dict[str, Tuple[str, ...]] = {
     "mp4": ("pyav", "opencv", "torchcodec"),
     "matroska": ("pyav", "opencv", "torchcodec"),

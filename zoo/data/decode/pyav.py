@@ -71,7 +71,8 @@ _MIN_SKIP = 8
 # A timestamp this far (in frames) off the constant-rate grid means variable frame rate.
 _OFF_GRID = 0.35
 # FFmpeg's scaler filter for the one-pass resize: bilinear, widened when shrinking (antialiased)
-# like torch's antialiased bilinear resize; measured against it in docs/benchmarks.md (issue 15).
+# like torch's antialiased bilinear resize; measured against it in docs/benchmarks.md
+# ("End-to-end clip loading at real sizes").
 _SCALE_FILTER = "BILINEAR"
 # The scaler is threaded (``threads``); planar RGB out is then the faster scaled output (see
 # _rgb; the same pixels as packed RGB).
