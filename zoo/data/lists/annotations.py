@@ -25,6 +25,8 @@ import os
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
+from ...utils.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 CSV_FORMAT = (
@@ -33,7 +35,7 @@ CSV_FORMAT = (
 )
 
 
-class AnnotationError(ValueError):
+class AnnotationError(UserError, ValueError):
     """An annotation list is missing or has a line that does not parse."""
 
 
