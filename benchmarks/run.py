@@ -25,7 +25,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from zoo.cli.job import add_config_arguments, tool_parser
+from zoo.cli.parser import add_config_arguments, tool_parser
 from zoo.train.ddp_comm import COMPRESSIONS
 
 from . import commands, common

@@ -14,7 +14,7 @@ import shlex
 
 import pytest
 
-from zoo.cli.job import ToolArgumentParser
+from zoo.cli.parser import ToolArgumentParser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRAPPERS = sorted(glob.glob(os.path.join(ROOT, "tools", "*.py"))
@@ -45,8 +45,9 @@ def _load_wrapper(path: str):
     return module
 
 
-class Parsed(Exception):
-    """Raised in place of running the command, once its arguments are parsed."""
+class Parsed(BaseException):
+    """Raised in place of running the command, once its arguments are parsed (not an
+    Exception, which every command's main reports as its error line instead)."""
 
     def __init__(self, namespace, rest):
         super().__init__("parsed")

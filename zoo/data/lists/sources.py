@@ -16,10 +16,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..decode.frames import IMAGE_EXTS
 from .annotations import AnnotationError, VideoRecord, list_lines
+from .exts import VIDEO_EXTS
 
 logger = logging.getLogger(__name__)
 
-VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv")
 KINETICS_COLUMNS = ("label", "youtube_id", "time_start", "time_end")
 Records = Tuple[List[VideoRecord], List[str]]
 
