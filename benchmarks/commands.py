@@ -205,7 +205,7 @@ def _generated_list(args) -> list:
 
 
 def cmd_data(args) -> list:
-    from zoo.cli.job import with_extra_modules
+    from zoo.cli.configure import with_extra_modules
     from zoo.config import load_config
     from zoo.utils.env import import_extra_modules
 

@@ -26,7 +26,7 @@ import sys
 from typing import List, Optional
 
 from zoo.accel.ddp_comm import COMPRESSIONS
-from zoo.cli.job import add_config_arguments, tool_parser
+from zoo.cli.parser import add_config_arguments, tool_parser
 
 from . import commands, common
 from .data import DECODERS

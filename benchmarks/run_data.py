@@ -38,7 +38,7 @@ import sys
 import tempfile
 from typing import List, Optional
 
-from zoo.cli.job import tool_parser
+from zoo.cli.parser import tool_parser
 
 from . import clip_loading as e2e
 from . import data as bench

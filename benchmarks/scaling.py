@@ -23,7 +23,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from zoo.cli.job import tool_parser, with_extra_modules
+from zoo.cli.configure import with_extra_modules
+from zoo.cli.parser import tool_parser
 from zoo.config import load_config
 from zoo.launch.launch import launch
 from zoo.solver import build_lr_scheduler, build_optimizer

@@ -1,7 +1,8 @@
 """The command lines: every [project.scripts] entry point resolves and answers --help, tools/ and
 datasets/ hold thin wrappers around the same main(), one parser reads --extra-modules and
-trailing KEY VALUE overrides alike in every command that takes a config, and the README's
-commands parse. All in this process (no interpreter per tool)."""
+trailing KEY VALUE overrides alike in every command that takes a config, the README's commands
+parse, and every command ends a bad input with one error: line and the common exit code. All in
+this process (no interpreter per tool), but the import checks, which need a fresh one."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import importlib.util
 import os
 import re
 import shlex
+import subprocess
+import sys
 
 import pytest
 
-from zoo.cli.job import ToolArgumentParser
+from zoo.cli.parser import ToolArgumentParser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRAPPERS = sorted(glob.glob(os.path.join(ROOT, "tools", "*.py"))
@@ -45,8 +48,9 @@ def _load_wrapper(path: str):
     return module
 
 
-class Parsed(Exception):
-    """Raised in place of running the command, once its arguments are parsed."""
+class Parsed(BaseException):
+    """Raised in place of running the command, once its arguments are parsed (not an
+    Exception, which every command's main reports as its error line instead)."""
 
     def __init__(self, namespace, rest):
         super().__init__("parsed")
@@ -173,3 +177,61 @@ def test_readme_commands_parse(parse_only):
         if "--config-file" in argv:
             assert ns.config_file == argv[argv.index("--config-file") + 1]
             assert os.path.isfile(os.path.join(ROOT, ns.config_file)) or "/" not in ns.config_file
+
+
+# Each command with an input it cannot use (every path below is missing), and the exit code it
+# must end with: 2 for a config or usage error, 1 for any other user error.
+def _bad_inputs(tmp: str) -> dict:
+    missing = os.path.join(tmp, "missing")
+    yaml = missing + ".yaml"
+    return {
+        "zoo-train": (["--config-file", yaml], 2),
+        "zoo-test": (["--config-file", yaml], 2),
+        "zoo-predict": (["--config-file", yaml, "--checkpoint", "m.pth", "a.mp4"], 2),
+        "zoo-extract-features": (["--config-file", yaml], 2),
+        "zoo-doctor": (["--config-file", yaml, "--local"], 2),
+        "zoo-list-models": (["no_such_model_anywhere"], 1),
+        "zoo-convert-checkpoint": (["--from", "pyslowfast", "--model", "resnet50",
+                                    missing + ".pyth", os.path.join(tmp, "out.pth")], 1),
+        "zoo-convert-config": (["--from", "pyslowfast", yaml, os.path.join(tmp, "out.yaml")], 2),
+        "zoo-export": (["--model", "no_such_model_anywhere", "--out", tmp], 1),
+        "zoo-plot-log": ([missing], 1),
+        "zoo-benchmark": (["no_such_benchmark"], 2),
+        "zoo-benchmark-data": (["--no-such-flag"], 2),
+        "zoo-build-lists-from-folders": (["--root", missing, "--out", tmp], 2),
+        "zoo-build-kinetics-lists": (["--csv", missing + ".csv", "--videos", tmp, "--out", tmp],
+                                     1),
+        "zoo-build-split-lists": (["ucf101", "--splits", missing, "--out", tmp], 1),
+        "zoo-reencode": (["--src", tmp, "--dst", tmp, "--list", missing + ".txt"], 1),
+    }
+
+
+@pytest.mark.parametrize("command", sorted(ENTRY_POINTS))
+def test_every_command_ends_a_bad_input_with_one_error_line(command, tmp_path, capsys):
+    bad = _bad_inputs(str(tmp_path))
+    assert set(bad) == set(ENTRY_POINTS), "give each command in [project.scripts] a bad input"
+    argv, want = bad[command]
+    try:
+        code = _resolve(ENTRY_POINTS[command])(argv)
+    except SystemExit as e:  # argparse's usage errors
+        code = e.code
+    out, err = capsys.readouterr()
+    errors = [ln for ln in (out + err).splitlines() if "error" in ln.lower()]
+    assert len(errors) == 1 and errors[0].startswith("error: "), out + err
+    assert "unexpected" not in errors[0] and "Traceback" not in out + err, errors[0]
+    assert code == want, (code, errors[0])
+
+
+@pytest.mark.parametrize("module", ["zoo.cli.train", "zoo.cli.test", "zoo.cli.predict",
+                                    "zoo.cli.parser"])
+def test_importing_a_command_leaves_the_trainer_and_the_launcher_out(module):
+    # In a fresh interpreter: this one has imported everything already.
+    heavy = ("torch.distributed", "zoo.train.trainer", "zoo.launch.launch")
+    code = (f"import sys, {module}; "
+            f"print(' '.join(m for m in {heavy!r} if m in sys.modules) or 'none')")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
+        ROOT, os.environ.get("PYTHONPATH")])))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "none", f"importing {module} imported {r.stdout.strip()}"

@@ -300,6 +300,51 @@ def test_what_is_a_user_error():
     assert not is_user_error(ValueError("x")) and not is_user_error(RuntimeError("x"))
 
 
+def test_every_user_error_is_a_user_error_and_keeps_its_builtin_base():
+    from zoo.config import ConfigError
+    from zoo.data.decode.base import DecodeError, DecoderLibraryError
+    from zoo.data.lists.annotations import AnnotationError
+    from zoo.data.robust import TooManyBadVideos
+    from zoo.infer.export import ExportError
+    from zoo.launch.topology import LaunchError
+    from zoo.models.weights import WeightsError
+    from zoo.models.weights.convert.common import ConversionError
+    from zoo.utils.checkpoint_io import CheckpointError, CheckpointWriteError
+    from zoo.utils.errors import (
+        NonFiniteLoss,
+        UsageError,
+        UserError,
+        exit_code,
+        is_user_error,
+    )
+    from zoo.utils.registry import Registry, RegistryError
+
+    builtin = {ConfigError: ValueError, AnnotationError: ValueError, UsageError: ValueError,
+               DecodeError: RuntimeError, DecoderLibraryError: RuntimeError,
+               TooManyBadVideos: RuntimeError, CheckpointError: RuntimeError,
+               CheckpointWriteError: RuntimeError, LaunchError: RuntimeError,
+               ConversionError: RuntimeError, WeightsError: RuntimeError,
+               NonFiniteLoss: RuntimeError, ExportError: RuntimeError, RegistryError: KeyError}
+    for cls, base in builtin.items():
+        assert issubclass(cls, UserError) and issubclass(cls, base), cls
+        assert is_user_error(cls("x"))
+        assert exit_code(cls("x")) == (2 if cls in (ConfigError, UsageError) else 1), cls
+    with pytest.raises(RegistryError, match="No object named 'b'") as miss:
+        Registry("THING").get("b")
+    assert isinstance(miss.value, KeyError)  # `except KeyError` in user code still catches it
+    assert exit_code(RuntimeError("x")) == 1 and exit_code(FileNotFoundError("x")) == 1
+
+
+def test_the_errors_module_is_a_leaf():
+    # In a fresh interpreter: importing it loads no other part of zoo (but its logger).
+    code = ("import sys, zoo.utils.errors; print(' '.join(sorted(m for m in sys.modules if "
+            "m.startswith('zoo.') and m not in ('zoo.utils', 'zoo.utils.errors', "
+            "'zoo.utils.logger', 'zoo.utils.moved', 'zoo.utils.lazy'))) or 'none')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "none", r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("local_rank, waits", [("0", False), ("1", True)])
 def test_a_quiet_failed_rank_leaves_the_console_rank_time(monkeypatch, tmp_path, capsys,
                                                           local_rank, waits):

@@ -9,8 +9,10 @@ import sys
 from typing import List, Optional
 
 from .checkout import checkout_module
+from .command import command
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
     return checkout_module("run").main(argv)
 

@@ -20,14 +20,21 @@ from typing import List, Optional
 
 from ..data.lists.annotations import AnnotationError
 from ..data.lists.sources import kinetics_records, write_classes
-from .job import tool_parser
+from ..utils.errors import UsageError
+from .command import command
+from .parser import tool_parser
 
 
 def _sorted_labels(csv_path: str) -> list:
     with open(csv_path, encoding="utf-8-sig", newline="") as f:
-        return sorted({row["label"].strip() for row in csv.DictReader(f)})
+        try:
+            return sorted({row["label"].strip() for row in csv.DictReader(f)})
+        except KeyError:
+            raise AnnotationError(f"{csv_path}: no 'label' column (the test split has no "
+                                  "labels and cannot be used)") from None
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
     p = tool_parser(
         __doc__.splitlines()[0].strip('"'),
@@ -44,32 +51,27 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="the videos are folders of extracted frames named like the clips")
     args = p.parse_args(argv)
     if not os.path.isdir(args.videos):
-        print(f"error: --videos {args.videos!r} is not a folder", file=sys.stderr)
-        return 2
-    try:
-        classes = _sorted_labels(args.csv[0])
-        os.makedirs(args.out, exist_ok=True)
-        for csv_path in args.csv:
-            records, _, missing = kinetics_records(csv_path, args.videos, classes, args.frames)
-            name = os.path.splitext(os.path.basename(csv_path))[0]
-            trimmed = all(r.start < 0 for r in records)
-            list_path = os.path.join(args.out, name + (".txt" if trimmed else ".csv"))
-            with open(list_path, "w", encoding="utf-8", newline="") as f:
-                if trimmed:
-                    f.writelines(f"{r.path} -1 {r.label}\n" for r in records)
-                else:
-                    writer = csv.writer(f)
-                    writer.writerow(["path", "label", "start", "end"])
-                    for r in records:
-                        writer.writerow([r.path, r.label, r.start if r.start >= 0 else "",
-                                         r.end if r.end >= 0 else ""])
-            with open(os.path.join(args.out, f"{name}_missing.txt"), "w", encoding="utf-8") as f:
-                f.writelines(f"{stem}\n" for stem in missing)
-            print(f"{csv_path}: {len(records)} videos -> {list_path} ({len(missing)} missing)")
-        write_classes(args.out, classes, required=True)
-    except (AnnotationError, KeyError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--videos {args.videos!r} is not a folder")
+    classes = _sorted_labels(args.csv[0])
+    os.makedirs(args.out, exist_ok=True)
+    for csv_path in args.csv:
+        records, _, missing = kinetics_records(csv_path, args.videos, classes, args.frames)
+        name = os.path.splitext(os.path.basename(csv_path))[0]
+        trimmed = all(r.start < 0 for r in records)
+        list_path = os.path.join(args.out, name + (".txt" if trimmed else ".csv"))
+        with open(list_path, "w", encoding="utf-8", newline="") as f:
+            if trimmed:
+                f.writelines(f"{r.path} -1 {r.label}\n" for r in records)
+            else:
+                writer = csv.writer(f)
+                writer.writerow(["path", "label", "start", "end"])
+                for r in records:
+                    writer.writerow([r.path, r.label, r.start if r.start >= 0 else "",
+                                     r.end if r.end >= 0 else ""])
+        with open(os.path.join(args.out, f"{name}_missing.txt"), "w", encoding="utf-8") as f:
+            f.writelines(f"{stem}\n" for stem in missing)
+        print(f"{csv_path}: {len(records)} videos -> {list_path} ({len(missing)} missing)")
+    write_classes(args.out, classes, required=True)
     print(f"{len(classes)} classes -> {os.path.join(args.out, 'classes.txt')}")
     return 0
 

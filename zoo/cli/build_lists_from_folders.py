@@ -18,10 +18,14 @@ import random
 import sys
 from typing import List, Optional
 
-from ..data.lists.sources import VIDEO_EXTS, write_classes
-from .job import tool_parser
+from ..data.lists.records import VIDEO_EXTS
+from ..data.lists.sources import write_classes
+from ..utils.errors import UsageError
+from .command import command
+from .parser import tool_parser
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
     p = tool_parser(
         __doc__.splitlines()[0].strip('"'),
@@ -36,15 +40,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
     args = p.parse_args(argv)
     if not os.path.isdir(args.root):
-        print(f"error: --root {args.root!r} is not a folder", file=sys.stderr)
-        return 2
+        raise UsageError(f"--root {args.root!r} is not a folder")
     if not 0 <= args.val_fraction < 1:
-        print(f"error: --val-fraction {args.val_fraction} must be in [0, 1)", file=sys.stderr)
-        return 2
+        raise UsageError(f"--val-fraction {args.val_fraction} must be in [0, 1)")
     classes = sorted(d for d in os.listdir(args.root) if os.path.isdir(os.path.join(args.root, d)))
     if not classes:
-        print(f"error: {args.root!r} has no class sub-folders", file=sys.stderr)
-        return 2
+        raise UsageError(f"--root {args.root!r} has no class sub-folders")
     rng = random.Random(args.seed)
     train, val = [], []
     for label, name in enumerate(classes):
@@ -59,16 +60,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         n_val = int(round(len(files) * args.val_fraction))
         val += [(f, label) for f in files[:n_val]]
         train += [(f, label) for f in files[n_val:]]
-    try:
-        os.makedirs(args.out, exist_ok=True)
-        for split, rows in (("train", train), ("val", val)):
-            with open(os.path.join(args.out, f"{split}.txt"), "w", encoding="utf-8") as f:
-                for path, label in sorted(rows):
-                    f.write(f"{path} -1 {label}\n")
-        write_classes(args.out, classes, required=True)
-    except OSError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    os.makedirs(args.out, exist_ok=True)
+    for split, rows in (("train", train), ("val", val)):
+        with open(os.path.join(args.out, f"{split}.txt"), "w", encoding="utf-8") as f:
+            for path, label in sorted(rows):
+                f.write(f"{path} -1 {label}\n")
+    write_classes(args.out, classes, required=True)
     print(f"{len(classes)} classes, {len(train)} train / {len(val)} val videos -> {args.out}")
     return 0
 

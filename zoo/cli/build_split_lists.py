@@ -18,11 +18,13 @@ from typing import List, Optional
 
 from ..data.lists.annotations import AnnotationError
 from ..data.lists.sources import hmdb51_records, ucf101_records, write_classes
-from .job import tool_parser
+from .command import command
+from .parser import tool_parser
 
 READERS = {"ucf101": ucf101_records, "hmdb51": hmdb51_records}
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
     p = tool_parser(
         __doc__.splitlines()[0].strip('"'),
@@ -57,9 +59,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                 note = f" ({missing} missing videos left out)" if missing else ""
                 print(f"split {split_id} {name}: {len(records)} videos -> {path}{note}")
         write_classes(args.out, classes, required=True)
-    except (AnnotationError, OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except AnnotationError:
+        raise
+    except ValueError as e:  # a line of classInd.txt or a split file that does not parse
+        raise AnnotationError(f"{args.splits}: {e}") from e
     print(f"{len(classes)} classes -> {os.path.join(args.out, 'classes.txt')}")
     return 0
 

@@ -19,9 +19,10 @@ import sys
 from typing import List, Optional
 
 from ..models import parse_model_kwargs
-from ..models.weights.convert import SCHEMES, ConversionError, convert_checkpoint
+from ..models.weights.convert import SCHEMES, convert_checkpoint
 from ..utils.env import import_extra_modules
-from .job import add_extra_modules_argument, tool_parser
+from .command import command
+from .parser import add_extra_modules_argument, check_pairs, tool_parser
 
 DESCRIPTION = ("Convert a PySlowFast / PyTorchVideo / MMAction2 / torchvision checkpoint into a "
                "zoo checkpoint.")
@@ -44,17 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_pairs(parser, "--kwargs", args.kwargs)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        import_extra_modules(args.extra_modules)
-        report = convert_checkpoint(args.src, args.out, args.scheme, args.model,
-                                    parse_model_kwargs(args.kwargs),
-                                    allow_pickle=args.unsafe_load)
-    except (ConversionError, FileNotFoundError, KeyError, ValueError) as e:
-        print(f"convert_checkpoint.py: error: {e}", file=sys.stderr)
-        return 1
+    import_extra_modules(args.extra_modules)
+    report = convert_checkpoint(args.src, args.out, args.scheme, args.model,
+                                parse_model_kwargs(args.kwargs), allow_pickle=args.unsafe_load)
     print(f"wrote {args.out} ({report.num_target} tensors)")
     return 0
 

@@ -13,9 +13,8 @@ import argparse
 import sys
 from typing import List, Optional
 
-from ..config import ConfigError
-from ..config.convert_pyslowfast import write_converted
-from .job import tool_parser
+from .command import command
+from .parser import tool_parser
 
 DESCRIPTION = "Convert a PySlowFast YAML to a zoo config."
 
@@ -29,13 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        name, unmatched, notes = write_converted(args.config, args.output)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    from ..config.convert_pyslowfast import write_converted
+
+    name, unmatched, notes = write_converted(args.config, args.output)
     print(f"wrote {args.output}: CONFIG.MODEL.NAME {name}")
     for note in notes:
         print(f"note: {note}")

@@ -16,10 +16,10 @@ import logging
 import sys
 from typing import List, Optional
 
-from ..config import ConfigError
 from ..utils.logger import setup_logger
-from .job import command_line_node_rank, setup_cfg, tool_parser
-from .preflight import print_report, run_checks
+from .command import command
+from .configure import setup_cfg
+from .parser import command_line_node_rank, tool_parser
 
 DESCRIPTION = "Check a multi-node set-up without training."
 
@@ -31,15 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logger(None, 0)
     logging.getLogger("zoo").setLevel(logging.WARNING)  # the report below is the output
-    try:
-        cfg = setup_cfg(args)
-    except (ConfigError, FileNotFoundError, ImportError, KeyError) as e:
-        print_report("FAIL", "config", str(e.args[0] if isinstance(e, KeyError) else e))
-        return 2
+    cfg = setup_cfg(args)  # a config that does not load is one error line, as in every command
+    from .preflight import print_report, run_checks
+
     print_report("ok", "config", f"{args.config_file or '(defaults)'} loaded")
     ok = run_checks(cfg, command_line_node_rank(args.opts, cfg), local_only=args.local)
     return 0 if ok else 1

@@ -13,10 +13,13 @@ this host) as one warning line each. It passes when the config and the model are
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import os
 from typing import Any, List, Optional, Sequence
+
+from .configure import setup_cfg
 
 logger = logging.getLogger("zoo")
 
@@ -110,7 +113,7 @@ def dry_run(cfg, mode: str = "train", node_rank: Optional[int] = None) -> DryRun
     """Check a loaded config (see the module docstring); prints nothing.
 
     Args:
-        cfg: The config from ``zoo.cli.job.setup_cfg`` (validated, model name known).
+        cfg: The config from ``zoo.cli.configure.setup_cfg`` (validated, model name known).
         mode: "train", "test" or "features": which data lists are checked.
         node_rank: This node's rank when given on the command line.
 
@@ -171,12 +174,9 @@ def print_report(result: DryRunResult) -> None:
 
 def dry_run_file(config_file: str, opts: Sequence[str] = (), mode: str = "train",
                  extra_modules: Sequence[str] = ()) -> DryRunResult:
-    """Load ``config_file`` as the tools do (``cli.setup_cfg``) and :func:`dry_run` it in this
-    process; what ``--dry-run`` checks, for many configs without a process each."""
-    import argparse
-
-    from .job import setup_cfg  # late: cli imports this module
-
+    """Load ``config_file`` as the tools do (:func:`zoo.cli.configure.setup_cfg`) and
+    :func:`dry_run` it in this process; what ``--dry-run`` checks, for many configs without a
+    process each."""
     args = argparse.Namespace(config_file=config_file, opts=list(opts),
                               extra_modules=list(extra_modules))
     return dry_run(setup_cfg(args), mode)

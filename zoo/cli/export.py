@@ -21,7 +21,8 @@ from typing import List, Optional
 from ..infer.export import FORMATS, export_model
 from ..models import parse_model_kwargs
 from ..utils.env import import_extra_modules
-from .job import add_extra_modules_argument, tool_parser
+from .command import command
+from .parser import add_extra_modules_argument, check_pairs, tool_parser
 
 DESCRIPTION = "Export a registered model to TorchScript and/or ONNX and check each against eager."
 
@@ -46,20 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_pairs(parser, "--kwargs", args.kwargs)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import_extra_modules(args.extra_modules)
     formats = FORMATS if args.format == "all" else (args.format,)
-    try:
-        results = export_model(
-            args.model, args.out, formats, num_classes=args.num_classes,
-            pretrained=args.pretrained, input_shape=args.input_shape,
-            verify=not args.no_verify, atol=args.atol, rtol=args.rtol,
-            model_kwargs=parse_model_kwargs(args.kwargs))
-    except (RuntimeError, KeyError, ValueError, ImportError) as e:
-        print(f"export.py: error: {e}", file=sys.stderr)
-        return 1
+    results = export_model(
+        args.model, args.out, formats, num_classes=args.num_classes,
+        pretrained=args.pretrained, input_shape=args.input_shape,
+        verify=not args.no_verify, atol=args.atol, rtol=args.rtol,
+        model_kwargs=parse_model_kwargs(args.kwargs))
     print(json.dumps(results, indent=2))
     return 0
 

@@ -8,14 +8,44 @@ gluoncv.torch's *_feat.yaml configs run unedited; see docs/features.md for the o
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import List, Optional
 
+from ..utils.logger import setup_logger
+from .command import command
+from .configure import setup_cfg
+from .parser import default_argument_parser
 
+DESCRIPTION = "Write the pooled pre-classifier features of every video in the validation list."
+logger = logging.getLogger("zoo")
+
+
+@command
 def main(argv: Optional[List[str]] = None) -> int:
-    from ..infer.features import extract_main
+    parser = default_argument_parser(DESCRIPTION)
+    parser.add_argument("--output", default="", metavar="DIR",
+                        help="output folder (default: BASE_PATH/EXP_NAME/SAVE_DIR for a "
+                        "CONFIG.INFERENCE.FEAT config, else BASE_PATH/EXP_NAME/features)")
+    parser.add_argument("--batch-size", type=int, default=0, help="clips per forward")
+    args = parser.parse_args(argv)
+    setup_logger(None, 0)
+    cfg = setup_cfg(args)
+    from ..infer.features import extract_features, feature_dir
 
-    return extract_main(argv)
+    if args.dry_run:
+        from .dry_run import dry_run, print_report
+
+        try:
+            result = dry_run(cfg, "features")
+        except (TypeError, ValueError) as e:  # the builder refused its arguments
+            logger.error("error: model %s cannot be built: %s", cfg.CONFIG.MODEL.NAME, e)
+            return 1
+        result.notes.append(f"features would go to {feature_dir(cfg, args.output)}")
+        print_report(result)
+        return 0
+    extract_features(cfg, args.output or None, args.batch_size)
+    return 0
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from ..models.table import (
     model_rows,
 )
 from ..utils.env import import_extra_modules
-from .job import add_extra_modules_argument, tool_parser
+from .command import command
+from .parser import add_extra_modules_argument, tool_parser
 
 DESCRIPTION = ("Print the registered models with their facts (params, GFLOPs, frames x stride, "
                "crop) and tags.")
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     import_extra_modules(args.extra_modules)

@@ -11,8 +11,8 @@ import os
 import sys
 from typing import List, Optional
 
-from ..infer.plots import plot_runs
-from .job import tool_parser
+from .command import command
+from .parser import tool_parser
 
 DESCRIPTION = "Plot training loss, validation accuracy and LR of one or more runs to a PNG."
 
@@ -24,14 +24,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    from ..infer.plots import plot_runs
+
     out = args.out or os.path.join(args.run_dirs[0], "curves.png")
-    try:
-        data = plot_runs(args.run_dirs, out)
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    data = plot_runs(args.run_dirs, out)
     for name, c in data.items():
         best = max(c["val_top1"]) if c["val_top1"] else float("nan")
         print(f"{name}: {len(c['train_loss'])} train points, {len(c['val_top1'])} val points, "

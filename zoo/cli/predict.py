@@ -17,11 +17,10 @@ import json
 import sys
 from typing import List, Optional, Tuple
 
-from ..data import prepare_synthetic
-from ..infer.predictor import Predictor
-from ..utils.errors import report_failure
 from ..utils.logger import setup_logger
-from .job import looks_like_key, setup_cfg, tool_parser
+from .command import command
+from .configure import setup_cfg
+from .parser import looks_like_key, tool_parser
 
 DESCRIPTION = "Print the top-5 classes of video files with a trained checkpoint."
 
@@ -80,15 +79,16 @@ def _print_text(results: list) -> None:
             print(f"  {i}. {t['name']:<24} {t['prob']:.4f}")
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     setup_logger(None, 0, stream=sys.stderr)  # stdout holds the results only
-    try:
-        cfg = prepare_synthetic(setup_cfg(args))
-        results = Predictor(cfg, args.checkpoint, _device(args.device)).predict(
-            args.videos, args.topk)
-    except Exception as e:  # one `error:` line (zoo/utils/errors.py)
-        return report_failure(e)
+    from ..data import prepare_synthetic
+    from ..infer.predictor import Predictor
+
+    cfg = prepare_synthetic(setup_cfg(args))
+    results = Predictor(cfg, args.checkpoint, _device(args.device)).predict(
+        args.videos, args.topk)
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -25,8 +25,9 @@ from fractions import Fraction
 from multiprocessing import Pool
 from typing import List, Optional, Tuple
 
-from ..data.lists.sources import VIDEO_EXTS
-from .job import tool_parser
+from ..data.lists.records import VIDEO_EXTS
+from .command import command
+from .parser import tool_parser
 
 
 def target_size(height: int, width: int, short_side: int, upscale: bool = False) -> Tuple[int, int]:
@@ -131,6 +132,7 @@ def _rewrite_list(list_path: str, dst_root: str) -> str:
     return out
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
     p = tool_parser(
         __doc__.splitlines()[0].strip('"'),

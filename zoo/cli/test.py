@@ -9,13 +9,16 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-from ..engine import test_worker
+from .command import command
 from .job import run
 
 DESCRIPTION = "Evaluate a zoo checkpoint on the test (or validation) list."
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
+    from ..infer.tester import test_worker  # here: importing the command stays cheap
+
     return run(test_worker, DESCRIPTION, argv, splits=("test",))
 
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-from ..engine import train_worker
+from .command import command
 from .job import run
 
 DESCRIPTION = "Train a zoo model (distributed over this node's GPUs or CPU processes)."
 
 
+@command
 def main(argv: Optional[List[str]] = None) -> int:
+    from ..train.trainer import train_worker  # here: importing the command stays cheap
+
     return run(train_worker, DESCRIPTION, argv, preemptible=True)
 
 

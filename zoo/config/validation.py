@@ -6,11 +6,15 @@ from typing import Any, Callable, List, Tuple
 
 from yacs.config import CfgNode
 
+from ..utils.errors import UserError
 from .tree import lookup_key
 
 
-class ConfigError(ValueError):
-    """A config key is unknown, has the wrong type or an impossible value."""
+class ConfigError(UserError, ValueError):
+    """A config key is unknown, has the wrong type or an impossible value (exit code 2, like a
+    usage error)."""
+
+    exit_code = 2
 
 
 def _positive(v: Any) -> bool:

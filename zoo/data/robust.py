@@ -23,12 +23,13 @@ from typing import Iterator, List, Sequence
 import torch
 from torch.utils.data import DataLoader
 
+from ..utils.errors import UserError
 from .decode.base import BAD_KINDS, KIND_NAMES
 
 logger = logging.getLogger(__name__)
 
 
-class TooManyBadVideos(RuntimeError):
+class TooManyBadVideos(UserError, RuntimeError):
     """More than ``CONFIG.DATA.MAX_BAD_FRACTION`` of the videos read could not be decoded."""
 
 

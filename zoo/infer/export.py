@@ -25,6 +25,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from ..utils.errors import UserError
+
 # torch.onnx.export's choice of exporter: ``dynamo`` came in torch 2.5 (and became the default in
 # 2.9); before it the TorchScript-based exporter is the only one.
 _TORCHSCRIPT_EXPORTER = ({"dynamo": False}
@@ -32,10 +34,15 @@ _TORCHSCRIPT_EXPORTER = ({"dynamo": False}
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FORMATS", "export_model", "export_onnx", "export_torchscript", "verify_onnx",
-           "verify_torchscript"]
+__all__ = ["FORMATS", "ExportError", "export_model", "export_onnx", "export_torchscript",
+           "verify_onnx", "verify_torchscript"]
 
 FORMATS = ("torchscript", "onnx")
+
+
+class ExportError(UserError, RuntimeError):
+    """An export does not reproduce the eager model: its output has another shape, or differs by
+    more than the accepted tolerance (``--atol`` / ``--rtol`` of zoo-export)."""
 
 
 def export_torchscript(model: nn.Module, example: torch.Tensor, path: str) -> str:
@@ -74,7 +81,7 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, opset: int =
 
 def _max_diff(got: torch.Tensor, want: torch.Tensor) -> float:
     if got.shape != want.shape:
-        raise RuntimeError(f"exported model output {tuple(got.shape)} != eager "
+        raise ExportError(f"exported model output {tuple(got.shape)} != eager "
                            f"{tuple(want.shape)}")
     return (got.float() - want.float()).abs().max().item()
 
@@ -137,7 +144,7 @@ def export_model(
         Per format: ``path`` and, when verified, ``max_abs_diff`` and ``max_abs_logit``.
 
     Raises:
-        RuntimeError: when a verified export differs from eager by more than
+        ExportError: when a verified export differs from eager by more than
             ``atol + rtol * max_abs_logit``.
     """
     from ..models.build import create_model, model_facts
@@ -179,13 +186,13 @@ def _verify_one(fmt: str, name: str, path: str, model: nn.Module, example: torch
         ``max_abs_diff`` and ``max_abs_logit``.
 
     Raises:
-        RuntimeError: when the difference exceeds ``atol + rtol * scale``.
+        ExportError: when the difference exceeds ``atol + rtol * scale``.
     """
     check = verify_torchscript if fmt == "torchscript" else verify_onnx
     diff = check(path, model, example)
     logger.info("%s %s: max |exported - eager| = %.3g (max |logit| %.3g) on input %s",
                 name, fmt, diff, scale, tuple(example.shape))
     if not diff <= atol + rtol * scale:
-        raise RuntimeError(f"{name} {fmt} export differs from eager by {diff:.3g} "
+        raise ExportError(f"{name} {fmt} export differs from eager by {diff:.3g} "
                            f"(> {atol} + {rtol} * max |logit| {scale:.3g})")
     return {"max_abs_diff": diff, "max_abs_logit": scale}

@@ -16,7 +16,6 @@ shape ``(D,)``. ``OUT`` is ``--output``, else ``BASE_PATH/EXP_NAME/SAVE_DIR`` fo
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
@@ -127,41 +126,3 @@ def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
         logger.warning("warning: no features for %s: the video could not be read", path)
     return {"output": out_dir, "written": written, "dim": dim, "unreadable": unreadable}
 
-
-def extract_main(argv: Optional[List[str]] = None) -> int:
-    """The command line of tools/extract_features.py; returns the exit code."""
-    from ..cli.dry_run import dry_run, print_report
-    from ..cli.job import default_argument_parser, setup_cfg
-    from ..config import ConfigError
-    from ..utils.logger import setup_logger
-
-    parser: argparse.ArgumentParser = default_argument_parser(
-        "Write the pooled pre-classifier features of every video in the validation list.")
-    parser.add_argument("--output", default="", metavar="DIR",
-                        help="output folder (default: BASE_PATH/EXP_NAME/SAVE_DIR for a "
-                        "CONFIG.INFERENCE.FEAT config, else BASE_PATH/EXP_NAME/features)")
-    parser.add_argument("--batch-size", type=int, default=0, help="clips per forward")
-    args = parser.parse_args(argv)
-    setup_logger(None, 0)
-    try:
-        cfg = setup_cfg(args)
-        if args.dry_run:
-            try:
-                result = dry_run(cfg, "features")
-            except (TypeError, ValueError) as e:
-                logger.error("error: model %s cannot be built: %s", cfg.CONFIG.MODEL.NAME, e)
-                return 1
-            result.notes.append(f"features would go to {feature_dir(cfg, args.output)}")
-            print_report(result)
-            return 0
-        extract_features(cfg, args.output or None, args.batch_size)
-    except ConfigError as e:
-        logger.error("error: %s", e)
-        return 2
-    except (FileNotFoundError, ImportError, RuntimeError) as e:
-        logger.error("error: %s", e)
-        return 1
-    except KeyError as e:
-        logger.error("error: %s", e.args[0] if e.args else e)
-        return 1
-    return 0

@@ -30,6 +30,7 @@ from urllib.parse import unquote, urlparse
 import torch
 
 from ..utils import net
+from ..utils.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ NODE_RANK_ENV = "ZOO_NODE_RANK"
 _DEFAULT_PORT = 29500
 
 
-class LaunchError(RuntimeError):
+class LaunchError(UserError, RuntimeError):
     """The job's topology cannot be worked out or started; the message says what to change."""
 
 

@@ -50,7 +50,7 @@ def classifier_module(model: nn.Module) -> nn.Module:
     Raises:
         ValueError: when none is found (one line saying what to define).
     """
-    # Imported here: zoo.cli.job imports this module, and zoo.models registers every family.
+    # Imported here: zoo.models registers every family, which a command need not pay for.
     from ..models.classifier import find_classifier
 
     return find_classifier(model)

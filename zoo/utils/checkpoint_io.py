@@ -22,6 +22,8 @@ import re
 import shutil
 from typing import Any, Dict, List, Optional
 
+from .errors import UserError
+
 # The keys every zoo checkpoint has, in the order they are written.
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "scaler", "epoch", "iteration", "cfg", "rng")
 
@@ -30,7 +32,7 @@ RESUME_HINT = ("free space or point CONFIG.LOG.BASE_PATH at a writable disk, the
                "CONFIG.TRAIN.AUTO_RESUME True")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint cannot be used: unsafe, unreadable, or from a different model/config."""
 
 

@@ -2,10 +2,14 @@
 
 A *user error* is a problem with the user's input that a message can explain: a config value, an
 annotation list, a video file, a checkpoint, the job's topology, a missing file, an unknown
-registry name. Its console output is exactly one line, ``error: <message>``, and a non-zero exit
-code; its traceback (useful to developers only) goes to the rank's log file
+registry name. Every such error class subclasses :class:`UserError` (and keeps a builtin base,
+e.g. ``ConfigError(UserError, ValueError)``); missing files, permissions and missing libraries
+count too. Its console output is exactly one line, ``error: <message>``, and a non-zero exit
+code (:func:`exit_code`); its traceback (useful to developers only) goes to the rank's log file
 ``BASE_PATH/EXP_NAME/log_rank{N}.txt`` when that file exists. Anything else is a bug: its line says
 so and where the full traceback is.
+
+A leaf module: it imports nothing from zoo but the logger, so every layer can raise its errors.
 """
 
 from __future__ import annotations
@@ -13,39 +17,41 @@ from __future__ import annotations
 import re
 import sys
 import traceback
-from typing import Optional, Tuple, Type
+from typing import Optional
 
 from .logger import write_to_log_file
 
 
-class NonFiniteLoss(RuntimeError):
+class UserError(Exception):
+    """An error the user can fix from its message alone: the base of zoo's user-facing errors.
+
+    Subclasses keep the builtin base they had, so ``except ValueError`` still catches a
+    ``ConfigError``. ``exit_code`` is the process exit status a command ends with on it.
+    """
+
+    exit_code: int = 1
+
+
+class UsageError(UserError, ValueError):
+    """A command's arguments do not work together or name nothing (like argparse's own usage
+    errors, exit code 2)."""
+
+    exit_code = 2
+
+
+class NonFiniteLoss(UserError, RuntimeError):
     """Training produced a non-finite loss, parameter or gradient and ``CONFIG.TRAIN.NONFINITE``
     is ``stop``: the message names the iteration, the rank and the first non-finite tensor."""
 
 
-def user_error_types() -> Tuple[Type[BaseException], ...]:
-    """The exception classes that are user errors (registry ``KeyError`` s are added by
-    :func:`is_user_error`). Imported here, late, so this module stays cheap to import."""
-    from ..config import ConfigError
-    from ..data.decode.base import DecodeError, DecoderLibraryError
-    from ..data.lists.annotations import AnnotationError
-    from ..data.robust import TooManyBadVideos
-    from ..launch.topology import LaunchError
-    from ..models.weights import WeightsError
-    from ..models.weights.convert.common import ConversionError
-    from ..train.checkpoint import CheckpointError
-
-    return (ConfigError, AnnotationError, DecodeError, DecoderLibraryError, TooManyBadVideos,
-            CheckpointError, LaunchError, ConversionError, WeightsError, NonFiniteLoss,
-            FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ImportError)
+# Builtin errors that are the user's too: a missing or unreadable file, a library not installed.
+USER_BUILTIN_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
+                       ImportError)
 
 
 def is_user_error(e: BaseException) -> bool:
     """True for the errors a user can fix from the message alone (see the module docstring)."""
-    if isinstance(e, KeyError):
-        # zoo.utils.registry raises KeyError naming the registry; any other KeyError is a bug.
-        return bool(e.args) and " registry" in str(e.args[0])
-    return isinstance(e, user_error_types())
+    return isinstance(e, (UserError, *USER_BUILTIN_ERRORS))
 
 
 def one_line(e: BaseException) -> str:
@@ -61,10 +67,9 @@ def one_line(e: BaseException) -> str:
 
 
 def exit_code(e: BaseException) -> int:
-    """2 for a config error (like argparse's usage errors), 1 for everything else."""
-    from ..config import ConfigError
-
-    return 2 if isinstance(e, ConfigError) else 1
+    """The process exit code for ``e``: its class's ``exit_code`` (2 for a config or usage
+    error, like argparse's usage errors), 1 for everything else."""
+    return e.exit_code if isinstance(e, UserError) else 1
 
 
 def report_failure(e: BaseException, output_dir: Optional[str] = None, rank: int = 0,

@@ -9,12 +9,21 @@ Usage::
         ...
 
     fn = MODEL_REGISTRY.get("my_net")
+
+A name that is unknown or registered twice raises :class:`RegistryError`, a user error (one
+``error:`` line) that is also a ``KeyError``.
 """
 
 from __future__ import annotations
 
 import difflib
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+
+from .errors import UserError
+
+
+class RegistryError(UserError, KeyError):
+    """A registry has no entry of that name, or already has one; the message says what to do."""
 
 
 class Registry:
@@ -34,7 +43,7 @@ class Registry:
 
     def _do_register(self, name: str, obj: Any) -> None:
         if name in self._obj_map:
-            raise KeyError(
+            raise RegistryError(
                 f"{self._name} registry already has an entry named {name!r} "
                 f"(from {getattr(self._obj_map[name], '__module__', '?')}); pick another name"
             )
@@ -61,7 +70,7 @@ class Registry:
             return self._obj_map[name]
         close = difflib.get_close_matches(name, list(self._obj_map), n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise KeyError(
+        raise RegistryError(
             f"No object named {name!r} in the {self._name} registry.{hint} "
             f"If it is defined in your own file, load that file with CONFIG.EXTRA_MODULES "
             f"(or --extra-modules) so its @register runs. Known: {', '.join(sorted(self._obj_map))}"

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequ
 
 import numpy as np
 
+from ...utils.errors import UserError
+
 if TYPE_CHECKING:
     import torch
 
@@ -52,7 +54,7 @@ BAD_KINDS = {
 KIND_NAMES = {code: name for name, code in BAD_KINDS.items()}
 
 
-class DecodeError(RuntimeError):
+class DecodeError(UserError, RuntimeError):
     """A video cannot be read. The message is one line that names the file.
 
     Attributes:
@@ -72,7 +74,7 @@ class DecodeTimeout(DecodeError):
         super().__init__(message, kind="timeout")
 
 
-class DecoderLibraryError(RuntimeError):
+class DecoderLibraryError(UserError, RuntimeError):
     """A decoding library failed in a way no broken file explains: a call its installed release
     does not have (``TypeError``, ``AttributeError``), a part of it that does not load
     (``ImportError``, a missing codec library). It is never counted as a bad video: it stops the

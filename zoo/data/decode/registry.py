@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, Sequence, Type
 
+from ...utils.registry import RegistryError
 from .auto import AutoReader
 from .base import (  # noqa: F401  (re-exported: the public names of the decoders)
     BAD_KINDS,
@@ -69,7 +70,7 @@ def register_decoder(name: str, reader: Type[VideoReader]) -> Type[VideoReader]:
             :class:`~zoo.data.decode.base.VideoReader`.
     """
     if name in DECODERS:
-        raise KeyError(f"a decoder named {name!r} is already registered ({DECODERS[name]})")
+        raise RegistryError(f"a decoder named {name!r} is already registered ({DECODERS[name]})")
     DECODERS[name] = reader
     return reader
 
@@ -79,7 +80,7 @@ def get_decoder(name: str) -> Type[VideoReader]:
     try:
         return DECODERS[name]
     except KeyError:
-        raise KeyError(
+        raise RegistryError(
             f"unknown decoder {name!r} (CONFIG.DATA.DECODER): known are "
             f"{', '.join(sorted(DECODERS))}; a decoder from your own file registers with "
             "zoo.data.decode.registry.register_decoder and is loaded with CONFIG.EXTRA_MODULES"

@@ -1,6 +1,7 @@
 """What an annotation list is made of, as plain data: :class:`VideoRecord` (one video of a list),
 :class:`AnnotationError`, the file extensions zoo reads, and the lines of a text list. Every other
-module of zoo/data/lists builds on this one, which imports nothing of zoo.
+module of zoo/data/lists builds on this one, which imports nothing of zoo but the ``UserError``
+base class (and no numpy or torch: the command-line parsers read the extensions here).
 """
 
 from __future__ import annotations
@@ -8,12 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Tuple
 
+from ...utils.errors import UserError
+
 # File extensions of the videos and images zoo reads (lower case).
 VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv")
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
 
-class AnnotationError(ValueError):
+class AnnotationError(UserError, ValueError):
     """An annotation list is missing or has a line that does not parse."""
 
 

@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from ...utils.errors import UserError
 from .table import WeightsEntry, default_tag, entries
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ _FALSE = ("", "false", "none", "no", "0")
 _TRUE = ("true", "yes", "1")
 
 
-class WeightsError(RuntimeError):
+class WeightsError(UserError, RuntimeError):
     """A pretrained source cannot be resolved or fetched; the message is one line."""
 
 

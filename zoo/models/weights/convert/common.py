@@ -17,6 +17,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ....utils.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["ConversionError", "Layout", "Report", "Scheme", "map_state", "read_source"]
@@ -25,7 +27,7 @@ __all__ = ["ConversionError", "Layout", "Report", "Scheme", "map_state", "read_s
 PARAM = r"(weight|bias|running_mean|running_var|num_batches_tracked)"
 
 
-class ConversionError(RuntimeError):
+class ConversionError(UserError, RuntimeError):
     """A checkpoint does not fit the scheme or the model; the message names the keys."""
 
 

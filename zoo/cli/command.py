@@ -1,0 +1,36 @@
+"""How every zoo command ends: :func:`command` wraps a command's ``main``.
+
+    @command
+    def main(argv: Optional[List[str]] = None) -> int:
+        ...
+
+A command that fails prints one ``error:`` line (:func:`zoo.utils.errors.report_failure`: the
+message of a user error, or the type and message of a bug with its traceback) and exits with the
+same codes as every other command: 0 success, 2 a config or usage error (argparse's own usage
+errors too), 1 anything else; a preempted training run exits 75 (zoo/launch/preemption.py).
+The mains under tools/ and datasets/ and the [project.scripts] entry points are the wrapped ones.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, List, Optional
+
+from ..utils.errors import report_failure
+
+Main = Callable[[Optional[List[str]]], int]
+
+
+def command(main: Main) -> Main:
+    """``main`` with zoo's failure contract: an exception it raises becomes one ``error:`` line
+    on stderr and the exit code it calls for. ``SystemExit`` (argparse, ``--help``, a
+    preemption) passes through as it is."""
+
+    @functools.wraps(main)
+    def run_command(argv: Optional[List[str]] = None) -> int:
+        try:
+            return main(argv)
+        except Exception as e:
+            return report_failure(e)
+
+    return run_command
