@@ -26,6 +26,7 @@ import torch
 from zoo.cli.configure import with_extra_modules
 from zoo.cli.parser import tool_parser
 from zoo.config import load_config
+from zoo.launch.job import resolve_job
 from zoo.launch.launch import launch
 from zoo.solver import build_lr_scheduler, build_optimizer
 from zoo.train.checkpoint import unwrap
@@ -201,7 +202,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             "DDP_CONFIG.THREADS_PER_PROC", str(args.threads), *where, "LOG.BASE_PATH", tmp,
         ])
         cfg = with_extra_modules(cfg, args.extra_modules)
-        launch(_worker, cfg, args=(args.steps, args.warmup, args.result))
+        launch(_worker, resolve_job(cfg), cfg, args.steps, args.warmup, args.result)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from helpers import TINY_DATA
 
 from zoo.config import load_config
 from zoo.data import build_dataset, build_loader, normalization
+from zoo.launch.job import resolve_job
 from zoo.launch.launch import launch
 from zoo.models import MODEL_REGISTRY
 from zoo.solver import build_lr_scheduler, build_optimizer
@@ -106,7 +107,8 @@ def _train(tmp_path, name, model, world, sync_bn=False, extra=(), worker=_worker
         opts += ["DDP_CONFIG.DISTRIBUTED", "False"]
     else:
         opts += ["DDP_CONFIG.NUM_CPU_PROCS", str(world), "DDP_CONFIG.DIST_BACKEND", "gloo"]
-    launch(worker, load_config(None, [*opts, *extra]), args=(str(data_path), str(out)))
+    cfg = load_config(None, [*opts, *extra])
+    launch(worker, resolve_job(cfg), cfg, str(data_path), str(out))
     return torch.load(out)
 
 

@@ -200,14 +200,10 @@ def test_only_a_sibling_worker_is_killed():
 
 
 def test_hang_timeout_zero_or_one_rank_starts_nothing(store):
-    from zoo.config import get_cfg
-
-    cfg = get_cfg()
-    cfg.defrost()
-    cfg.DDP_CONFIG.HANG_TIMEOUT = 0
-    assert heartbeat.start(cfg, store, 0, 4, 0, announce=False) is None
-    cfg.DDP_CONFIG.HANG_TIMEOUT = 5
-    assert heartbeat.start(cfg, store, 0, 1, 0, announce=False) is None
+    assert heartbeat.start(store, 0, 4, 0, announce=False, timeout_s=0,
+                           init_timeout_s=300) is None
+    assert heartbeat.start(store, 0, 1, 0, announce=False, timeout_s=5,
+                           init_timeout_s=300) is None
 
 
 def test_negative_hang_timeout_is_refused_naming_the_key():

@@ -8,7 +8,8 @@ import pytest
 import torch.distributed as dist
 
 from zoo.config import load_config
-from zoo.launch.launch import LaunchError, launch, resolve_topology
+from zoo.launch.job import resolve_job
+from zoo.launch.launch import LaunchError, launch
 from zoo.utils import comm
 
 
@@ -28,7 +29,7 @@ def _device():
 def test_not_distributed_is_a_plain_call_with_no_group():
     cfg = load_config(None, ["DDP_CONFIG.DISTRIBUTED", "False", "DDP_CONFIG.NUM_CPU_PROCS", "4"])
     box = {}
-    launch(_record, cfg, args=(box,))
+    launch(_record, resolve_job(cfg), cfg, box)
     # The runtime layout is in comm; the config is passed through untouched.
     assert box == {"initialized": False, "comm": (1, 0, _device()), "cfg": cfg}
     assert box["cfg"] is cfg
@@ -37,7 +38,7 @@ def test_not_distributed_is_a_plain_call_with_no_group():
 def test_one_cpu_process_joins_a_one_rank_group_and_leaves_it():
     cfg = load_config(None, ["DDP_CONFIG.DIST_URL", "tcp://127.0.0.1:0"])
     box = {}
-    launch(_record, cfg, args=(box,))
+    launch(_record, resolve_job(cfg), cfg, box)
     assert box["initialized"] and box["comm"] == (1, 0, _device()) and box["cfg"] is cfg
     assert not dist.is_initialized()
 
@@ -58,9 +59,9 @@ def test_two_cpu_workers_get_their_ranks_from_comm_not_from_the_config(tmp_path)
     cfg = load_config(None, ["DDP_CONFIG.NUM_CPU_PROCS", "2", "DDP_CONFIG.DIST_BACKEND", "gloo",
                              "DDP_CONFIG.DIST_URL", "tcp://127.0.0.1:0",
                              "DDP_CONFIG.GPU_WORLD_SIZE", "8", "DDP_CONFIG.GPU_WORLD_RANK", "5"])
-    topo = resolve_topology(cfg)  # 2 CPU processes; one per GPU on a machine with GPUs
+    topo = resolve_job(cfg)  # 2 CPU processes; one per GPU on a machine with GPUs
     n = topo.local_procs
-    launch(_report_layout, cfg, args=(str(tmp_path),))
+    launch(_report_layout, topo, cfg, str(tmp_path))
     got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(n)]
     for rank, g in enumerate(got):
         device = rank if topo.use_cuda else -1
@@ -71,7 +72,7 @@ def test_two_cpu_workers_get_their_ranks_from_comm_not_from_the_config(tmp_path)
 
 def test_topology_for_cpu_processes():
     cfg = load_config(None, ["DDP_CONFIG.NUM_CPU_PROCS", "3", "DDP_CONFIG.DIST_BACKEND", "gloo"])
-    topo = resolve_topology(cfg)
+    topo = resolve_job(cfg)
     assert (topo.local_procs, topo.world_size, topo.rank_offset, topo.backend) == (3, 3, 0, "gloo")
 
 
@@ -81,7 +82,7 @@ def test_busy_port_on_a_single_node_moves_to_a_free_one():
         s.listen()
         busy = s.getsockname()[1]
         cfg = load_config(None, ["DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{busy}"])
-        topo = resolve_topology(cfg)
+        topo = resolve_job(cfg)
     assert topo.dist_url.startswith("tcp://127.0.0.1:") and not topo.dist_url.endswith(f":{busy}")
 
 
@@ -89,7 +90,7 @@ def test_world_rank_out_of_range_is_a_clear_error():
     cfg = load_config(None, ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_RANK", "2",
                              "DDP_CONFIG.AUTO_RANK_MATCH", "False"])
     with pytest.raises(LaunchError, match="WORLD_RANK = 2"):
-        resolve_topology(cfg)
+        resolve_job(cfg)
 
 
 def test_nccl_without_gpu_is_refused():
@@ -99,4 +100,4 @@ def test_nccl_without_gpu_is_refused():
         pytest.skip("this machine has a GPU; the check only applies to CPU-only nodes")
     cfg = load_config(None, ["DDP_CONFIG.DIST_BACKEND", "nccl"])
     with pytest.raises(LaunchError, match="no CUDA GPU"):
-        resolve_topology(cfg)
+        resolve_job(cfg)

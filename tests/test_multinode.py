@@ -167,13 +167,14 @@ def _world_and_rank(cfg, box):
 
 def test_file_init_on_one_node_runs_twice_and_cleans_up(tmp_path):
     from zoo.config import load_config
+    from zoo.launch.job import resolve_job
     from zoo.launch.launch import launch
 
     rdzv = tmp_path / "pg"
     cfg = load_config(None, ["DDP_CONFIG.DIST_URL", f"file://{rdzv}"])
     box = []
-    launch(_world_and_rank, cfg, args=(box,))
-    launch(_world_and_rank, cfg, args=(box,))
+    launch(_world_and_rank, resolve_job(cfg), cfg, box)
+    launch(_world_and_rank, resolve_job(cfg), cfg, box)
     assert box == [(1, 0), (1, 0)]
     assert not rdzv.exists()
 

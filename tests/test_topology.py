@@ -1,4 +1,6 @@
-"""Topology resolution without starting processes: launchers, Slurm, AUTO_RANK_MATCH, DIST_URL."""
+"""Topology resolution without starting processes: launchers, Slurm, AUTO_RANK_MATCH, DIST_URL.
+
+``resolve_job`` (the command line's one call) works the topology out; its JobSpec carries it."""
 
 import logging
 
@@ -6,12 +8,12 @@ import pytest
 
 from zoo.config import load_config
 from zoo.launch.agreement import compare_summaries, config_items
+from zoo.launch.job import resolve_job
 from zoo.launch.topology import (
     LaunchError,
     file_url_path,
     first_slurm_host,
     match_node_rank,
-    resolve_topology,
 )
 from zoo.utils import net
 
@@ -62,7 +64,7 @@ def test_auto_rank_match_finds_this_host_by_ip_or_hostname():
 
 def test_no_match_lists_this_hosts_addresses_and_the_list():
     with pytest.raises(LaunchError) as e:
-        resolve_topology(_nodes(FAR[:2]))
+        resolve_job(_nodes(FAR[:2]))
     msg = str(e.value)
     assert "matches none of ['203.0.113.10', '203.0.113.11']" in msg
     assert "127.0.0.1" in msg and net.host_identity().hostname in msg
@@ -72,10 +74,10 @@ def test_no_match_lists_this_hosts_addresses_and_the_list():
 def test_two_entries_for_one_host_need_an_override():
     cfg = _nodes(["127.0.0.1", "localhost"])
     with pytest.raises(LaunchError, match=r"entries \[0\] 127.0.0.1, \[1\] localhost all name"):
-        resolve_topology(cfg)
-    topo = resolve_topology(cfg, node_rank=1)
+        resolve_job(cfg)
+    topo = resolve_job(cfg, node_rank=1)
     assert (topo.node_rank, topo.num_nodes, topo.world_size) == (1, 2, None)
-    topo = resolve_topology(cfg, environ={"ZOO_NODE_RANK": "0"})
+    topo = resolve_job(cfg, env={"ZOO_NODE_RANK": "0"})
     assert topo.node_rank == 0 and "ZOO_NODE_RANK" in topo.how
 
 
@@ -91,12 +93,12 @@ def test_world_urls_length_must_match_world_size():
     cfg = _cfg("DDP_CONFIG.WORLD_SIZE", "3",
                "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '203.0.113.10']")
     with pytest.raises(LaunchError, match="WORLD_URLS has 2 entries .*WORLD_SIZE is 3"):
-        resolve_topology(cfg)
+        resolve_job(cfg)
 
 
 def test_world_size_zero_takes_the_node_count_from_world_urls():
     cfg = _nodes(["127.0.0.1", FAR[0], FAR[1]], "DDP_CONFIG.WORLD_SIZE", "0")
-    topo = resolve_topology(cfg)
+    topo = resolve_job(cfg)
     assert (topo.num_nodes, topo.node_rank) == (3, 0)
 
 
@@ -104,7 +106,7 @@ def test_one_node_ignores_world_urls_and_a_foreign_dist_url():
     # gluoncv YAMLs hard-code a cloud IP; with one node that must still just run (gluoncv #1682).
     cfg = _cfg("DDP_CONFIG.WORLD_URLS", "['203.0.113.10']", "DDP_CONFIG.DIST_URL",
                "tcp://203.0.113.10:23456", "DDP_CONFIG.NUM_CPU_PROCS", "2")
-    topo = resolve_topology(cfg)
+    topo = resolve_job(cfg)
     assert topo.dist_url == "tcp://127.0.0.1:23456"
     assert (topo.num_nodes, topo.world_size, topo.rank_offset) == (1, 2, 0)
 
@@ -116,7 +118,7 @@ def test_old_wolrd_urls_spelling_still_works(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         cfg = load_config(str(yaml))
     assert "old spelling" in caplog.text
-    assert resolve_topology(cfg).node_rank == 0
+    assert resolve_job(cfg).node_rank == 0
 
 
 # ------------------------------------------------------------------------------------ DIST_URL
@@ -124,28 +126,28 @@ def test_dist_url_host_must_be_node_0():
     cfg = _nodes(["127.0.0.1", FAR[0]], "DDP_CONFIG.DIST_URL", f"tcp://{FAR[0]}:29500")
     expected = r"its host is not node 0 \(WORLD_URLS\[0\] = '127.0.0.1'\)"
     with pytest.raises(LaunchError, match=expected):
-        resolve_topology(cfg)
+        resolve_job(cfg)
 
 
 def test_dist_url_by_hostname_equals_node_0_by_ip():
     cfg = _nodes(["127.0.0.1", FAR[0]], "DDP_CONFIG.DIST_URL", "tcp://localhost:29500")
-    assert resolve_topology(cfg).node_rank == 0
+    assert resolve_job(cfg).node_rank == 0
 
 
 def test_node_0_must_own_the_dist_url_address_without_world_urls():
     cfg = _cfg("DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.AUTO_RANK_MATCH", "False",
                "DDP_CONFIG.DIST_URL", f"tcp://{FAR[0]}:29500")
     with pytest.raises(LaunchError, match="this is node 0, which hosts the rendezvous"):
-        resolve_topology(cfg)
-    topo = resolve_topology(cfg, node_rank=1)  # another node only connects to it
+        resolve_job(cfg)
+    topo = resolve_job(cfg, node_rank=1)  # another node only connects to it
     assert topo.node_rank == 1
 
 
 def test_env_dist_url_reads_master_addr():
     cfg = _nodes(["127.0.0.1", FAR[0]], "DDP_CONFIG.DIST_URL", "env://")
     with pytest.raises(LaunchError, match="MASTER_ADDR and MASTER_PORT not set"):
-        resolve_topology(cfg, environ={})
-    topo = resolve_topology(cfg, environ={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29501"})
+        resolve_job(cfg, env={})
+    topo = resolve_job(cfg, env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29501"})
     assert topo.dist_url == "tcp://127.0.0.1:29501"
 
 
@@ -155,7 +157,7 @@ def test_file_urls():
     assert file_url_path("file:///D:\\pg") == "D:\\pg"
     cfg = _cfg("DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.AUTO_RANK_MATCH", "False",
                "DDP_CONFIG.DIST_URL", "file:///shared/rdzv")
-    assert resolve_topology(cfg).dist_url == "file:///shared/rdzv"
+    assert resolve_job(cfg).dist_url == "file:///shared/rdzv"
 
 
 # ------------------------------------------------------------------- ranks from the environment
@@ -163,7 +165,7 @@ def test_torchrun_environment_means_no_spawn():
     env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
            "GROUP_RANK": "1", "MASTER_ADDR": "10.1.1.1", "MASTER_PORT": "29500",
            "TORCHELASTIC_RUN_ID": "x"}
-    topo = resolve_topology(_cfg("DDP_CONFIG.NUM_CPU_PROCS", "8"), environ=env)
+    topo = resolve_job(_cfg("DDP_CONFIG.NUM_CPU_PROCS", "8"), env=env)
     assert topo.assigned and topo.source == "torchrun"
     assert (topo.rank, topo.local_rank, topo.world_size, topo.node_rank) == (3, 1, 4, 1)
     assert topo.dist_url == "env://" and topo.local_procs == 2
@@ -171,24 +173,24 @@ def test_torchrun_environment_means_no_spawn():
 
 def test_incomplete_rank_environment_is_an_error():
     with pytest.raises(LaunchError, match="MASTER_ADDR, MASTER_PORT not"):
-        resolve_topology(_cfg(), environ={"RANK": "0", "WORLD_SIZE": "2"})
+        resolve_job(_cfg(), env={"RANK": "0", "WORLD_SIZE": "2"})
 
 
 def test_slurm_one_task_per_process():
     env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "2",
            "SLURM_NNODES": "4", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "gpu[07-10]"}
-    topo = resolve_topology(_cfg(), environ=env)
+    topo = resolve_job(_cfg(), env=env)
     assert topo.assigned and topo.source == "Slurm"
     assert (topo.rank, topo.local_rank, topo.world_size, topo.node_rank) == (5, 1, 8, 2)
     assert topo.dist_url == "tcp://gpu07:10001"  # port of DDP_CONFIG.DIST_URL
-    topo = resolve_topology(_cfg(), environ=dict(env, MASTER_PORT="29777"))
+    topo = resolve_job(_cfg(), env=dict(env, MASTER_PORT="29777"))
     assert topo.dist_url == "tcp://gpu07:29777"
 
 
 def test_slurm_one_task_per_node_spawns_workers():
     env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
            "SLURM_NNODES": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "cn-a1,cn-b1"}
-    topo = resolve_topology(_cfg("DDP_CONFIG.NUM_CPU_PROCS", "3"), environ=env)
+    topo = resolve_job(_cfg("DDP_CONFIG.NUM_CPU_PROCS", "3"), env=env)
     assert not topo.assigned
     assert (topo.node_rank, topo.num_nodes, topo.local_procs) == (1, 2, 3)
     assert topo.dist_url == "tcp://cn-a1:10001"
@@ -196,7 +198,7 @@ def test_slurm_one_task_per_node_spawns_workers():
 
 def test_slurm_batch_script_without_srun_is_not_a_job_step():
     env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_NNODES": "1", "SLURM_JOB_ID": "7"}
-    topo = resolve_topology(_cfg("DDP_CONFIG.NUM_CPU_PROCS", "2"), environ=env)
+    topo = resolve_job(_cfg("DDP_CONFIG.NUM_CPU_PROCS", "2"), env=env)
     assert not topo.assigned and topo.source == "DDP_CONFIG" and topo.world_size == 2
 
 
@@ -210,7 +212,7 @@ def test_first_host_of_a_slurm_nodelist():
 def test_scheduler_node_rank_environment():
     # AzureML per-node launch (seed 002): one launcher per node, WORLD_SIZE = nodes.
     env = {"MASTER_ADDR": "10.0.0.4", "MASTER_PORT": "6105", "NODE_RANK": "1", "WORLD_SIZE": "2"}
-    topo = resolve_topology(_cfg("DDP_CONFIG.NUM_CPU_PROCS", "2"), environ=env)
+    topo = resolve_job(_cfg("DDP_CONFIG.NUM_CPU_PROCS", "2"), env=env)
     assert not topo.assigned
     assert (topo.node_rank, topo.num_nodes, topo.dist_url) == (1, 2, "tcp://10.0.0.4:6105")
 

@@ -23,9 +23,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..config import ConfigError
+
+if TYPE_CHECKING:
+    from ..launch.job import JobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -85,17 +88,15 @@ def _check_decoding(split: str, dataset) -> None:
                        "; ".join(reasons))
 
 
-def processes_at_least(cfg, node_rank: Optional[int] = None) -> int:
-    """How many processes the job has (a lower bound when other nodes' counts are unknown)."""
-    if not cfg.DDP_CONFIG.DISTRIBUTED:
+def processes_at_least(spec: JobSpec) -> int:
+    """How many processes the job of ``spec`` has (a lower bound when other nodes' counts are
+    unknown)."""
+    if not spec.distributed:
         return 1
-    from ..launch.topology import resolve_topology
-
-    topo = resolve_topology(cfg, node_rank)
-    if topo.world_size:
-        return int(topo.world_size)
+    if spec.world_size:
+        return int(spec.world_size)
     # Other nodes run at least one process each.
-    return max(1, topo.local_procs) + max(0, topo.num_nodes - 1)
+    return max(1, spec.local_procs) + max(0, spec.num_nodes - 1)
 
 
 def check_batch_size(cfg, num_videos: int, processes: int) -> None:
@@ -114,21 +115,32 @@ def check_batch_size(cfg, num_videos: int, processes: int) -> None:
         )
 
 
-def check_data(cfg, splits: Sequence[str], node_rank: Optional[int] = None) -> None:
+def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> None:
     """Check the lists and data folders of ``splits`` (see the module docstring).
 
     The validation split is checked only when ``CONFIG.DATA.VAL_ANNO_PATH`` is set (training
     validates only then). For "test" the labels are not compared with NUM_CLASSES here: the
     tester takes the class count from the checkpoint and checks them itself.
 
+    Args:
+        cfg: The merged config.
+        splits: "train", "val", "test".
+        spec: The job's spec (``zoo.launch.job.resolve_job``), for the process count; resolved
+            here from ``cfg`` when not given.
+
     Raises:
         ConfigError, AnnotationError: one line naming the key or file and what to change.
+        LaunchError: no spec given, and the topology is impossible here.
     """
     from ..data import build_dataset
     from ..data.build import dataset_kwargs
 
-    # First: a topology that cannot work (WORLD_URLS, ranks) is the more basic error.
-    processes = processes_at_least(cfg, node_rank)
+    if spec is None:
+        # First: a topology that cannot work (WORLD_URLS, ranks) is the more basic error.
+        from ..launch.job import resolve_job
+
+        spec = resolve_job(cfg)
+    processes = processes_at_least(spec)
     for split in splits:
         if split == "val" and not cfg.CONFIG.DATA.VAL_ANNO_PATH:
             continue

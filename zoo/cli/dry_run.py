@@ -84,10 +84,11 @@ def _data_warnings(cfg, mode: str) -> List[str]:
 
 def _machine_warnings(cfg, node_rank: Optional[int]) -> List[str]:
     """Problems that depend on the node the command runs on (a real run stops on them)."""
-    from ..launch.topology import LaunchError, resolve_topology
+    from ..launch.job import resolve_job
+    from ..launch.topology import LaunchError
 
     try:
-        resolve_topology(cfg, node_rank)
+        resolve_job(cfg, node_rank=node_rank)
     except LaunchError as e:
         return [f"on this machine: {e}"]
     return []

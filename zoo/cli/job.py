@@ -86,6 +86,7 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
 
 def _run(worker: Callable, args: argparse.Namespace, rank: int, splits: Sequence[str],
          guard) -> int:
+    from ..launch.job import resolve_job
     from ..launch.launch import launch
     from ..launch.preemption import PREEMPTED_EXIT_CODE, Preempted
     from ..launch.setup import output_dir
@@ -107,12 +108,13 @@ def _run(worker: Callable, args: argparse.Namespace, rank: int, splits: Sequence
         if "train" in splits:
             # For testing, NUM_CLASSES 0 means "the checkpoint's": the tester reads it there.
             cfg = resolve_num_classes(cfg)
+        # The one place the job's topology is worked out (a bad one is the most basic error).
+        spec = resolve_job(cfg, node_rank=command_line_node_rank(args.opts, cfg))
         if guard is not None:
-            guard.grace_s = float(cfg.CONFIG.TRAIN.PREEMPT_GRACE)
-        node_rank = command_line_node_rank(args.opts, cfg)
-        check_data(cfg, splits, node_rank)
+            guard.grace_s = spec.preempt_grace_s
+        check_data(cfg, splits, spec)
         check_output_writable(cfg)
-        launch(worker, cfg, node_rank=node_rank)
+        launch(worker, spec, cfg)
     except Preempted as e:
         # Not a failure (exit 75, "try again"): a SystemExit, caught here only to say so.
         if talks_on_console():

@@ -18,8 +18,9 @@ import torch.distributed as dist
 
 from .. import __version__
 from ..launch.agreement import config_fingerprint, config_items
+from ..launch.job import JobSpec, resolve_job
 from ..launch.launch import LaunchError, launch
-from ..launch.topology import parse_tcp_url, resolve_topology
+from ..launch.topology import parse_tcp_url
 from ..utils import comm, net
 
 Report = Callable[[str, str, str], None]
@@ -29,7 +30,7 @@ def print_report(status: str, topic: str, text: str) -> None:
     print(f"{status:<5} {topic:<12} {text}", flush=True)
 
 
-def _probe(cfg) -> None:
+def _probe() -> None:
     """Runs in every rank: one all-reduce and a gather of who is where."""
     start = time.perf_counter()
     x = torch.ones(1, device=comm.get_device())
@@ -50,7 +51,8 @@ def _probe(cfg) -> None:
             raise LaunchError(f"all_reduce over {world} ranks gave {int(x.item())}")
 
 
-def _local_checks(cfg, node_rank: Optional[int], report: Report) -> bool:
+def _local_checks(cfg, node_rank: Optional[int], report: Report) -> Optional[JobSpec]:
+    """The checks that need no other node; returns the job's spec, or None when one failed."""
     me = net.host_identity()
     report("ok", "versions", f"zoo {__version__}, torch {torch.__version__}, python "
            f"{platform.python_version()}, {platform.system()}")
@@ -58,10 +60,10 @@ def _local_checks(cfg, node_rank: Optional[int], report: Report) -> bool:
     fingerprint = config_fingerprint(config_items(cfg))
     report("info", "config", f"fingerprint {fingerprint} (equal on every node, or the job stops)")
     try:
-        topo = resolve_topology(cfg, node_rank)
+        topo = resolve_job(cfg, node_rank=node_rank)
     except LaunchError as e:
         report("FAIL", "topology", str(e))
-        return False
+        return None
     procs = f"{topo.local_procs} {'GPU' if topo.use_cuda else 'CPU'} process(es)"
     if topo.assigned:
         report("ok", "topology", f"{topo.source}: rank {topo.rank} of {topo.world_size} "
@@ -76,7 +78,7 @@ def _local_checks(cfg, node_rank: Optional[int], report: Report) -> bool:
             if port and not net.port_is_free(port):
                 report("FAIL", "rendezvous", f"this node hosts {where} but port {port} is in use; "
                        "stop the other process or choose another port in DDP_CONFIG.DIST_URL")
-                return False
+                return None
             report("ok", "rendezvous", f"this node hosts it at {where} (port free)")
         else:
             try:
@@ -93,7 +95,7 @@ def _local_checks(cfg, node_rank: Optional[int], report: Report) -> bool:
                    + (" (gloo will use it)" if ifname else "; set GLOO_SOCKET_IFNAME"))
     else:
         report("info", "rendezvous", topo.dist_url)
-    return True
+    return topo
 
 
 def run_checks(cfg, node_rank: Optional[int] = None, local_only: bool = False,
@@ -102,14 +104,15 @@ def run_checks(cfg, node_rank: Optional[int] = None, local_only: bool = False,
     if not cfg.DDP_CONFIG.DISTRIBUTED:
         report("info", "topology", "DDP_CONFIG.DISTRIBUTED is False: one process, nothing to check")
         return True
-    if not _local_checks(cfg, node_rank, report):
+    spec = _local_checks(cfg, node_rank, report)
+    if spec is None:
         return False
     if local_only:
         return True
     report("info", "rendezvous", f"joining the other nodes (waits up to DDP_CONFIG.INIT_TIMEOUT = "
-           f"{cfg.DDP_CONFIG.INIT_TIMEOUT}s) ...")
+           f"{spec.init_timeout_s:g}s) ...")
     try:
-        launch(_probe, cfg, node_rank=node_rank)
+        launch(_probe, spec)
     except LaunchError as e:
         report("FAIL", "job", str(e))
         return False

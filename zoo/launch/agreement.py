@@ -1,5 +1,7 @@
 """What the nodes of one job must agree on, and the job's identity.
 
+:func:`job_agreement` turns the config into the payload the launcher compares, once, when
+``resolve_job`` (job.py) builds the JobSpec; from then on the launcher handles it as opaque data.
 Every node's launcher sends :func:`node_summary` to the node rendezvous (rendezvous.py): versions,
 backend, and the config without its per-node and node-local keys. Node 0 compares them
 (:func:`compare_summaries`) and names what differs; node-local keys may differ and are only
@@ -13,13 +15,12 @@ import hashlib
 import json
 import os
 import socket
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
 from .. import __version__
 from ..config.tree import diff_cfg, flatten_cfg
-from .topology import Topology
 
 # Keys that may differ between nodes (or only record the job's layout, which the launcher keeps in
 # zoo.utils.comm) and so are left out of the config comparison.
@@ -112,18 +113,32 @@ def config_fingerprint(items: Dict[str, object]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def node_summary(cfg, topo: Topology) -> dict:
-    """What a node (or rank) tells the others about itself before training."""
+def job_agreement(cfg, env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+    """What this node compares with the others, from the config: ``job`` (:func:`job_identity`),
+    ``token_hash`` (its first 16 hex digits), ``config_hash``, ``config`` (:func:`config_items`)
+    and ``local`` (:func:`node_local_items`)."""
     items = config_items(cfg)
     return {
-        "host": socket.gethostname(),
-        "procs": topo.local_procs,
-        "backend": topo.backend,
-        "zoo": __version__,
-        "torch": torch.__version__.split("+")[0],
+        "job": job_identity(cfg, env),
+        "token_hash": token_hash(cfg, env)[:16],
         "config_hash": config_fingerprint(items),
         "config": items,
         "local": node_local_items(cfg),
+    }
+
+
+def node_summary(agreement: Mapping[str, Any], procs: int, backend: str) -> dict:
+    """What a node (or rank) tells the others about itself before training; ``agreement`` is
+    :func:`job_agreement`'s payload (``JobSpec.agreement``)."""
+    return {
+        "host": socket.gethostname(),
+        "procs": procs,
+        "backend": backend,
+        "zoo": __version__,
+        "torch": torch.__version__.split("+")[0],
+        "config_hash": agreement.get("config_hash", ""),
+        "config": dict(agreement.get("config", {})),
+        "local": dict(agreement.get("local", {})),
     }
 
 

@@ -262,20 +262,22 @@ def kill_if_sibling(pid: int) -> bool:
         return False
 
 
-def start(cfg, store, rank: int, world_size: int, node: int, announce: bool) -> Optional[Heartbeat]:
-    """Start this rank's heartbeat when the job has several ranks and HANG_TIMEOUT is on."""
+def start(store, rank: int, world_size: int, node: int, announce: bool, timeout_s: float,
+          init_timeout_s: float) -> Optional[Heartbeat]:
+    """Start this rank's heartbeat when the job has several ranks and ``timeout_s``
+    (``DDP_CONFIG.HANG_TIMEOUT``, ``JobSpec.hang_timeout_s``) is on; ``init_timeout_s`` is the
+    process group's timeout, only compared with it."""
     global _current
-    timeout_s = float(cfg.DDP_CONFIG.HANG_TIMEOUT)
     if timeout_s <= 0 or world_size <= 1:
         return None
     if store is None:  # env:// (torchrun): the store init_process_group made
         import torch.distributed as dist
 
         store = dist.distributed_c10d._get_default_store()
-    if rank == 0 and timeout_s >= float(cfg.DDP_CONFIG.INIT_TIMEOUT):
+    if rank == 0 and timeout_s >= init_timeout_s:
         logger.warning("DDP_CONFIG.HANG_TIMEOUT (%g s) is not below INIT_TIMEOUT (%g s): a hung "
                        "rank will end the job through the collective timeout, without its name",
-                       timeout_s, float(cfg.DDP_CONFIG.INIT_TIMEOUT))
+                       timeout_s, init_timeout_s)
     _current = Heartbeat(store, rank, world_size, node, timeout_s, announce).start()
     if rank == 0:
         logger.info("heartbeat: every %.1f s through the job's store; a rank silent for %g s ends "

@@ -1,24 +1,24 @@
 """Start the processes of one job and join them into a process group.
 
-``launch(main_func, cfg)`` is called on every node with the same config and goes through three
-steps, once each:
+``launch(main_func, spec, *args)`` is called on every node with the node's :class:`JobSpec`
+(``resolve_job`` in job.py made it from the config and the environment, once, on the command
+line) and never sees a config. It goes through two steps:
 
-1. Resolve: ``resolve_topology`` (topology.py) finds ranks set by torchrun / Slurm, else this
-   node's rank from a scheduler's ``NODE_RANK`` or from DDP_CONFIG (override, AUTO_RANK_MATCH,
-   WORLD_RANK). If a launcher already started this process as one rank, it joins the group here,
-   checks that all ranks run the same config and zoo version, and calls ``main_func``: nothing is
-   spawned, and restarts are that launcher's (torchrun ``--max-restarts``).
-2. Rendezvous: ``NodeRendezvous`` (rendezvous.py) checks the nodes agree and gives this node its
-   global ranks.
-3. Start workers (:func:`_supervise`): one worker per GPU (or ``NUM_CPU_PROCS`` on CPU) is
-   spawned, records its device in ``zoo.utils.comm``, joins the group and calls
-   ``main_func(cfg)``. Ranks and the device are asked from ``zoo.utils.comm``.
+1. If an outside launcher already started this process as one rank (torchrun / Slurm:
+   ``spec.rank`` is set), it joins the group here, checks that all ranks run the same config and
+   zoo version (``spec.agreement``), and calls ``main_func(*args)``: nothing is spawned, and
+   restarts are that launcher's (torchrun ``--max-restarts``; ``spec.restart_round`` says which).
+2. Otherwise the node rendezvous (``NodeRendezvous``, rendezvous.py) checks the nodes agree and
+   gives this node its global ranks; then (:func:`_supervise`) one worker per GPU (or
+   ``NUM_CPU_PROCS`` on CPU: ``spec.local_procs``) is spawned, records its device and the restart
+   round in ``zoo.utils.comm``, joins the group and calls ``main_func(*args)``. Ranks, the device
+   and the restart round are asked from ``zoo.utils.comm``.
    A failed worker stops this node; the failure is posted to the other nodes, whose workers stop
-   at the latest after ``INIT_TIMEOUT`` (the process group's timeout), naming the rank that failed.
-   With ``DDP_CONFIG.MAX_RESTARTS`` n > 0 every node then meets again (a new rendezvous round) and
-   starts its workers again, up to n times, with ``TRAIN.AUTO_RESUME`` implied so they continue
-   from the newest complete checkpoint. A worker that exits with ``PREEMPTED_EXIT_CODE`` is not
-   restarted.
+   at the latest after ``spec.init_timeout_s`` (the process group's timeout), naming the rank that
+   failed. With ``spec.max_restarts`` n > 0 every node then meets again (a new rendezvous round)
+   and starts its workers again, up to n times, with ``comm.get_restart_round()`` > 0 so they
+   continue from the newest complete checkpoint (the trainer turns on ``TRAIN.AUTO_RESUME``). A
+   worker that exits with ``PREEMPTED_EXIT_CODE`` is not restarted.
 
 Why zoo supervises its own workers instead of running torch.distributed.elastic's agent: the
 elastic rendezvous numbers nodes in join order (AUTO_RANK_MATCH / WORLD_URLS / ZOO_NODE_RANK fix
@@ -27,7 +27,12 @@ and job-identity round would be a custom rendezvous handler anyway, and its agen
 exit code (a preempted worker must not be restarted). torch.multiprocessing still starts and
 stops the processes.
 
-With ``DISTRIBUTED False`` it is a plain call in this process with no process group.
+With ``spec.distributed`` False (``DISTRIBUTED False``) it is a plain call in this process with no
+process group.
+
+The old call ``launch(main_func, cfg, args=(...), node_rank=...)`` with a config still works for
+now: it warns (DeprecationWarning), resolves the spec from the config and calls
+``main_func(cfg, *args)``.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ import re
 import signal
 import sys
 import traceback
+import warnings
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
 import torch
@@ -50,12 +57,12 @@ from ..utils.env import available_cpus, set_num_threads
 from ..utils.errors import is_user_error, one_line
 from ..utils.logger import write_to_log_file
 from . import heartbeat
+from .job import JobSpec
 from .preemption import PREEMPTED_EXIT_CODE, raise_if_workers_preempted
 from .rendezvous import NodeRendezvous, agree_in_process_group, open_store, worker_store
-from .setup import output_dir
-from .topology import LaunchError, Topology, parse_tcp_url, resolve_topology
+from .topology import LaunchError, parse_tcp_url
 
-__all__ = ["LaunchError", "Topology", "launch", "resolve_topology"]
+__all__ = ["JobSpec", "LaunchError", "launch"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,12 +102,16 @@ class _RemoteFailure(Exception):
         self.root = root
 
 
-def _threads_for(cfg, local_procs: int) -> int:
-    wanted = cfg.DDP_CONFIG.THREADS_PER_PROC
+def _threads_for(wanted: int, local_procs: int) -> int:
     return wanted if wanted > 0 else max(1, available_cpus() // max(1, local_procs))
 
 
-def _pin_gloo_interface(topo: Topology, cfg) -> None:
+def _node_urls(spec: JobSpec) -> tuple:
+    """WORLD_URLS when it lists one address per node, else () (the nodes are not named)."""
+    return spec.node_urls if len(spec.node_urls) == spec.num_nodes else ()
+
+
+def _pin_gloo_interface(topo: JobSpec) -> None:
     """Make gloo use the interface that reaches node 0.
 
     By default gloo binds to the address the hostname resolves to, which is often 127.0.1.1 or a
@@ -113,8 +124,8 @@ def _pin_gloo_interface(topo: Topology, cfg) -> None:
         peer = parse_tcp_url(topo.dist_url)[0]
     elif os.environ.get("MASTER_ADDR"):
         peer = os.environ["MASTER_ADDR"]
-    elif len(cfg.DDP_CONFIG.WORLD_URLS) == topo.num_nodes:
-        peer = cfg.DDP_CONFIG.WORLD_URLS[0]
+    elif _node_urls(topo):
+        peer = topo.node_urls[0]
     else:
         return
     ifname = net.interface_for(peer)
@@ -123,7 +134,7 @@ def _pin_gloo_interface(topo: Topology, cfg) -> None:
         logger.info("gloo will use interface %s (the one that reaches node 0 at %s)", ifname, peer)
 
 
-def _init_group(topo: Topology, rank: int, store: Optional[dist.Store], timeout_s: float) -> None:
+def _init_group(topo: JobSpec, rank: int, store: Optional[dist.Store], timeout_s: float) -> None:
     where = topo.dist_url if topo.dist_url != "env://" else (
         f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}")
     try:
@@ -145,23 +156,25 @@ def _init_group(topo: Topology, rank: int, store: Optional[dist.Store], timeout_
                           f"({first}){hint}") from None
 
 
-def _run_rank(rank: int, local_rank: int, main_func: Callable, cfg, topo: Topology,
+def _run_rank(rank: int, local_rank: int, main_func: Callable, topo: JobSpec,
               store: Optional[dist.Store], args: tuple, check_agreement: bool = False) -> Any:
-    """Join the process group as ``rank``, run ``main_func``, leave the group."""
-    set_num_threads(_threads_for(cfg, topo.local_procs))
+    """Join the process group as ``rank``, run ``main_func(*args)``, leave the group."""
+    set_num_threads(_threads_for(topo.threads_per_proc, topo.local_procs))
     gpu = -1
     if topo.use_cuda:
         gpu = local_rank % torch.cuda.device_count()
         torch.cuda.set_device(gpu)
     comm.set_device_index(gpu)
-    _init_group(topo, rank, store, float(cfg.DDP_CONFIG.INIT_TIMEOUT))
+    comm.set_restart_round(topo.restart_round)
+    _init_group(topo, rank, store, topo.init_timeout_s)
     beat = None
     try:
         # Under torchrun / Slurm no launcher of zoo's reads a hang report: the ranks print it.
-        beat = heartbeat.start(cfg, store, rank, topo.world_size, topo.node_rank, topo.assigned)
+        beat = heartbeat.start(store, rank, topo.world_size, topo.node_rank, topo.assigned,
+                               topo.hang_timeout_s, topo.init_timeout_s)
         if check_agreement:
-            agree_in_process_group(cfg, topo)
-        return main_func(cfg, *args)
+            agree_in_process_group(topo)
+        return main_func(*args)
     except LaunchError:
         raise
     except Exception as e:
@@ -170,24 +183,25 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, cfg, topo: Topolo
         if is_user_error(e):
             write_to_log_file(text, None, rank)
             raise _UserStop(one_line(e)) from None
-        write_to_log_file(text, output_dir(cfg), rank)
+        write_to_log_file(text, topo.output_dir or None, rank)
         e.zoo_traceback_logged = True  # report_failure need not write it again
         raise
     finally:
         heartbeat.stop(beat)
         comm.set_device_index(None)
+        comm.set_restart_round(0)
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def _worker(local_rank: int, main_func: Callable, cfg, topo: Topology, session: str,
+def _worker(local_rank: int, main_func: Callable, topo: JobSpec, session: str,
             args: tuple) -> None:
     """Entry point of a spawned worker process."""
     _die_with_launcher()
     rank = topo.rank_offset + local_rank
     os.environ.update(LOCAL_RANK=str(local_rank), RANK=str(rank), WORLD_SIZE=str(topo.world_size))
-    store = worker_store(topo.dist_url, session, float(cfg.DDP_CONFIG.INIT_TIMEOUT))
-    _run_rank(rank, local_rank, main_func, cfg, topo, store, args)
+    store = worker_store(topo.dist_url, session, topo.init_timeout_s)
+    _run_rank(rank, local_rank, main_func, topo, store, args)
 
 
 def _die_with_launcher() -> None:
@@ -225,7 +239,7 @@ def _stop(ctx, grace_s: float = 2.0) -> None:
             p.join()
 
 
-def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args: tuple) -> None:
+def _spawn(main_func: Callable, topo: JobSpec, rdzv: NodeRendezvous, args: tuple) -> None:
     """Run this node's workers until they finish, one fails, or another node reports a failure.
 
     Raises:
@@ -233,7 +247,7 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
         _RemoteFailure: another node posted a failure; this node's workers were stopped.
     """
     ctx = mp.start_processes(_worker, nprocs=topo.local_procs,
-                             args=(main_func, cfg, topo, rdzv.session, args),
+                             args=(main_func, topo, rdzv.session, args),
                              start_method="spawn", join=False)
     try:
         # grace_period: after a failure the other workers get 2 s to stop by themselves (their
@@ -247,7 +261,7 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
                 raise _RemoteFailure(root)
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
         # A worker that exited 75 was preempted: not a failure (see zoo/launch/preemption.py).
-        raise_if_workers_preempted(ctx.processes, float(cfg.CONFIG.TRAIN.PREEMPT_GRACE))
+        raise_if_workers_preempted(ctx.processes, topo.preempt_grace_s)
         # join() stops the other workers with SIGTERM; a worker killed by any other signal is
         # the likelier root cause than one that raised because its peer vanished.
         killed = [i for i, p in enumerate(ctx.processes)
@@ -261,7 +275,7 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
             kind = "preempted" if e.exit_code == PREEMPTED_EXIT_CODE else "died"
             raise _WorkerFailure(e.error_index, kind, text) from None
         text = str(e).strip()
-        peer = _lost_peer(_last_line(text), cfg, topo.num_nodes)
+        peer = _lost_peer(_last_line(text), _node_urls(topo))
         if peer:  # not a bug of ours: a process on another node stopped or died
             raise _WorkerFailure(e.error_index, "error", f"lost its connection to {peer}, which "
                                  "stopped or died") from None
@@ -273,16 +287,16 @@ def _spawn(main_func: Callable, cfg, topo: Topology, rdzv: NodeRendezvous, args:
                              traceback="" if expected else text) from None
 
 
-def _lost_peer(message: str, cfg, num_nodes: int) -> str:
+def _lost_peer(message: str, urls) -> str:
     """``"node 1 (10.0.0.2)"`` when ``message`` is a backend's "a peer closed the connection"
-    error (the node is named when exactly one WORLD_URLS entry has that address), else ""."""
+    error (the node is named when exactly one of ``urls``, the nodes' WORLD_URLS entries, has
+    that address), else ""."""
     # gloo says e.g. "Connection closed by peer [10.0.0.2]:4242" or "Read error [10.0.0.2]:4242:
     # Connection reset by peer".
     m = re.search(r"\[([^\]\s]+)\]:\d+", message)
     if not m or not re.search(r"Connection (?:closed|reset) by peer|Broken pipe", message):
         return ""
     addr = m.group(1)
-    urls = list(cfg.DDP_CONFIG.WORLD_URLS) if len(cfg.DDP_CONFIG.WORLD_URLS) == num_nodes else []
     nodes = [k for k, url in enumerate(urls) if addr == url or addr in net.resolve(url)]
     return f"node {nodes[0]} ({addr})" if len(nodes) == 1 else f"the process at {addr}"
 
@@ -296,7 +310,7 @@ def _exit_text(code: int, by_signal: bool) -> str:
     return f"exited with code {code}"
 
 
-def _explain(f: _WorkerFailure, rdzv: NodeRendezvous, topo: Topology, cfg) -> str:
+def _explain(f: _WorkerFailure, rdzv: NodeRendezvous, topo: JobSpec) -> str:
     """One line: which rank of this node failed and, if known, which rank failed first anywhere."""
     rank = topo.rank_offset + f.local_rank
     hung = heartbeat.read_report(rdzv.pg_store())
@@ -317,7 +331,7 @@ def _explain(f: _WorkerFailure, rdzv: NodeRendezvous, topo: Topology, cfg) -> st
         text += (f" (the first failure reported in the job: global rank {root['rank']} on node "
                  f"{root['node']})")
     if f.traceback:
-        log_path = os.path.join(output_dir(cfg), f"log_rank{rank}.txt")
+        log_path = os.path.join(topo.output_dir, f"log_rank{rank}.txt")
         if os.path.isfile(log_path):  # the worker wrote its traceback there
             text += f" (an internal error, please report it; full traceback in {log_path})"
         else:
@@ -325,55 +339,40 @@ def _explain(f: _WorkerFailure, rdzv: NodeRendezvous, topo: Topology, cfg) -> st
     return text
 
 
-def _run_here(main_func: Callable, cfg, args: tuple) -> Any:
+def _run_here(main_func: Callable, spec: JobSpec, args: tuple) -> Any:
     """``DISTRIBUTED False``: a plain call in this process, with no process group."""
-    if "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if spec.assigned:
         raise LaunchError(
             f"DDP_CONFIG.DISTRIBUTED is False but this process was started as rank "
-            f"{os.environ['RANK']} of {os.environ['WORLD_SIZE']}; set it True or start one process"
+            f"{spec.rank} of {spec.world_size}; set it True or start one process"
         )
-    set_num_threads(_threads_for(cfg, 1))
+    set_num_threads(_threads_for(spec.threads_per_proc, 1))
     comm.set_device_index(0 if torch.cuda.is_available() else -1)
     try:
-        return main_func(cfg, *args)
+        return main_func(*args)
     finally:
         comm.set_device_index(None)
 
 
-def resume_config(cfg):
-    """The config a restarted worker runs: ``TRAIN.AUTO_RESUME`` on and ``RESUME_EPOCH`` -1, so it
-    continues from the newest complete checkpoint (both keys may change between a run and its
-    resumption, so the checkpoint's config still matches)."""
-    new = cfg.clone()
-    new.defrost()
-    new.CONFIG.TRAIN.AUTO_RESUME = True
-    new.CONFIG.TRAIN.RESUME_EPOCH = -1
-    if cfg.is_frozen():
-        new.freeze()
-    return new
-
-
-def _run_assigned(main_func: Callable, cfg, topo: Topology, args: tuple, timeout_s: float) -> Any:
+def _run_assigned(main_func: Callable, topo: JobSpec, args: tuple) -> Any:
     """torchrun / Slurm started this process as one rank: join the group, spawn nothing."""
     logger.info("%s started this process as rank %d of %d (%s); not spawning workers",
                 topo.source, topo.rank, topo.world_size, topo.how)
-    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
+    if topo.restart_round > 0:
         # torchrun --max-restarts started us again after a failure: continue, as our own restarts do
-        logger.info("torchrun restart %s: resuming from the newest checkpoint",
-                    os.environ["TORCHELASTIC_RESTART_COUNT"])
-        cfg = resume_config(cfg)
+        logger.info("torchrun restart %d: resuming from the newest checkpoint", topo.restart_round)
     store = None
     if topo.dist_url != "env://":  # Slurm: rank 0 hosts the store on the first node
-        store, _ = open_store(topo.dist_url, host_it=topo.rank == 0, timeout_s=timeout_s)
+        store, _ = open_store(topo.dist_url, host_it=topo.rank == 0, timeout_s=topo.init_timeout_s)
         store = dist.PrefixStore("zoo/pg/", store)
     try:
-        return _run_rank(topo.rank, topo.local_rank, main_func, cfg, topo, store, args,
+        return _run_rank(topo.rank, topo.local_rank, main_func, topo, store, args,
                          check_agreement=topo.world_size > 1)
     except LaunchError as e:
         raise LaunchError(f"rank {topo.rank} of {topo.world_size}: {e}") from None
 
 
-def _log_layout(topo: Topology) -> None:
+def _log_layout(topo: JobSpec) -> None:
     logger.info(
         "node %d/%d (%s): %d %s process(es), global ranks %d..%d of %d, backend %s, "
         "rendezvous %s", topo.node_rank, topo.num_nodes, topo.how, topo.local_procs,
@@ -382,41 +381,41 @@ def _log_layout(topo: Topology) -> None:
     )
 
 
-def _run_workers(main_func: Callable, cfg, rdzv: NodeRendezvous, args: tuple) -> Any:
-    """One attempt: this node's workers in the group ``rdzv`` formed last.
+def _run_workers(main_func: Callable, topo: JobSpec, rdzv: NodeRendezvous, args: tuple) -> Any:
+    """One attempt: this node's workers in the group ``rdzv`` formed last (``topo`` is its spec,
+    with this round's ranks and restart round).
 
     Raises:
         _WorkerFailure, _RemoteFailure: as :func:`_spawn`.
     """
-    topo = rdzv.topology
-    if topo.local_procs == 1 and topo.num_nodes == 1 and not cfg.DDP_CONFIG.MAX_RESTARTS:
+    if topo.local_procs == 1 and topo.num_nodes == 1 and not topo.max_restarts:
         # Nothing to spawn: run the single worker here, still inside a (1-rank) process group.
         # (With restarts it is spawned: a crash of this process could not be restarted.)
         store = worker_store(topo.dist_url, rdzv.session, rdzv.timeout_s)
         try:
-            return _run_rank(0, 0, main_func, cfg, topo, store, args)
+            return _run_rank(0, 0, main_func, topo, store, args)
         finally:
             del store  # release the store before the rendezvous closes (and a file store goes)
-    _spawn(main_func, cfg, topo, rdzv, args)
+    _spawn(main_func, topo, rdzv, args)
     return None
 
 
-def _supervise(main_func: Callable, cfg, rdzv: NodeRendezvous, args: tuple) -> Any:
-    """Start this node's workers; after a failure, while ``DDP_CONFIG.MAX_RESTARTS`` allows, meet
-    the other nodes again (a new rendezvous round) and start them again from the newest checkpoint.
+def _supervise(main_func: Callable, rdzv: NodeRendezvous, args: tuple) -> Any:
+    """Start this node's workers; after a failure, while ``spec.max_restarts`` allows, meet the
+    other nodes again (a new rendezvous round) and start them again from the newest checkpoint.
 
     Raises:
         LaunchError: a failure that may not be restarted, or one after the last restart (the
             rank that failed is named).
     """
-    max_restarts = cfg.DDP_CONFIG.MAX_RESTARTS
+    max_restarts = rdzv.topology.max_restarts
     while True:
         _log_layout(rdzv.topology)
+        topo = replace(rdzv.topology, restart_round=rdzv.restarts)
         try:
-            return _run_workers(main_func, resume_config(cfg) if rdzv.restarts else cfg, rdzv,
-                                args)
+            return _run_workers(main_func, topo, rdzv, args)
         except _WorkerFailure as f:
-            text, kind = _explain(f, rdzv, rdzv.topology, cfg), f.kind
+            text, kind = _explain(f, rdzv, topo), f.kind
         except _RemoteFailure as r:
             text, kind = str(r), r.root["kind"]
         if not max_restarts:
@@ -431,30 +430,59 @@ def _supervise(main_func: Callable, cfg, rdzv: NodeRendezvous, args: tuple) -> A
         rdzv.reform()
 
 
-def launch(main_func: Callable, cfg, args: tuple = (), node_rank: Optional[int] = None) -> Any:
-    """Run ``main_func(cfg, *args)`` in every process of this node's share of the job.
+def _is_config(obj: Any) -> bool:
+    from yacs.config import CfgNode
+
+    return isinstance(obj, CfgNode)
+
+
+def _launch_config(main_func: Callable, cfg, args: tuple, node_rank: Optional[int]) -> Any:
+    """The old call ``launch(main_func, cfg, args=..., node_rank=...)``: resolve the spec from
+    ``cfg`` here and run ``main_func(cfg, *args)`` (resumed on a restart, as before)."""
+    from .job import config_main, resolve_job
+
+    warnings.warn("launch(main_func, cfg) is deprecated: resolve the job once with "
+                  "zoo.launch.job.resolve_job(cfg) and call launch(main_func, spec, cfg, ...), "
+                  "which runs main_func(cfg, ...)", DeprecationWarning, stacklevel=3)
+    return launch(config_main, resolve_job(cfg, node_rank=node_rank), main_func, cfg, *args)
+
+
+def launch(main_func: Callable, spec: JobSpec, *args: Any, **deprecated: Any) -> Any:
+    """Run ``main_func(*args)`` in every process of this node's share of the job.
 
     Args:
-        main_func: Called once per process with the config and ``args``; it asks
-            ``zoo.utils.comm`` for its rank, the world size and its device.
-        cfg: The merged config; the same on every node.
-        args: Extra positional arguments for ``main_func`` (picklable).
-        node_rank: This node's rank when given explicitly (``DDP_CONFIG.WORLD_RANK`` on the command
-            line); overrides AUTO_RANK_MATCH. ``ZOO_NODE_RANK`` in the environment does the same.
+        main_func: Called once per process with ``args``; it asks ``zoo.utils.comm`` for its rank,
+            the world size, its device and the restart round. Picklable (a module-level function)
+            when processes are spawned.
+        spec: This node's part of the job, from ``zoo.launch.job.resolve_job(cfg)`` on the command
+            line or written by hand. (A config here is the deprecated old call: see the module
+            docstring; ``args=`` and ``node_rank=`` keywords belong to it only.)
+        args: Positional arguments for ``main_func`` (picklable), e.g. the config.
 
     Raises:
         LaunchError: the topology is impossible, nodes disagree, or a worker failed (its rank is
             named, and the rank that failed first anywhere in the job when another node knows it)
             and no restart is left.
     """
-    if not cfg.DDP_CONFIG.DISTRIBUTED:
-        return _run_here(main_func, cfg, args)
-    topo = resolve_topology(cfg, node_rank)  # 1. resolve
+    if _is_config(spec):  # the old signature: launch(main_func, cfg, args=(), node_rank=None)
+        old = dict(zip(("args", "node_rank"), args), **deprecated)
+        if len(args) > 2 or set(old) - {"args", "node_rank"}:
+            raise TypeError("launch(main_func, cfg) takes args=(...) and node_rank=; use "
+                            "launch(main_func, resolve_job(cfg), cfg, ...)")
+        return _launch_config(main_func, spec, tuple(old.get("args", ())), old.get("node_rank"))
+    if deprecated:
+        raise TypeError(f"launch() got unexpected keyword argument(s) "
+                        f"{', '.join(sorted(deprecated))}; pass main_func's arguments "
+                        "positionally: launch(main_func, spec, *args)")
+    if not isinstance(spec, JobSpec):
+        raise TypeError(f"launch() needs a JobSpec (zoo.launch.job.resolve_job), got "
+                        f"{type(spec).__name__}")
+    if not spec.distributed:
+        return _run_here(main_func, spec, args)
     # Workers inherit this: c10d's C++ warnings (retries, peers that closed) only repeat our errors.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    _pin_gloo_interface(topo, cfg)
-    timeout_s = float(cfg.DDP_CONFIG.INIT_TIMEOUT)
-    if topo.assigned:
-        return _run_assigned(main_func, cfg, topo, args, timeout_s)
-    with NodeRendezvous(topo, cfg, timeout_s) as rdzv:  # 2. rendezvous
-        return _supervise(main_func, cfg, rdzv, args)  # 3. start workers (again after a failure)
+    _pin_gloo_interface(spec)
+    if spec.assigned:
+        return _run_assigned(main_func, spec, args)
+    with NodeRendezvous(spec) as rdzv:  # the node rendezvous (again after a failure)
+        return _supervise(main_func, rdzv, args)

@@ -8,7 +8,10 @@ size, so nodes may run different numbers of processes. Workers then join the pro
 the same store. The store also collects worker failures, so a node whose workers stopped because a
 peer vanished can name the rank that failed first.
 
-Job identity (config_agreement.py): a hash of the config's math keys and of the optional secret
+Everything a node says about itself comes from its JobSpec (job.py): process count, backend, and
+the agreement payload ``resolve_job`` computed from the config; this module never sees a config.
+
+Job identity (agreement.py): a hash of the config's math keys and of the optional secret
 (``ZOO_JOB_TOKEN``, else ``DDP_CONFIG.JOB_TOKEN``). Node 0 publishes it under the fixed key
 ``zoo/job``; a launcher whose identity differs (another job started on the same port by accident)
 stops there with one line, having written nothing but a note under ``zoo/stranger/<i>`` that node 0
@@ -41,19 +44,16 @@ import os
 import socket
 import time
 import uuid
-from typing import Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
 import torch.distributed as dist
 
 from ..utils import net
-from .agreement import (
-    compare_summaries,
-    job_identity,
-    local_differences,
-    node_summary,
-    token_hash,
-)
-from .topology import LaunchError, Topology, file_url_path, parse_tcp_url
+from .agreement import compare_summaries, local_differences, node_summary
+from .topology import LaunchError, file_url_path, parse_tcp_url
+
+if TYPE_CHECKING:  # the spec is handed in; this module never builds one
+    from .job import JobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -141,21 +141,22 @@ def _first_line(e: BaseException) -> str:
 class NodeRendezvous:
     """This node's seat at the node rendezvous; keep it open while the workers run.
 
-    Use as ``with NodeRendezvous(topo, cfg, timeout) as rdzv: topo = rdzv.topology ...``.
+    Use as ``with NodeRendezvous(spec) as rdzv: spec = rdzv.topology ...``: ``topology`` is the
+    spec with this round's ``world_size`` and ``rank_offset`` (and the store's real port).
     """
 
-    def __init__(self, topo: Topology, cfg, timeout_s: float):
-        self.timeout_s = timeout_s
-        self.summary = node_summary(cfg, topo)
-        self.job = job_identity(cfg)
-        self.token_hash = token_hash(cfg)[:16]
+    def __init__(self, spec: JobSpec):
+        self.timeout_s = spec.init_timeout_s
+        self.summary = node_summary(spec.agreement, spec.local_procs, spec.backend)
+        self.job = spec.agreement.get("job") or "unnamed"
+        self.token_hash = spec.agreement.get("token_hash", "")
         self._strangers_seen = 0
         self._stale_job: Optional[str] = None
         self._joined: Optional[str] = None  # node 0's identity when it differs from ours
         self.nonce = uuid.uuid4().hex
-        self.store, url = open_store(topo.dist_url, host_it=topo.node_rank == 0,
-                                     timeout_s=timeout_s)
-        self.topology = dataclasses.replace(topo, dist_url=url)
+        self.store, url = open_store(spec.dist_url, host_it=spec.node_rank == 0,
+                                     timeout_s=self.timeout_s)
+        self.topology = dataclasses.replace(spec, dist_url=url)
         self.session = ""
         self.plan: dict = {}
         self._store_lost = False
@@ -163,7 +164,7 @@ class NodeRendezvous:
         self.restarts = 0
         self._run, self._round = "", 0
         # With restarts allowed, a node that lost node 0's store waits for a re-run node 0.
-        self.reconnect = bool(getattr(cfg.DDP_CONFIG, "MAX_RESTARTS", 0))
+        self.reconnect = bool(spec.max_restarts)
 
     # -- the handshake
     def _key(self, name: str) -> str:
@@ -460,13 +461,13 @@ class NodeRendezvous:
 
 
 # -------------------------------------------------------- agreement inside a process group
-def agree_in_process_group(cfg, topo: Topology) -> None:
+def agree_in_process_group(spec: JobSpec) -> None:
     """For ranks started by torchrun / Slurm: compare configs and versions over the new group.
 
     Raises:
         LaunchError: naming the ranks and keys that differ.
     """
-    summary = node_summary(cfg, topo)
+    summary = node_summary(spec.agreement, spec.local_procs, spec.backend)
     light = {k: v for k, v in summary.items() if k != "config"}
     gathered: List[Optional[dict]] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, light)

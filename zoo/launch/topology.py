@@ -1,6 +1,7 @@
 """Where this node and process sit in the job, worked out in one place.
 
-``resolve_topology(cfg)`` looks at these, first match wins:
+``resolve_topology(...)`` takes the DDP_CONFIG values as plain arguments (``resolve_job`` in
+job.py reads them, once per run) and looks at these, first match wins:
 
 1. A launcher that already started this process as one rank: torchrun / torch elastic / AzureML
    per-process (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``LOCAL_RANK``), or a
@@ -23,8 +24,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
-from typing import Mapping, Optional
+from dataclasses import dataclass, replace
+from typing import Mapping, Optional, Sequence, Tuple
 from urllib.parse import unquote, urlparse
 
 import torch
@@ -46,7 +47,7 @@ class LaunchError(UserError, RuntimeError):
     """The job's topology cannot be worked out or started; the message says what to change."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Topology:
     """This node's (and, when a launcher started us as one rank, this process's) part of the job."""
 
@@ -110,12 +111,24 @@ def _int_env(env: Mapping[str, str], name: str) -> int:
         raise LaunchError(f"environment variable {name}={env[name]!r} is not an integer") from None
 
 
-def _backend(cfg) -> tuple:
+@dataclass(frozen=True)
+class _Asked:
+    """What DDP_CONFIG asks for, as :func:`resolve_topology` got it."""
+
+    world_size: int
+    world_rank: int
+    urls: Tuple[str, ...]
+    auto_rank_match: bool
+    dist_url: str
+    backend: str
+    cpu_procs: int
+
+
+def _backend(asked: _Asked) -> tuple:
     """(backend, use_cuda, local processes) for this node."""
-    ddp = cfg.DDP_CONFIG
     use_cuda = torch.cuda.is_available()
-    local_procs = torch.cuda.device_count() if use_cuda else ddp.NUM_CPU_PROCS
-    backend = ddp.DIST_BACKEND
+    local_procs = torch.cuda.device_count() if use_cuda else asked.cpu_procs
+    backend = asked.backend
     if backend == "auto":
         backend = "nccl" if use_cuda else "gloo"
     if backend == "nccl" and not use_cuda:
@@ -126,7 +139,7 @@ def _backend(cfg) -> tuple:
 
 
 # --------------------------------------------------------------------- 1. ranks from a launcher
-def _from_torchrun(cfg, env: Mapping[str, str]) -> Optional[Topology]:
+def _from_torchrun(asked: _Asked, env: Mapping[str, str]) -> Optional[Topology]:
     if "RANK" not in env:
         return None
     missing = [k for k in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if not env.get(k)]
@@ -135,7 +148,7 @@ def _from_torchrun(cfg, env: Mapping[str, str]) -> Optional[Topology]:
             f"RANK is set in the environment but {', '.join(missing)} not: start the job with "
             "torchrun, or unset RANK to launch from DDP_CONFIG"
         )
-    backend, use_cuda, _ = _backend(cfg)
+    backend, use_cuda, _ = _backend(asked)
     world = _int_env(env, "WORLD_SIZE")
     local_world = int(env.get("LOCAL_WORLD_SIZE", 1))
     source = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "environment (RANK/WORLD_SIZE)"
@@ -154,27 +167,27 @@ def _from_torchrun(cfg, env: Mapping[str, str]) -> Optional[Topology]:
     )
 
 
-def _slurm_master(cfg, env: Mapping[str, str]) -> str:
+def _slurm_master(dist_url: str, env: Mapping[str, str]) -> str:
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     host = env.get("MASTER_ADDR") or (first_slurm_host(nodelist) if nodelist else None)
     if not host:
         raise LaunchError("running under srun but SLURM_JOB_NODELIST is not set; "
                           "set MASTER_ADDR to the first node's address")
     port = env.get("MASTER_PORT")
-    if not port and cfg.DDP_CONFIG.DIST_URL.startswith("tcp://"):
-        port = parse_tcp_url(cfg.DDP_CONFIG.DIST_URL)[1] or None
+    if not port and dist_url.startswith("tcp://"):
+        port = parse_tcp_url(dist_url)[1] or None
     return f"tcp://{net.format_hostport(host, int(port or _DEFAULT_PORT))}"
 
 
-def _from_slurm(cfg, env: Mapping[str, str]) -> Optional[Topology]:
+def _from_slurm(asked: _Asked, env: Mapping[str, str]) -> Optional[Topology]:
     # Only inside a job step started by srun: the batch script itself also has SLURM_PROCID=0.
     if "SLURM_PROCID" not in env or not (env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")):
         return None
     ntasks = _int_env(env, "SLURM_NTASKS") if "SLURM_NTASKS" in env else 1
     nnodes = int(env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES") or 1)
     node_rank = int(env.get("SLURM_NODEID", 0))
-    backend, use_cuda, local_procs = _backend(cfg)
-    dist_url = _slurm_master(cfg, env)
+    backend, use_cuda, local_procs = _backend(asked)
+    dist_url = _slurm_master(asked.dist_url, env)
     if ntasks == nnodes:
         # One task per node: this task is the node's launcher and spawns one worker per GPU.
         return Topology(
@@ -192,17 +205,16 @@ def _from_slurm(cfg, env: Mapping[str, str]) -> Optional[Topology]:
 
 
 # -------------------------------------------------------------- 2. node rank from a scheduler
-def _from_node_env(cfg, env: Mapping[str, str]) -> Optional[Topology]:
+def _from_node_env(asked: _Asked, env: Mapping[str, str]) -> Optional[Topology]:
     if not all(env.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK")):
         return None
-    ddp = cfg.DDP_CONFIG
     num_nodes = (_int_env(env, "WORLD_SIZE") if env.get("WORLD_SIZE")
-                 else ddp.WORLD_SIZE or len(ddp.WORLD_URLS))
+                 else asked.world_size or len(asked.urls))
     node_rank = _int_env(env, "NODE_RANK")
     if not 0 <= node_rank < num_nodes:
         raise LaunchError(f"NODE_RANK={node_rank} is outside [0, {num_nodes}) nodes "
                           "(WORLD_SIZE in the environment, else DDP_CONFIG.WORLD_SIZE)")
-    backend, use_cuda, local_procs = _backend(cfg)
+    backend, use_cuda, local_procs = _backend(asked)
     return Topology(
         source="scheduler (NODE_RANK)", num_nodes=num_nodes, node_rank=node_rank,
         local_procs=local_procs,
@@ -248,8 +260,7 @@ def _node_rank_override(node_rank: Optional[int], env: Mapping[str, str]) -> Opt
     return None
 
 
-def _rendezvous_url(cfg, env: Mapping[str, str]) -> str:
-    url = cfg.DDP_CONFIG.DIST_URL
+def _rendezvous_url(url: str, env: Mapping[str, str]) -> str:
     if url.startswith("env://"):
         missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not env.get(k)]
         if missing:
@@ -296,12 +307,11 @@ def _single_node_url(url: str) -> str:
     return f"tcp://{net.format_hostport(host, port)}"
 
 
-def _from_config(cfg, node_rank: Optional[int], env: Mapping[str, str]) -> Topology:
-    ddp = cfg.DDP_CONFIG
-    urls = list(ddp.WORLD_URLS)
-    num_nodes = ddp.WORLD_SIZE or len(urls)
-    backend, use_cuda, local_procs = _backend(cfg)
-    url = _rendezvous_url(cfg, env)
+def _from_config(asked: _Asked, node_rank: Optional[int], env: Mapping[str, str]) -> Topology:
+    urls = list(asked.urls)
+    num_nodes = asked.world_size or len(urls)
+    backend, use_cuda, local_procs = _backend(asked)
+    url = _rendezvous_url(asked.dist_url, env)
     override = _node_rank_override(node_rank, env)
     if num_nodes == 1:
         rank, how = 0, "one node (DDP_CONFIG.WORLD_SIZE 1)"
@@ -309,7 +319,7 @@ def _from_config(cfg, node_rank: Optional[int], env: Mapping[str, str]) -> Topol
             raise LaunchError(f"node rank {override} given, but DDP_CONFIG.WORLD_SIZE is 1; "
                               "set WORLD_SIZE to the number of nodes")
     else:
-        if ddp.AUTO_RANK_MATCH and len(urls) != num_nodes:
+        if asked.auto_rank_match and len(urls) != num_nodes:
             raise LaunchError(
                 f"DDP_CONFIG.WORLD_URLS has {len(urls)} entries {urls} but DDP_CONFIG.WORLD_SIZE "
                 f"is {num_nodes}; list one address or hostname per node (or set WORLD_SIZE 0 to "
@@ -318,11 +328,11 @@ def _from_config(cfg, node_rank: Optional[int], env: Mapping[str, str]) -> Topol
         if override is not None:
             rank, how = override, ("DDP_CONFIG.WORLD_RANK on the command line" if node_rank
                                    is not None else f"{NODE_RANK_ENV}={override}")
-        elif ddp.AUTO_RANK_MATCH:
+        elif asked.auto_rank_match:
             rank = match_node_rank(urls)
             how = f"AUTO_RANK_MATCH: this host is WORLD_URLS[{rank}] = {urls[rank]}"
         else:
-            rank, how = ddp.WORLD_RANK, "DDP_CONFIG.WORLD_RANK (AUTO_RANK_MATCH False)"
+            rank, how = asked.world_rank, "DDP_CONFIG.WORLD_RANK (AUTO_RANK_MATCH False)"
         if not 0 <= rank < num_nodes:
             raise LaunchError(
                 f"DDP_CONFIG.WORLD_RANK = {rank} is outside [0, WORLD_SIZE={num_nodes}); "
@@ -335,12 +345,16 @@ def _from_config(cfg, node_rank: Optional[int], env: Mapping[str, str]) -> Topol
     )
 
 
-def resolve_topology(cfg, node_rank: Optional[int] = None,
+def resolve_topology(*, world_size: int = 1, world_rank: int = 0, urls: Sequence[str] = (),
+                     auto_rank_match: bool = False, dist_url: str = "tcp://127.0.0.1:0",
+                     backend: str = "auto", cpu_procs: int = 1, node_rank: Optional[int] = None,
                      environ: Optional[Mapping[str, str]] = None) -> Topology:
     """Work out this node's rank, process count and rendezvous URL (see the module docstring).
 
     Args:
-        cfg: The merged config.
+        world_size, world_rank, urls, auto_rank_match, dist_url, backend, cpu_procs: The
+            DDP_CONFIG values WORLD_SIZE, WORLD_RANK, WORLD_URLS, AUTO_RANK_MATCH, DIST_URL,
+            DIST_BACKEND and NUM_CPU_PROCS (error messages name those keys).
         node_rank: This node's rank when the user gave it explicitly (``DDP_CONFIG.WORLD_RANK``
             on the command line); overrides AUTO_RANK_MATCH.
         environ: Environment to read (default ``os.environ``).
@@ -349,16 +363,18 @@ def resolve_topology(cfg, node_rank: Optional[int] = None,
         LaunchError: one line naming the key or variable at fault and the fix.
     """
     env = os.environ if environ is None else environ
+    asked = _Asked(world_size, world_rank, tuple(urls), bool(auto_rank_match), dist_url, backend,
+                   cpu_procs)
     for source in (_from_torchrun, _from_slurm, _from_node_env):
-        topo = source(cfg, env)
+        topo = source(asked, env)
         if topo is not None:
             break
     else:
-        topo = _from_config(cfg, node_rank, env)
+        topo = _from_config(asked, node_rank, env)
         if int(env.get("SLURM_NNODES", 1)) > 1 and not env.get("SLURM_STEP_ID"):
             logger.warning("this Slurm job has %s nodes but was not started with srun, so only "
                            "this node takes part; run the command with srun", env["SLURM_NNODES"])
     if not topo.assigned and topo.num_nodes == 1:
-        topo.dist_url = _single_node_url(topo.dist_url)
-        topo.world_size, topo.rank_offset = topo.local_procs, 0
+        topo = replace(topo, dist_url=_single_node_url(topo.dist_url), world_size=topo.local_procs,
+                       rank_offset=0)
     return topo

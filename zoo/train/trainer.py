@@ -17,6 +17,7 @@ from ..config import cfg_to_yaml
 from ..data import build_loader, normalization
 from ..infer.metrics import MetricsWriter
 from ..launch.heartbeat import note_step
+from ..launch.job import resume_config
 from ..launch.preemption import Preempted, PreemptionWatch, watching
 from ..launch.setup import with_job_layout, worker_setup
 from ..models import build_model
@@ -348,7 +349,10 @@ def train_worker(cfg) -> None:
 
     SIGTERM / SIGUSR1 stop it at the next step boundary with a checkpoint, and the process exits
     with 75 (see zoo/launch/preemption.py); the watch is installed before anything is built.
+    A restarted job (``comm.get_restart_round()`` > 0) continues from the newest checkpoint.
     """
+    if comm.get_restart_round():
+        cfg = resume_config(cfg)
     with watching(cfg.CONFIG.TRAIN.PREEMPT_GRACE) as watch:
         trainer = Trainer(cfg)
         try:

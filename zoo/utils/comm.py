@@ -3,8 +3,9 @@
 Everything in zoo asks these functions rather than ``torch.distributed`` directly, so the
 ``DISTRIBUTED False`` case (one process, no group) needs no special cases elsewhere. The runtime
 layout of a job lives here, not in the config: the world size and global rank come from the
-process group, the local rank from ``LOCAL_RANK`` and the device from :func:`set_device_index`,
-which the launcher calls in every process it runs.
+process group, the local rank from ``LOCAL_RANK``, and the device and the restart round from
+:func:`set_device_index` and :func:`set_restart_round`, which the launcher calls in every process
+it runs.
 """
 
 from __future__ import annotations
@@ -51,6 +52,22 @@ def get_device_index() -> int:
     if _device_index is not None:
         return _device_index
     return 0 if torch.cuda.is_available() else -1
+
+
+# Restarts of the job before this attempt (0 = the first); set by the launcher.
+_restart_round = 0
+
+
+def set_restart_round(n: int) -> None:
+    """Record how many times the job was restarted before this attempt (the launcher does)."""
+    global _restart_round
+    _restart_round = int(n)
+
+
+def get_restart_round() -> int:
+    """How many times the job was restarted before this attempt: > 0 means continue from the
+    newest checkpoint (zoo's launcher with ``DDP_CONFIG.MAX_RESTARTS``, or torchrun's)."""
+    return _restart_round
 
 
 def get_device() -> torch.device:
