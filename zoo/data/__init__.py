@@ -1,6 +1,6 @@
 """Video data: annotation lists, decoding, frame sampling, transforms, loaders, synthetic data.
 
-``build_loader(cfg, split)`` is the entry point the engine uses; ``DATASET_REGISTRY`` is where a
+``build_loader(cfg, split)`` is the entry point the trainer and the tester use; ``DATASET_REGISTRY`` is where a
 user's own dataset registers: a records provider (``RecordsProvider``, ``VideoList``) with
 ``register_dataset``, composed with the one ``ClipDataset`` (see ``zoo.data.build`` for the call
 contract).

@@ -151,7 +151,7 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
 def fill_normalization(cfg: CfgNode, facts: Dict[str, Any]) -> CfgNode:
     """Fill empty ``CONFIG.DATA.MEAN`` / ``STD`` from a model's facts (its ``mean`` / ``std``).
 
-    zoo.data never imports zoo.models: the engine calls this with
+    zoo.data never imports zoo.models: the command line (zoo.cli.configure) calls this with
     ``zoo.models.model_facts(cfg.CONFIG.MODEL.NAME)``. Values set in the config are kept.
 
     Returns:

@@ -64,7 +64,7 @@ def parse_model_kwargs(pairs: List[Any]) -> Dict[str, Any]:
 def build_model(cfg) -> nn.Module:
     """Build the model a config names. This is the only place that turns cfg into model kwargs.
 
-    The returned model is plain (no DDP wrapper; the engine adds that).
+    The returned model is plain (no DDP wrapper; the trainer adds that).
     """
     model_cfg = cfg.CONFIG.MODEL
     kwargs = parse_model_kwargs(list(model_cfg.KWARGS))

@@ -3,7 +3,7 @@
 torch.nn.SyncBatchNorm only runs on GPUs. ``GlobalBatchNorm`` all-reduces each layer's
 (sum, sum of squares, count) with the autograd-aware ``torch.distributed.nn`` all_reduce, so its
 backward pass is exact too. ``convert_sync_bn`` picks torch's SyncBatchNorm on CUDA and this one
-on CPU; it is applied by the engine, never inside a model.
+on CPU; it is applied by the trainer, never inside a model.
 """
 
 from __future__ import annotations
