@@ -1,9 +1,9 @@
 """Video data: annotation lists, decoding, frame sampling, transforms, loaders, synthetic data.
 
-``build_loader(cfg, split)`` is the entry point the trainer and the tester use; ``DATASET_REGISTRY`` is where a
-user's own dataset registers: a records provider (``RecordsProvider``, ``VideoList``) with
-``register_dataset``, composed with the one ``ClipDataset`` (see ``zoo.data.build`` for the call
-contract).
+``build_loader(cfg, split)`` is the entry point the trainer and the tester use;
+``DATASET_REGISTRY`` is where a user's own dataset registers: a records provider
+(``RecordsProvider``, ``VideoList``) with ``register_dataset``, composed with the one
+``ClipDataset`` (see ``zoo.data.build`` for the call contract).
 
 The names below are imported on first use (PEP 562), so ``import zoo.data.decode.pyav`` (a reader
 that needs only PyAV and numpy) does not import torch. ``zoo.data.build``, where

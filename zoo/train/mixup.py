@@ -13,8 +13,8 @@ class MixupCutmix:
     """Blend each clip with another clip of the batch (Mixup) or paste a box from it (CutMix).
 
     The same box covers every frame of a clip. With both alphas > 0 each batch picks one of the
-    two with equal probability. Randomness comes from NumPy's global RNG, which the worker setup seeds
-    per rank and saves in checkpoints, so resumed runs repeat it exactly.
+    two with equal probability. Randomness comes from NumPy's global RNG, which the worker setup
+    seeds per rank and checkpoints save, so resumed runs repeat it exactly.
 
     Args:
         num_classes: Size of the soft targets.
