@@ -55,3 +55,25 @@ def test_the_table_names_existing_modules_only():
         new_package = root / new.replace(".", "/") / "__init__.py"
         assert new_file.is_file() or new_package.is_file(), new
         assert not (root / (old.replace(".", "/") + ".py")).exists(), old
+
+
+# zoo's own code never goes through an old path: with DeprecationWarnings as errors, every module
+# imports and every lazily loaded package name resolves.
+_OWN_CODE = """
+import importlib, pkgutil, warnings
+warnings.simplefilter("error", DeprecationWarning)
+import zoo, zoo.data
+for info in pkgutil.walk_packages(zoo.__path__, "zoo."):
+    if not info.name.startswith("zoo.engine"):
+        importlib.import_module(info.name)
+for package in (zoo, zoo.data):
+    for name in package.__all__:
+        getattr(package, name)
+print("ok")
+"""
+
+
+def test_zoo_itself_uses_no_old_path():
+    result = subprocess.run([sys.executable, "-c", _OWN_CODE], capture_output=True, text=True,
+                            cwd=ROOT, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

@@ -16,13 +16,14 @@ from ..utils.lazy import lazy_attributes
 _LAZY = {
     "DATASET_REGISTRY": "build", "build_dataset": "build", "build_loader": "build",
     "fill_normalization": "build", "normalization": "build",
-    "DECODERS": "decoders", "DecodeError": "decoders", "decode_frames": "decoders",
-    "open_video": "decoders", "register_decoder": "decoders",
+    "DECODERS": "decode.registry", "DecodeError": "decode.base",
+    "decode_frames": "decode.registry", "open_video": "decode.registry",
+    "register_decoder": "decode.registry",
     "TooManyBadVideos": "robust",
     "ClipDataset": "video_dataset", "ClipSettings": "video_dataset",
     "VideoListDataset": "video_dataset", "register_dataset": "video_dataset",
-    "ListSource": "records", "RecordsProvider": "records", "VideoList": "records",
-    "VideoRecord": "annotations",
+    "ListSource": "lists.providers", "RecordsProvider": "lists.providers",
+    "VideoList": "lists.providers", "VideoRecord": "lists.records",
     # zoo.data.synthetic is only imported on first use also because `python -m zoo.data.synthetic`
     # would otherwise find it already imported by this package, and runpy warns about that.
     "prepare_synthetic": "synthetic",
