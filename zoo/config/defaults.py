@@ -274,7 +274,8 @@ _C.CONFIG.DATA.NUM_WORKERS = 2
 # 32x224x224 uint8 clip on a 2-core VM); the kept buffers hold up to this many batches of shared
 # memory per worker until the loader ends. A buffer some code still holds is never overwritten:
 # the worker takes new memory instead (docs/datasets.md). Needs torch 2.10+ (older releases
-# never free a received batch's storage); with an older torch no buffers are kept.
+# never free a received batch's storage); with an older torch no buffers are kept. On torch
+# 2.14.1 with one worker, 4 gave 1.22x the clips/s of 0 (docs/benchmarks.md, section 4).
 _C.CONFIG.DATA.BATCH_BUFFERS_PER_WORKER = 4
 # Frame sampling: "dense" (CLIP_LEN frames FRAME_RATE apart from one window), "tsn" (NUM_SEGMENT
 # equal segments, a CLIP_LEN-frame snippet from each) or "uniform" (CLIP_LEN frames, one per equal
