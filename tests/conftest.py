@@ -3,6 +3,7 @@ private ZOO_HOME, two network namespaces (helpers are in helpers.py), and the sk
 ``cuda``-marked tests where no CUDA GPU is visible."""
 
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -26,6 +27,25 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False here)")
     for item in marked:
         item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _restore_loggers():
+    """A test that runs a command's ``main`` in this process sets up the ``zoo`` logger (its
+    console handler on the test's captured stream, no propagation) and routes warnings into it:
+    put both back afterwards, so a later test's ``caplog`` sees zoo's records and nothing writes
+    to a stream pytest has closed."""
+    saved = {name: (list(lg.handlers), lg.propagate, lg.level)
+             for name, lg in ((n, logging.getLogger(n)) for n in ("zoo", "py.warnings"))}
+    yield
+    for name, (handlers, propagate, level) in saved.items():
+        logger = logging.getLogger(name)
+        for handler in logger.handlers:
+            if handler not in handlers:
+                handler.close()
+        logger.handlers[:] = handlers
+        logger.propagate, logger.level = propagate, level
+    logging.captureWarnings(False)
 
 
 @pytest.fixture(scope="session")

@@ -140,7 +140,10 @@ def test_route_replaces_the_layers_and_keeps_their_parameters():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_slow_kernel_rule_is_the_one_pytorch_applies(threads):
     """takes_slow_conv3d (shapes only) against PyTorch's own choice, asked through its private
-    backend selector, which only this test uses: a release that changes the rule fails here."""
+    backend selector, which only this test uses: a release that changes the rule fails here.
+    bf16: emulated exactly where PyTorch would take slow_conv3d. A torch without the CPU's bf16
+    query (< 2.4) counts the CPU as without bf16 and emulates every bf16 conv3d: the same bf16
+    math through oneDNN's float32 kernel (its "auto" precision is fp32 there anyway)."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -156,6 +159,8 @@ def test_slow_kernel_rule_is_the_one_pytorch_applies(threads):
             slow = chosen == torch._C._ConvBackend.Slow3d
             if slow != takes_slow_conv3d(x.shape, w.shape, (1, s, s), g):
                 differ.append((tuple(x.shape), tuple(w.shape), s, g, str(chosen)))
+            if not hasattr(torch.cpu, "_is_avx512_bf16_supported"):
+                continue  # torch < 2.4 cannot say whether the CPU has bf16 (see below)
             x, w = x.bfloat16(), w.bfloat16()
             chosen = torch._C._select_conv_backend(x, w, None, (1, s, s), (0, 0, 0), (1, 1, 1),
                                                    False, (0, 0, 0), g, None)

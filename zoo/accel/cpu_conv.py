@@ -12,7 +12,8 @@ Under bf16 autocast on a CPU without bf16 instructions, PyTorch sends every bf16
 ``slow_conv3d`` (oneDNN takes bf16 only where the CPU has it); :class:`CpuConv3d` then computes
 the layer as the hardware would: inputs, weights and bias rounded to bf16, products summed in
 float32 by oneDNN's float32 kernel, the output rounded to bf16 (the gradients are rounded to
-bf16 on the way back through the same casts). The math is bf16's; only the kernel changes.
+bf16 on the way back through the same casts). The math is bf16's; only the kernel changes. A torch
+without the CPU's bf16 query (before 2.4) counts every CPU as without bf16 here.
 The same path takes a bf16 ``conv3d`` whose clip is shorter or smaller than the kernel along
 some dimension (2 frames under a 3-frame kernel, a 2x2 map under a 3x3 one): there oneDNN's
 bf16 backward pass (torch 2.14 and 2.15, an AVX512-BF16 EPYC) gave a different weight gradient

@@ -38,6 +38,7 @@ now: it warns (DeprecationWarning), resolves the spec from the config and calls
 from __future__ import annotations
 
 import datetime
+import inspect
 import logging
 import os
 import re
@@ -239,6 +240,13 @@ def _stop(ctx, grace_s: float = 2.0) -> None:
             p.join()
 
 
+# After a failure the other workers get 2 s to stop by themselves (their peers are gone), then
+# SIGTERM, then SIGKILL, instead of torch's default 30 s; torch < 2.4's join() has no such
+# argument (it sends SIGTERM at once).
+_JOIN_GRACE = ({"grace_period": 2}
+               if "grace_period" in inspect.signature(mp.ProcessContext.join).parameters else {})
+
+
 def _spawn(main_func: Callable, topo: JobSpec, rdzv: NodeRendezvous, args: tuple) -> None:
     """Run this node's workers until they finish, one fails, or another node reports a failure.
 
@@ -250,9 +258,7 @@ def _spawn(main_func: Callable, topo: JobSpec, rdzv: NodeRendezvous, args: tuple
                              args=(main_func, topo, rdzv.session, args),
                              start_method="spawn", join=False)
     try:
-        # grace_period: after a failure the other workers get 2 s to stop by themselves (their
-        # peers are gone), then SIGTERM, then SIGKILL, instead of torch's default 30 s.
-        while not ctx.join(timeout=1.0, grace_period=2):
+        while not ctx.join(timeout=1.0, **_JOIN_GRACE):
             # A worker stuck outside any collective would only notice a dead peer at its next
             # collective; a failure another node has posted stops this node right away.
             root = rdzv.remote_failure() if topo.num_nodes > 1 else None
