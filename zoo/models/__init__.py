@@ -27,6 +27,7 @@ from . import (  # noqa: F401
     tpn,
     tsn,
     vmz,
+    x3d,
 )
 from .build import build_model, create_model, parse_model_kwargs
 from .classifier import ClassifierMixin

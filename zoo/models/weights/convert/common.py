@@ -50,7 +50,8 @@ class Layout:
     def from_shapes(cls, shapes: Dict[str, torch.Size], head_keys: Sequence[str]) -> "Layout":
         if "slow_stem.conv.weight" in shapes and "fast_stem.conv.weight" in shapes:
             pathways = {0: "slow_", 1: "fast_"}
-        elif "stem.conv.weight" in shapes and "res2.0.conv_a.weight" in shapes:
+        elif (("stem.conv.weight" in shapes or "stem.conv_xy.weight" in shapes)
+              and "res2.0.conv_a.weight" in shapes):
             pathways = {0: ""}
         else:
             pathways = {}
@@ -58,7 +59,9 @@ class Layout:
 
     @property
     def kind(self) -> str:
-        """``"slowfast"``, ``"resnet3d"`` or ``"other"``."""
+        """``"slowfast"``, ``"resnet3d"``, ``"x3d"`` or ``"other"``."""
+        if "stem.conv_xy.weight" in self.shapes and self.pathways:
+            return "x3d"
         return {2: "slowfast", 1: "resnet3d"}.get(len(self.pathways), "other")
 
     def prefix(self, pathway: int) -> Optional[str]:

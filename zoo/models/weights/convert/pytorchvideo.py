@@ -14,6 +14,16 @@ with X -> Y: ``branch1_conv`` -> ``shortcut.conv``, ``branch1_norm`` -> ``shortc
 ``branch2.conv_{a,b,c}`` -> ``conv_{a,b,c}``, ``branch2.norm_{a,b,c}`` -> ``bn_{a,b,c}``. A
 single-pathway I3D has its temporal max-pool as a block of its own, hence "in order of i".
 
+X3D (``create_x3d``, the ``x3d_xs`` / ``x3d_s`` / ``x3d_m`` / ``x3d_l`` hub models)::
+
+    blocks.0.conv.conv_t / conv_xy / blocks.0.norm  -> stem.conv_xy / conv_t / bn  (its names
+                                                       are swapped: conv_t is the 1x3x3 conv)
+    branch2.norm_b.0 / norm_b.1.block.{0,2}         -> bn_b / se.fc{1,2}
+    blocks.5.pool.{pre_conv,pre_norm,post_conv}     -> head.{conv_5,bn_5,lin_5}
+
+PyTorchVideo's X3D has no BN after stage 2's shortcut conv (PySlowFast's and zoo's have one):
+it is filled as an identity, so the logits are PyTorchVideo's.
+
 The architectures are the same (PyTorchVideo's ``create_slowfast`` reproduces PySlowFast), so the
 logits agree up to float rounding; PyTorchVideo's head projects every position then averages,
 which equals zoo's average-then-project.
@@ -22,9 +32,11 @@ which equals zoo's average-then-project.
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple
 
-from .common import PARAM, Layout, Scheme
+import torch
+
+from .common import PARAM, Layout, Scheme, bn_identity
 
 _BLOCK = {
     "branch1_conv": "shortcut.conv", "branch1_norm": "shortcut.bn",
@@ -41,13 +53,20 @@ _MP_RES = re.compile(
 _SP_STEM = re.compile(rf"^blocks\.0\.(conv|norm)\.{PARAM}$")
 _SP_RES = re.compile(rf"^blocks\.(\d+)\.res_blocks\.(\d+)\.(.+)\.{PARAM}$")
 _HEAD = re.compile(rf"^blocks\.(\d+)\.proj\.{PARAM}$")
+_X3D_STEM = re.compile(rf"^blocks\.0\.conv\.(conv_t|conv_xy)\.{PARAM}$")
+_X3D_STEM_NAMES = {"conv_t": "conv_xy", "conv_xy": "conv_t"}  # PyTorchVideo's are swapped
+_X3D_BLOCK = {"branch2.norm_b.0": "bn_b", "branch2.norm_b.1.block.0": "se.fc1",
+              "branch2.norm_b.1.block.2": "se.fc2"}
+_X3D_HEAD = re.compile(rf"^blocks\.\d+\.pool\.(pre_conv|pre_norm|post_conv)\.{PARAM}$")
+_X3D_HEAD_NAMES = {"pre_conv": "conv_5", "pre_norm": "bn_5", "post_conv": "lin_5"}
 _FUSE_NAMES = ("fuse_stem", "fuse_res2", "fuse_res3", "fuse_res4")
 
 
 class PyTorchVideoScheme(Scheme):
-    """PyTorchVideo -> zoo (SlowFast, Slow, I3D)."""
+    """PyTorchVideo -> zoo (SlowFast, Slow, I3D, X3D)."""
 
     name = "pytorchvideo"
+    kinds = ("slowfast", "resnet3d", "x3d")
 
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
         # Single pathway: the blocks holding res_blocks are res2..res5 in order.
@@ -69,13 +88,27 @@ class PyTorchVideoScheme(Scheme):
                     return None
                 stage = int(m.group(1)) + 1
                 return f"{prefix}res{stage}.{m.group(3)}.{_BLOCK[m.group(4)]}.{m.group(5)}"
+            single = layout.kind in ("resnet3d", "x3d")
             m = _SP_STEM.match(key)
-            if m and layout.kind == "resnet3d":
+            if m and single:
                 return f"stem.{_NORM[m.group(1)]}.{m.group(2)}"
             m = _SP_RES.match(key)
-            if m and m.group(3) in _BLOCK and layout.kind == "resnet3d":
-                return f"{stage_of[int(m.group(1))]}.{m.group(2)}.{_BLOCK[m.group(3)]}.{m.group(4)}"
+            block = {**_BLOCK, **_X3D_BLOCK} if layout.kind == "x3d" else _BLOCK
+            if m and m.group(3) in block and single:
+                return f"{stage_of[int(m.group(1))]}.{m.group(2)}.{block[m.group(3)]}.{m.group(4)}"
+            m = _X3D_STEM.match(key)
+            if m and layout.kind == "x3d":
+                return f"stem.{_X3D_STEM_NAMES[m.group(1)]}.{m.group(2)}"
+            m = _X3D_HEAD.match(key)
+            if m and layout.kind == "x3d":
+                return f"head.{_X3D_HEAD_NAMES[m.group(1)]}.{m.group(2)}"
             m = _HEAD.match(key)
             return f"head.proj.{m.group(2)}" if m else None
 
         return to_zoo
+
+    def fill(self, zoo_key: str, layout: Layout) -> Optional[Tuple[torch.Tensor, str]]:
+        if layout.kind == "x3d" and re.match(r"^res\d+\.0\.shortcut\.bn\.", zoo_key):
+            return (bn_identity(zoo_key, layout.shapes[zoo_key]),
+                    "identity BN: PyTorchVideo's X3D has none after a shortcut of equal width")
+        return None
