@@ -10,6 +10,12 @@ have pathway 0; ``n`` = stage 1..5, ``j`` = block)::
     s{n}.pathway{p}_res{j}.branch2.{a,b,c}_bn      -> {..}res{n}.{j}.bn_{a,b,c}
     head.projection                                -> head.proj
 
+X3D (``X3D_XS`` / ``X3D_S`` / ``X3D_M`` / ``X3D_L``) adds::
+
+    s1.pathway0_stem.{conv_xy,conv,bn}             -> stem.{conv_xy,conv_t,bn}
+    s{n}.pathway0_res{j}.branch2.se.{fc1,fc2}      -> res{n}.{j}.se.{fc1,fc2}
+    head.{conv_5,conv_5_bn,lin_5}                  -> head.{conv_5,bn_5,lin_5}
+
 zoo's SlowFast, Slow and I3D are PySlowFast's layer for layer (same kernels, strides, paddings,
 fusion and head column order), so the converted model computes the same logits up to float
 rounding. Differences that remain: PySlowFast's head applies softmax at test time and, with
@@ -33,33 +39,45 @@ _BLOCK = {
 }
 _FUSE = {1: "fuse_stem", 2: "fuse_res2", 3: "fuse_res3", 4: "fuse_res4"}
 
-_STEM = re.compile(rf"^s1\.pathway(\d)_stem\.(conv|bn)\.{PARAM}$")
+_STEM = re.compile(rf"^s1\.pathway(\d)_stem\.(conv|bn|conv_xy)\.{PARAM}$")
+_X3D_STEM = {"conv_xy": "conv_xy", "conv": "conv_t", "bn": "bn"}
+_X3D_BLOCK = {"branch2.se.fc1": "se.fc1", "branch2.se.fc2": "se.fc2"}
+_X3D_HEAD = re.compile(rf"^head\.(conv_5|conv_5_bn|lin_5)\.{PARAM}$")
+_X3D_HEAD_NAMES = {"conv_5": "conv_5", "conv_5_bn": "bn_5", "lin_5": "lin_5"}
 _FUSE_RE = re.compile(rf"^s([1-4])_fuse\.(conv_f2s|bn)\.{PARAM}$")
 _RES = re.compile(rf"^s([2-5])\.pathway(\d)_res(\d+)\.(.+)\.{PARAM}$")
 _HEAD = re.compile(rf"^head\.projection\.{PARAM}$")
 
 
 class PySlowFastScheme(Scheme):
-    """PySlowFast -> zoo (SlowFast, Slow, I3D)."""
+    """PySlowFast -> zoo (SlowFast, Slow, I3D, X3D)."""
 
     name = "pyslowfast"
+    kinds = ("slowfast", "resnet3d", "x3d")
 
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
+        x3d = layout.kind == "x3d"
+        block = {**_BLOCK, **_X3D_BLOCK} if x3d else _BLOCK
+
         def to_zoo(key: str) -> Optional[str]:
             m = _STEM.match(key)
             if m:
                 prefix = layout.prefix(int(m.group(1)))
-                return None if prefix is None else f"{prefix}stem.{m.group(2)}.{m.group(3)}"
+                part = _X3D_STEM[m.group(2)] if x3d else m.group(2)
+                return None if prefix is None else f"{prefix}stem.{part}.{m.group(3)}"
             m = _FUSE_RE.match(key)
             if m:
                 part = "conv" if m.group(2) == "conv_f2s" else "bn"
                 return f"{_FUSE[int(m.group(1))]}.{part}.{m.group(3)}"
             m = _RES.match(key)
-            if m and m.group(4) in _BLOCK:
+            if m and m.group(4) in block:
                 prefix = layout.prefix(int(m.group(2)))
                 if prefix is None:
                     return None
-                return f"{prefix}res{m.group(1)}.{m.group(3)}.{_BLOCK[m.group(4)]}.{m.group(5)}"
+                return f"{prefix}res{m.group(1)}.{m.group(3)}.{block[m.group(4)]}.{m.group(5)}"
+            m = _X3D_HEAD.match(key)
+            if m and x3d:
+                return f"head.{_X3D_HEAD_NAMES[m.group(1)]}.{m.group(2)}"
             m = _HEAD.match(key)
             return f"head.proj.{m.group(1)}" if m else None
 
