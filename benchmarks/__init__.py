@@ -17,15 +17,20 @@ The names below are imported on first use (PEP 562): a measuring process that im
 """
 
 import os
+from typing import Dict, Mapping
 
 from zoo.utils.lazy import lazy_attributes
 
-# The benchmarks start measuring processes with ``python -c "from benchmarks.X import ..."``:
-# they find this package through PYTHONPATH, whatever folder they start in.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH"))
-                                               if p)
+# The repository root: the folder holding benchmarks/ and zoo/.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def child_env(env: Mapping[str, str]) -> Dict[str, str]:
+    """``env`` with the repository root first on PYTHONPATH: a measuring process started with
+    ``python -c "from benchmarks.X import ..."`` imports this copy of the benchmarks and of zoo,
+    whatever folder it starts in."""
+    return dict(env, PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p))
+
 
 # Public name -> the submodule that defines it.
 _LAZY = {

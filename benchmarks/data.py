@@ -28,6 +28,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from . import child_env
+
 DECODERS = ["naive", "pyav", "opencv", "torchcodec", "decord", "auto"]
 # The optional readers: measured only where their package is installed.
 _OPTIONAL = {"torchcodec": "torchcodec", "decord": "decord"}
@@ -43,8 +45,6 @@ LONG_CLIP_RSS_LIMIT_MB = 400
 # The library a reader imports when it opens a file, by decoder name (PyAV comes with the module).
 _LIBRARY = {"opencv": "cv2", "frames": "cv2", "image": "cv2", "decord": "decord",
             "torchcodec": "torchcodec.decoders"}
-# The repository root: the folder holding benchmarks/ and zoo/.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A fresh interpreter per measurement; it imports this module (stdlib only) and what it measures.
 _ENTRY = "import sys; from benchmarks.data import _child; _child(sys.argv[1])"
 
@@ -330,8 +330,7 @@ def _child(request: str) -> None:
 
 def _spawn(worker: str, timeout: float | None = None, **params: Any) -> dict[str, Any]:
     """Run ``worker`` in a fresh interpreter; its result, or ``{"error": last line}``."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p))
+    env = child_env(os.environ)
     request = json.dumps({"worker": worker, **params})
     try:
         result = subprocess.run([sys.executable, "-c", _ENTRY, request], check=False,

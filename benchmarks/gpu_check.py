@@ -30,6 +30,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zoo.infer.plots import read_metrics
 from zoo.utils.env import available_cpus
 
+from . import child_env
+
 QUICKSTART = "configs/quickstart/slowfast_tiny_motion.yaml"
 STEPS = ("cuda_tests", "quickstart", "train_step", "real_decoding")
 
@@ -39,7 +41,7 @@ class Check:
 
     def __init__(self, out: str, device: str, quick: bool, timeout_s: float) -> None:
         self.out, self.device, self.quick, self.timeout_s = out, device, quick, timeout_s
-        self.env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.env = dict(child_env(os.environ), PYTHONUNBUFFERED="1")
         if device == "cpu":
             self.env["CUDA_VISIBLE_DEVICES"] = ""
 

@@ -37,6 +37,7 @@ from zoo.utils import comm
 from zoo.utils.env import import_extra_modules
 from zoo.utils.logger import setup_logger
 
+from . import child_env
 from .common import sync
 
 
@@ -93,13 +94,9 @@ _ENTRY = "import sys; from benchmarks.scaling import main; main(sys.argv[1:])"
 
 
 def _child_env(procs: int) -> Dict[str, str]:
-    env = dict(os.environ)
+    env = child_env(os.environ)
     if torch.cuda.is_available():
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(procs))
-    # The child imports this same copy of zoo and of the benchmarks: the repository root first.
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (os.path.abspath(package_parent), env.get("PYTHONPATH", "")) if p)
     return env
 
 
