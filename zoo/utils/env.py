@@ -168,9 +168,11 @@ def load_user_module(entry: str, key: str = "CONFIG.EXTRA_MODULES") -> ModuleTyp
         ) from None
 
 
+@functools.lru_cache(maxsize=None)
 def cpu_has_bf16() -> bool:
     """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX); oneDNN runs bf16
-    convolutions and matmuls natively only there."""
+    convolutions and matmuls natively only there. Asked once per process (the CPU routes ask
+    it on every conv3d call)."""
     import torch
 
     cpu = getattr(torch, "cpu", None)
