@@ -25,7 +25,6 @@ The model returns logits (PySlowFast's and PyTorchVideo's heads add a softmax).
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 import torch
 import torch.nn as nn
@@ -190,10 +189,11 @@ class X3D(ClassifierMixin, nn.Module):
         return self.head(self.forward_features(x))
 
 
-def _variant(name: str, frames: int, stride: int, crop: int, depth_factor: float,
-             params: int, gflops: float, top1: float, sizes: Sequence[str]) -> None:
-    doc = f"""X3D-{sizes[0]}: {frames} frames at stride {stride}, {crop}x{crop}, depth factor
-    {depth_factor} (PySlowFast's ``X3D_{sizes[0]}`` config).
+def _variant(size: str, frames: int, stride: int, crop: int, depth_factor: float,
+             params: int, gflops: float, top1: float) -> None:
+    """Register ``x3d_{size}`` (lower case): PySlowFast's ``X3D_{size}`` config."""
+    doc = f"""X3D-{size}: {frames} frames at stride {stride}, {crop}x{crop}, depth factor
+    {depth_factor} (PySlowFast's ``X3D_{size}`` config).
 
     Args:
         num_classes: Output classes.
@@ -201,13 +201,13 @@ def _variant(name: str, frames: int, stride: int, crop: int, depth_factor: float
     """
     facts = video_facts(frames, stride, crop, _MEAN, _STD, params=params, gflops=gflops,
                         published_top1=top1)
-    register_model(name, X3D, facts, doc, depth_factor=depth_factor)
+    register_model(f"x3d_{size.lower()}", X3D, facts, doc, depth_factor=depth_factor)
 
 
 # Params at 400 classes equal PySlowFast's (3,794,322 for XS/S/M, 6,153,432 for L); gflops:
 # multiply-adds of one view at the input of the facts, counted by torch.utils.flop_counter
 # (recounted in the tests); top-1: PySlowFast's model zoo (Kinetics-400, 10 x 3 views).
-_variant("x3d_xs", 4, 12, 160, 2.2, 3_794_322, 0.61, 69.5, ("XS",))
-_variant("x3d_s", 13, 6, 160, 2.2, 3_794_322, 1.96, 73.5, ("S",))
-_variant("x3d_m", 16, 5, 224, 2.2, 3_794_322, 4.73, 76.2, ("M",))
-_variant("x3d_l", 16, 5, 312, 5.0, 6_153_432, 18.37, 77.5, ("L",))
+_variant("XS", 4, 12, 160, 2.2, 3_794_322, 0.61, 69.5)
+_variant("S", 13, 6, 160, 2.2, 3_794_322, 1.96, 73.5)
+_variant("M", 16, 5, 224, 2.2, 3_794_322, 4.73, 76.2)
+_variant("L", 16, 5, 312, 5.0, 6_153_432, 18.37, 77.5)
