@@ -108,7 +108,7 @@ def _publisher_state(name, entry):
     publisher's own code where it is installed (PyTorchVideo's hub, torchvision) and from
     MMAction2's documented key scheme (tests/test_convert.py) otherwise."""
     import torchvision
-    from helpers import mmaction2_key, slowfast_entries
+    from helpers import as_pyslowfast_x3d, mmaction2_key, slowfast_entries
 
     if entry.format == "gluoncv":  # gluoncv's key layout, written in test_gluoncv_weights.py
         from helpers import gluoncv_layout
@@ -129,6 +129,9 @@ def _publisher_state(name, entry):
         hub = pytest.importorskip("pytorchvideo.models.hub")
         ptv_slowfast = pytest.importorskip("pytorchvideo.models.slowfast")
         file = entry.url.rsplit("/", 1)[1]
+        if name.startswith("x3d_"):  # PyTorchVideo's X3D, or the same net under PySlowFast's names
+            state = getattr(hub, name)(pretrained=False).state_dict()
+            return as_pyslowfast_x3d(state) if entry.format == "pyslowfast" else state
         build = {"SLOWFAST_8x8_R50.pyth": hub.slowfast_r50, "SLOWFAST_8x8_R101.pyth":
                  hub.slowfast_r101, "SLOWFAST_16x8_R101_50_50.pyth":
                  hub.slowfast_16x8_r101_50_50, "SLOW_8x8_R50.pyth": hub.slow_r50,

@@ -4,7 +4,7 @@ against the real ``pytorchvideo`` package (a test-only dependency) on random wei
 
 import pytest
 import torch
-from helpers import calibrated
+from helpers import as_pyslowfast_x3d, calibrated
 
 import zoo
 from zoo.models.flops import count_params
@@ -57,57 +57,6 @@ def test_x3d_is_a_classifier_and_fine_tunes_its_head():
         assert model.eval()(torch.randn(1, 3, 4, 64, 64)).shape == (1, 3)
 
 
-# PyTorchVideo's X3D keys -> PySlowFast's (slowfast/models/video_model_builder.py X3D, stem_helper
-# X3DStem, resnet_helper X3DTransform, head_helper X3DHead): how the two projects name each layer.
-_PTV_TO_PYSLOWFAST = [
-    (r"^blocks\.0\.conv\.conv_t\.", "s1.pathway0_stem.conv_xy."),   # PTV's names are swapped
-    (r"^blocks\.0\.conv\.conv_xy\.", "s1.pathway0_stem.conv."),
-    (r"^blocks\.0\.norm\.", "s1.pathway0_stem.bn."),
-    (r"^blocks\.(\d)\.res_blocks\.(\d+)\.branch1_conv\.", "s{s}.pathway0_res{j}.branch1."),
-    (r"^blocks\.(\d)\.res_blocks\.(\d+)\.branch1_norm\.", "s{s}.pathway0_res{j}.branch1_bn."),
-    (r"^blocks\.(\d)\.res_blocks\.(\d+)\.branch2\.conv_([abc])\.",
-     "s{s}.pathway0_res{j}.branch2.{x}."),
-    (r"^blocks\.(\d)\.res_blocks\.(\d+)\.branch2\.norm_([ac])\.",
-     "s{s}.pathway0_res{j}.branch2.{x}_bn."),
-    (r"^blocks\.(\d)\.res_blocks\.(\d+)\.branch2\.norm_b\.0\.",
-     "s{s}.pathway0_res{j}.branch2.b_bn."),
-    (r"^blocks\.(\d)\.res_blocks\.(\d+)\.branch2\.norm_b\.1\.block\.0\.",
-     "s{s}.pathway0_res{j}.branch2.se.fc1."),
-    (r"^blocks\.(\d)\.res_blocks\.(\d+)\.branch2\.norm_b\.1\.block\.2\.",
-     "s{s}.pathway0_res{j}.branch2.se.fc2."),
-    (r"^blocks\.5\.pool\.pre_conv\.", "head.conv_5."),
-    (r"^blocks\.5\.pool\.pre_norm\.", "head.conv_5_bn."),
-    (r"^blocks\.5\.pool\.post_conv\.", "head.lin_5."),
-    (r"^blocks\.5\.proj\.", "head.projection."),
-]
-
-
-def _as_pyslowfast(ptv_state):
-    import re
-
-    out = {}
-    for key, value in ptv_state.items():
-        for pattern, target in _PTV_TO_PYSLOWFAST:
-            m = re.match(pattern, key)
-            if m:
-                groups = m.groups()
-                name = target.format(s=int(groups[0]) + 1 if groups else 0,
-                                     j=groups[1] if len(groups) > 1 else 0,
-                                     x=groups[2] if len(groups) > 2 else "")
-                out[name + key[m.end():]] = value
-                break
-        else:
-            raise AssertionError(f"no PySlowFast name for {key}")
-    # PySlowFast's stage-2 shortcut has a BN (PyTorchVideo's none): an identity one.
-    width = out["s2.pathway0_res0.branch1.weight"].shape[0]
-    bn = "s2.pathway0_res0.branch1_bn."
-    out.update({bn + "weight": torch.ones(width), bn + "bias": torch.zeros(width),
-                bn + "running_mean": torch.zeros(width),
-                bn + "running_var": torch.full((width,), 1 - 1e-5),
-                bn + "num_batches_tracked": torch.zeros((), dtype=torch.long)})
-    return out
-
-
 def test_pyslowfast_x3d_keys_convert_to_the_same_logits(tmp_path):
     """A PySlowFast-keyed X3D-XS (PyTorchVideo's random weights under PySlowFast's names, as a
     .pyth file holds them) converts with --from pyslowfast and gives PyTorchVideo's logits."""
@@ -117,7 +66,7 @@ def test_pyslowfast_x3d_keys_convert_to_the_same_logits(tmp_path):
                          head_activation=None, dropout_rate=0.0)
     x = torch.randn(2, 3, 4, 64, 64)
     ptv = calibrated(ptv, x)
-    state, classes, report = convert_state_dict(_as_pyslowfast(ptv.state_dict()), "pyslowfast",
+    state, classes, report = convert_state_dict(as_pyslowfast_x3d(ptv.state_dict()), "pyslowfast",
                                                 "x3d_xs")
     assert classes == 5 and not report.filled
     model = zoo.create_model("x3d_xs", num_classes=classes).eval()

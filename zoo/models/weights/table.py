@@ -12,7 +12,7 @@ Not listed, and why:
   SLOWFAST_4x16_R50.pkl``, ``SLOWFAST_8x8_R50.pkl``, ``I3D_8x8_R50.pkl``, ``SLOWONLY_8x8_R50.pkl``,
   MODEL_ZOO.md) are Caffe2 pickles, which ``torch.load(weights_only=True)`` cannot read. The same
   architectures trained by PySlowFast are published by PyTorchVideo as ``.pyth`` files (below).
-* PyTorchVideo's C2D, CSN, R(2+1)D-50 and X3D files, MMAction2's TSN / R(2+1)D files: zoo has no
+* PyTorchVideo's C2D, CSN and R(2+1)D-50 files, MMAction2's TSN / R(2+1)D files: zoo has no
   architecture whose keys they fit. MMAction2's SlowFast R101 8x8 uses lateral kernel 7 (its
   config inherits the R50 8x8 one), zoo's ``slowfast_8x8_resnet101`` (PySlowFast's) uses 5.
 
@@ -84,6 +84,25 @@ _PTV_SRC = "pytorchvideo docs/source/model_zoo.md"
 _TV = "https://download.pytorch.org/models/"
 _TV_SRC = "torchvision {}.{}"
 
+# PySlowFast's X3D files (MODEL_ZOO.md, Kinetics table: x3d_models/x3d_{xs,s,m,l}.pyth): the
+# published 69.5 / 73.5 / 76.2 / 77.5 top-1 are theirs. PySlowFast's .pyth is a torch.save of a dict
+# whose "model_state" holds PySlowFast's keys. No hash published.
+_PSF_X3D = "https://dl.fbaipublicfiles.com/pyslowfast/x3d_models/"
+_PSF_X3D_SRC = "SlowFast MODEL_ZOO.md"
+
+
+def _x3d(size: str) -> Dict[str, WeightsEntry]:
+    """X3D-``size``: PySlowFast's file (the default) and PyTorchVideo's (its hub's x3d.py URL)."""
+    return {
+        "kinetics400": WeightsEntry(f"{_PSF_X3D}x3d_{size}.pyth", "pyslowfast", "kinetics400",
+                                    source=_PSF_X3D_SRC),
+        "kinetics400-pytorchvideo": WeightsEntry(
+            f"{_PTV}X3D_{size.upper()}.pyth", "pytorchvideo", "kinetics400",
+            source="pytorchvideo models/hub/x3d.py",
+            note="PyTorchVideo's X3D has no BN on the stage-2 shortcut: it loads as an identity"),
+    }
+
+
 # MMAction2 1.x (configs/recognition/slowfast/README.md, Kinetics-400 table; their configs: R50
 # 4x16 = _base_/models/slowfast_r50.py, lateral kernel 5 by default; R50 8x8 sets alpha 4 and
 # fusion_kernel 7: the same shapes as zoo's two R50 SlowFasts). File names end in
@@ -142,6 +161,7 @@ WEIGHTS: Dict[str, Dict[str, WeightsEntry]] = {
         "imagenet1k": WeightsEntry(_RESNET50_V1.url, "torchvision", "imagenet1k",
                                    _RESNET50_V1.hash, _RESNET50_V1.source, _RESNET50_NOTE),
     },
+    **{f"x3d_{size}": _x3d(size) for size in ("xs", "s", "m", "l")},
     "r3d_18": {"kinetics400": _tv("r3d_18-b3b3357e.pth", "b3b3357e",
                                   "R3D_18_Weights.KINETICS400_V1")},
     "mc3_18": {"kinetics400": _tv("mc3_18-a90a0ba3.pth", "a90a0ba3",
