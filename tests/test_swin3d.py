@@ -165,6 +165,25 @@ def test_pretrained_file_loads_by_path(tmp_path, fmt):
     assert other.get_classifier().out_features == 3
 
 
+def test_convert_checkpoint_writes_a_zoo_checkpoint(tmp_path):
+    """An MMAction2 checkpoint file ({meta, state_dict}) converted to a file, which then loads by
+    path with the class count and kwargs it records."""
+    from zoo.models.weights.convert import convert_checkpoint
+
+    tv, kwargs = _torchvision_tiny()
+    src, out = tmp_path / "swin_mma.pth", tmp_path / "swin_zoo.pth"
+    torch.save({"meta": {"epoch": 30}, "state_dict": {mmaction2_swin_key(k): v.float() for k, v
+                                                      in tv.state_dict().items()}}, src)
+    report = convert_checkpoint(str(src), str(out), "mmaction2", "swin3d_t", kwargs)
+    assert report.num_source == report.num_target == len(tv.state_dict())
+    ckpt = torch.load(out, weights_only=True)
+    assert "swin3d_t" in ckpt["cfg"] and "NUM_CLASSES: 7" in ckpt["cfg"]
+    ours = zoo.create_model("swin3d_t", num_classes=CLASSES, pretrained=str(out), **kwargs)
+    x = torch.randn(1, 3, 8, 32, 32, dtype=torch.float64)
+    with torch.no_grad():
+        assert _close(ours.double().eval()(x), tv(x))
+
+
 def test_weights_table_has_both_publishers():
     for name, size, tv_hash in (("swin3d_t", "tiny", "7615ae03"), ("swin3d_s", "small",
                                                                    "da41c237"),
