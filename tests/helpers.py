@@ -179,6 +179,26 @@ def mmaction2_key(e: Entry) -> Optional[str]:
     return f"cls_head.fc_cls.{param}"
 
 
+def mmaction2_swin_key(key: str, final_norm: str = "norm3") -> str:
+    """A torchvision / zoo Video Swin key as MMAction2's ``SwinTransformer3D`` + ``I3DHead`` name
+    it (mmaction/models/backbones/swin.py): ``features.{2N}`` blocks are ``layers.N.blocks``, the
+    patch merging ``features.{2N+1}`` is ``layers.N.downsample``, the MLP's ``0`` / ``3`` are
+    ``fc1`` / ``fc2``; the final norm is ``norm3`` (``norm`` in the original Video Swin repo)."""
+    m = re.match(r"^features\.(\d+)\.(.*)$", key)
+    if m:
+        n, rest = int(m.group(1)), m.group(2)
+        if n % 2:
+            return f"backbone.layers.{n // 2}.downsample.{rest}"
+        rest = re.sub(r"^(\d+)\.mlp\.0\.", r"\1.mlp.fc1.", rest)
+        rest = re.sub(r"^(\d+)\.mlp\.3\.", r"\1.mlp.fc2.", rest)
+        return f"backbone.layers.{n // 2}.blocks.{rest}"
+    if key.startswith("head."):
+        return "cls_head.fc_cls." + key[len("head."):]
+    if key.startswith("norm."):
+        return f"backbone.{final_norm}." + key[len("norm."):]
+    return "backbone." + key
+
+
 def single_pathway_key(scheme: str, key: str) -> str:
     """A zoo Slow/I3D key written in PySlowFast's or MMAction2's documented scheme."""
     sub = {"conv_a": "a", "conv_b": "b", "conv_c": "c", "shortcut.conv": "short"}

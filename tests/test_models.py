@@ -19,8 +19,8 @@ from zoo.models.flops import facts_input_shape, measure
 from zoo.models.slowfast import Bottleneck as SlowFastBlock
 
 # Small variants per family (name prefix -> builder kwargs) so forward + backward stays cheap.
-# torchvision's r3d_18 / mc3_18 / r2plus1d_18 / swin3d_t have no width argument but are cheap at
-# the tiny input; s3d needs 14 frames of 224x224 (fixed final pooling window), see SMALL_INPUT.
+# torchvision's r3d_18 / mc3_18 / r2plus1d_18 have no width argument but are cheap at the tiny
+# input; s3d needs 14 frames of 224x224 (fixed final pooling window), see SMALL_INPUT.
 SMALL_KWARGS = {
     "resnet": dict(base_width=8),
     "slowfast": dict(width=8, depth=18),
@@ -33,6 +33,7 @@ SMALL_KWARGS = {
     "r2plus1d_resnet": dict(width=8),
     "tsn": dict(base_width=8),
     "mvit_v2_s": dict(spatial_size=(32, 32), temporal_size=8),
+    "swin3d": dict(embed_dim=16, num_heads=(1, 2, 4, 8)),
 }
 IMAGE_INPUT = (2, 3, 32, 32)
 VIDEO_INPUT = (2, 3, 8, 32, 32)
@@ -368,7 +369,7 @@ def test_mvit_any_size_matches_torchvision_at_default():
 def test_torchvision_adapters_take_no_download():
     with pytest.raises(ValueError, match="does not download"):
         zoo.create_model("r3d_18", weights="KINETICS400_V1")
-    for name in ("r3d_18", "mc3_18", "r2plus1d_18", "s3d", "mvit_v2_s", "swin3d_t"):
+    for name in ("r3d_18", "mc3_18", "r2plus1d_18", "s3d", "mvit_v2_s"):
         assert model_facts(name)["source"] == "torchvision"
 
 

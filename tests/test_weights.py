@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -115,6 +116,12 @@ def _publisher_state(name, entry):
 
         with torch.device("meta"):
             return gluoncv_layout(name, zoo.create_model(name).state_dict())
+    if entry.format == "mmaction2" and name.startswith("swin3d_"):
+        from helpers import mmaction2_swin_key
+
+        with torch.device("meta"):
+            tv_state = getattr(torchvision.models.video, name)().state_dict()
+        return {mmaction2_swin_key(k): v for k, v in tv_state.items()}
     if entry.format == "mmaction2":
         arch = {"slowfast_4x16_resnet50": dict(alpha=8, k=5),
                 "slowfast_8x8_resnet50": dict(alpha=4, k=7)}[name]
@@ -122,7 +129,8 @@ def _publisher_state(name, entry):
                 for e, shape in slowfast_entries(**arch) if mmaction2_key(e) is not None}
     with torch.device("meta"):
         if entry.format == "torchvision":
-            file = entry.url.rsplit("/", 1)[1].split("-")[0]
+            # the builder's name: swin3d_b_1k-24f7c7c6.pth is swin3d_b's ImageNet-1k-started file
+            file = re.sub(r"_(1k|22k)$", "", entry.url.rsplit("/", 1)[1].split("-")[0])
             module = torchvision.models.video if hasattr(torchvision.models.video, file) else \
                 torchvision.models
             return getattr(module, file)().state_dict()
@@ -154,7 +162,8 @@ def test_each_published_file_fits_its_architecture(name, tag):
 
     entry = table.WEIGHTS[name][tag]
     state = _publisher_state(name, entry)
-    kwargs = {"fuse_norm_act": False} if entry.format == "mmaction2" else {}
+    kwargs = {"fuse_norm_act": False} if name.startswith("slowfast") and \
+        entry.format == "mmaction2" else {}
     classes = model_facts(name).get("num_classes") or 400  # gluoncv's names fix theirs
     with torch.device("meta"):
         model = zoo.create_model(name, num_classes=classes, **kwargs)

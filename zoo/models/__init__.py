@@ -23,6 +23,7 @@ from . import (  # noqa: F401
     resnet,
     resnet3d,
     slowfast,
+    swin3d,
     torchvision_video,
     tpn,
     tsn,

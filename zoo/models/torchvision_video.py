@@ -1,5 +1,6 @@
 """torchvision's video classifiers, registered under their torchvision names so they train through
-zoo unchanged: ``r3d_18``, ``mc3_18``, ``r2plus1d_18``, ``s3d``, ``mvit_v2_s``, ``swin3d_t``.
+zoo unchanged: ``r3d_18``, ``mc3_18``, ``r2plus1d_18``, ``s3d``, ``mvit_v2_s``. (The Video Swin
+Transformers ``swin3d_t/s/b`` are zoo's own, with torchvision's keys: zoo/models/swin3d.py.)
 
 Each builder calls the torchvision builder with ``weights=None`` (zoo never downloads) and
 ``num_classes``; load local weights with ``create_model(name, pretrained=PATH)`` (a torchvision
@@ -40,8 +41,6 @@ TORCHVISION_VIDEO_MODELS = {
     "r2plus1d_18": (16, 2, 112, _RESNET_MEAN, _RESNET_STD, 31_505_325, 40.5, 67.463),
     "s3d": (128, 2, 224, _RESNET_MEAN, _RESNET_STD, 8_320_048, 143.8, 68.368),
     "mvit_v2_s": (16, 4, 224, [0.45] * 3, [0.225] * 3, 34_537_744, 64.2, 80.757),
-    "swin3d_t": (32, 2, 224, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225], 28_158_070, 87.8,
-                 77.715),
 }
 
 
@@ -84,7 +83,7 @@ def _mvit_v2_s(num_classes: int, spatial_size: Tuple[int, int] = (224, 224),
 # init of it (reset_classifier repeats it; trunc_normal_(std=0.02) cuts at +-2, i.e. never; None:
 # PyTorch's default init, as torchvision leaves S3D's conv).
 _CLASSIFIERS = {"VideoResNet": ("fc", 0.01), "S3D": ("classifier.1", None),
-                "MViT": ("head.1", 0.02), "SwinTransformer3d": ("head", 0.02)}
+                "MViT": ("head.1", 0.02)}
 # torchvision class -> its subclass with ClassifierMixin (made once, on first use, so importing
 # zoo.models does not import torchvision.models).
 _WITH_CLASSIFIER: Dict[type, type] = {}

@@ -124,6 +124,19 @@ def _mma(stem: str, date_hash: str) -> WeightsEntry:
                         date_hash.split("-")[1], _MMA_SRC, _MMA_NOTE)
 
 
+# MMAction2 1.x Video Swin (configs/recognition/swin/README.md and metafile.yml, Kinetics-400
+# table): trained by MMAction2 from ImageNet-1k Swin nets (top-1 78.90 / 80.54 / 80.57 for T / S /
+# B, 4 clips x 3 crops); keys converted by zoo/models/weights/convert/mmaction2_swin.py.
+_MMA_SWIN = "https://download.openmmlab.com/mmaction/v1.0/recognition/swin/"
+_MMA_SWIN_SRC = "mmaction2 configs/recognition/swin/README.md"
+
+
+def _mma_swin(size: str, date_hash: str) -> WeightsEntry:
+    stem = f"swin-{size}-p244-w877_in1k-pre_8xb8-amp-32x2x1-30e_kinetics400-rgb"
+    return WeightsEntry(f"{_MMA_SWIN}{stem}/{stem}_{date_hash}.pth", "mmaction2", "kinetics400",
+                        date_hash.split("-")[1], _MMA_SWIN_SRC)
+
+
 _RESNET50_V1 = _tv("resnet50-0676ba61.pth", "0676ba61", "ResNet50_Weights.IMAGENET1K_V1",
                    "imagenet1k", "models.")
 _RESNET50_NOTE = "ImageNet ResNet-50 inflated to 3D (each 2D kernel spread over time)"
@@ -174,8 +187,20 @@ WEIGHTS: Dict[str, Dict[str, WeightsEntry]] = {
     "s3d": {"kinetics400": _tv("s3d-d76dad2f.pth", "d76dad2f", "S3D_Weights.KINETICS400_V1")},
     "mvit_v2_s": {"kinetics400": _tv("mvit_v2_s-ae3be167.pth", "ae3be167",
                                      "MViT_V2_S_Weights.KINETICS400_V1")},
-    "swin3d_t": {"kinetics400": _tv("swin3d_t-7615ae03.pth", "7615ae03",
-                                    "Swin3D_T_Weights.KINETICS400_V1")},
+    # zoo's swin3d_* have torchvision's keys: torchvision's files load unchanged.
+    "swin3d_t": {
+        "kinetics400": _tv("swin3d_t-7615ae03.pth", "7615ae03", "Swin3D_T_Weights.KINETICS400_V1"),
+        "kinetics400-mmaction2": _mma_swin("tiny", "20220930-241016b2"),
+    },
+    "swin3d_s": {
+        "kinetics400": _tv("swin3d_s-da41c237.pth", "da41c237", "Swin3D_S_Weights.KINETICS400_V1"),
+        "kinetics400-mmaction2": _mma_swin("small", "20220930-e91ab986"),
+    },
+    "swin3d_b": {
+        "kinetics400": _tv("swin3d_b_1k-24f7c7c6.pth", "24f7c7c6",
+                           "Swin3D_B_Weights.KINETICS400_V1"),
+        "kinetics400-mmaction2": _mma_swin("base", "20220930-182ec6cc"),
+    },
     "resnet18": {"imagenet1k": _tv("resnet18-f37072fd.pth", "f37072fd",
                                    "ResNet18_Weights.IMAGENET1K_V1", "imagenet1k", "models.")},
     "resnet34": {"imagenet1k": _tv("resnet34-b627a593.pth", "b627a593",

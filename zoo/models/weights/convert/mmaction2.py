@@ -1,5 +1,7 @@
 """MMAction2 checkpoints (``{meta, state_dict, optimizer}``): ``ResNet3dSlowFast``,
-``ResNet3dSlowOnly`` and ``ResNet3d`` (I3D-style) backbones with their cls heads.
+``ResNet3dSlowOnly`` and ``ResNet3d`` (I3D-style) backbones with their cls heads, here; other
+target families through a scheme of their own (:data:`FAMILY_SCHEMES`: Video Swin in
+``mmaction2_swin.py``), chosen by the target model's keys.
 
 Key scheme (``path`` = ``slow_path`` / ``fast_path``; single-pathway backbones have no path part;
 ``n`` = 1..4 is zoo's res{n+1})::
@@ -36,7 +38,19 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from .common import PARAM, Layout, Scheme, bn_identity
+from .common import PARAM, ConversionError, Layout, Scheme, bn_identity
+from .mmaction2_swin import MMAction2SwinScheme, is_swin3d
+
+# Target families whose MMAction2 keys another module maps: (family, is the target layout one of
+# theirs, their scheme). The first match converts; other models go through the ResNet mapping.
+FAMILY_SCHEMES: List[Tuple[str, Callable[[Layout], bool], Scheme]] = [
+    ("Video Swin (swin3d_*)", is_swin3d, MMAction2SwinScheme()),
+]
+
+
+def _family_scheme(layout: Layout) -> Optional[Scheme]:
+    return next((scheme for _, test, scheme in FAMILY_SCHEMES if test(layout)), None)
+
 
 _BLOCK = {
     "conv1.conv": "conv_a", "conv1.bn": "bn_a",
@@ -61,12 +75,23 @@ def _fast_channels(layout: Layout) -> int:
 
 
 class MMAction2Scheme(Scheme):
-    """MMAction2 -> zoo (SlowFast, SlowOnly, I3D)."""
+    """MMAction2 -> zoo (SlowFast, SlowOnly, I3D; the :data:`FAMILY_SCHEMES` families)."""
 
     name = "mmaction2"
+    # "other": only the families of FAMILY_SCHEMES (mapper refuses the rest).
+    kinds: Tuple[str, ...] = ("slowfast", "resnet3d", "other")
     state_keys: Tuple[str, ...] = ("state_dict", "model", "model_state")
 
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
+        family = _family_scheme(layout)
+        if family is not None:
+            return family.mapper(source_keys, layout)
+        if layout.kind not in ("slowfast", "resnet3d"):
+            raise ConversionError(
+                f"--from {self.name} converts to SlowFast / Slow / I3D, "
+                f"{', '.join(family for family, _, _ in FAMILY_SCHEMES)} models; this model is "
+                f"none of them (its keys: {', '.join(list(layout.shapes)[:4])}, ...)")
+
         def path_prefix(path: Optional[str]) -> Optional[str]:
             path = path or ""
             if (path == "") != (layout.kind == "resnet3d"):
@@ -95,18 +120,27 @@ class MMAction2Scheme(Scheme):
         return to_zoo
 
     def transform(self, zoo_key: str, tensor: torch.Tensor, layout: Layout) -> torch.Tensor:
+        family = _family_scheme(layout)
+        if family is not None:
+            return family.transform(zoo_key, tensor, layout)
         if zoo_key == "head.proj.weight" and layout.kind == "slowfast":
             fast = _fast_channels(layout)  # columns [fast | slow] -> [slow | fast]
             return torch.cat([tensor[:, fast:], tensor[:, :fast]], dim=1).contiguous()
         return tensor
 
     def fill(self, zoo_key: str, layout: Layout) -> Optional[Tuple[torch.Tensor, str]]:
+        family = _family_scheme(layout)
+        if family is not None:
+            return family.fill(zoo_key, layout)
         if re.match(r"^fuse_\w+\.bn\.", zoo_key):
             return (bn_identity(zoo_key, layout.shapes[zoo_key]),
                     "identity BN: MMAction2 laterals have none")
         return None
 
     def notes(self, layout: Layout) -> List[str]:
+        family = _family_scheme(layout)
+        if family is not None:
+            return family.notes(layout)
         if any(re.match(r"^fuse_\w+\.bn\.", k) for k in layout.shapes):
             return ["warning: zoo's laterals apply ReLU and MMAction2's do not, so the logits "
                     "differ from MMAction2's; build the model with fuse_norm_act=False "

@@ -1,8 +1,8 @@
 """torchvision checkpoints: a bare ``state_dict()`` of a torchvision model.
 
 * zoo models whose keys already equal torchvision's (``resnet*``, ``tsn_resnet50``,
-  ``r2plus1d_resnet18/34``, and the torchvision video adapters ``r3d_18``, ``mc3_18``,
-  ``r2plus1d_18``, ``s3d``, ``mvit_v2_s``, ``swin3d_t``) take the tensors unchanged; conversion
+  ``r2plus1d_resnet18/34``, ``swin3d_t/s/b``, and the torchvision video adapters ``r3d_18``,
+  ``mc3_18``, ``r2plus1d_18``, ``s3d``, ``mvit_v2_s``) take the tensors unchanged; conversion
   only checks that every key and shape fits.
 * Single-pathway 3D ResNets (``i3d_resnet50``, ``slow_8x8_resnet50``) are **inflated** from a 2D
   ResNet with bottleneck blocks: ``conv1`` / ``bn1`` -> ``stem``, ``layer{n}.{j}.conv{1,2,3}`` /
