@@ -279,7 +279,8 @@ def test_every_flat_copy_has_its_shipped_config():
                for p in glob.glob(os.path.join(ROOT, "configs", "*", "*.yaml"))
                if "_base_" not in p}
     flat = glob.glob(os.path.join(FLAT, "*", "*.yaml"))
-    assert shipped == {os.path.relpath(p, FLAT) for p in flat}
+    # Configs added after the base files came in have no flat copy: nothing to compare them with.
+    assert {os.path.relpath(p, FLAT) for p in flat} <= shipped
 
 
 # ------------------------------------------------------------------------------------ VERSION
