@@ -359,3 +359,15 @@ def test_a_quiet_failed_rank_leaves_the_console_rank_time(monkeypatch, tmp_path,
     assert code != 0
     assert slept == ([cli.CONSOLE_GRACE_S] if waits else [])
     assert ("error:" in capsys.readouterr().err) is not waits
+
+
+def test_output_cut_short_by_its_reader_ends_quietly():
+    """``zoo-list-models --weights | head -1``: the closed pipe is not reported as a bug."""
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tools", "list_models.py"),
+                             "--weights", "--markdown"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away, as `head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert first.startswith(b"| model |") and err == ""

@@ -8,12 +8,16 @@ A command that fails prints one ``error:`` line (:func:`zoo.utils.errors.report_
 message of a user error, or the type and message of a bug with its traceback) and exits with the
 same codes as every other command: 0 success, 2 a config or usage error (argparse's own usage
 errors too), 1 anything else; a preempted training run exits 75 (zoo/launch/preemption.py).
+Output cut short by its reader (``zoo-list-models | head``) ends the command quietly, as a shell
+tool would: exit 141 (128 + SIGPIPE), nothing on stderr.
 The mains under tools/ and datasets/ and the [project.scripts] entry points are the wrapped ones.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from typing import Callable, List, Optional
 
 from ..utils.errors import report_failure
@@ -30,7 +34,20 @@ def command(main: Main) -> Main:
     def run_command(argv: Optional[List[str]] = None) -> int:
         try:
             return main(argv)
+        except BrokenPipeError:
+            _silence_stdout()
+            return 141
         except Exception as e:
             return report_failure(e)
 
     return run_command
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush of the closed pipe raises
+    nothing more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout has no file descriptor (replaced in tests)
+        pass
