@@ -74,6 +74,8 @@ def _steps(v: Dict[str, Any], source: str, base_lr: float) -> Dict[str, Any]:
     """``steps_with_relative_lrs``: LR = BASE_LR x LRS[i] from STEPS[i] on (PySlowFast's
     get_step_index runs over STEPS + [MAX_EPOCH]), as a Step policy with LR_FACTORS."""
     steps, lrs = [float(s) for s in v["SOLVER.STEPS"]], [float(x) for x in v["SOLVER.LRS"]]
+    # A step at or past MAX_EPOCH is never reached, so it needs no LRS entry.
+    steps = [s for s in steps if s < int(v["SOLVER.MAX_EPOCH"])]
     if not steps or steps[0] != 0 or len(lrs) < len(steps) or steps != sorted(steps):
         raise ConfigError(f"{source}: SOLVER.STEPS {v['SOLVER.STEPS']} / SOLVER.LRS "
                           f"{v['SOLVER.LRS']} is not a steps_with_relative_lrs schedule (STEPS "
