@@ -218,3 +218,24 @@ def test_base_lr_scales_with_shards(tmp_path):
     _needs("REV_MVIT_B_16x4_CONV.yaml")
     out, *_ = _convert("REV_MVIT_B_16x4_CONV.yaml", tmp_path)
     assert load_config(out).CONFIG.TRAIN.LR == pytest.approx(1e-4 * 16)
+
+
+@pytest.mark.parametrize("instantiation", ["softmax", "dot_product"])
+def test_nonlocal_forward_follows_pyslowfasts_formula(instantiation):
+    from zoo.models.nonlocal_block import NonLocal3d
+
+    torch.manual_seed(0)
+    block = NonLocal3d(8, instantiation=instantiation, pool=(1, 2, 2), group=2).double().eval()
+    torch.nn.init.normal_(block.bn.weight)
+    x = torch.randn(2, 8, 4, 6, 6, dtype=torch.float64)
+    # PySlowFast's ResStage folds the time groups into the batch around Nonlocal.forward.
+    xs = x.permute(0, 2, 1, 3, 4).reshape(4, 2, 8, 6, 6).permute(0, 2, 1, 3, 4)
+    theta = block.theta(xs).flatten(2)
+    pooled = torch.nn.functional.max_pool3d(xs, (1, 2, 2), (1, 2, 2))
+    phi, g = block.phi(pooled).flatten(2), block.g(pooled).flatten(2)
+    tp = torch.einsum("nct,ncp->ntp", theta, phi)
+    tp = torch.softmax(tp * 4 ** -0.5, 2) if instantiation == "softmax" else tp / tp.shape[2]
+    y = torch.einsum("ntg,ncg->nct", tp, g).view(4, 4, 2, 6, 6)
+    out = xs + block.bn(block.W(y))
+    want = out.permute(0, 2, 1, 3, 4).reshape(2, 4, 8, 6, 6).permute(0, 2, 1, 3, 4)
+    torch.testing.assert_close(block(x), want)
