@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-from . import pyslowfast_models
-from .pyslowfast_models import MODEL_KEYS
+from .pyslowfast_models import MODEL_KEYS, model
 from .pyslowfast_recipe import RECIPE_DEFAULTS, RECIPE_KEYS, noted, recipe, solver
 from .tree import flatten_cfg
 from .validation import ConfigError
@@ -134,7 +133,7 @@ def convert_pyslowfast(data: Dict[str, Any], source: str = "config"
     given = flatten_cfg(data)
     v = dict(_DEFAULTS, **given)
     notes: List[str] = []
-    name, kwargs, model_notes, model_keys = pyslowfast_models.model(v, source)
+    name, kwargs, model_notes, model_keys = model(v, source)
     notes += model_notes
     views = int(v["TEST.NUM_ENSEMBLE_VIEWS"]) * int(v["TEST.NUM_SPATIAL_CROPS"])
     train_batch, test_batch, procs = _batches(v, views, notes)
