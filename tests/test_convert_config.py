@@ -102,32 +102,52 @@ def test_loading_a_pyslowfast_yaml_says_what_it_is(tmp_path):
 
 def test_relative_step_schedule_gives_pyslowfasts_lr_at_every_epoch():
     data = pyslowfast_yaml(4, 7)
-    steps, lrs = [0, 94, 154, 196], [1, 0.1, 0.01]
+    steps, lrs = [0, 94, 154, 196], [1, 0.1, 0.05]  # a step at MAX_EPOCH is never reached
     data["SOLVER"].update(LR_POLICY="steps_with_relative_lrs", STEPS=steps, LRS=lrs,
                           WARMUP_EPOCHS=0)
     out, _, _ = convert_pyslowfast(data)
     t = out["CONFIG"]["TRAIN"]
+    assert (t["LR_MILESTONE"], t["LR_FACTORS"]) == ([94, 154], [1, 0.1, 0.05])
     sched = WarmupScheduler(_Opt(), base_lr=t["LR"], total_iters=t["EPOCH_NUM"],
-                            policy=t["LR_POLICY"], milestones=t["LR_MILESTONE"], gamma=t["STEP"])
+                            policy=t["LR_POLICY"], milestones=t["LR_MILESTONE"],
+                            factors=t["LR_FACTORS"])
     for epoch in range(196):
         # PySlowFast: BASE_LR * LRS[i] for STEPS[i] <= epoch < STEPS[i + 1].
         want = 0.1 * lrs[bisect.bisect_right(steps, epoch) - 1]
         assert sched.lr_at(epoch) == pytest.approx(want), epoch
 
 
+def test_lr_factors_are_validated(tmp_path):
+    path = tmp_path / "zoo.yaml"
+    path.write_text("CONFIG:\n  TRAIN:\n    LR_POLICY: Step\n    LR_MILESTONE: [10, 20]\n"
+                    "    LR_FACTORS: [1, 0.1]\n")
+    with pytest.raises(ConfigError, match="LR_FACTORS has 2 entries but CONFIG.TRAIN.LR_MILES"):
+        load_config(str(path))
+
+
 class _Opt:
     param_groups = [{}]
 
 
-def test_unknown_keys_are_listed_and_unsupported_ones_stop(tmp_path):
+def test_unknown_keys_are_listed_recipe_keys_noted_and_unsupported_ones_stop(tmp_path):
     data = pyslowfast_yaml(8, 5)
     data["DETECTION"] = {"ENABLE": False}
     data["MIXUP"] = {"ENABLE": True, "ALPHA": 0.8}
-    _, unmatched, _ = convert_pyslowfast(data)
-    assert unmatched == ["DATA_LOADER.PIN_MEMORY", "DETECTION.ENABLE", "MIXUP.ALPHA",
-                         "MIXUP.ENABLE"]
+    data["AUG"] = {"ENABLE": True, "RE_PROB": 0.25}
+    data["SOLVER"]["LAYER_DECAY"] = 0.75
+    data["DATA_LOADER"]["MYSTERY"] = 1
+    out, unmatched, notes = convert_pyslowfast(data)
+    assert unmatched == ["DATA_LOADER.MYSTERY", "DATA_LOADER.PIN_MEMORY"]
+    assert out["CONFIG"]["TRAIN"]["MIXUP_ALPHA"] == 0.8
+    assert any(n.startswith("AUG.*") for n in notes)
+    assert any(n.startswith("SOLVER.LAYER_DECAY") for n in notes)
+    data["NONLOCAL"]["INSTANTIATION"] = "gaussian"
     data["NONLOCAL"]["LOCATION"] = [[[], []], [[1, 3], []], [[], []], [[], []]]
-    with pytest.raises(ConfigError, match="NONLOCAL.LOCATION"):
+    with pytest.raises(ConfigError, match="NONLOCAL.INSTANTIATION = 'gaussian' is not supp"):
+        convert_pyslowfast(data)
+    data["NONLOCAL"]["INSTANTIATION"] = "softmax"
+    data["MODEL"]["LOSS_FUNC"] = "mse"
+    with pytest.raises(ConfigError, match="MODEL.LOSS_FUNC = 'mse' has no zoo counterpart"):
         convert_pyslowfast(data)
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
+from .pyslowfast_models import MODEL_KEYS, model
+from .pyslowfast_recipe import RECIPE_DEFAULTS, RECIPE_KEYS, noted, recipe, solver
 from .tree import flatten_cfg
 from .validation import ConfigError
 
@@ -28,7 +30,8 @@ _INNER = (("MODEL", "ARCH"), ("MODEL", "MODEL_NAME"), ("DATA", "NUM_FRAMES"),
 # PySlowFast defaults (slowfast/config/defaults.py) for the keys the conversion reads.
 _DEFAULTS: Dict[str, Any] = {
     "TRAIN.BATCH_SIZE": 64, "TRAIN.EVAL_PERIOD": 10, "TRAIN.CHECKPOINT_PERIOD": 10,
-    "TRAIN.AUTO_RESUME": False, "TEST.BATCH_SIZE": 8, "TEST.NUM_ENSEMBLE_VIEWS": 10,
+    "TRAIN.AUTO_RESUME": False, "TRAIN.ENABLE": True, "TEST.BATCH_SIZE": 8,
+    "TEST.NUM_ENSEMBLE_VIEWS": 10,
     "TEST.NUM_SPATIAL_CROPS": 3, "DATA.NUM_FRAMES": 8, "DATA.SAMPLING_RATE": 8,
     "DATA.TRAIN_JITTER_SCALES": [256, 320], "DATA.TRAIN_CROP_SIZE": 224,
     "DATA.TEST_CROP_SIZE": 256, "DATA.MEAN": [0.45, 0.45, 0.45], "DATA.STD": [0.225, 0.225, 0.225],
@@ -48,22 +51,23 @@ _DEFAULTS: Dict[str, Any] = {
     "RNG_SEED": 1, "OUTPUT_DIR": "./tmp",
 }
 
-# Residual blocks per stage of a ResNet of each depth.
-_STAGE_BLOCKS = {18: (2, 2, 2, 2), 50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
-
-# Keys read for their value only to check it is the one zoo's models implement.
-_REQUIRED = {
-    "RESNET.NUM_GROUPS": 1, "RESNET.TRANS_FUNC": "bottleneck_transform", "RESNET.STRIDE_1X1": False,
-    "RESNET.SPATIAL_STRIDES": [[1, 1], [2, 2], [2, 2], [2, 2]],
+# Defaults of the model and recipe keys read by the sibling modules.
+_DEFAULTS.update(RECIPE_DEFAULTS)
+_DEFAULTS.update({
+    "DATA.INPUT_CHANNEL_NUM": [3, 3], "RESNET.SPATIAL_STRIDES": [[1, 1], [2, 2], [2, 2], [2, 2]],
     "RESNET.SPATIAL_DILATIONS": [[1, 1], [1, 1], [1, 1], [1, 1]],
-    "MODEL.LOSS_FUNC": "cross_entropy", "DATA.INPUT_CHANNEL_NUM": [3, 3],
-}
+    "RESNET.NUM_BLOCK_TEMP_KERNEL": [[3, 3], [4, 4], [6, 6], [3, 3]],
+    "NONLOCAL.LOCATION": [[[], []]] * 4, "NONLOCAL.GROUP": [[1, 1]] * 4,
+    "NONLOCAL.INSTANTIATION": "dot_product", "NONLOCAL.POOL": [[[1, 2, 2], [1, 2, 2]]] * 4,
+    "X3D.WIDTH_FACTOR": 1.0, "X3D.DEPTH_FACTOR": 1.0, "X3D.BOTTLENECK_FACTOR": 1.0,
+    "X3D.DIM_C5": 2048, "X3D.DIM_C1": 12, "X3D.SCALE_RES2": False, "X3D.BN_LIN5": False,
+    "X3D.CHANNELWISE_3x3x3": True,
+})
 
-# Keys whose meaning the conversion carries (to a zoo key, the model name, or a check).
-_CONSUMED = set(_DEFAULTS) | set(_REQUIRED) | {
-    "TRAIN.ENABLE", "TEST.ENABLE", "TRAIN.DATASET", "TEST.DATASET", "NONLOCAL.LOCATION",
-    "NONLOCAL.GROUP", "NONLOCAL.INSTANTIATION", "RESNET.NUM_BLOCK_TEMP_KERNEL",
-    "DATA.PATH_TO_DATA_DIR", "DATA.PATH_PREFIX",
+# Keys whose meaning the conversion carries (to a zoo key, the model name, a check or a note).
+_CONSUMED = set(_DEFAULTS) | MODEL_KEYS | RECIPE_KEYS | {
+    "TRAIN.ENABLE", "TEST.ENABLE", "TRAIN.DATASET", "TEST.DATASET", "DATA.PATH_TO_DATA_DIR",
+    "DATA.PATH_PREFIX",
 }
 
 
@@ -73,79 +77,6 @@ def is_pyslowfast_yaml(data: Any) -> bool:
         return False
     return any(k in data for k in _SECTIONS) or any(
         isinstance(data.get(section), dict) and key in data[section] for section, key in _INNER)
-
-
-def _model(v: Dict[str, Any], source: str) -> Tuple[str, List[Any]]:
-    """Zoo model name and MODEL.KWARGS for the PySlowFast architecture."""
-    for key, want in _REQUIRED.items():
-        if key in v and v[key] != want:
-            raise ConfigError(f"{source}: {key} = {v[key]!r} is not supported (zoo's models "
-                              f"implement {want!r})")
-    if any(loc for pair in v.get("NONLOCAL.LOCATION", []) for loc in pair):
-        raise ConfigError(f"{source}: NONLOCAL.LOCATION adds non-local blocks, which zoo's "
-                          "SlowFast/Slow models do not have")
-    arch, depth = str(v["MODEL.ARCH"]).lower(), int(v["RESNET.DEPTH"])
-    frames, rate, alpha = int(v["DATA.NUM_FRAMES"]), int(v["DATA.SAMPLING_RATE"]), 1
-    kwargs: List[Any] = ["dropout", float(v["MODEL.DROPOUT_RATE"]),
-                         "zero_init_final_bn", bool(v["RESNET.ZERO_INIT_FINAL_BN"]),
-                         "width", int(v["RESNET.WIDTH_PER_GROUP"])]
-    temp = v.get("RESNET.NUM_BLOCK_TEMP_KERNEL")
-    if temp and tuple(int(s[0]) for s in temp) != _STAGE_BLOCKS.get(depth):
-        kwargs += ["num_block_temp_kernel", [int(s[0]) for s in temp]]
-    if arch == "slowfast":
-        alpha = int(v["SLOWFAST.ALPHA"])
-        name = f"slowfast_{frames // alpha}x{rate * alpha}_resnet{depth}"
-        kwargs += ["beta_inv", int(v["SLOWFAST.BETA_INV"]),
-                   "fusion_conv_channel_ratio", int(v["SLOWFAST.FUSION_CONV_CHANNEL_RATIO"]),
-                   "fusion_kernel", int(v["SLOWFAST.FUSION_KERNEL_SZ"])]
-    elif arch in ("slow", "c2d"):
-        name = f"slow_{frames}x{rate}_resnet{depth}"
-    elif arch == "i3d":
-        name = f"i3d_resnet{depth}"
-    else:
-        raise ConfigError(f"{source}: MODEL.ARCH = {v['MODEL.ARCH']!r} has no zoo counterpart "
-                          "(zoo converts slowfast, slow and i3d ResNets)")
-    return name, kwargs
-
-
-def _solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
-    policy = str(v["SOLVER.LR_POLICY"])
-    base_lr, warmup = float(v["SOLVER.BASE_LR"]), float(v["SOLVER.WARMUP_EPOCHS"])
-    train: Dict[str, Any] = {
-        "EPOCH_NUM": int(v["SOLVER.MAX_EPOCH"]), "LR": base_lr,
-        "MOMENTUM": float(v["SOLVER.MOMENTUM"]), "W_DECAY": float(v["SOLVER.WEIGHT_DECAY"]),
-        "USE_WARMUP": warmup > 0, "WARMUP_EPOCHS": warmup,
-        "WARMUP_START_LR": float(v["SOLVER.WARMUP_START_LR"]), "WARMUP_END_LR": base_lr,
-    }
-    method = str(v["SOLVER.OPTIMIZING_METHOD"]).lower()
-    if method not in ("sgd", "adamw"):
-        raise ConfigError(f"{source}: SOLVER.OPTIMIZING_METHOD = {method!r} has no zoo "
-                          "counterpart (zoo has sgd and adamw)")
-    train["OPTIMIZER"] = "SGD" if method == "sgd" else "AdamW"
-    if policy == "cosine":
-        train["LR_POLICY"] = "Cosine"
-        if float(v["SOLVER.COSINE_END_LR"]) != 0.0:
-            notes.append(f"SOLVER.COSINE_END_LR {v['SOLVER.COSINE_END_LR']}: zoo's cosine ends "
-                         "at 0")
-        if warmup > 0 and not v["SOLVER.COSINE_AFTER_WARMUP"]:
-            notes.append("SOLVER.COSINE_AFTER_WARMUP False: PySlowFast's cosine spans all "
-                         "MAX_EPOCH epochs and the warmup ends on it; zoo's cosine starts at LR "
-                         "after the warmup (PySlowFast's COSINE_AFTER_WARMUP True)")
-    elif policy == "steps_with_relative_lrs":
-        steps, lrs = list(v["SOLVER.STEPS"]), [float(x) for x in v["SOLVER.LRS"]]
-        ratios = {round(b / a, 9) for a, b in zip(lrs, lrs[1:])} if len(lrs) > 1 else {0.1}
-        if len(ratios) != 1 or len(steps) < len(lrs) or lrs[0] <= 0:
-            raise ConfigError(f"{source}: SOLVER.LRS {lrs} is not a constant ratio per step; "
-                              "zoo's Step policy multiplies the LR by CONFIG.TRAIN.STEP at each "
-                              "milestone")
-        train.update(LR_POLICY="Step", LR=base_lr * lrs[0], WARMUP_END_LR=base_lr * lrs[0],
-                     LR_MILESTONE=[int(s) for s in steps[1:len(lrs)]], STEP=ratios.pop())
-    else:
-        raise ConfigError(f"{source}: SOLVER.LR_POLICY = {policy!r} has no zoo counterpart "
-                          "(zoo converts cosine and steps_with_relative_lrs)")
-    if v["SOLVER.NESTEROV"] and method == "sgd":
-        notes.append("SOLVER.NESTEROV True (PySlowFast's default): zoo's SGD uses plain momentum")
-    return train
 
 
 def _batches(v: Dict[str, Any], views: int, notes: List[str]) -> Tuple[int, int, int]:
@@ -202,15 +133,24 @@ def convert_pyslowfast(data: Dict[str, Any], source: str = "config"
     given = flatten_cfg(data)
     v = dict(_DEFAULTS, **given)
     notes: List[str] = []
-    name, kwargs = _model(v, source)
+    name, kwargs, model_notes, model_keys = model(v, source)
+    notes += model_notes
     views = int(v["TEST.NUM_ENSEMBLE_VIEWS"]) * int(v["TEST.NUM_SPATIAL_CROPS"])
     train_batch, test_batch, procs = _batches(v, views, notes)
-    train = _solver(v, source, notes)
+    extra = recipe(v, given, source, notes)
+    # PySlowFast's batch counts videos; with AUG.NUM_SAMPLE clips each, zoo's counts the clips.
+    train_batch *= int(extra["DATA"].get("CLIPS_PER_VIDEO", 1))
+    train = solver(v, source, notes)
+    train.update(extra["TRAIN"])
+    if not v["TRAIN.ENABLE"]:
+        notes.append("TRAIN.ENABLE False: a test-only PySlowFast config; run tools/test_ddp.py "
+                     "with CONFIG.TEST.CHECKPOINT")
     train.update(BATCH_SIZE=train_batch, REFERENCE_BATCH=train_batch * procs,
                  AUTO_RESUME=bool(v["TRAIN.AUTO_RESUME"]),
                  PRECISE_BN_ITERS=int(v["BN.NUM_BATCHES_PRECISE"]) if v["BN.USE_PRECISE_STATS"]
                  else 0)
     data_out = _data(v, notes)
+    data_out.update(extra["DATA"])
     if float(v["BN.WEIGHT_DECAY"]) != 0.0:
         notes.append(f"BN.WEIGHT_DECAY {v['BN.WEIGHT_DECAY']}: zoo never decays norm parameters")
     if float(v["BN.MOMENTUM"]) != 0.1:
@@ -224,7 +164,8 @@ def convert_pyslowfast(data: Dict[str, Any], source: str = "config"
         "MODEL": {"NAME": name, "KWARGS": kwargs},
         "LOG": {"BASE_PATH": str(v["OUTPUT_DIR"]), "SAVE_FREQ": int(v["TRAIN.CHECKPOINT_PERIOD"])},
     }
-    unmatched = sorted(k for k in given if k not in _CONSUMED)
+    unmatched = sorted(k for k in given
+                       if k not in _CONSUMED and k not in model_keys and not noted(k))
     return {"CONFIG": config}, unmatched, notes
 
 

@@ -114,6 +114,10 @@ _C.CONFIG.TRAIN.LR_POLICY = "Cosine"
 _C.CONFIG.TRAIN.LR_MILESTONE = [40, 80]
 # LR multiplier at each milestone of the "Step" policy.
 _C.CONFIG.TRAIN.STEP = 0.1
+# "Step" policy with explicit factors: the LR is LR x LR_FACTORS[i] from milestone i on (entry 0
+# before the first milestone), so it needs len(LR_MILESTONE) + 1 numbers; STEP is then unused
+# (PySlowFast's steps_with_relative_lrs). [] = multiply by STEP at each milestone.
+_C.CONFIG.TRAIN.LR_FACTORS = []
 # Linear warmup from WARMUP_START_LR to WARMUP_END_LR over WARMUP_EPOCHS (updated every iteration).
 _C.CONFIG.TRAIN.USE_WARMUP = False
 # Length of the warmup in epochs (may be fractional).

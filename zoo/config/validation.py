@@ -68,6 +68,8 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("CONFIG.TRAIN.W_DECAY", _non_negative, "a number >= 0"),
     ("CONFIG.TRAIN.LR_POLICY", lambda v: v in ("Cosine", "Step"), "one of Cosine, Step"),
     ("CONFIG.TRAIN.STEP", _positive, "a number > 0"),
+    ("CONFIG.TRAIN.LR_FACTORS", lambda v: all(isinstance(x, (int, float)) and x >= 0 for x in v),
+     "a list of numbers >= 0 (relative LRs), or [] = STEP at each milestone"),
     ("CONFIG.TRAIN.WARMUP_EPOCHS", _non_negative, "a number >= 0"),
     ("CONFIG.TRAIN.RESUME_EPOCH", lambda v: v >= -1, "-1 (start fresh) or an epoch >= 0"),
     ("CONFIG.TRAIN.KEEP_LAST", _non_negative, "an integer >= 0 (0 = keep all)"),
@@ -181,6 +183,13 @@ def validate_config(cfg: CfgNode) -> None:
         value = lookup_key(cfg, key)
         if not ok(value):
             raise ConfigError(f"{key} = {value!r} is not allowed: expected {allowed}")
+    train = cfg.CONFIG.TRAIN
+    if train.LR_FACTORS and len(train.LR_FACTORS) != len(train.LR_MILESTONE) + 1:
+        raise ConfigError(
+            f"CONFIG.TRAIN.LR_FACTORS has {len(train.LR_FACTORS)} entries but CONFIG.TRAIN."
+            f"LR_MILESTONE has {len(train.LR_MILESTONE)}: give one factor before the first "
+            "milestone and one after each"
+        )
     data = cfg.CONFIG.DATA
     if data.CROP_SIZE > data.SHORT_SIDE_SIZE:
         raise ConfigError(

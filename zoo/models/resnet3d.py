@@ -29,7 +29,7 @@ kernel and divided by its size, so a static clip gives the 2D logits (exactly wi
 
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -37,7 +37,7 @@ import torch.nn as nn
 from .blocks3d import STAGE_BLOCKS, Stem, block_kernels, init_3d_weights, make_stage
 from .classifier import ClassifierMixin
 from .facts import KINETICS_MEAN, KINETICS_STD, ModelFacts, video_facts
-from .nonlocal_block import NonLocal3d
+from .nonlocal_block import NonLocal3d, attach_nonlocal
 from .registry import register_model
 from .weights.load import inflate_from_file
 
@@ -83,7 +83,16 @@ class ResNet3d(ClassifierMixin, nn.Module):
         stem_stride_t: Temporal stride of the stem conv and of its max-pool (2 in gluoncv's I3D,
             which so sees 32 frames where PySlowFast's I3D sees 8).
         nonlocal_blocks: Per stage (res2..res5), the indices of the blocks followed by a
-            :class:`~zoo.models.nonlocal_block.NonLocal3d` block (gluoncv's I3D-NL nets).
+            :class:`~zoo.models.nonlocal_block.NonLocal3d` block (gluoncv's I3D-NL nets,
+            PySlowFast's ``NONLOCAL.LOCATION``).
+        num_block_temp_kernel: Per stage, how many leading blocks keep their temporal kernel;
+            later blocks use 1 (PySlowFast's ``RESNET.NUM_BLOCK_TEMP_KERNEL``). None = all.
+        nonlocal_instantiation: ``"softmax"`` or ``"dot_product"`` (PySlowFast's
+            ``NONLOCAL.INSTANTIATION``).
+        nonlocal_pool: Per stage, the ``(t, h, w)`` max-pool before a non-local block's ``phi``
+            and ``g`` (PySlowFast's ``NONLOCAL.POOL``); None = no pooling (gluoncv).
+        nonlocal_group: Per stage, time chunks a non-local block attends within
+            (``NONLOCAL.GROUP``); None = 1.
     """
 
     classifier_name = "head.proj"
@@ -103,6 +112,10 @@ class ResNet3d(ClassifierMixin, nn.Module):
         head_init_std: float = 0.01,
         stem_stride_t: int = 1,
         nonlocal_blocks: Sequence[Sequence[int]] = ((), (), (), ()),
+        num_block_temp_kernel: Optional[Sequence[int]] = None,
+        nonlocal_instantiation: str = "softmax",
+        nonlocal_pool: Optional[Sequence[Sequence[int]]] = None,
+        nonlocal_group: Optional[Sequence[int]] = None,
     ) -> None:
         super().__init__()
         if depth not in STAGE_BLOCKS:
@@ -114,12 +127,13 @@ class ResNet3d(ClassifierMixin, nn.Module):
         in_ch = width
         for i, (n, pattern) in enumerate(zip(STAGE_BLOCKS[depth], stage_kts)):
             inner = width * 2**i
-            kts = block_kernels(list(pattern), n)
+            temp = None if num_block_temp_kernel is None else num_block_temp_kernel[i]
+            kts = block_kernels(list(pattern), n, temp)
             stage = make_stage(in_ch, inner, inner * 4, kts, 1 if i == 0 else 2, temporal_pad)
-            for j in nonlocal_blocks[i]:
-                if not 0 <= j < n:
-                    raise ValueError(f"nonlocal_blocks[{i}] names block {j}; res{i + 2} has {n}")
-                stage[j].nonlocal_block = NonLocal3d(inner * 4)
+            attach_nonlocal(stage, nonlocal_blocks[i], inner * 4, f"res{i + 2}",
+                            instantiation=nonlocal_instantiation,
+                            pool=tuple(nonlocal_pool[i]) if nonlocal_pool else (1, 1, 1),
+                            group=nonlocal_group[i] if nonlocal_group else 1)
             self.add_module(f"res{i + 2}", stage)
             in_ch = inner * 4
         # Parameter-free, so it is not in the state dict; Identity keeps the forward uniform.

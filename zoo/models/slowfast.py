@@ -45,6 +45,7 @@ import torch.nn as nn
 from .blocks3d import STAGE_BLOCKS, Bottleneck, Stem, block_kernels, init_3d_weights, make_stage
 from .classifier import ClassifierMixin
 from .facts import KINETICS_MEAN, KINETICS_STD, ModelFacts, video_facts
+from .nonlocal_block import NonLocal3d, attach_nonlocal
 from .registry import register_model
 
 __all__ = ["SlowFast", "STAGE_BLOCKS", "Bottleneck"]
@@ -150,6 +151,16 @@ class SlowFast(ClassifierMixin, nn.Module):
         slow_index: How a single clip's slow frames are picked: ``"linspace"`` (``T // alpha``
             frames spread from the first to the last, PySlowFast's PackPathway) or ``"stride"``
             (every ``alpha``-th frame from the first, gluoncv's ``x[:, :, ::alpha]``).
+        fast_num_block_temp_kernel: The fast pathway's ``num_block_temp_kernel`` where it
+            differs from the slow one's (PySlowFast's R101 "50_101" nets); None = the same.
+        nonlocal_blocks: Per stage (res2..res5), the slow-pathway blocks followed by a
+            :class:`~zoo.models.nonlocal_block.NonLocal3d` (PySlowFast's ``NONLOCAL.LOCATION``
+            of pathway 0; keys ``slow_res{n}.{j}.nonlocal_block.*``). None = none.
+        fast_nonlocal_blocks: The same for the fast pathway.
+        nonlocal_instantiation: ``"softmax"`` or ``"dot_product"`` (``NONLOCAL.INSTANTIATION``).
+        nonlocal_pool: Per stage, the ``(t, h, w)`` max-pool before ``phi`` and ``g``
+            (``NONLOCAL.POOL``; None = none).
+        nonlocal_group: Per stage, the slow pathway's time chunks (``NONLOCAL.GROUP``; None = 1).
     """
 
     classifier_name = "head.proj"
@@ -170,9 +181,18 @@ class SlowFast(ClassifierMixin, nn.Module):
         num_block_temp_kernel: Optional[Sequence[int]] = None,
         fuse_norm_act: bool = True,
         slow_index: str = "linspace",
+        fast_num_block_temp_kernel: Optional[Sequence[int]] = None,
+        nonlocal_blocks: Optional[Sequence[Sequence[int]]] = None,
+        fast_nonlocal_blocks: Optional[Sequence[Sequence[int]]] = None,
+        nonlocal_instantiation: str = "softmax",
+        nonlocal_pool: Optional[Sequence[Sequence[int]]] = None,
+        nonlocal_group: Optional[Sequence[int]] = None,
     ) -> None:
         super().__init__()
         temp_blocks = list(num_block_temp_kernel or [None] * 4)
+        fast_temp = list(fast_num_block_temp_kernel or temp_blocks)
+        nl_at = {"slow": list(nonlocal_blocks or [()] * 4),
+                 "fast": list(fast_nonlocal_blocks or [()] * 4)}
         _check_args(depth, alpha, beta_inv, fusion_conv_channel_ratio, fusion_kernel, width,
                     slow_index, temp_blocks)
         self.alpha = alpha
@@ -191,11 +211,16 @@ class SlowFast(ClassifierMixin, nn.Module):
             slow_inner, fast_inner = slow_w * mult, fast_w * mult
             slow_out, fast_out = slow_inner * 4, fast_inner * 4
             slow_kts = block_kernels([kt_slow], n, temp_blocks[i])
-            fast_kts = block_kernels([kt_fast], n, temp_blocks[i])
-            self.add_module(f"slow_{name}",
-                            make_stage(slow_in, slow_inner, slow_out, slow_kts, stride))
-            self.add_module(f"fast_{name}",
-                            make_stage(fast_in, fast_inner, fast_out, fast_kts, stride))
+            fast_kts = block_kernels([kt_fast], n, fast_temp[i])
+            for path, stage in (
+                ("slow", make_stage(slow_in, slow_inner, slow_out, slow_kts, stride)),
+                ("fast", make_stage(fast_in, fast_inner, fast_out, fast_kts, stride)),
+            ):
+                attach_nonlocal(stage, nl_at[path][i], slow_out if path == "slow" else fast_out,
+                                f"{path}_{name}", instantiation=nonlocal_instantiation,
+                                pool=tuple(nonlocal_pool[i]) if nonlocal_pool else (1, 1, 1),
+                                group=nonlocal_group[i] if nonlocal_group else 1)
+                self.add_module(f"{path}_{name}", stage)
             slow_in, fast_in = slow_out, fast_out
             if i < 3:  # laterals after res2..res4; res5 feeds the head directly
                 self.add_module(f"fuse_{name}",
@@ -205,6 +230,9 @@ class SlowFast(ClassifierMixin, nn.Module):
         self.head = Head((slow_in, fast_in), num_classes, dropout)
         self.head_init_std = head_init_std  # what reset_classifier uses too
         init_3d_weights(self, zero_init_final_bn, head_init_std)
+        for m in self.modules():
+            if isinstance(m, NonLocal3d):
+                m.reset_parameters()
 
     def pack_pathways(self, clip: torch.Tensor) -> List[torch.Tensor]:
         """Split a fast clip ``(B, C, T, H, W)`` into ``[slow, fast]``; slow has ``T // alpha``

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import List
+from typing import List, Sequence
 
 import torch
 
@@ -19,6 +19,9 @@ class WarmupScheduler:
         policy: ``"Cosine"`` (decays to 0 at ``total_iters``) or ``"Step"``.
         milestones: Iterations at which ``Step`` multiplies the LR by ``gamma``.
         gamma: Multiplier for ``Step``.
+        factors: ``Step`` with explicit relative LRs: ``base_lr * factors[i]`` from milestone i
+            on (``factors[0]`` before the first); needs ``len(milestones) + 1`` entries.
+            Empty = ``gamma`` at each milestone.
         warmup_iters: Length of the linear warmup (0 = none).
         warmup_start_lr: LR at iteration 0 of the warmup.
         warmup_end_lr: LR at the end of warmup.
@@ -32,6 +35,7 @@ class WarmupScheduler:
         policy: str = "Cosine",
         milestones: List[int] = (),
         gamma: float = 0.1,
+        factors: Sequence[float] = (),
         warmup_iters: int = 0,
         warmup_start_lr: float = 0.0,
         warmup_end_lr: float = 0.0,
@@ -42,6 +46,10 @@ class WarmupScheduler:
         self.policy = policy
         self.milestones = sorted(milestones)
         self.gamma = gamma
+        self.factors = list(factors)
+        if self.factors and len(self.factors) != len(self.milestones) + 1:
+            raise ValueError(f"factors needs len(milestones) + 1 = {len(self.milestones) + 1} "
+                             f"entries, got {len(self.factors)}")
         self.warmup_iters = warmup_iters
         self.warmup_start_lr = warmup_start_lr
         self.warmup_end_lr = warmup_end_lr
@@ -57,7 +65,10 @@ class WarmupScheduler:
             span = max(1, self.total_iters - self.warmup_iters)
             frac = min(1.0, (it - self.warmup_iters) / span)
             return self.base_lr * 0.5 * (1.0 + math.cos(math.pi * frac))
-        return self.base_lr * self.gamma ** bisect.bisect_right(self.milestones, it)
+        passed = bisect.bisect_right(self.milestones, it)
+        if self.factors:
+            return self.base_lr * self.factors[passed]
+        return self.base_lr * self.gamma ** passed
 
     def _apply(self) -> None:
         lr = self.lr_at(self.iteration)
@@ -90,7 +101,8 @@ def lr_scale(cfg, world_size: int) -> float:
 
 def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, steps_per_epoch: int,
                        world_size: int = 1) -> WarmupScheduler:
-    """Schedule from CONFIG.TRAIN.{LR, LR_POLICY, LR_MILESTONE, STEP, USE_WARMUP, WARMUP_*},
+    """Schedule from CONFIG.TRAIN.{LR, LR_POLICY, LR_MILESTONE, STEP, LR_FACTORS, USE_WARMUP,
+    WARMUP_*},
     counted in optimizer steps, with the LRs scaled by ``lr_scale``."""
     t = cfg.CONFIG.TRAIN
     scale = lr_scale(cfg, world_size)
@@ -102,6 +114,7 @@ def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, steps_per_epoch: i
         policy=t.LR_POLICY,
         milestones=[m * steps_per_epoch for m in t.LR_MILESTONE],
         gamma=t.STEP,
+        factors=list(t.LR_FACTORS),
         warmup_iters=warmup,
         warmup_start_lr=t.WARMUP_START_LR * scale,
         warmup_end_lr=t.WARMUP_END_LR * scale,

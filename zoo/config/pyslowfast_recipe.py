@@ -1,0 +1,169 @@
+"""PySlowFast's training recipe keys -> CONFIG.TRAIN / CONFIG.DATA, and notes for the rest.
+
+``solver`` converts the optimizer and the LR schedule (``steps_with_relative_lrs`` becomes zoo's
+Step policy with ``CONFIG.TRAIN.LR_FACTORS``); ``recipe`` maps mixup / cutmix / label smoothing,
+gradient clipping, repeated augmentation, flips and precision to zoo keys where zoo has them and
+writes a note naming every key zoo does not follow yet (RandAugment, random erasing, layer decay,
+multigrid cycles, ...), saying what zoo does instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from .validation import ConfigError
+
+# PySlowFast defaults (slowfast/config/defaults.py) of the keys read here.
+RECIPE_DEFAULTS: Dict[str, Any] = {
+    "SOLVER.CLIP_GRAD_L2NORM": None, "SOLVER.CLIP_GRAD_VAL": None,
+    "SOLVER.BASE_LR_SCALE_NUM_SHARDS": False, "SOLVER.ZERO_WD_1D_PARAM": False,
+    "SOLVER.LAYER_DECAY": 1.0, "MIXUP.ENABLE": False, "MIXUP.ALPHA": 0.8,
+    "MIXUP.CUTMIX_ALPHA": 1.0, "MIXUP.PROB": 1.0, "MIXUP.SWITCH_PROB": 0.5,
+    "MIXUP.LABEL_SMOOTH_VALUE": 0.1, "AUG.NUM_SAMPLE": 1, "AUG.ENABLE": False,
+    "DATA.RANDOM_FLIP": True, "TRAIN.MIXED_PRECISION": False, "DETECTION.ENABLE": False,
+}
+
+# Keys that only change how PySlowFast runs, with what zoo does instead (one note per group).
+_NOTED = {
+    "AUG.": "AUG.* (RandAugment, colour jitter, random erasing): zoo's train clips get scale "
+            "jitter, crop and flip only",
+    "MULTIGRID.": "MULTIGRID.* (short/long cycles): zoo trains every epoch at the base clip "
+                  "shape and batch for the same MAX_EPOCH epochs; multigrid's shorter wall time "
+                  "is not reproduced",
+    "SOLVER.LAYER_DECAY": "SOLVER.LAYER_DECAY: zoo has one LR for the backbone "
+                          "(CONFIG.TRAIN.BACKBONE_LR_MULT), no per-layer decay",
+    "SOLVER.CLIP_GRAD_VAL": "SOLVER.CLIP_GRAD_VAL: zoo clips the global norm only "
+                            "(CONFIG.TRAIN.CLIP_GRAD_NORM)",
+    "MODEL.ACT_CHECKPOINT": "MODEL.ACT_CHECKPOINT: zoo keeps every activation (no checkpointing)",
+    "DATA.USE_OFFSET_SAMPLING": "DATA.USE_OFFSET_SAMPLING: zoo's test views are spaced evenly "
+                                "over the video from its start",
+    "DATA.INV_UNIFORM_SAMPLE": "DATA.INV_UNIFORM_SAMPLE: zoo's scale jitter draws the short "
+                               "side uniformly",
+    "DATA.TRAIN_JITTER_SCALES_RELATIVE": "DATA.TRAIN_JITTER_SCALES_RELATIVE / "
+                                         "TRAIN_JITTER_ASPECT_RELATIVE (random resized crop): "
+                                         "zoo crops CROP_SIZE from a short side drawn from "
+                                         "TRAIN_SHORT_SIDE_RANGE",
+    "DATA.DECODING_BACKEND": "DATA.DECODING_BACKEND: zoo picks its reader per file "
+                             "(CONFIG.DATA.DECODER auto)",
+    "TENSORBOARD.": "TENSORBOARD.*: zoo writes its own logs under CONFIG.LOG.BASE_PATH",
+    "DEMO.": "DEMO.*: zoo's demo is tools/predict.py",
+    "TRAIN.CHECKPOINT_": "TRAIN.CHECKPOINT_*: give the weights with CONFIG.MODEL.PRETRAINED or "
+                         "tools/convert_checkpoint.py (PySlowFast .pyth files convert)",
+    "TEST.CHECKPOINT_": "TEST.CHECKPOINT_*: give the weights with CONFIG.TEST.CHECKPOINT",
+}
+
+RECIPE_KEYS = set(RECIPE_DEFAULTS) | {
+    "SOLVER.BASE_LR", "SOLVER.LR_POLICY", "SOLVER.COSINE_END_LR", "SOLVER.COSINE_AFTER_WARMUP",
+    "SOLVER.STEPS", "SOLVER.LRS", "SOLVER.MAX_EPOCH", "SOLVER.MOMENTUM", "SOLVER.NESTEROV",
+    "SOLVER.WEIGHT_DECAY", "SOLVER.WARMUP_EPOCHS", "SOLVER.WARMUP_START_LR",
+    "SOLVER.OPTIMIZING_METHOD", "SOLVER.DAMPENING", "MODEL.LOSS_FUNC",
+}
+
+
+def noted(key: str) -> bool:
+    """True for a key one of the recipe notes speaks for."""
+    return any(key.startswith(prefix) for prefix in _NOTED)
+
+
+def notes_for(given: Dict[str, Any]) -> List[str]:
+    """One note per group of keys the file sets that zoo does not follow."""
+    return [text for prefix, text in _NOTED.items() if any(k.startswith(prefix) for k in given)]
+
+
+def _steps(v: Dict[str, Any], source: str, base_lr: float) -> Dict[str, Any]:
+    """``steps_with_relative_lrs``: LR = BASE_LR x LRS[i] from STEPS[i] on (PySlowFast's
+    get_step_index runs over STEPS + [MAX_EPOCH]), as a Step policy with LR_FACTORS."""
+    steps, lrs = [float(s) for s in v["SOLVER.STEPS"]], [float(x) for x in v["SOLVER.LRS"]]
+    # A step at or past MAX_EPOCH is never reached, so it needs no LRS entry.
+    steps = [s for s in steps if s < int(v["SOLVER.MAX_EPOCH"])]
+    if not steps or steps[0] != 0 or len(lrs) < len(steps) or steps != sorted(steps):
+        raise ConfigError(f"{source}: SOLVER.STEPS {v['SOLVER.STEPS']} / SOLVER.LRS "
+                          f"{v['SOLVER.LRS']} is not a steps_with_relative_lrs schedule (STEPS "
+                          "starts at 0, ascends, and LRS has an entry for each)")
+    return {"LR_POLICY": "Step", "LR": base_lr, "STEP": 0.1,
+            "LR_MILESTONE": [int(s) for s in steps[1:]], "LR_FACTORS": lrs[:len(steps)]}
+
+
+def solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
+    """CONFIG.TRAIN's optimizer and schedule keys."""
+    policy = str(v["SOLVER.LR_POLICY"])
+    base_lr, warmup = float(v["SOLVER.BASE_LR"]), float(v["SOLVER.WARMUP_EPOCHS"])
+    if v["SOLVER.BASE_LR_SCALE_NUM_SHARDS"]:
+        base_lr *= int(v["NUM_SHARDS"])
+    train: Dict[str, Any] = {
+        "EPOCH_NUM": int(v["SOLVER.MAX_EPOCH"]), "LR": base_lr,
+        "MOMENTUM": float(v["SOLVER.MOMENTUM"]), "W_DECAY": float(v["SOLVER.WEIGHT_DECAY"]),
+        "USE_WARMUP": warmup > 0, "WARMUP_EPOCHS": warmup,
+        "WARMUP_START_LR": float(v["SOLVER.WARMUP_START_LR"]), "WARMUP_END_LR": base_lr,
+    }
+    method = str(v["SOLVER.OPTIMIZING_METHOD"]).lower()
+    if method not in ("sgd", "adamw"):
+        raise ConfigError(f"{source}: SOLVER.OPTIMIZING_METHOD = {method!r} has no zoo "
+                          "counterpart (zoo has sgd and adamw)")
+    train["OPTIMIZER"] = "SGD" if method == "sgd" else "AdamW"
+    if policy == "cosine":
+        train["LR_POLICY"] = "Cosine"
+        if float(v["SOLVER.COSINE_END_LR"]) != 0.0:
+            notes.append(f"SOLVER.COSINE_END_LR {v['SOLVER.COSINE_END_LR']}: zoo's cosine ends "
+                         "at 0")
+        if warmup > 0 and not v["SOLVER.COSINE_AFTER_WARMUP"]:
+            notes.append("SOLVER.COSINE_AFTER_WARMUP False: PySlowFast's cosine spans all "
+                         "MAX_EPOCH epochs and the warmup ends on it; zoo's cosine starts at LR "
+                         "after the warmup (PySlowFast's COSINE_AFTER_WARMUP True)")
+    elif policy == "steps_with_relative_lrs":
+        train.update(_steps(v, source, base_lr))
+        # PySlowFast's warmup ends on the schedule's value at WARMUP_EPOCHS.
+        passed = sum(1 for m in train["LR_MILESTONE"] if m <= warmup)
+        train["WARMUP_END_LR"] = base_lr * train["LR_FACTORS"][passed]
+    else:
+        raise ConfigError(f"{source}: SOLVER.LR_POLICY = {policy!r} has no zoo counterpart "
+                          "(zoo converts cosine and steps_with_relative_lrs)")
+    if v["SOLVER.NESTEROV"] and method == "sgd":
+        notes.append("SOLVER.NESTEROV True (PySlowFast's default): zoo's SGD uses plain momentum")
+    if method == "adamw":
+        notes.append("SOLVER.MOMENTUM: AdamW uses torch's betas (0.9, 0.999)")
+    clip = v["SOLVER.CLIP_GRAD_L2NORM"]
+    if clip is not None:
+        train["CLIP_GRAD_NORM"] = float(clip)
+    if v["SOLVER.ZERO_WD_1D_PARAM"]:
+        notes.append("SOLVER.ZERO_WD_1D_PARAM True: zoo never decays norm weights and biases; "
+                     "other parameters (positional embeddings, class tokens) are decayed")
+    return train
+
+
+def recipe(v: Dict[str, Any], given: Dict[str, Any], source: str, notes: List[str]
+           ) -> Dict[str, Dict[str, Any]]:
+    """Mixup, loss, repeated augmentation, flip and precision keys, by CONFIG section."""
+    train: Dict[str, Any] = {}
+    data: Dict[str, Any] = {}
+    loss = str(v["MODEL.LOSS_FUNC"])
+    if loss not in ("cross_entropy", "soft_cross_entropy"):
+        raise ConfigError(f"{source}: MODEL.LOSS_FUNC = {loss!r} has no zoo counterpart (zoo "
+                          "trains with cross_entropy, soft targets under mixup)")
+    if v["MIXUP.ENABLE"]:
+        prob = float(v["MIXUP.PROB"])
+        train.update(MIXUP_ALPHA=float(v["MIXUP.ALPHA"]) if prob > 0 else 0.0,
+                     CUTMIX_ALPHA=float(v["MIXUP.CUTMIX_ALPHA"]) if prob > 0 else 0.0,
+                     LABEL_SMOOTHING=float(v["MIXUP.LABEL_SMOOTH_VALUE"]))
+        if 0 < prob < 1:
+            notes.append(f"MIXUP.PROB {prob}: zoo mixes every batch")
+        if float(v["MIXUP.SWITCH_PROB"]) != 0.5:
+            notes.append(f"MIXUP.SWITCH_PROB {v['MIXUP.SWITCH_PROB']}: with both on, zoo picks "
+                         "mixup or cutmix with even odds")
+    elif loss == "soft_cross_entropy":
+        notes.append("MODEL.LOSS_FUNC soft_cross_entropy without MIXUP.ENABLE: on hard labels it "
+                     "is zoo's cross-entropy")
+    if v["DETECTION.ENABLE"]:
+        raise ConfigError(f"{source}: DETECTION.ENABLE = True (AVA detection) has no zoo "
+                          "counterpart; zoo converts classification configs")
+    num_sample = int(v["AUG.NUM_SAMPLE"])
+    if num_sample > 1:
+        data.update(CLIPS_PER_VIDEO=num_sample, CLIPS_WINDOW="shared")
+    data["RANDOM_FLIP"] = bool(v["DATA.RANDOM_FLIP"])
+    if "TRAIN.MIXED_PRECISION" in given:
+        train["PRECISION"] = "auto" if v["TRAIN.MIXED_PRECISION"] else "fp32"
+        if v["TRAIN.MIXED_PRECISION"]:
+            notes.append("TRAIN.MIXED_PRECISION True: zoo's PRECISION auto trains in bf16 "
+                         "where the device computes it natively (fp16 is PRECISION fp16)")
+    notes.extend(notes_for(given))
+    return {"TRAIN": train, "DATA": data}
