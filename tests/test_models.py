@@ -33,6 +33,7 @@ SMALL_KWARGS = {
     "r2plus1d_resnet": dict(width=8),
     "tsn": dict(base_width=8),
     "mvit_v2_s": dict(spatial_size=(32, 32), temporal_size=8),
+    "videomae": dict(embed_dim=24, depth=2, num_heads=3, frames=8, crop_size=32),
 }
 IMAGE_INPUT = (2, 3, 32, 32)
 VIDEO_INPUT = (2, 3, 8, 32, 32)
