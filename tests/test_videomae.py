@@ -8,6 +8,7 @@ import re
 
 import pytest
 import torch
+from helpers import videomae_as_mmaction2
 
 import zoo
 from zoo.models import model_facts
@@ -172,50 +173,12 @@ def test_unreadable_safetensors_is_one_line(tmp_path):
     assert "\n" not in str(e.value) and "not a readable safetensors file" in str(e.value)
 
 
-def _as_mmaction2(hf_state, table):
-    """Hugging Face's tensors under MMAction2's VideoMAE names (vit_mae.py VisionTransformer,
-    mmcv FFN, TimeSformerHead), with the persistent pos_embed buffer MMAction2 saves."""
-    out = {"backbone.pos_embed": table}
-    qkv = {}
-    for key, value in hf_state.items():
-        m = re.match(r"videomae\.encoder\.layer\.(\d+)\.(.+)$", key)
-        if m:
-            i, rest = m.groups()
-            b = f"backbone.blocks.{i}."
-            m2 = re.match(r"attention\.attention\.(query|key|value)\.weight$", rest)
-            if m2:
-                qkv.setdefault(i, {})[m2.group(1)] = value
-                continue
-            rest = re.sub(r"^attention\.attention\.(q|v)_bias$", r"attn.\1_bias", rest)
-            rest = re.sub(r"^attention\.attention\.(query|value)\.bias$",
-                          lambda m3: f"attn.{m3.group(1)[0]}_bias", rest)
-            for hf_name, mm_name in (("attention.output.dense.", "attn.proj."),
-                                     ("layernorm_before.", "norm1."),
-                                     ("layernorm_after.", "norm2."),
-                                     ("intermediate.dense.", "mlp.layers.0.0."),
-                                     ("output.dense.", "mlp.layers.1.")):
-                if rest.startswith(hf_name):
-                    rest = mm_name + rest[len(hf_name):]
-                    break
-            out[b + rest] = value
-            continue
-        key = key.replace("videomae.embeddings.patch_embeddings.projection.",
-                          "backbone.patch_embed.projection.")
-        key = key.replace("fc_norm.", "backbone.fc_norm.").replace("classifier.",
-                                                                  "cls_head.fc_cls.")
-        out[key] = value
-    for i, parts in qkv.items():
-        out[f"backbone.blocks.{i}.attn.qkv.weight"] = torch.cat(
-            [parts["query"], parts["key"], parts["value"]])
-    return out
-
-
 def test_mmaction2_keys_convert_to_the_same_logits(tmp_path):
     from transformers.models.videomae.modeling_videomae import get_sinusoid_encoding_table
 
     hf = _hf_model()
     table = get_sinusoid_encoding_table(8, 24)  # Hugging Face's own table
-    state = _as_mmaction2(hf.state_dict(), table)
+    state = videomae_as_mmaction2(hf.state_dict(), table)
     converted, classes, _ = convert_state_dict(state, "mmaction2", "videomae_vit_b", **TINY)
     model = zoo.create_model("videomae_vit_b", num_classes=classes, **TINY)
     model.load_state_dict(converted)

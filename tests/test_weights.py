@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -115,6 +116,8 @@ def _publisher_state(name, entry):
 
         with torch.device("meta"):
             return gluoncv_layout(name, zoo.create_model(name).state_dict())
+    if name.startswith("videomae"):
+        return _videomae_state(name, entry)
     if entry.format == "mmaction2":
         arch = {"slowfast_4x16_resnet50": dict(alpha=8, k=5),
                 "slowfast_8x8_resnet50": dict(alpha=4, k=7)}[name]
@@ -140,6 +143,29 @@ def _publisher_state(name, entry):
                                             slowfast_fusion_conv_stride=(8, 1, 1)).state_dict()
 
 
+def _videomae_state(name, entry):
+    """Hugging Face's VideoMAEForVideoClassification of the size (meta device), as the Hub's
+    file names it (q_bias / v_bias), or under MMAction2's names (helpers.videomae_as_mmaction2)."""
+    transformers = pytest.importorskip("transformers")
+    from helpers import videomae_as_mmaction2
+
+    from zoo.models.videomae import sincos_table
+
+    width, depth, heads = {"videomae_vit_s": (384, 12, 6), "videomae_vit_b": (768, 12, 12),
+                           "videomae_vit_l": (1024, 24, 16)}[name]
+    config = transformers.VideoMAEConfig(hidden_size=width, num_hidden_layers=depth,
+                                         num_attention_heads=heads, intermediate_size=4 * width,
+                                         num_labels=400)
+    with torch.device("meta"):
+        state = transformers.VideoMAEForVideoClassification(config).state_dict()
+    state = {re.sub(r"attention\.attention\.(query|value)\.bias$",
+                    lambda m: f"attention.attention.{m.group(1)[0]}_bias", k): v
+             for k, v in state.items()}
+    if entry.format == "mmaction2":
+        return videomae_as_mmaction2(state, sincos_table(8 * 14 * 14, width))
+    return state
+
+
 @pytest.mark.parametrize(
     "name,tag", fast_sample([(n, t) for n, tags in table.WEIGHTS.items() for t in tags]))
 def test_each_published_file_fits_its_architecture(name, tag):
@@ -151,7 +177,8 @@ def test_each_published_file_fits_its_architecture(name, tag):
 
     entry = table.WEIGHTS[name][tag]
     state = _publisher_state(name, entry)
-    kwargs = {"fuse_norm_act": False} if entry.format == "mmaction2" else {}
+    kwargs = {"fuse_norm_act": False} if name.startswith("slowfast") and \
+        entry.format == "mmaction2" else {}
     classes = model_facts(name).get("num_classes") or 400  # gluoncv's names fix theirs
     with torch.device("meta"):
         model = zoo.create_model(name, num_classes=classes, **kwargs)
