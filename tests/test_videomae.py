@@ -210,3 +210,65 @@ def test_videomae_is_a_classifier_and_fine_tunes_its_head():
     model.reset_classifier(3)
     with torch.no_grad():
         assert model.eval()(_clip()).shape == (2, 3)
+
+
+# ----------------------------------------------------------------------------- fine-tuning
+FINETUNE = "configs/custom/videomae_vit_b_finetune.yaml"
+HUB = "/MCG-NJU/videomae-base-finetuned-kinetics/resolve/main/"
+
+
+def _serve_hub_folder(server, folder):
+    """Serve a save_pretrained folder where the table's Hub URL points (through the mirror)."""
+    for name in ("model.safetensors", "config.json"):
+        server.files[HUB + name] = (folder / name).read_bytes()
+
+
+def _my_videos(tmp_path, size, frames):
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    data = tmp_path / "mine"
+    gen = subprocess.run([sys.executable, "-m", "zoo.data.synthetic", "--out", str(data),
+                          "--num-classes", "3", "--train-per-class", "2", "--val-per-class", "1",
+                          "--frames", str(frames), "--size", str(size), "--seed", "7"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert gen.returncode == 0, gen.stderr
+    return ["DATA.TRAIN_ANNO_PATH", str(data / "train.txt"), "DATA.TRAIN_DATA_PATH", str(data),
+            "DATA.VAL_ANNO_PATH", str(data / "val.txt"), "DATA.VAL_DATA_PATH", str(data)]
+
+
+def _finetune(tmp_path, server, overrides, timeout=240):
+    from helpers import run_tool
+
+    env = {"ZOO_HOME": str(tmp_path / "zoo_home"), "ZOO_WEIGHTS_MIRROR": server.url}
+    r = run_tool("train_ddp.py", ["--config-file", FINETUNE, *overrides,
+                                  "DDP_CONFIG.NUM_CPU_PROCS", "2", "DATA.NUM_WORKERS", "0",
+                                  "TRAIN.EPOCH_NUM", "1", "LOG.BASE_PATH", str(tmp_path),
+                                  "LOG.EXP_NAME", "ft"], timeout=timeout, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted(p for p, _ in server.requests) == [HUB + "config.json",
+                                                     HUB + "model.safetensors"]
+    run_dir = tmp_path / "ft"
+    assert "re-initialised head" in (run_dir / "log_rank0.txt").read_text()
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    val = [r for r in records if r.get("split") == "val"][-1]
+    assert val["num_videos"] == 3 and val["top5"] == 100.0  # 3 classes: top-5 always right
+    return run_dir
+
+
+def test_finetune_config_runs_from_hub_weights_on_two_processes(tmp_path, server):
+    """The shipped config, a small-width VideoMAE by MODEL.KWARGS, from Hub-format weights (a
+    save_pretrained folder with the published 400 classes) served where the table's tag points."""
+    hf = _hf_model(num_labels=400)
+    hf.save_pretrained(tmp_path / "hub")
+    _serve_hub_folder(server, tmp_path / "hub")
+    kwargs = "['embed_dim', 24, 'depth', 2, 'num_heads', 3, 'frames', 4, 'crop_size', 32, " \
+             "'drop_path', 0.1]"
+    _finetune(tmp_path, server, [
+        *_my_videos(tmp_path, size=36, frames=8), "MODEL.KWARGS", kwargs,
+        "DATA.CLIP_LEN", "4", "DATA.FRAME_RATE", "2", "DATA.CROP_SIZE", "32",
+        "DATA.SHORT_SIDE_SIZE", "32", "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]",
+        "DATA.TEST_NUM_SEGMENT", "1", "DATA.TEST_NUM_CROP", "1",
+        "TRAIN.BATCH_SIZE", "2", "VAL.BATCH_SIZE", "2"])
