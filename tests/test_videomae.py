@@ -272,3 +272,36 @@ def test_finetune_config_runs_from_hub_weights_on_two_processes(tmp_path, server
         "DATA.SHORT_SIDE_SIZE", "32", "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]",
         "DATA.TEST_NUM_SEGMENT", "1", "DATA.TEST_NUM_CROP", "1",
         "TRAIN.BATCH_SIZE", "2", "VAL.BATCH_SIZE", "2"])
+
+
+@pytest.mark.slow
+def test_full_vit_b_from_the_config_loads_hub_weights_and_trains_a_step(tmp_path, server,
+                                                                        monkeypatch):
+    """The config's own ViT-B (full size), its tag's Hub-format weights (a full-size
+    save_pretrained folder with random weights, served on loopback where the tag points):
+    loaded, then one forward / backward on a 16x224x224 clip. (A full training run of ViT-B on
+    2 CPU cores takes minutes; the run itself is checked at a small width above.)"""
+    from zoo.config import load_config
+    from zoo.models import build_model
+
+    torch.manual_seed(0)
+    config = transformers.VideoMAEConfig(num_labels=400)  # ViT-B, 16 frames, 224
+    transformers.VideoMAEForVideoClassification(config).save_pretrained(tmp_path / "hub")
+    _serve_hub_folder(server, tmp_path / "hub")
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path / "zoo_home"))
+    monkeypatch.setenv("ZOO_WEIGHTS_MIRROR", server.url)
+    cfg = load_config(FINETUNE, ["DATA.NUM_CLASSES", "3"])
+    model = build_model(cfg).train()
+    from safetensors.torch import load_file
+
+    hub = load_file(str(tmp_path / "hub" / "model.safetensors"))
+    assert torch.equal(model.patch_embed.proj.weight,
+                       hub["videomae.embeddings.patch_embeddings.projection.weight"])
+    assert torch.equal(model.blocks[11].attn.v_bias,
+                       hub["videomae.encoder.layer.11.attention.attention.v_bias"])
+    assert model.blocks[11].drop_path == pytest.approx(0.1)  # MODEL.KWARGS of the config
+    x = torch.randn(1, 3, cfg.CONFIG.DATA.CLIP_LEN, 224, 224)
+    loss = torch.nn.functional.cross_entropy(model(x), torch.tensor([2]))
+    loss.backward()
+    assert model.head.weight.shape == (3, 768)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
