@@ -1,7 +1,8 @@
 """What several test files share: the repository root, a toy model file's source, overrides for
 a tiny run on generated data, running a tool as a user would, running a function on two gloo
 ranks, a model's cross-entropy gradients, reference checkpoint key schemes (SlowFast's tensors in
-PySlowFast's / MMAction2's / gluoncv's layouts), gluoncv's config names, and starting and finishing
+PySlowFast's / MMAction2's / gluoncv's layouts, a Hugging Face VideoMAE's in MMAction2's),
+gluoncv's config names, and starting and finishing
 launcher processes (``from helpers import ...``). Shared fixtures are in conftest.py."""
 
 import os
@@ -376,6 +377,47 @@ CONFIG_NAMES = {
     "tpn_resnet50_f32s2_kinetics400": (400, 32, 2, 224),
     "tpn_resnet50_f8s8_kinetics400": (400, 8, 8, 224),
 }
+
+
+def videomae_as_mmaction2(hf_state: dict, table) -> dict:
+    """A Hugging Face VideoMAE's tensors under MMAction2's VideoMAE names (mmaction2's
+    ``vit_mae.py`` VisionTransformer, mmcv's FFN, TimeSformerHead's ``fc_cls``), with ``table``
+    as the persistent ``backbone.pos_embed`` buffer MMAction2 saves."""
+    import torch
+
+    out = {"backbone.pos_embed": table}
+    qkv = {}
+    for key, value in hf_state.items():
+        m = re.match(r"videomae\.encoder\.layer\.(\d+)\.(.+)$", key)
+        if m:
+            i, rest = m.groups()
+            b = f"backbone.blocks.{i}."
+            m2 = re.match(r"attention\.attention\.(query|key|value)\.weight$", rest)
+            if m2:
+                qkv.setdefault(i, {})[m2.group(1)] = value
+                continue
+            rest = re.sub(r"^attention\.attention\.(q|v)_bias$", r"attn.\1_bias", rest)
+            rest = re.sub(r"^attention\.attention\.(query|value)\.bias$",
+                          lambda m3: f"attn.{m3.group(1)[0]}_bias", rest)
+            for hf_name, mm_name in (("attention.output.dense.", "attn.proj."),
+                                     ("layernorm_before.", "norm1."),
+                                     ("layernorm_after.", "norm2."),
+                                     ("intermediate.dense.", "mlp.layers.0.0."),
+                                     ("output.dense.", "mlp.layers.1.")):
+                if rest.startswith(hf_name):
+                    rest = mm_name + rest[len(hf_name):]
+                    break
+            out[b + rest] = value
+            continue
+        key = key.replace("videomae.embeddings.patch_embeddings.projection.",
+                          "backbone.patch_embed.projection.")
+        key = key.replace("fc_norm.", "backbone.fc_norm.").replace("classifier.",
+                                                                  "cls_head.fc_cls.")
+        out[key] = value
+    for i, parts in qkv.items():
+        out[f"backbone.blocks.{i}.attn.qkv.weight"] = torch.cat(
+            [parts["query"], parts["key"], parts["value"]])
+    return out
 
 
 def file_bytes(obj, tmp_path, name="w.pth") -> bytes:

@@ -34,6 +34,7 @@ SMALL_KWARGS = {
     "tsn": dict(base_width=8),
     "mvit_v2_s": dict(spatial_size=(32, 32), temporal_size=8),
     "swin3d": dict(embed_dim=16, num_heads=(1, 2, 4, 8)),
+    "videomae": dict(embed_dim=24, depth=2, num_heads=3, frames=8, crop_size=32),
 }
 IMAGE_INPUT = (2, 3, 32, 32)
 VIDEO_INPUT = (2, 3, 8, 32, 32)

@@ -122,6 +122,8 @@ def _publisher_state(name, entry):
         with torch.device("meta"):
             tv_state = getattr(torchvision.models.video, name)().state_dict()
         return {mmaction2_swin_key(k): v for k, v in tv_state.items()}
+    if name.startswith("videomae"):
+        return _videomae_state(name, entry)
     if entry.format == "mmaction2":
         arch = {"slowfast_4x16_resnet50": dict(alpha=8, k=5),
                 "slowfast_8x8_resnet50": dict(alpha=4, k=7)}[name]
@@ -149,6 +151,29 @@ def _publisher_state(name, entry):
         assert file == "SLOWFAST_4x16_R50.pyth"  # not in the hub: PySlowFast's 4x16 settings
         return ptv_slowfast.create_slowfast(slowfast_fusion_conv_kernel_size=(5, 1, 1),
                                             slowfast_fusion_conv_stride=(8, 1, 1)).state_dict()
+
+
+def _videomae_state(name, entry):
+    """Hugging Face's VideoMAEForVideoClassification of the size (meta device), as the Hub's
+    file names it (q_bias / v_bias), or under MMAction2's names (helpers.videomae_as_mmaction2)."""
+    transformers = pytest.importorskip("transformers")
+    from helpers import videomae_as_mmaction2
+
+    from zoo.models.videomae import sincos_table
+
+    width, depth, heads = {"videomae_vit_s": (384, 12, 6), "videomae_vit_b": (768, 12, 12),
+                           "videomae_vit_l": (1024, 24, 16)}[name]
+    config = transformers.VideoMAEConfig(hidden_size=width, num_hidden_layers=depth,
+                                         num_attention_heads=heads, intermediate_size=4 * width,
+                                         num_labels=400)
+    with torch.device("meta"):
+        state = transformers.VideoMAEForVideoClassification(config).state_dict()
+    state = {re.sub(r"attention\.attention\.(query|value)\.bias$",
+                    lambda m: f"attention.attention.{m.group(1)[0]}_bias", k): v
+             for k, v in state.items()}
+    if entry.format == "mmaction2":
+        return videomae_as_mmaction2(state, sincos_table(8 * 14 * 14, width))
+    return state
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,14 @@
 """``zoo-convert-checkpoint`` (``tools/convert_checkpoint.py``): convert a PySlowFast /
-PyTorchVideo / MMAction2 / torchvision checkpoint into a zoo checkpoint.
+PyTorchVideo / MMAction2 / torchvision / gluoncv.torch / Hugging Face checkpoint into a zoo
+checkpoint.
 
     zoo-convert-checkpoint --from pyslowfast --model slowfast_8x8_resnet50 \\
         SLOWFAST_8x8_R50.pyth slowfast_8x8_resnet50_k400.pth
     zoo-convert-checkpoint --from mmaction2 --model slowfast_4x16_resnet50 \\
         --kwargs fuse_norm_act False slowfast_r50_4x16.pth out.pth
     zoo-convert-checkpoint --from torchvision --model i3d_resnet50 resnet50.pth i3d.pth
+    zoo-convert-checkpoint --from huggingface --model videomae_vit_b \
+        videomae-base-finetuned-kinetics/ videomae_vit_b_k400.pth
 
 Every source tensor must be used and every zoo tensor filled, or nothing is written and the
 error names the keys. Then train or test with CONFIG.MODEL.PRETRAINED OUT (any class count).
@@ -24,8 +27,9 @@ from ..utils.env import import_extra_modules
 from .command import command
 from .parser import add_extra_modules_argument, check_pairs, tool_parser
 
-DESCRIPTION = ("Convert a PySlowFast / PyTorchVideo / MMAction2 / torchvision checkpoint into a "
-               "zoo checkpoint.")
+DESCRIPTION = ("Convert a PySlowFast / PyTorchVideo / MMAction2 / torchvision / gluoncv.torch / "
+               "Hugging Face checkpoint (a file, .safetensors too, or a Hub folder) into a zoo "
+               "checkpoint.")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="unpickle the source fully (runs code in the file; trusted files "
                         "only), for files torch.load(weights_only=True) refuses")
     add_extra_modules_argument(parser)
-    parser.add_argument("src", help="source checkpoint")
+    parser.add_argument("src", help="source checkpoint (a file, or a Hugging Face Hub folder)")
     parser.add_argument("out", help="zoo checkpoint to write")
     return parser
 

@@ -27,6 +27,7 @@ from . import (  # noqa: F401
     torchvision_video,
     tpn,
     tsn,
+    videomae,
     vmz,
     x3d,
 )

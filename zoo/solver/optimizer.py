@@ -1,5 +1,6 @@
-"""SGD or AdamW with parameter groups: no weight decay on norm parameters and biases, and an
-optional LR multiplier for the backbone (every parameter outside the classifier head)."""
+"""SGD or AdamW with parameter groups: no weight decay on norm parameters and biases (``bias``,
+and named biases such as VideoMAE's ``q_bias`` / ``v_bias``), and an optional LR multiplier for
+the backbone (every parameter outside the classifier head)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def param_groups(model: nn.Module, weight_decay: float, head_ids: Optional[Set[i
             if not p.requires_grad or id(p) in seen:
                 continue
             seen.add(id(p))
-            no_decay = isinstance(module, _NORM_TYPES) or name == "bias"
+            no_decay = (isinstance(module, _NORM_TYPES) or name == "bias"
+                        or name.endswith("_bias"))
             is_head = id(p) in head_ids
             buckets.setdefault((no_decay, is_head), []).append(p)
     groups = []

@@ -2,9 +2,11 @@
 
 ``MODEL.PRETRAINED`` is one of: ``""`` / ``False`` (random init), ``True`` (the architecture's
 default tag), a tag from :mod:`zoo.models.weights.table` (``kinetics400``), an ``http(s)://``
-URL, or a local path. A tag or URL is downloaded once into ``$ZOO_HOME/weights`` (default
-``~/.cache/zoo/weights``), under the URL's host and path, so that a file copied there by hand is
-found too.
+URL, or a local path (a file, or a Hugging Face Hub folder). A tag or URL is downloaded once
+into ``$ZOO_HOME/weights`` (default ``~/.cache/zoo/weights``), under the URL's host and path, so
+that a file copied there by hand is found too. A Hugging Face weights URL (``model.safetensors``
+/ ``pytorch_model.bin``, or a table entry of format ``huggingface``) brings the ``config.json``
+beside it on the server into the cache beside the file.
 
 The download (standard library only):
 
@@ -150,7 +152,7 @@ def resolve_pretrained(value: str, model_name: str) -> WeightsSource:
                 f"file; write ./{value} for the file")
         url = tags[tag].url
         return WeightsSource("url", value, cache_path(url), mirror_url(url), tags[tag], tag)
-    if os.path.isfile(value):
+    if os.path.isfile(value) or os.path.isdir(value):  # a folder: a Hugging Face Hub folder
         return WeightsSource("path", value, value)
     looks_like_tag = os.sep not in value and "." not in value
     have = f"tags of {model_name}: {', '.join(tags)}" if tags else f"{model_name} has no tags"

@@ -1,12 +1,16 @@
 """Loading pretrained weights into a model, re-initialising a head whose class count differs.
 
-The source is what ``MODEL.PRETRAINED`` names (a local file, a weights tag, ``True`` or a URL;
-:mod:`zoo.models.weights.download` resolves and downloads it). The file is read with
-``torch.load(weights_only=True)``; its format is told from its keys (:func:`detect_format`):
-zoo's own keys (which torchvision files share for the models that mirror torchvision) load as
-they are, PySlowFast / PyTorchVideo / MMAction2 / torchvision-ResNet / gluoncv.torch keys are
-converted in memory by :mod:`zoo.models.weights.convert`. :func:`inflate_from_file` loads a 2D
-ResNet file into a 3D ResNet (the ``inflate_from`` argument of the Slow / I3D / TPN builders).
+The source is what ``MODEL.PRETRAINED`` names (a local file or Hugging Face Hub folder, a
+weights tag, ``True`` or a URL; :mod:`zoo.models.weights.download` resolves and downloads it).
+A file is read with ``torch.load(weights_only=True)``, or with safetensors when it is one (told
+from its content); its format is told from its keys (:func:`detect_format`): zoo's own keys
+(which torchvision files share for the models that mirror torchvision) load as they are,
+PySlowFast / PyTorchVideo / MMAction2 / torchvision-ResNet / gluoncv.torch / Hugging Face keys
+are converted in memory by :mod:`zoo.models.weights.convert`. Hugging Face weights come with a
+``config.json`` (in the folder, beside the file, or downloaded from beside a URL's file), which
+is checked against the model (``convert.huggingface.check_hub_config``).
+:func:`inflate_from_file` loads a 2D ResNet file into a 3D ResNet (the ``inflate_from`` argument
+of the Slow / I3D / TPN builders).
 """
 
 from __future__ import annotations
@@ -21,10 +25,17 @@ import torch.nn as nn
 
 from ..classifier import head_keys
 from .convert import SCHEMES
-from .convert.common import Layout, map_state
+from .convert.common import Layout, is_safetensors, map_state, read_safetensors
 from .convert.gluoncv import looks_like_gluoncv
+from .convert.huggingface import (
+    check_hub_config,
+    find_hub_config,
+    looks_like_huggingface,
+    read_hub_config,
+    read_hub_folder,
+)
 from .convert.torchvision import inflate_state_dict
-from .download import WeightsError, fetch, resolve_pretrained
+from .download import WeightsError, WeightsSource, cache_path, fetch, mirror_url, resolve_pretrained
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +51,15 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
     """The model weights in a checkpoint file, ``module.`` stripped.
 
     A zoo checkpoint (``model``), a PySlowFast / PyTorchVideo ``.pyth`` (``model_state``), an
-    MMAction2 file (``state_dict``) or a bare state dict.
+    MMAction2 file (``state_dict``), a bare state dict, a ``.safetensors`` file (told from its
+    content), or a Hugging Face Hub folder (``model.safetensors`` / ``pytorch_model.bin``).
     """
+    if os.path.isdir(path):
+        return read_hub_folder(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"pretrained checkpoint {path!r} does not exist")
+    if is_safetensors(path):
+        return _strip_module(read_safetensors(path), path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # an unpickling error names the forbidden global
@@ -57,6 +73,10 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
         state = next((obj[k] for k in _STATE_KEYS if isinstance(obj.get(k), dict)), obj)
     if not isinstance(state, dict):
         raise WeightsError(f"{path}: holds no state dict (found {type(state).__name__})")
+    return _strip_module(state, path)
+
+
+def _strip_module(state: Dict[str, torch.Tensor], path: str) -> Dict[str, torch.Tensor]:
     state = {k[len("module."):] if k.startswith("module.") else k: v for k, v in state.items()
              if isinstance(v, torch.Tensor)}
     if not state:
@@ -66,8 +86,8 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
 
 def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
     """The format of ``state``, from its keys: ``"zoo"`` (the model's own keys), ``"pyslowfast"``,
-    ``"pytorchvideo"``, ``"mmaction2"``, ``"gluoncv"`` or ``"torchvision"`` (a 2D ResNet, to
-    inflate).
+    ``"pytorchvideo"``, ``"mmaction2"``, ``"huggingface"``, ``"gluoncv"`` or ``"torchvision"``
+    (a 2D ResNet, to inflate).
 
     Raises:
         RuntimeError: when the keys fit none of them (naming the first keys).
@@ -76,6 +96,8 @@ def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
     if sum(k in own for k in state) >= len(own) // 2:
         return "zoo"
     keys = list(state)
+    if looks_like_huggingface(keys):
+        return "huggingface"
     if any(k.startswith("blocks.") for k in keys):
         return "pytorchvideo"
     if any(k.startswith(("s1.pathway0_stem.", "s2.pathway0_res")) for k in keys):
@@ -121,6 +143,8 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
             return
         expected = source.entry.format if source.entry else None
         new_head = bool(source.entry and source.entry.new_head)
+        if _is_hub_file(source):
+            fetch(_config_beside(source))  # into the cache, beside the weights
         path = fetch(source)
     state = read_state_dict(path)
     if all(k.startswith("model.") for k in state) and not any(
@@ -133,7 +157,38 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
                                                                             "gluoncv")):
         raise WeightsError(f"{path}: the weights table says {expected} but its keys are {fmt}'s; "
                            "the published file changed: report it, or name the file directly")
+    if fmt == "huggingface":
+        _check_hub_config(path, model)
     load_state(model, to_model_keys(state, model, fmt, path), source=path, new_head=new_head)
+
+
+# File names of Hugging Face weights: a URL naming one gets the config.json beside it too.
+_HUB_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def _is_hub_file(source: WeightsSource) -> bool:
+    if source.kind != "url":
+        return False
+    if source.entry is not None:
+        return source.entry.format == "huggingface"
+    return source.value.rsplit("/", 1)[-1] in _HUB_FILES
+
+
+def _config_beside(source: WeightsSource) -> WeightsSource:
+    """The ``config.json`` next to a Hub weights URL, as a source cached beside the weights."""
+    url = (source.entry.url if source.entry else source.value).rsplit("/", 1)[0] + "/config.json"
+    return WeightsSource("url", url, cache_path(url), mirror_url(url))
+
+
+def _check_hub_config(path: str, model: nn.Module) -> None:
+    """Check Hugging Face weights' config.json (required for a folder) against ``model``."""
+    config = find_hub_config(path)
+    if config is None and not os.path.isdir(path):
+        logger.warning("%s: no config.json beside it; the attention heads and the input size "
+                       "it was trained for are not checked", path)
+        return
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    check_hub_config(read_hub_config(folder), model, path)
 
 
 def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "state",

@@ -16,6 +16,11 @@ Not listed, and why:
   architecture whose keys they fit. MMAction2's SlowFast R101 8x8 uses lateral kernel 7 (its
   config inherits the R50 8x8 one), zoo's ``slowfast_8x8_resnet101`` (PySlowFast's) uses 5.
 
+Hugging Face Hub entries (format ``huggingface``) name the weights file
+(``https://huggingface.co/<repo>/resolve/main/model.safetensors``); the loader downloads the
+``config.json`` beside it on the server into the cache beside the file and checks it against
+the model being built (the Hub publishes no hash in its URLs: ``hash`` is empty).
+
 ``hash`` is the published hash, or the prefix of it that the publisher puts in the file name
 (torchvision and OpenMMLab name files ``NAME-<first 8 hex of sha256>.pth``); empty when the
 publisher gives none. ``hash_algo`` says which: ``sha256``, or ``sha1`` for gluoncv.torch, whose
@@ -38,7 +43,8 @@ __all__ = ["WeightsEntry", "WEIGHTS", "DEFAULT_TAGS", "FORMATS", "GLUONCV_SHA1",
            "base_architecture", "default_tag", "entries", "register_alias", "table_rows"]
 
 # File formats load.py recognises (and converts with zoo.models.weights.convert).
-FORMATS = ("zoo", "pyslowfast", "pytorchvideo", "mmaction2", "torchvision", "gluoncv")
+FORMATS = ("zoo", "pyslowfast", "pytorchvideo", "mmaction2", "torchvision", "gluoncv",
+           "huggingface")
 
 # Hash algorithms the download check knows (hashlib names).
 HASH_ALGOS = ("sha256", "sha1")
@@ -135,6 +141,32 @@ def _mma_swin(size: str, date_hash: str) -> WeightsEntry:
     stem = f"swin-{size}-p244-w877_in1k-pre_8xb8-amp-32x2x1-30e_kinetics400-rgb"
     return WeightsEntry(f"{_MMA_SWIN}{stem}/{stem}_{date_hash}.pth", "mmaction2", "kinetics400",
                         date_hash.split("-")[1], _MMA_SWIN_SRC)
+# Hugging Face Hub: MCG-NJU's VideoMAE fine-tuned on Kinetics-400, converted from VideoMAE's own
+# checkpoints by transformers' convert_videomae_to_pytorch.py (which names
+# videomae-{small,base,large}-finetuned-kinetics; the base one is the example of transformers'
+# VideoMAEForVideoClassification docstring). Safetensors; the Hub's URLs carry no hash.
+_HF_VIDEOMAE = "https://huggingface.co/MCG-NJU/videomae-{}-finetuned-kinetics/resolve/main/"
+_HF_SRC = "transformers models/videomae/convert_videomae_to_pytorch.py, modeling_videomae.py"
+
+
+def _hf_videomae(size: str, note: str = "") -> WeightsEntry:
+    return WeightsEntry(_HF_VIDEOMAE.format(size) + "model.safetensors", "huggingface",
+                        "kinetics400", "", _HF_SRC, note)
+
+
+# MMAction2 1.x VideoMAE V2 (configs/recognition/videomaev2/README.md, Kinetics-400 table):
+# ViT-S / ViT-B distilled from VideoMAE V2-g on Kinetics-710, then fine-tuned on Kinetics-400
+# (top-1 83.6 / 86.6), ported from OpenGVLab/VideoMAEv2. Same network as VideoMAE's; the hash
+# is the first 8 hex digits of the file's SHA-256.
+_MMA_V2 = "https://download.openmmlab.com/mmaction/v1.0/recognition/videomaev2/"
+_MMA_V2_SRC = "mmaction2 configs/recognition/videomaev2/README.md"
+
+
+def _mma_v2(size: str, date_hash: str) -> WeightsEntry:
+    stem = f"vit-{size}-p16_videomaev2-vit-g-dist-k710-pre_16x4x1_kinetics-400"
+    return WeightsEntry(f"{_MMA_V2}{stem}/{stem}_{date_hash}.pth", "mmaction2", "kinetics400",
+                        date_hash.split("-")[1], _MMA_V2_SRC,
+                        "VideoMAE V2-g distilled (Kinetics-710), fine-tuned on Kinetics-400")
 
 
 _RESNET50_V1 = _tv("resnet50-0676ba61.pth", "0676ba61", "ResNet50_Weights.IMAGENET1K_V1",
@@ -222,6 +254,17 @@ WEIGHTS: Dict[str, Dict[str, WeightsEntry]] = {
         "imagenet1k-v2": _tv("resnet152-f82ba261.pth", "f82ba261",
                              "ResNet152_Weights.IMAGENET1K_V2", "imagenet1k", "models."),
     },
+    "videomae_vit_s": {
+        "kinetics400": _hf_videomae(
+            "small", "transformers' converter sets 16 heads for small, VideoMAE's ViT-S has 6: "
+            "a config.json saying 16 stops with the key named"),
+        "kinetics400-v2-distilled": _mma_v2("small", "20230510-25c748fd"),
+    },
+    "videomae_vit_b": {
+        "kinetics400": _hf_videomae("base"),
+        "kinetics400-v2-distilled": _mma_v2("base", "20230510-3e7f93b2"),
+    },
+    "videomae_vit_l": {"kinetics400": _hf_videomae("large")},
     # TSN's backbone is a torchvision ResNet-50 (same keys); no Kinetics TSN in a readable format.
     "tsn_resnet50": {"imagenet1k": _RESNET50_V1},
 }

@@ -1,5 +1,5 @@
-"""Checkpoint converters: PySlowFast, PyTorchVideo, MMAction2, torchvision and gluoncv.torch files
--> zoo.
+"""Checkpoint converters: PySlowFast, PyTorchVideo, MMAction2, torchvision, gluoncv.torch and
+Hugging Face files -> zoo.
 
 Python::
 
@@ -7,7 +7,9 @@ Python::
     convert_checkpoint("SLOWFAST_8x8_R50.pyth", "sf.pth", "pyslowfast", "slowfast_8x8_resnet50")
     model = zoo.create_model("slowfast_8x8_resnet50", num_classes=400, pretrained="sf.pth")
 
-Command line: ``python tools/convert_checkpoint.py --from pyslowfast --model NAME IN OUT``.
+Command line: ``python tools/convert_checkpoint.py --from pyslowfast --model NAME IN OUT``. The
+source may be a ``torch.save`` file, a ``.safetensors`` file or (``--from huggingface``) a Hub
+folder, whose ``config.json`` is checked against the model first.
 
 Every conversion is checked whole: each source tensor must map to a zoo key (an unknown key is an
 error, never silently dropped), each zoo tensor must be filled, and every shape must match. The
@@ -34,6 +36,13 @@ from ...classifier import head_keys
 from ...registry import MODEL_REGISTRY, model_facts
 from .common import ConversionError, Layout, Report, Scheme, map_state, read_source
 from .gluoncv import GluonCVScheme
+from .huggingface import (
+    HuggingFaceScheme,
+    check_hub_config,
+    find_hub_config,
+    read_hub_config,
+    read_hub_folder,
+)
 from .mmaction2 import MMAction2Scheme
 from .pyslowfast import PySlowFastScheme
 from .pytorchvideo import PyTorchVideoScheme
@@ -45,7 +54,7 @@ __all__ = ["SCHEMES", "ConversionError", "Report", "convert_checkpoint", "conver
 
 SCHEMES: Dict[str, Scheme] = {
     s.name: s for s in (PySlowFastScheme(), PyTorchVideoScheme(), MMAction2Scheme(),
-                        TorchvisionScheme(), GluonCVScheme())
+                        TorchvisionScheme(), GluonCVScheme(), HuggingFaceScheme())
 }
 
 
@@ -68,8 +77,8 @@ def convert_state_dict(
 
     Args:
         source: The foreign tensors (``module.`` already stripped).
-        scheme: ``"pyslowfast"``, ``"pytorchvideo"``, ``"mmaction2"``, ``"torchvision"`` or
-            ``"gluoncv"``.
+        scheme: ``"pyslowfast"``, ``"pytorchvideo"``, ``"mmaction2"``, ``"torchvision"``,
+            ``"gluoncv"`` or ``"huggingface"``.
         model_name: A registered zoo model.
         **model_kwargs: Builder arguments the source architecture needs (e.g. ``depth``,
             ``width``, ``fuse_norm_act=False``).
@@ -133,7 +142,16 @@ def convert_checkpoint(
         The :class:`Report` of the conversion.
     """
     model_kwargs = dict(model_kwargs or {})
-    source = read_source(src, _scheme(scheme).state_keys, allow_pickle=allow_pickle)
+    if os.path.isdir(src):  # a Hugging Face Hub folder
+        source = read_hub_folder(src)
+    else:
+        source = read_source(src, _scheme(scheme).state_keys, allow_pickle=allow_pickle)
+    if scheme == "huggingface" and (os.path.isdir(src) or find_hub_config(src)):
+        # What the Hub folder says the network is, checked before any key.
+        folder = src if os.path.isdir(src) else os.path.dirname(os.path.abspath(src))
+        probe = _meta_model(model_name, model_facts(model_name).get("num_classes") or 400,
+                            model_kwargs)
+        check_hub_config(read_hub_config(folder), probe, src)
     state, num_classes, report = convert_state_dict(source, scheme, model_name, **model_kwargs)
     ckpt = make_checkpoint(
         state, _cfg_text(model_name, num_classes, model_kwargs),

@@ -21,7 +21,8 @@ from ....utils.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ConversionError", "Layout", "Report", "Scheme", "map_state", "read_source"]
+__all__ = ["ConversionError", "Layout", "Report", "Scheme", "is_safetensors", "map_state",
+           "read_safetensors", "read_source"]
 
 # The last component of every state-dict key: what kind of tensor it is.
 PARAM = r"(weight|bias|running_mean|running_var|num_batches_tracked)"
@@ -59,9 +60,11 @@ class Layout:
 
     @property
     def kind(self) -> str:
-        """``"slowfast"``, ``"resnet3d"``, ``"x3d"`` or ``"other"``."""
+        """``"slowfast"``, ``"resnet3d"``, ``"x3d"``, ``"videomae"`` or ``"other"``."""
         if "stem.conv_xy.weight" in self.shapes and self.pathways:
             return "x3d"
+        if "patch_embed.proj.weight" in self.shapes and "blocks.0.attn.qkv.weight" in self.shapes:
+            return "videomae"
         return {2: "slowfast", 1: "resnet3d"}.get(len(self.pathways), "other")
 
     def prefix(self, pathway: int) -> Optional[str]:
@@ -153,12 +156,48 @@ def bn_identity(zoo_key: str, shape: torch.Size, eps: float = 1e-5) -> torch.Ten
     return torch.zeros(shape)  # bias, running_mean
 
 
+def is_safetensors(path: str) -> bool:
+    """Whether the file ``path`` is a safetensors file, from its content (an 8-byte little-endian
+    header length, then the JSON header's ``{``) or its ``.safetensors`` name."""
+    if path.endswith(".safetensors"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(9)
+        size = os.path.getsize(path)
+    except OSError:
+        return False
+    return (len(head) == 9 and head[8:9] == b"{"
+            and 0 < int.from_bytes(head[:8], "little") <= size - 8)
+
+
+def read_safetensors(path: str) -> Dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (on the CPU).
+
+    Raises:
+        ConversionError: one line naming the file when it cannot be read.
+    """
+    try:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+    except ImportError as e:
+        raise ConversionError(f"{path}: reading safetensors files needs the safetensors "
+                              f"package ({e}); pip install 'safetensors>=0.4'") from None
+    try:
+        return load_file(path, device="cpu")
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise ConversionError(f"{path}: not a readable safetensors file "
+                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+                              ) from None
+
+
 def read_source(path: str, state_keys: Sequence[str], allow_pickle: bool = False
                 ) -> Dict[str, torch.Tensor]:
     """The tensors of a foreign checkpoint, with any ``module.`` prefix removed.
 
     Args:
-        path: Checkpoint file.
+        path: Checkpoint file: a ``torch.save`` file or a ``.safetensors`` one (a Hugging Face
+            Hub folder is read by ``huggingface.read_hub_folder``).
         state_keys: Dict keys that may hold the state dict (tried in order); a file that is a
             bare state dict works too.
         allow_pickle: Load with ``weights_only=False``. This runs code stored in the file: only
@@ -166,6 +205,8 @@ def read_source(path: str, state_keys: Sequence[str], allow_pickle: bool = False
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint {path!r} does not exist")
+    if is_safetensors(path):
+        return {re.sub(r"^module\.", "", k): v for k, v in read_safetensors(path).items()}
     try:
         obj = torch.load(path, map_location="cpu", weights_only=not allow_pickle)
     except Exception as e:

@@ -1,7 +1,8 @@
 """MMAction2 checkpoints (``{meta, state_dict, optimizer}``): ``ResNet3dSlowFast``,
-``ResNet3dSlowOnly`` and ``ResNet3d`` (I3D-style) backbones with their cls heads, here; other
-target families through a scheme of their own (:data:`FAMILY_SCHEMES`: Video Swin in
-``mmaction2_swin.py``), chosen by the target model's keys.
+``ResNet3dSlowOnly`` and ``ResNet3d`` (I3D-style) backbones with their cls heads, and
+VideoMAE / VideoMAE V2 ``VisionTransformer`` backbones, here; other target families through a
+scheme of their own (:data:`FAMILY_SCHEMES`: Video Swin in ``mmaction2_swin.py``), chosen by the
+target model's keys.
 
 Key scheme (``path`` = ``slow_path`` / ``fast_path``; single-pathway backbones have no path part;
 ``n`` = 1..4 is zoo's res{n+1})::
@@ -26,6 +27,17 @@ Two differences from PySlowFast, handled here:
   laterals are bare convs and no BN is filled. Identity BNs also stop being identities once
   trained in train mode (batch statistics), another reason to prefer ``fuse_norm_act=False``.
 
+VideoMAE / VideoMAE V2 (``VisionTransformer`` of ``vit_mae.py`` with a ``TimeSformerHead``)::
+
+    backbone.patch_embed.projection               -> patch_embed.proj
+    backbone.blocks.{i}.{norm1,norm2}             -> blocks.{i}.{norm1,norm2}
+    backbone.blocks.{i}.attn.{qkv,q_bias,v_bias,proj} -> the same under blocks.{i}.attn
+    backbone.blocks.{i}.mlp.layers.0.0 / layers.1 -> blocks.{i}.mlp.fc1 / fc2  (mmcv's FFN)
+    backbone.fc_norm (backbone.norm)              -> fc_norm (norm)
+    cls_head.fc_cls                               -> head
+    backbone.pos_embed                            -> dropped, after checking that it is the fixed
+                                                     sine-cosine table zoo computes
+
 MMAction2 feeds SlowFast one clip and subsamples the slow frames with nearest-neighbour
 interpolation (``x[:, :, ::tau]``-like), while zoo's single-tensor input picks PySlowFast's evenly
 spread indices; pass ``[slow, fast]`` to control the frames exactly.
@@ -34,7 +46,7 @@ spread indices; pass ``[slow, fast]`` to control the frames exactly.
 from __future__ import annotations
 
 import re
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -64,8 +76,29 @@ _STEM = re.compile(rf"^backbone\.((?:slow|fast)_path\.)?conv1\.(conv|bn)\.{PARAM
 _RES = re.compile(rf"^backbone\.((?:slow|fast)_path\.)?layer([1-4])\.(\d+)\.(.+)\.{PARAM}$")
 _LATERAL = re.compile(rf"^backbone\.slow_path\.(conv1|layer[1-3])_lateral\.conv\.{PARAM}$")
 _HEAD = re.compile(rf"^cls_head\.fc_cls\.{PARAM}$")
+_VIT_RULES = [
+    (re.compile(rf"^backbone\.patch_embed\.projection\.{PARAM}$"), "patch_embed.proj.{0}"),
+    (re.compile(rf"^backbone\.blocks\.(\d+)\.(norm1|norm2|attn\.proj)\.{PARAM}$"),
+     "blocks.{0}.{1}.{2}"),
+    (re.compile(r"^backbone\.blocks\.(\d+)\.attn\.(qkv\.weight|q_bias|v_bias)$"),
+     "blocks.{0}.attn.{1}"),
+    (re.compile(rf"^backbone\.blocks\.(\d+)\.mlp\.layers\.0\.0\.{PARAM}$"),
+     "blocks.{0}.mlp.fc1.{1}"),
+    (re.compile(rf"^backbone\.blocks\.(\d+)\.mlp\.layers\.1\.{PARAM}$"), "blocks.{0}.mlp.fc2.{1}"),
+    (re.compile(rf"^backbone\.(fc_norm|norm)\.{PARAM}$"), "{0}.{1}"),
+    (re.compile(rf"^cls_head\.fc_cls\.{PARAM}$"), "head.{0}"),
+]
 _FUSE = {"conv1": "fuse_stem", "layer1": "fuse_res2", "layer2": "fuse_res3",
          "layer3": "fuse_res4"}
+
+
+def _vit_key(key: str) -> Optional[str]:
+    """zoo's key of an MMAction2 VideoMAE key (None: not one of its keys)."""
+    for pattern, target in _VIT_RULES:
+        m = pattern.match(key)
+        if m:
+            return target.format(*m.groups())
+    return None
 
 
 def _fast_channels(layout: Layout) -> int:
@@ -79,16 +112,34 @@ class MMAction2Scheme(Scheme):
 
     name = "mmaction2"
     # "other": only the families of FAMILY_SCHEMES (mapper refuses the rest).
-    kinds: Tuple[str, ...] = ("slowfast", "resnet3d", "other")
+    kinds: Tuple[str, ...] = ("slowfast", "resnet3d", "videomae", "other")
     state_keys: Tuple[str, ...] = ("state_dict", "model", "model_state")
+
+    def prepare(self, source: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Drop a VideoMAE file's ``backbone.pos_embed`` (a persistent buffer in MMAction2, a
+        computed one in zoo) once it is checked to be the fixed sine-cosine table."""
+        table = source.get("backbone.pos_embed")
+        if table is None:
+            return source
+        from ...videomae import sincos_table
+
+        want = sincos_table(table.shape[1], table.shape[2]) if table.dim() == 3 else None
+        if want is None or want.shape != table.shape or not torch.allclose(
+                table.float(), want, atol=1e-5):
+            raise ConversionError(
+                f"--from mmaction2: backbone.pos_embed {tuple(table.shape)} is not the fixed "
+                "sine-cosine table zoo's VideoMAE computes (a learned one is not supported)")
+        return {k: v for k, v in source.items() if k != "backbone.pos_embed"}
 
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
         family = _family_scheme(layout)
         if family is not None:
             return family.mapper(source_keys, layout)
+        if layout.kind == "videomae":
+            return _vit_key
         if layout.kind not in ("slowfast", "resnet3d"):
             raise ConversionError(
-                f"--from {self.name} converts to SlowFast / Slow / I3D, "
+                f"--from {self.name} converts to SlowFast / Slow / I3D, VideoMAE, "
                 f"{', '.join(family for family, _, _ in FAMILY_SCHEMES)} models; this model is "
                 f"none of them (its keys: {', '.join(list(layout.shapes)[:4])}, ...)")
 
@@ -123,6 +174,8 @@ class MMAction2Scheme(Scheme):
         family = _family_scheme(layout)
         if family is not None:
             return family.transform(zoo_key, tensor, layout)
+        if layout.kind == "videomae":
+            return tensor
         if zoo_key == "head.proj.weight" and layout.kind == "slowfast":
             fast = _fast_channels(layout)  # columns [fast | slow] -> [slow | fast]
             return torch.cat([tensor[:, fast:], tensor[:, :fast]], dim=1).contiguous()

@@ -1,0 +1,217 @@
+"""Hugging Face files: ``VideoMAEForVideoClassification`` keys, Hub folders and their
+``config.json``.
+
+Key scheme (``N`` = block; ``A`` = ``videomae.encoder.layer.N.attention``)::
+
+    videomae.embeddings.patch_embeddings.projection   -> patch_embed.proj
+    A.attention.{query,key,value}.weight              -> blocks.N.attn.qkv.weight (stacked q, k, v)
+    A.attention.q_bias  (or A.attention.query.bias)   -> blocks.N.attn.q_bias
+    A.attention.v_bias  (or A.attention.value.bias)   -> blocks.N.attn.v_bias
+    A.output.dense                                    -> blocks.N.attn.proj
+    videomae.encoder.layer.N.layernorm_before / _after -> blocks.N.norm1 / norm2
+    videomae.encoder.layer.N.intermediate.dense       -> blocks.N.mlp.fc1
+    videomae.encoder.layer.N.output.dense             -> blocks.N.mlp.fc2
+    videomae.layernorm                                -> norm (models without mean pooling)
+    fc_norm, classifier                               -> fc_norm, head
+
+The Hub's files and ``save_pretrained`` write ``q_bias`` / ``v_bias``; transformers 5's
+in-memory ``state_dict()`` names them ``query.bias`` / ``value.bias``: both are read. A
+``key.bias`` (VideoMAE has none) is an error, as is any other key left over.
+
+A Hub folder (what ``save_pretrained`` writes) holds ``config.json`` and ``model.safetensors``
+(or ``pytorch_model.bin``, or shards listed in ``model.safetensors.index.json`` /
+``pytorch_model.bin.index.json``). :func:`check_hub_config` compares what ``config.json`` says
+with the model being built; a mismatch is one line naming the key, the file's value and the
+model's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Callable, Dict, Optional, Sequence
+
+import torch
+import torch.nn as nn
+
+from .common import PARAM, ConversionError, Layout, Scheme, read_source
+
+__all__ = ["HuggingFaceScheme", "check_hub_config", "find_hub_config", "looks_like_huggingface",
+           "read_hub_config", "read_hub_folder"]
+
+_LAYER = r"^videomae\.encoder\.layer\.(\d+)\."
+_QKV = re.compile(_LAYER + r"attention\.attention\.(query|key|value)\.weight$")
+_FUSED = "videomae.encoder.layer.{}.attention.attention.qkv.weight"
+_RULES = [
+    (re.compile(rf"^videomae\.embeddings\.patch_embeddings\.projection\.{PARAM}$"),
+     "patch_embed.proj.{0}"),
+    (re.compile(_LAYER + r"attention\.attention\.qkv\.weight$"), "blocks.{0}.attn.qkv.weight"),
+    (re.compile(_LAYER + r"attention\.attention\.(?:q_bias|query\.bias)$"),
+     "blocks.{0}.attn.q_bias"),
+    (re.compile(_LAYER + r"attention\.attention\.(?:v_bias|value\.bias)$"),
+     "blocks.{0}.attn.v_bias"),
+    (re.compile(_LAYER + rf"attention\.output\.dense\.{PARAM}$"), "blocks.{0}.attn.proj.{1}"),
+    (re.compile(_LAYER + rf"layernorm_before\.{PARAM}$"), "blocks.{0}.norm1.{1}"),
+    (re.compile(_LAYER + rf"layernorm_after\.{PARAM}$"), "blocks.{0}.norm2.{1}"),
+    (re.compile(_LAYER + rf"intermediate\.dense\.{PARAM}$"), "blocks.{0}.mlp.fc1.{1}"),
+    (re.compile(_LAYER + rf"output\.dense\.{PARAM}$"), "blocks.{0}.mlp.fc2.{1}"),
+    (re.compile(rf"^videomae\.layernorm\.{PARAM}$"), "norm.{0}"),
+    (re.compile(rf"^fc_norm\.{PARAM}$"), "fc_norm.{0}"),
+    (re.compile(rf"^classifier\.{PARAM}$"), "head.{0}"),
+]
+
+# Weight files of a Hub folder, in the order transformers prefers them.
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+_INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def looks_like_huggingface(keys: Sequence[str]) -> bool:
+    """Whether state-dict keys are a Hugging Face VideoMAE model's."""
+    return any(k.startswith("videomae.") for k in keys)
+
+
+class HuggingFaceScheme(Scheme):
+    """Hugging Face ``VideoMAEForVideoClassification`` -> zoo's VideoMAE."""
+
+    name = "huggingface"
+    kinds = ("videomae",)
+    state_keys = ("state_dict", "model")
+
+    def prepare(self, source: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Stack each block's query, key and value weights into one ``qkv`` weight (zoo's one
+        projection); a block missing any of the three keeps them apart (and they are reported)."""
+        parts: Dict[str, Dict[str, torch.Tensor]] = {}
+        out = {}
+        for key, tensor in source.items():
+            m = _QKV.match(key)
+            if m:
+                parts.setdefault(m.group(1), {})[m.group(2)] = tensor
+            else:
+                out[key] = tensor
+        for layer, qkv in parts.items():
+            if set(qkv) == {"query", "key", "value"}:
+                out[_FUSED.format(layer)] = torch.cat([qkv["query"], qkv["key"], qkv["value"]])
+            else:
+                prefix = f"videomae.encoder.layer.{layer}.attention.attention."
+                out.update({f"{prefix}{name}.weight": t for name, t in qkv.items()})
+        return out
+
+    def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
+        def to_zoo(key: str) -> Optional[str]:
+            for pattern, target in _RULES:
+                m = pattern.match(key)
+                if m:
+                    return target.format(*m.groups())
+            return None
+
+        return to_zoo
+
+
+def _read_json(path: str) -> Dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConversionError(f"{path}: not a readable JSON file ({e})") from None
+    if not isinstance(obj, dict):
+        raise ConversionError(f"{path}: holds {type(obj).__name__}, not a JSON object")
+    return obj
+
+
+def read_hub_config(folder: str) -> Dict[str, Any]:
+    """The ``config.json`` of a Hub folder."""
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        raise ConversionError(f"{folder}: no config.json (a Hub folder as save_pretrained "
+                              "writes it holds config.json and model.safetensors)")
+    return _read_json(path)
+
+
+def find_hub_config(path: str) -> Optional[str]:
+    """``config.json`` in the folder ``path`` or beside the file ``path``; None if absent."""
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    config = os.path.join(folder, "config.json")
+    return config if os.path.isfile(config) else None
+
+
+def read_hub_folder(folder: str) -> Dict[str, torch.Tensor]:
+    """The tensors of a Hub folder's weights (``model.safetensors``, ``pytorch_model.bin`` or
+    the shards an index names)."""
+    for name in _WEIGHT_FILES:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return read_source(path, ("state_dict", "model"))
+    for name in _INDEX_FILES:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            shards = sorted(set(_read_json(path).get("weight_map", {}).values()))
+            if not shards:
+                raise ConversionError(f"{path}: its weight_map names no files")
+            state: Dict[str, torch.Tensor] = {}
+            for shard in shards:
+                state.update(read_source(os.path.join(folder, shard), ("state_dict",)))
+            return state
+    raise ConversionError(f"{folder}: no {' / '.join(_WEIGHT_FILES + _INDEX_FILES)} in it")
+
+
+def _one_value(value: Any) -> Any:
+    """A size given as ``[224, 224]`` read as 224 (a non-square one stays a list)."""
+    if isinstance(value, (list, tuple)) and len(set(value)) == 1:
+        return value[0]
+    return value
+
+
+def _videomae_values(model: nn.Module) -> Dict[str, Any]:
+    """What a VideoMAE model would write in config.json, by key."""
+    return {
+        "hidden_size": model.embed_dim,
+        "num_hidden_layers": len(model.blocks),
+        "num_attention_heads": model.blocks[0].attn.num_heads if len(model.blocks) else 0,
+        "patch_size": model.patch,
+        "tubelet_size": model.tubelet,
+        "num_frames": model.frames,
+        "image_size": model.crop_size,
+        "use_mean_pooling": model.use_mean_pooling,
+        "qv_bias": model.qv_bias,
+    }
+
+
+# VideoMAEConfig's defaults, for keys a config.json leaves out.
+_HF_DEFAULTS = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                "patch_size": 16, "tubelet_size": 2, "num_frames": 16, "image_size": 224,
+                "use_mean_pooling": True, "qv_bias": True}
+
+
+def check_hub_config(config: Dict[str, Any], model: nn.Module, where: str) -> None:
+    """Stop with one line when ``config`` (a config.json) describes another network than
+    ``model``: hidden_size, num_hidden_layers, num_attention_heads, patch_size, tubelet_size,
+    num_frames, image_size, use_mean_pooling and the q/v bias flag (``qv_bias``, or
+    ``qkv_bias`` in older files). A key the file leaves out takes transformers' default.
+
+    Raises:
+        ConversionError: naming the key, the file's value and the model's.
+    """
+    model_type = config.get("model_type", "videomae")
+    if model_type != "videomae":
+        raise ConversionError(f"{where}: model_type {model_type!r}; zoo reads Hugging Face "
+                              "VideoMAE folders (model_type 'videomae')")
+    if not all(hasattr(model, a) for a in ("embed_dim", "blocks", "tubelet", "qv_bias")):
+        raise ConversionError(f"{where}: a VideoMAE config.json, but the model is "
+                              f"{type(model).__name__}; build a videomae_vit_* model")
+    config = dict(config)
+    if "qv_bias" not in config and "qkv_bias" in config:
+        config["qv_bias"] = config["qkv_bias"]
+    ours = _videomae_values(model)
+    for key, value in ours.items():
+        theirs = _one_value(config.get(key, _HF_DEFAULTS[key]))
+        if theirs != value:
+            name = "qv_bias (qkv_bias)" if key == "qv_bias" else key
+            hint = {"hidden_size": "embed_dim", "num_hidden_layers": "depth",
+                    "num_attention_heads": "num_heads", "patch_size": "patch",
+                    "tubelet_size": "tubelet", "num_frames": "frames",
+                    "image_size": "crop_size"}.get(key, key)
+            raise ConversionError(
+                f"{where}: config.json {name} is {theirs!r} but the model has {value!r}; build "
+                f"the model to fit (MODEL.KWARGS ['{hint}', {theirs!r}]) or use weights of "
+                "this model")
