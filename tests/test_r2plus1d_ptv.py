@@ -52,15 +52,17 @@ def test_pytorchvideo_r2plus1d_gives_the_same_logits():
     assert (ours - theirs).abs().max() <= 1e-4 * theirs.abs().max()
 
 
-def test_converted_file_loads_with_pretrained(tmp_path):
+@pytest.mark.parametrize("prefix", ["", "model."])
+def test_converted_file_loads_with_pretrained(tmp_path, prefix):
     """A PyTorchVideo ``.pyth`` (``{"model_state": ...}``) of a narrow net loads through
-    ``create_model(pretrained=FILE)`` and gives PyTorchVideo's logits."""
+    ``create_model(pretrained=FILE)`` and gives PyTorchVideo's logits; so does the file
+    PySlowFast's ``PTVR2plus1D`` writes (the same keys under its ``model.`` wrapper)."""
     torch.manual_seed(1)
     ptv = _ptv(5, width=8)
     x = torch.randn(1, 3, 4, 64, 64)
     ptv = calibrated(ptv, x)
     path = tmp_path / "R2PLUS1D_tiny.pyth"
-    torch.save({"model_state": ptv.state_dict()}, path)
+    torch.save({"model_state": {prefix + k: v for k, v in ptv.state_dict().items()}}, path)
     model = zoo.create_model(NAME, num_classes=5, width=8, pretrained=str(path)).eval()
     with torch.no_grad():
         ours, theirs = model(x), ptv(x)
