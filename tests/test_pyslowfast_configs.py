@@ -81,8 +81,7 @@ def _hub_params(builder: str) -> int:
     ("C2D_8x8_R50.yaml", "c2d_r50"),
     ("pytorchvideo/C2D_8x8_R50.yaml", "c2d_r50"),
     ("pytorchvideo/CSN_32x2_R101.yaml", "csn_r101"),
-    pytest.param("pytorchvideo/R2PLUS1D_16x4_R50.yaml", "r2plus1d_r50", marks=pytest.mark.xfail(
-        strict=True, reason="zoo's r2plus1d_resnet50 is gluoncv's layout, not PyTorchVideo's")),
+    ("pytorchvideo/R2PLUS1D_16x4_R50.yaml", "r2plus1d_r50"),
 ])
 def test_params_equal_pytorchvideos_builder(rel, builder, tmp_path):
     assert _params(rel, tmp_path) == _hub_params(builder)

@@ -145,7 +145,8 @@ def _publisher_state(name, entry):
         build = {"SLOWFAST_8x8_R50.pyth": hub.slowfast_r50, "SLOWFAST_8x8_R101.pyth":
                  hub.slowfast_r101, "SLOWFAST_16x8_R101_50_50.pyth":
                  hub.slowfast_16x8_r101_50_50, "SLOW_8x8_R50.pyth": hub.slow_r50,
-                 "I3D_8x8_R50.pyth": hub.i3d_r50}.get(file)
+                 "I3D_8x8_R50.pyth": hub.i3d_r50,
+                 "R2PLUS1D_16x4_R50.pyth": hub.r2plus1d_r50}.get(file)
         if build is not None:
             return build(pretrained=False).state_dict()
         assert file == "SLOWFAST_4x16_R50.pyth"  # not in the hub: PySlowFast's 4x16 settings

@@ -11,7 +11,7 @@ ResNet, arch i3d / i3d_nopool          ``i3d_resnet50`` (+ depth, pool kwargs)
 ResNet, arch c2d / c2d_nopool          ``i3d_resnet50`` with temporal kernels 1
 X3D / PTVX3D                           ``x3d_{xs,s,m,l}``
 PTVCSN                                 ``ircsn_resnet152`` with the depth's blocks
-PTVR2plus1D                            ``r2plus1d_resnet{50,...}``
+PTVR2plus1D                            ``r2plus1d_16x4_resnet50`` (+ depth kwarg)
 MViT / PTVMViT                         :mod:`zoo.config.pyslowfast_mvit`
 =====================================  ===============================================
 
@@ -207,14 +207,12 @@ def csn_model(v: Dict[str, Any], source: str) -> Model:
 
 
 def r2plus1d_model(v: Dict[str, Any], source: str) -> Model:
-    """PyTorchVideo's R(2+1)D (PTVR2plus1D): zoo's bottleneck R(2+1)D of that depth."""
+    """PyTorchVideo's R(2+1)D (PTVR2plus1D): ``r2plus1d_16x4_resnet50`` with the depth's blocks."""
     depth = int(v["RESNET.DEPTH"])
     if depth not in (50, 101, 152):
-        raise _refuse(source, "RESNET.DEPTH", depth, "zoo's bottleneck R(2+1)D has 50, 101, 152")
-    return (f"r2plus1d_resnet{depth}", ["dropout", float(v["MODEL.DROPOUT_RATE"])],
-            [f"MODEL.MODEL_NAME PTVR2plus1D R{depth}: zoo's r2plus1d_resnet{depth} is gluoncv's "
-             "layout (1x3x3 then 3x1x1 at a parameter-matched middle width); PyTorchVideo's "
-             "(3x1x1 then 1x3x3 at the inner width, 1x7x7 stem) has fewer parameters"])
+        raise _refuse(source, "RESNET.DEPTH", depth, "PyTorchVideo's R(2+1)D has 50, 101, 152")
+    kwargs = _common(v) + (["depth", depth] if depth != 50 else [])
+    return "r2plus1d_16x4_resnet50", kwargs, []
 
 
 def model(v: Dict[str, Any], source: str) -> Tuple[str, List[Any], List[str], set]:

@@ -207,6 +207,10 @@ WEIGHTS: Dict[str, Dict[str, WeightsEntry]] = {
                                    _RESNET50_V1.hash, _RESNET50_V1.source, _RESNET50_NOTE),
     },
     **{f"x3d_{size}": _x3d(size) for size in ("xs", "s", "m", "l")},
+    "r2plus1d_16x4_resnet50": {
+        "kinetics400": WeightsEntry(_PTV + "R2PLUS1D_16x4_R50.pyth", "pytorchvideo",
+                                    "kinetics400", source="pytorchvideo models/hub/r2plus1d.py"),
+    },
     "r3d_18": {"kinetics400": _tv("r3d_18-b3b3357e.pth", "b3b3357e",
                                   "R3D_18_Weights.KINETICS400_V1")},
     "mc3_18": {"kinetics400": _tv("mc3_18-a90a0ba3.pth", "a90a0ba3",

@@ -1,5 +1,6 @@
 """PyTorchVideo checkpoints (``torch.hub`` ``slowfast_r50`` / ``slowfast_r101`` / ``slow_r50`` /
-``i3d_r50`` ..., or ``model.state_dict()`` of ``create_slowfast`` / ``create_resnet``).
+``i3d_r50`` / ``r2plus1d_r50`` ..., or ``model.state_dict()`` of ``create_slowfast`` /
+``create_resnet`` / ``create_r2plus1d``).
 
 Key scheme (``p`` = pathway, 0 slow and 1 fast; ``i`` = position in ``blocks``)::
 
@@ -13,6 +14,9 @@ Key scheme (``p`` = pathway, 0 slow and 1 fast; ``i`` = position in ``blocks``):
 with X -> Y: ``branch1_conv`` -> ``shortcut.conv``, ``branch1_norm`` -> ``shortcut.bn``,
 ``branch2.conv_{a,b,c}`` -> ``conv_{a,b,c}``, ``branch2.norm_{a,b,c}`` -> ``bn_{a,b,c}``. A
 single-pathway I3D has its temporal max-pool as a block of its own, hence "in order of i".
+
+R(2+1)D (``create_r2plus1d``, hub ``r2plus1d_r50``) is single pathway; its conv b is a (2+1)D
+conv: ``branch2.conv_b.{conv_t,norm,conv_xy}`` -> ``conv_b.{conv_t,bn,conv_xy}``.
 
 X3D (``create_x3d``, the ``x3d_xs`` / ``x3d_s`` / ``x3d_m`` / ``x3d_l`` hub models)::
 
@@ -44,6 +48,8 @@ _BLOCK = {
     "branch2.conv_b": "conv_b", "branch2.norm_b": "bn_b",
     "branch2.conv_c": "conv_c", "branch2.norm_c": "bn_c",
 }
+_R2PLUS1D_BLOCK = {"branch2.conv_b.conv_t": "conv_b.conv_t", "branch2.conv_b.norm": "conv_b.bn",
+                   "branch2.conv_b.conv_xy": "conv_b.conv_xy"}
 _NORM = {"conv": "conv", "norm": "bn", "conv_fast_to_slow": "conv"}
 
 _MP_STEM = re.compile(rf"^blocks\.0\.multipathway_blocks\.(\d)\.(conv|norm)\.{PARAM}$")
@@ -63,7 +69,7 @@ _FUSE_NAMES = ("fuse_stem", "fuse_res2", "fuse_res3", "fuse_res4")
 
 
 class PyTorchVideoScheme(Scheme):
-    """PyTorchVideo -> zoo (SlowFast, Slow, I3D, X3D)."""
+    """PyTorchVideo -> zoo (SlowFast, Slow, I3D, R(2+1)D, X3D)."""
 
     name = "pytorchvideo"
     kinds = ("slowfast", "resnet3d", "x3d")
@@ -72,6 +78,7 @@ class PyTorchVideoScheme(Scheme):
         # Single pathway: the blocks holding res_blocks are res2..res5 in order.
         stage_blocks = sorted({int(m.group(1)) for m in map(_SP_RES.match, source_keys) if m})
         stage_of = {b: f"res{n + 2}" for n, b in enumerate(stage_blocks)}
+        block = {**_BLOCK, **(_X3D_BLOCK if layout.kind == "x3d" else _R2PLUS1D_BLOCK)}
 
         def to_zoo(key: str) -> Optional[str]:
             m = _MP_STEM.match(key)
@@ -93,7 +100,6 @@ class PyTorchVideoScheme(Scheme):
             if m and single:
                 return f"stem.{_NORM[m.group(1)]}.{m.group(2)}"
             m = _SP_RES.match(key)
-            block = {**_BLOCK, **_X3D_BLOCK} if layout.kind == "x3d" else _BLOCK
             if m and m.group(3) in block and single:
                 return f"{stage_of[int(m.group(1))]}.{m.group(2)}.{block[m.group(3)]}.{m.group(4)}"
             m = _X3D_STEM.match(key)
