@@ -76,6 +76,8 @@ def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
     if sum(k in own for k in state) >= len(own) // 2:
         return "zoo"
     keys = list(state)
+    if "conv_proj.weight" in state and "pos_encoding.class_token" in state:
+        return "torchvision"  # torchvision's MViT (its blocks.* would read as PyTorchVideo's)
     if any(k.startswith("blocks.") for k in keys):
         return "pytorchvideo"
     if any(k.startswith(("s1.pathway0_stem.", "s2.pathway0_res")) for k in keys):
@@ -127,6 +129,8 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
             k.startswith("model.") for k in model.state_dict()):
         state = {k[len("model."):]: v for k, v in state.items()}  # a wrapper module's file
     fmt = detect_format(state, model)
+    if fmt == "zoo" and expected == "pyslowfast":
+        fmt = "pyslowfast"  # zoo's MViT has PySlowFast's names; the scheme fuses q / k / v
     # Some publishers' files have zoo's own key names for some nets (torchvision's ResNets,
     # gluoncv's ir-CSN, R(2+1)D v2 and TSN): those read as "zoo" and load unchanged.
     if expected and fmt != expected and not (fmt == "zoo" and expected in ("torchvision",
