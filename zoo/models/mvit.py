@@ -40,6 +40,7 @@ from typing import List, Optional, Sequence
 import torch
 import torch.nn as nn
 
+from ..config.pyslowfast_mvit import MVIT_CONFIGS, builder_kwargs
 from ..utils.errors import UserError
 from .classifier import ClassifierMixin
 from .facts import IMAGENET_MEAN, IMAGENET_STD, KINETICS_MEAN, KINETICS_STD, video_facts
@@ -346,40 +347,6 @@ class MViT(ClassifierMixin, nn.Module):
         return self.head(self.forward_features(x))
 
 
-# PySlowFast's MViT configs (configs/Kinetics/*.yaml), as builder keyword arguments.
-_V1 = dict(sep_pos_embed=True, patch_padding=(1, 3, 3), zero_decay_pos_cls=False)
-_V2 = dict(use_abs_pos=False, rel_pos_spatial=True, rel_pos_temporal=True, patch_padding=(1, 3, 3),
-           zero_decay_pos_cls=False, dim_mul_in_att=True, residual_pooling=True,
-           pool_kvq_kernel=(3, 3, 3), pool_kv_stride_adaptive=(1, 8, 8))
-
-
-def _stages(depth: int, starts: Sequence[int], every_block: bool) -> dict:
-    """dim_mul / head_mul doubling at ``starts`` and the queries' 2x2 spatial pooling there.
-    ``every_block``: a query stride for every block, 1x1x1 elsewhere (MViTv2's configs), which
-    with POOL_KVQ_KERNEL gives every block a stride-1 query pooling conv."""
-    mul = [[i, 2.0] for i in starts]
-    strides = [[i, 1, 2, 2] if i in starts else [i, 1, 1, 1] for i in range(depth)
-               if every_block or i in starts]
-    return dict(depth=depth, dim_mul=mul, head_mul=mul, pool_q_stride=strides)
-
-
-MVIT_CONFIGS = {
-    # name: (PySlowFast config, frames, stride, crop, builder kwargs)
-    "mvit_v2_s": ("MVITv2_S_16x4", 16, 4, 224,
-                  dict(_V2, droppath_rate=0.2, **_stages(16, (1, 3, 14), True))),
-    "mvit_v2_b": ("MVITv2_B_32x3", 32, 3, 224,
-                  dict(_V2, droppath_rate=0.3, **_stages(24, (2, 5, 21), True))),
-    "mvit_v2_l": ("MVITv2_L_40x3_test", 40, 3, 312,
-                  dict(_V2, droppath_rate=0.75, embed_dim=144, num_heads=2,
-                       **_stages(48, (2, 8, 44), True))),
-    "mvit_v1_b_16x4": ("MVIT_B_16x4_CONV", 16, 4, 224,
-                       dict(_V1, droppath_rate=0.2, pool_kvq_kernel=(3, 3, 3),
-                            pool_kv_stride_adaptive=(1, 8, 8), **_stages(16, (1, 3, 14), False))),
-    "mvit_v1_b_32x3": ("MVIT_B_32x3_CONV", 32, 3, 224,
-                       dict(_V1, droppath_rate=0.3, pool_kv_stride_adaptive=(1, 8, 8),
-                            **_stages(24, (2, 5, 21), False))),
-}
-
 # Params at 400 classes (mvit_v2_s and mvit_v1_b_16x4 equal torchvision's mvit_v2_s 34,537,744 and
 # mvit_v1_b 36,610,672; MViTv2-B rounds to the published 51.2M; MViTv2-L is 213.4M where the K400
 # table prints 217.6M, its SSv2 row 213.1M = this network at 174 classes); gflops: multiply-adds
@@ -396,9 +363,11 @@ _FACTS = {
 
 
 def _register(name: str) -> None:
-    config, frames, stride, crop, kwargs = MVIT_CONFIGS[name]
+    config, keys = MVIT_CONFIGS[name]
+    kwargs = builder_kwargs(keys, config)
+    frames, stride, crop = kwargs["frames"], keys["DATA.SAMPLING_RATE"], kwargs["crop_size"]
     params, gflops, top1, mean, std = _FACTS[name]
-    doc = f"""{name}: PySlowFast's ``{config}`` config, {frames} frames at stride {stride},
+    doc = f"""{name}: PySlowFast's ``{config}``, {frames} frames at stride {stride},
     {crop}x{crop}.
 
     Args:
@@ -408,9 +377,8 @@ def _register(name: str) -> None:
     """
     facts = video_facts(frames, stride, crop, mean, std, params=params, gflops=gflops,
                         published_top1=top1)
-    register_model(name, MViT, facts, doc, frames=frames, crop_size=crop, **kwargs)
+    register_model(name, MViT, facts, doc, **kwargs)
 
 
 for _name in MVIT_CONFIGS:
     _register(_name)
-
