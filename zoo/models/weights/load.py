@@ -3,10 +3,11 @@
 The source is what ``MODEL.PRETRAINED`` names (a local file, a weights tag, ``True`` or a URL;
 :mod:`zoo.models.weights.download` resolves and downloads it). The file is read with
 ``torch.load(weights_only=True)``; its format is told from its keys (:func:`detect_format`):
-zoo's own keys (which torchvision files share for the models that mirror torchvision) load as
-they are, PySlowFast / PyTorchVideo / MMAction2 / torchvision-ResNet / gluoncv.torch keys are
-converted in memory by :mod:`zoo.models.weights.convert`. :func:`inflate_from_file` loads a 2D
-ResNet file into a 3D ResNet (the ``inflate_from`` argument of the Slow / I3D / TPN builders).
+zoo's own keys (which torchvision files share for the models that mirror torchvision, and
+PySlowFast's for MViT) load as they are, PySlowFast / PyTorchVideo / MMAction2 /
+torchvision-ResNet / gluoncv.torch keys are converted in memory by
+:mod:`zoo.models.weights.convert`. :func:`inflate_from_file` loads a 2D ResNet file into a 3D
+ResNet (the ``inflate_from`` argument of the Slow / I3D / TPN builders).
 """
 
 from __future__ import annotations
@@ -73,11 +74,16 @@ def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
         RuntimeError: when the keys fit none of them (naming the first keys).
     """
     own = model.state_dict()
+    # MViT files: torchvision's and PyTorchVideo's share most block names with zoo's
+    if "conv_proj.weight" in state and "pos_encoding.class_token" in state:
+        return "torchvision"
+    if "patch_embed.patch_model.weight" in state:
+        return "pytorchvideo"
     if sum(k in own for k in state) >= len(own) // 2:
+        if "patch_embed.proj.weight" in state and set(state) != set(own):
+            return "pyslowfast"  # PySlowFast's MViT names, q / k / v split or fused otherwise
         return "zoo"
     keys = list(state)
-    if "conv_proj.weight" in state and "pos_encoding.class_token" in state:
-        return "torchvision"  # torchvision's MViT (its blocks.* would read as PyTorchVideo's)
     if any(k.startswith("blocks.") for k in keys):
         return "pytorchvideo"
     if any(k.startswith(("s1.pathway0_stem.", "s2.pathway0_res")) for k in keys):
@@ -130,7 +136,7 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
         state = {k[len("model."):]: v for k, v in state.items()}  # a wrapper module's file
     fmt = detect_format(state, model)
     if fmt == "zoo" and expected == "pyslowfast":
-        fmt = "pyslowfast"  # zoo's MViT has PySlowFast's names; the scheme fuses q / k / v
+        fmt = "pyslowfast"  # zoo's MViT has PySlowFast's names: the scheme checks them all
     # Some publishers' files have zoo's own key names for some nets (torchvision's ResNets,
     # gluoncv's ir-CSN, R(2+1)D v2 and TSN): those read as "zoo" and load unchanged.
     if expected and fmt != expected and not (fmt == "zoo" and expected in ("torchvision",
