@@ -343,3 +343,15 @@ def test_pyslowfast_config_values_zoo_cannot_honour_are_refused(key, value):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as err:
         mvit_model(flat, "REV_MVIT_B_16x4_CONV.yaml")
     assert len(str(err.value).splitlines()) == 1
+
+
+def test_full_size_mvit_v2_s_gives_torchvision_s_logits():
+    """torchvision's own mvit_v2_s at 16 x 224 x 224, random weights, converted."""
+    theirs = _randomize(tvm.mvit_v2_s())
+    state, _, _ = convert_state_dict(theirs.state_dict(), "torchvision", "mvit_v2_s")
+    ours = zoo.create_model("mvit_v2_s").eval()
+    ours.load_state_dict(state)
+    x = torch.randn(1, 3, 16, 224, 224, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        a, b = ours(x), theirs(x)
+    assert (a - b).abs().max() <= 1e-4 * b.abs().max()
