@@ -7,7 +7,6 @@ schedule against PySlowFast's ``get_lr_at_epoch`` computed from the YAML's value
 from __future__ import annotations
 
 import bisect
-import importlib.util
 import pathlib
 import warnings
 
@@ -22,18 +21,7 @@ from zoo.solver.lr_scheduler import WarmupScheduler
 
 ROOT = pathlib.Path(__file__).parent / "data" / "pyslowfast" / "configs" / "Kinetics"
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.yaml"))
-# MViT configs convert through zoo.config.pyslowfast_mvit (its own module); without it they skip.
-HAS_MVIT = importlib.util.find_spec("zoo.config.pyslowfast_mvit") is not None
-
-
-def _needs(rel: str) -> None:
-    data = read_yaml(str(ROOT / rel))
-    if "MVIT" in data and not HAS_MVIT:
-        pytest.skip("zoo.config.pyslowfast_mvit is not in this tree")
-
-
 def _convert(rel: str, tmp_path) -> tuple:
-    _needs(rel)
     out = tmp_path / (rel.replace("/", "__"))
     name, unmatched, notes = write_converted(str(ROOT / rel), str(out))
     return str(out), name, unmatched, notes
@@ -195,7 +183,6 @@ class _Opt:
 
 
 def test_recipe_keys_become_zoo_keys_or_notes(tmp_path):
-    _needs("MVITv2_S_16x4.yaml")
     out, _, _, notes = _convert("MVITv2_S_16x4.yaml", tmp_path)
     cfg = load_config(out)
     t, d = cfg.CONFIG.TRAIN, cfg.CONFIG.DATA
@@ -214,7 +201,6 @@ def test_multigrid_is_a_note(tmp_path):
 
 
 def test_base_lr_scales_with_shards(tmp_path):
-    _needs("REV_MVIT_B_16x4_CONV.yaml")
     out, *_ = _convert("REV_MVIT_B_16x4_CONV.yaml", tmp_path)
     assert load_config(out).CONFIG.TRAIN.LR == pytest.approx(1e-4 * 16)
 

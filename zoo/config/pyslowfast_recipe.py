@@ -23,6 +23,9 @@ RECIPE_DEFAULTS: Dict[str, Any] = {
     "DATA.RANDOM_FLIP": True, "TRAIN.MIXED_PRECISION": False, "DETECTION.ENABLE": False,
 }
 
+_RESIZED_CROP = ("DATA.TRAIN_JITTER_SCALES_RELATIVE / TRAIN_JITTER_ASPECT_RELATIVE (random resized "
+                 "crop): zoo crops CROP_SIZE from a short side drawn from TRAIN_SHORT_SIDE_RANGE")
+
 # Keys that only change how PySlowFast runs, with what zoo does instead (one note per group).
 _NOTED = {
     "AUG.": "AUG.* (RandAugment, colour jitter, random erasing): zoo's train clips get scale "
@@ -39,10 +42,8 @@ _NOTED = {
                                 "over the video from its start",
     "DATA.INV_UNIFORM_SAMPLE": "DATA.INV_UNIFORM_SAMPLE: zoo's scale jitter draws the short "
                                "side uniformly",
-    "DATA.TRAIN_JITTER_SCALES_RELATIVE": "DATA.TRAIN_JITTER_SCALES_RELATIVE / "
-                                         "TRAIN_JITTER_ASPECT_RELATIVE (random resized crop): "
-                                         "zoo crops CROP_SIZE from a short side drawn from "
-                                         "TRAIN_SHORT_SIDE_RANGE",
+    "DATA.TRAIN_JITTER_SCALES_RELATIVE": _RESIZED_CROP,
+    "DATA.TRAIN_JITTER_ASPECT_RELATIVE": _RESIZED_CROP,
     "DATA.DECODING_BACKEND": "DATA.DECODING_BACKEND: zoo picks its reader per file "
                              "(CONFIG.DATA.DECODER auto)",
     "TENSORBOARD.": "TENSORBOARD.*: zoo writes its own logs under CONFIG.LOG.BASE_PATH",
@@ -67,7 +68,8 @@ def noted(key: str) -> bool:
 
 def notes_for(given: Dict[str, Any]) -> List[str]:
     """One note per group of keys the file sets that zoo does not follow."""
-    return [text for prefix, text in _NOTED.items() if any(k.startswith(prefix) for k in given)]
+    texts = [text for prefix, text in _NOTED.items() if any(k.startswith(prefix) for k in given)]
+    return list(dict.fromkeys(texts))  # keys that share a note give it once
 
 
 def _steps(v: Dict[str, Any], source: str, base_lr: float) -> Dict[str, Any]:

@@ -19,6 +19,7 @@ download, loading, converters) stand on it; build.py (create_model, build_model)
 # Importing the family modules registers their models.
 from . import (  # noqa: F401
     gluoncv_names,
+    mvit,
     r2plus1d,
     r2plus1d_ptv,
     resnet,

@@ -1,6 +1,7 @@
-"""SGD or AdamW with parameter groups: no weight decay on norm parameters and biases (``bias``,
-and named biases such as VideoMAE's ``q_bias`` / ``v_bias``), and an optional LR multiplier for
-the backbone (every parameter outside the classifier head)."""
+"""SGD or AdamW with parameter groups: no weight decay on norm parameters, biases (``bias``, and
+named biases such as VideoMAE's ``q_bias`` / ``v_bias``) and the parameters a model names in
+``no_weight_decay()`` (timm's convention: e.g. MViT's positions and class token), and an optional
+LR multiplier for the backbone (every parameter outside the classifier head)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ def param_groups(model: nn.Module, weight_decay: float, head_ids: Optional[Set[i
     LR schedule multiplies in. Empty groups are dropped.
     """
     head_ids = head_ids or set()
+    # Names (a parameter's last component) the model asks to train without weight decay.
+    skip = set(model.no_weight_decay()) if callable(getattr(model, "no_weight_decay", None)) \
+        else set()
     buckets = {}
     seen = set()
     for module in model.modules():
@@ -30,7 +34,7 @@ def param_groups(model: nn.Module, weight_decay: float, head_ids: Optional[Set[i
                 continue
             seen.add(id(p))
             no_decay = (isinstance(module, _NORM_TYPES) or name == "bias"
-                        or name.endswith("_bias"))
+                        or name.endswith("_bias") or name in skip)
             is_head = id(p) in head_ids
             buckets.setdefault((no_decay, is_head), []).append(p)
     groups = []

@@ -4,7 +4,8 @@ The source is what ``MODEL.PRETRAINED`` names (a local file or Hugging Face Hub 
 weights tag, ``True`` or a URL; :mod:`zoo.models.weights.download` resolves and downloads it).
 A file is read with ``torch.load(weights_only=True)``, or with safetensors when it is one (told
 from its content); its format is told from its keys (:func:`detect_format`): zoo's own keys
-(which torchvision files share for the models that mirror torchvision) load as they are,
+(which torchvision files share for the models that mirror torchvision, and
+PySlowFast's for MViT) load as they are,
 PySlowFast / PyTorchVideo / MMAction2 / torchvision-ResNet / gluoncv.torch / Hugging Face keys
 are converted in memory by :mod:`zoo.models.weights.convert`. Hugging Face weights come with a
 ``config.json`` (in the folder, beside the file, or downloaded from beside a URL's file), which
@@ -93,7 +94,14 @@ def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
         RuntimeError: when the keys fit none of them (naming the first keys).
     """
     own = model.state_dict()
+    # MViT files: torchvision's and PyTorchVideo's share most block names with zoo's
+    if "conv_proj.weight" in state and "pos_encoding.class_token" in state:
+        return "torchvision"
+    if "patch_embed.patch_model.weight" in state:
+        return "pytorchvideo"
     if sum(k in own for k in state) >= len(own) // 2:
+        if "patch_embed.proj.weight" in state and set(state) != set(own):
+            return "pyslowfast"  # PySlowFast's MViT names, q / k / v split or fused otherwise
         return "zoo"
     keys = list(state)
     if looks_like_huggingface(keys):
@@ -151,6 +159,8 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
             k.startswith("model.") for k in model.state_dict()):
         state = {k[len("model."):]: v for k, v in state.items()}  # a wrapper module's file
     fmt = detect_format(state, model)
+    if fmt == "zoo" and expected == "pyslowfast":
+        fmt = "pyslowfast"  # zoo's MViT has PySlowFast's names: the scheme checks them all
     # Some publishers' files have zoo's own key names for some nets (torchvision's ResNets,
     # gluoncv's ir-CSN, R(2+1)D v2 and TSN): those read as "zoo" and load unchanged.
     if expected and fmt != expected and not (fmt == "zoo" and expected in ("torchvision",

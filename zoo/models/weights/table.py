@@ -12,6 +12,9 @@ Not listed, and why:
   SLOWFAST_4x16_R50.pkl``, ``SLOWFAST_8x8_R50.pkl``, ``I3D_8x8_R50.pkl``, ``SLOWONLY_8x8_R50.pkl``,
   MODEL_ZOO.md) are Caffe2 pickles, which ``torch.load(weights_only=True)`` cannot read. The same
   architectures trained by PySlowFast are published by PyTorchVideo as ``.pyth`` files (below).
+* PySlowFast's MViTv1-B 16x4 (MODEL_ZOO.md links a Google Drive page, not a file URL) and
+  PyTorchVideo's ``MVIT_B_32x3_f294077834.pyth`` (16 blocks at 32 frames: no registered name has
+  that shape; ``mvit_v1_b_16x4`` with ``frames=32`` loads it from a local path).
 * PyTorchVideo's C2D, CSN and R(2+1)D-50 files, MMAction2's TSN / R(2+1)D files: zoo has no
   architecture whose keys they fit. MMAction2's SlowFast R101 8x8 uses lateral kernel 7 (its
   config inherits the R50 8x8 one), zoo's ``slowfast_8x8_resnet101`` (PySlowFast's) uses 5.
@@ -169,6 +172,16 @@ def _mma_v2(size: str, date_hash: str) -> WeightsEntry:
                         "VideoMAE V2-g distilled (Kinetics-710), fine-tuned on Kinetics-400")
 
 
+# PySlowFast's MViT files (projects/mvitv2/README.md, Kinetics-400 table; MODEL_ZOO.md for
+# MViTv1-B 32x3): .pyth with model_state, keys = zoo's MViT names. No hash published.
+_PYSF_MVIT = "https://dl.fbaipublicfiles.com/pyslowfast/model_zoo/"
+_PYSF_MVIT_SRC = "SlowFast projects/mvitv2/README.md"
+
+
+def _pysf(path: str, source: str = _PYSF_MVIT_SRC, note: str = "") -> WeightsEntry:
+    return WeightsEntry(_PYSF_MVIT + path, "pyslowfast", "kinetics400", source=source, note=note)
+
+
 _RESNET50_V1 = _tv("resnet50-0676ba61.pth", "0676ba61", "ResNet50_Weights.IMAGENET1K_V1",
                    "imagenet1k", "models.")
 _RESNET50_NOTE = "ImageNet ResNet-50 inflated to 3D (each 2D kernel spread over time)"
@@ -221,8 +234,24 @@ WEIGHTS: Dict[str, Dict[str, WeightsEntry]] = {
     "r2plus1d_resnet18": {"kinetics400": _tv("r2plus1d_18-91a641e6.pth", "91a641e6",
                                              "R2Plus1D_18_Weights.KINETICS400_V1")},
     "s3d": {"kinetics400": _tv("s3d-d76dad2f.pth", "d76dad2f", "S3D_Weights.KINETICS400_V1")},
+    # torchvision's file is PySlowFast's MViTv2-S ported (top-1 80.757 in torchvision's metadata).
     "mvit_v2_s": {"kinetics400": _tv("mvit_v2_s-ae3be167.pth", "ae3be167",
-                                     "MViT_V2_S_Weights.KINETICS400_V1")},
+                                     "MViT_V2_S_Weights.KINETICS400_V1"),
+                  "kinetics400-pyslowfast": _pysf(
+                      "mvitv2/pysf_video_models/MViTv2_S_16x4_k400_f302660347.pyth")},
+    "mvit_v2_b": {"kinetics400": _pysf(
+        "mvitv2/pysf_video_models/MViTv2_B_32x3_k400_f304025456.pyth")},
+    "mvit_v2_l": {"kinetics400": _pysf(
+        "mvitv2/pysf_video_models/MViTv2_L_40x3_k400_f306903192.pyth")},
+    "mvit_v1_b_16x4": {
+        "kinetics400": _tv("mvit_v1_b-dbeb1030.pth", "dbeb1030",
+                           "MViT_V1_B_Weights.KINETICS400_V1"),
+        "kinetics400-pytorchvideo": WeightsEntry(
+            _PTV + "MVIT_B_16x4.pyth", "pytorchvideo", "kinetics400",
+            source="pytorchvideo 0.1.5 models/hub/vision_transformers.py",
+            note="PyTorchVideo normalises pooled tokens with eps 1e-5 (zoo 1e-6)"),
+    },
+    "mvit_v1_b_32x3": {"kinetics400": _pysf("mvit/k400.pyth", "SlowFast MODEL_ZOO.md")},
     # zoo's swin3d_* have torchvision's keys: torchvision's files load unchanged.
     "swin3d_t": {
         "kinetics400": _tv("swin3d_t-7615ae03.pth", "7615ae03", "Swin3D_T_Weights.KINETICS400_V1"),

@@ -60,9 +60,11 @@ class Layout:
 
     @property
     def kind(self) -> str:
-        """``"slowfast"``, ``"resnet3d"``, ``"x3d"``, ``"videomae"`` or ``"other"``."""
+        """``"slowfast"``, ``"resnet3d"``, ``"x3d"``, ``"mvit"``, ``"videomae"`` or ``"other"``."""
         if "stem.conv_xy.weight" in self.shapes and self.pathways:
             return "x3d"
+        if "patch_embed.proj.weight" in self.shapes and "head.projection.weight" in self.shapes:
+            return "mvit"
         if "patch_embed.proj.weight" in self.shapes and "blocks.0.attn.qkv.weight" in self.shapes:
             return "videomae"
         return {2: "slowfast", 1: "resnet3d"}.get(len(self.pathways), "other")
@@ -119,9 +121,11 @@ class Scheme:
     kinds: Tuple[str, ...] = ("slowfast", "resnet3d")
     state_keys: Tuple[str, ...] = ("model_state", "state_dict", "model")
 
-    def prepare(self, source: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    def prepare(self, source: Dict[str, torch.Tensor], layout: "Layout"
+                ) -> Dict[str, torch.Tensor]:
         """``source`` before mapping (default: unchanged). A scheme whose files hold some
-        tensors twice drops the copies here, after checking that they are equal."""
+        tensors twice drops the copies here, after checking that they are equal; one whose
+        layers are split or fused differently from the model's rejoins them here."""
         return source
 
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
@@ -247,7 +251,7 @@ def map_state(
             f"--from {scheme.name} converts to {' / '.join(scheme.kinds)} models; this model is "
             f"'{layout.kind}' (its keys: {', '.join(list(layout.shapes)[:4])}, ...)")
     report = Report(scheme.name, num_source=len(source))
-    source = scheme.prepare(source)
+    source = scheme.prepare(source, layout)
     to_zoo = scheme.mapper(list(source), layout)
     out: Dict[str, torch.Tensor] = {}
     origin: Dict[str, str] = {}

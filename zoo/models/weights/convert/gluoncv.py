@@ -162,7 +162,8 @@ class GluonCVScheme(Scheme):
     kinds: Tuple[str, ...] = ("slowfast", "resnet3d", "other")
     state_keys: Tuple[str, ...] = ("state_dict", "model", "model_state")
 
-    def prepare(self, source: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    def prepare(self, source: Dict[str, torch.Tensor], layout: Layout
+                ) -> Dict[str, torch.Tensor]:
         """``source`` without the second copies of twice-registered modules (checked equal)."""
         out = dict(source)
         for key in source:

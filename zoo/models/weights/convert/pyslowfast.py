@@ -16,6 +16,10 @@ X3D (``X3D_XS`` / ``X3D_S`` / ``X3D_M`` / ``X3D_L``) adds::
     s{n}.pathway0_res{j}.branch2.se.{fc1,fc2}      -> res{n}.{j}.se.{fc1,fc2}
     head.{conv_5,conv_5_bn,lin_5}                  -> head.{conv_5,bn_5,lin_5}
 
+MViT (``MVIT_*`` / ``MVITv2_*`` configs): zoo's MViT has PySlowFast's names; separate
+``attn.q/k/v`` linears are fused into ``attn.qkv`` (or the reverse) where the model's differ
+(:mod:`zoo.models.weights.convert.mvit`).
+
 zoo's SlowFast, Slow and I3D are PySlowFast's layer for layer (same kernels, strides, paddings,
 fusion and head column order), so the converted model computes the same logits up to float
 rounding. Differences that remain: PySlowFast's head applies softmax at test time and, with
@@ -27,8 +31,11 @@ configs) have no zoo counterpart and are reported as unknown keys.
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
+import torch
+
+from . import mvit
 from .common import PARAM, Layout, Scheme
 
 _BLOCK = {
@@ -50,12 +57,20 @@ _HEAD = re.compile(rf"^head\.projection\.{PARAM}$")
 
 
 class PySlowFastScheme(Scheme):
-    """PySlowFast -> zoo (SlowFast, Slow, I3D, X3D)."""
+    """PySlowFast -> zoo (SlowFast, Slow, I3D, X3D, MViT)."""
 
     name = "pyslowfast"
-    kinds = ("slowfast", "resnet3d", "x3d")
+    kinds = ("slowfast", "resnet3d", "x3d", "mvit")
+
+    def prepare(self, source: Dict[str, torch.Tensor], layout: Layout
+                ) -> Dict[str, torch.Tensor]:
+        if layout.kind == "mvit":
+            return mvit.fuse_or_split_qkv(source, mvit.pyslowfast_key, layout.shapes)
+        return source
 
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
+        if layout.kind == "mvit":
+            return mvit.pyslowfast_key
         x3d = layout.kind == "x3d"
         block = {**_BLOCK, **_X3D_BLOCK} if x3d else _BLOCK
 

@@ -25,6 +25,9 @@ X3D (``create_x3d``, the ``x3d_xs`` / ``x3d_s`` / ``x3d_m`` / ``x3d_l`` hub mode
     branch2.norm_b.0 / norm_b.1.block.{0,2}         -> bn_b / se.fc{1,2}
     blocks.5.pool.{pre_conv,pre_norm,post_conv}     -> head.{conv_5,bn_5,lin_5}
 
+MViT (``create_multiscale_vision_transformers``; hub ``mvit_base_16x4``): see
+:mod:`zoo.models.weights.convert.mvit` (its separate q / k / v are fused into zoo's ``qkv``).
+
 PyTorchVideo's X3D has no BN after stage 2's shortcut conv (PySlowFast's and zoo's have one):
 it is filled as an identity, so the logits are PyTorchVideo's.
 
@@ -36,10 +39,11 @@ which equals zoo's average-then-project.
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 
+from . import mvit
 from .common import PARAM, Layout, Scheme, bn_identity
 
 _BLOCK = {
@@ -69,12 +73,20 @@ _FUSE_NAMES = ("fuse_stem", "fuse_res2", "fuse_res3", "fuse_res4")
 
 
 class PyTorchVideoScheme(Scheme):
-    """PyTorchVideo -> zoo (SlowFast, Slow, I3D, R(2+1)D, X3D)."""
+    """PyTorchVideo -> zoo (SlowFast, Slow, I3D, R(2+1)D, X3D, MViT)."""
 
     name = "pytorchvideo"
-    kinds = ("slowfast", "resnet3d", "x3d")
+    kinds = ("slowfast", "resnet3d", "x3d", "mvit")
+
+    def prepare(self, source: Dict[str, torch.Tensor], layout: Layout
+                ) -> Dict[str, torch.Tensor]:
+        if layout.kind == "mvit":
+            return mvit.fuse_or_split_qkv(source, mvit.pytorchvideo_key, layout.shapes)
+        return source
 
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
+        if layout.kind == "mvit":
+            return mvit.pytorchvideo_key
         # Single pathway: the blocks holding res_blocks are res2..res5 in order.
         stage_blocks = sorted({int(m.group(1)) for m in map(_SP_RES.match, source_keys) if m})
         stage_of = {b: f"res{n + 2}" for n, b in enumerate(stage_blocks)}

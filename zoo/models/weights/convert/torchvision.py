@@ -2,8 +2,10 @@
 
 * zoo models whose keys already equal torchvision's (``resnet*``, ``tsn_resnet50``,
   ``r2plus1d_resnet18/34``, ``swin3d_t/s/b``, and the torchvision video adapters ``r3d_18``,
-  ``mc3_18``, ``r2plus1d_18``, ``s3d``, ``mvit_v2_s``) take the tensors unchanged; conversion
+  ``mc3_18``, ``r2plus1d_18``, ``s3d``) take the tensors unchanged; conversion
   only checks that every key and shape fits.
+* MViT (``mvit_v1_b``, ``mvit_v2_s`` -> zoo's ``mvit_*``): renamed to PySlowFast's names, class
+  token and position tables reshaped (:mod:`zoo.models.weights.convert.mvit`).
 * Single-pathway 3D ResNets (``i3d_resnet50``, ``slow_8x8_resnet50``) are **inflated** from a 2D
   ResNet with bottleneck blocks: ``conv1`` / ``bn1`` -> ``stem``, ``layer{n}.{j}.conv{1,2,3}`` /
   ``bn{1,2,3}`` -> ``res{n+1}.{j}.conv_{a,b,c}`` / ``bn_{a,b,c}``, ``downsample.{0,1}`` ->
@@ -23,6 +25,7 @@ import torch
 import torch.nn as nn
 
 from ...classifier import head_keys
+from . import mvit
 from .common import PARAM, Layout, Scheme, map_state
 
 _BLOCK = {"conv1": "conv_a", "bn1": "bn_a", "conv2": "conv_b", "bn2": "bn_b",
@@ -37,12 +40,14 @@ class TorchvisionScheme(Scheme):
     """torchvision -> zoo (same-key models unchanged; 2D ResNet -> 3D ResNet by inflation)."""
 
     name = "torchvision"
-    kinds = ("other", "resnet3d")
+    kinds = ("other", "resnet3d", "mvit")
     state_keys = ("model", "state_dict")
 
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
         if layout.kind == "other":
             return lambda key: key if key in layout.shapes else None
+        if layout.kind == "mvit":
+            return mvit.torchvision_key
 
         def to_zoo(key: str) -> Optional[str]:
             m = _TOP.match(key)
@@ -57,6 +62,8 @@ class TorchvisionScheme(Scheme):
 
     def transform(self, zoo_key: str, tensor: torch.Tensor, layout: Layout) -> torch.Tensor:
         target = layout.shapes[zoo_key]
+        if layout.kind == "mvit":
+            return mvit.reshape_tokens(zoo_key, tensor, target)
         if tensor.dim() == 4 and len(target) == 5:
             kt = target[2]  # (O, I, kh, kw) -> (O, I, kt, kh, kw), summing to the 2D kernel
             return (tensor.unsqueeze(2).repeat(1, 1, kt, 1, 1) / kt).contiguous()

@@ -1,0 +1,357 @@
+"""MViT v1 / v2: parameter counts against torchvision's and PySlowFast's published ones, logits
+against torchvision's ``MViT`` and PyTorchVideo's ``create_multiscale_vision_transformers`` on the
+same random weights (converted with --from torchvision / pytorchvideo), PySlowFast's key layouts,
+and PySlowFast's MViT configs turned into zoo names and kwargs (``mvit_model``)."""
+
+import os
+from unittest import mock
+
+import pytest
+import torch
+import yaml
+
+import zoo
+from zoo.config.pyslowfast_mvit import MVIT_KEYS, mvit_model
+from zoo.config.tree import flatten_cfg
+from zoo.config.validation import ConfigError
+from zoo.models import model_facts
+from zoo.models.flops import count_params
+from zoo.models.mvit import MViTConfigError
+from zoo.models.weights.convert import convert_state_dict
+
+tvm = pytest.importorskip("torchvision.models.video.mvit")
+
+# torchvision's metadata: mvit_v2_s 34,537,744 and mvit_v1_b 36,610,672 parameters.
+TORCHVISION_PARAMS = {"mvit_v2_s": 34_537_744, "mvit_v1_b_16x4": 36_610_672}
+# PySlowFast's projects/mvitv2 README, in millions (K400; MViTv2-L's SSv2 row, 174 classes, as
+# its K400 row prints 217.6M for the same config's 213.4M network).
+PUBLISHED_M = {"mvit_v2_s": (400, 34.5), "mvit_v2_b": (400, 51.2), "mvit_v2_l": (174, 213.1)}
+FRAMES, CROP = 4, 64
+
+
+def _randomize(model: torch.nn.Module) -> torch.nn.Module:
+    """Every parameter random (norm weights around 1), so no layer is a silent identity."""
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=p.dtype)
+            p.copy_(1 + 0.1 * r if name.endswith("weight") and p.dim() == 1 else 0.1 * r)
+    return model.eval()
+
+
+def _tv_config(builder: str) -> dict:
+    """The arguments torchvision's ``mvit_v2_s`` / ``mvit_v1_b`` hand to its MViT class."""
+    got = {}
+    with mock.patch.object(tvm, "_mvit", lambda **kw: got.update(kw)):
+        getattr(tvm, builder)()
+    return got
+
+
+def _tv_mvit(blocks, v2: bool, classes: int = 7) -> torch.nn.Module:
+    return tvm.MViT(spatial_size=(CROP, CROP), temporal_size=FRAMES, block_setting=blocks,
+                    residual_pool=v2, residual_with_cls_embed=False, rel_pos_embed=v2,
+                    proj_after_attn=v2, num_classes=classes)
+
+
+def _v2_blocks(depth: int, starts, width: int = 96, kv: int = 8):
+    """torchvision block settings of an MViTv2 with PySlowFast's stage rule: width and heads
+    doubled, queries pooled 2x2 at ``starts``; every block pools q, k, v with 3x3x3 kernels."""
+    blocks, dim, heads, kv_stride = [], width, 1, kv
+    for i in range(depth):
+        out = dim
+        if i in starts:
+            out, heads, kv_stride = dim * 2, heads * 2, max(kv_stride // 2, 1)
+        blocks.append(tvm.MSBlockConfig(
+            num_heads=heads, input_channels=dim, output_channels=out, kernel_q=[3, 3, 3],
+            kernel_kv=[3, 3, 3], stride_q=[1, 2, 2] if i in starts else [1, 1, 1],
+            stride_kv=[1, kv_stride, kv_stride]))
+        dim = out
+    return blocks
+
+
+def _same_logits(zoo_name: str, theirs: torch.nn.Module, scheme: str, dtype=torch.float32,
+                 **kwargs) -> None:
+    state, classes, _ = convert_state_dict(theirs.state_dict(), scheme, zoo_name,
+                                           frames=FRAMES, crop_size=CROP, **kwargs)
+    ours = zoo.create_model(zoo_name, num_classes=classes, frames=FRAMES, crop_size=CROP,
+                            **kwargs).eval()
+    ours.load_state_dict(state)
+    x = torch.randn(2, 3, FRAMES, CROP, CROP, generator=torch.Generator().manual_seed(1))
+    ours, theirs, x = ours.to(dtype), theirs.to(dtype), x.to(dtype)
+    with torch.no_grad():
+        a, b = ours(x), theirs(x)
+    assert a.shape == (2, classes)
+    assert (a - b).abs().max() <= 1e-4 * b.abs().max()
+
+
+@pytest.mark.parametrize("name,builder", [("mvit_v2_s", "mvit_v2_s"),
+                                          ("mvit_v1_b_16x4", "mvit_v1_b")])
+def test_parameter_counts_are_torchvision_s(name, builder):
+    with torch.device("meta"):
+        ours = zoo.create_model(name, num_classes=400)
+        theirs = getattr(tvm, builder)()
+    assert count_params(ours) == count_params(theirs) == TORCHVISION_PARAMS[name]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_M))
+def test_parameter_counts_round_to_pyslowfast_s(name):
+    classes, millions = PUBLISHED_M[name]
+    with torch.device("meta"):
+        model = zoo.create_model(name, num_classes=classes)
+    assert round(count_params(model) / 1e6, 1) == millions
+
+
+@pytest.mark.parametrize("name,builder", [("mvit_v2_s", "mvit_v2_s"),
+                                          ("mvit_v1_b_16x4", "mvit_v1_b")])
+def test_torchvision_structures_give_the_same_logits(name, builder):
+    """torchvision's own S / v1-B block settings at 4 x 64 x 64."""
+    cfg = _tv_config(builder)
+    theirs = _randomize(_tv_mvit(cfg["block_setting"], name.startswith("mvit_v2")))
+    _same_logits(name, theirs, "torchvision")
+
+
+def test_tiny_v2_and_v1_give_the_same_logits():
+    """Three-block nets, width 16 doubling at block 1, both versions' block rules."""
+    tiny = dict(depth=3, embed_dim=16, dim_mul=[[1, 2.0]], head_mul=[[1, 2.0]])
+    theirs = _randomize(_tv_mvit(_v2_blocks(3, (1,), width=16, kv=4), v2=True))
+    _same_logits("mvit_v2_s", theirs, "torchvision", pool_kv_stride_adaptive=[1, 4, 4],
+                 pool_q_stride=[[0, 1, 1, 1], [1, 1, 2, 2], [2, 1, 1, 1]], **tiny)
+    v1 = [tvm.MSBlockConfig(1, 16, 32, [], [3, 3, 3], [], [1, 4, 4]),
+          tvm.MSBlockConfig(2, 32, 32, [3, 3, 3], [3, 3, 3], [1, 2, 2], [1, 2, 2]),
+          tvm.MSBlockConfig(2, 32, 32, [], [3, 3, 3], [], [1, 2, 2])]
+    theirs = _randomize(_tv_mvit(v1, v2=False))
+    _same_logits("mvit_v1_b_16x4", theirs, "torchvision", pool_kv_stride_adaptive=[1, 4, 4],
+                 pool_q_stride=[[1, 1, 2, 2]], **tiny)
+
+
+def test_mvit_v2_b_structure_gives_the_same_logits():
+    """MViTv2-B's 24 blocks (stages at 2, 5, 21) as torchvision block settings, in float64."""
+    theirs = _randomize(_tv_mvit(_v2_blocks(24, (2, 5, 21)), v2=True))
+    _same_logits("mvit_v2_b", theirs, "torchvision", dtype=torch.float64)
+
+
+def test_pytorchvideo_mvit_b_gives_the_same_logits():
+    """PyTorchVideo's MViT-B 16x4 (hub ``mvit_base_16x4``'s arguments): its separate q / k / v
+    fuse into zoo's qkv. Its pooled-token LayerNorms use eps 1e-5 (zoo and PySlowFast 1e-6):
+    set to 1e-6 here so the comparison is exact."""
+    vt = pytest.importorskip("pytorchvideo.models.vision_transformers")
+    theirs = vt.create_multiscale_vision_transformers(
+        spatial_size=CROP, temporal_size=FRAMES, embed_dim_mul=[[1, 2.0], [3, 2.0], [14, 2.0]],
+        atten_head_mul=[[1, 2.0], [3, 2.0], [14, 2.0]],
+        pool_q_stride_size=[[1, 1, 2, 2], [3, 1, 2, 2], [14, 1, 2, 2]],
+        pool_kv_stride_adaptive=[1, 8, 8], pool_kvq_kernel=[3, 3, 3], head_num_classes=7)
+    for module in theirs.modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.eps = 1e-6
+    _same_logits("mvit_v1_b_16x4", _randomize(theirs), "pytorchvideo")
+
+
+def test_pyslowfast_files_load_with_separate_or_fused_qkv():
+    """A PySlowFast state dict (zoo's names) converts unchanged; with MVIT.SEPARATE_QKV's
+    separate q / k / v it is fused, and a fused file splits into a separate_qkv model."""
+    kwargs = dict(frames=FRAMES, crop_size=CROP, depth=3, embed_dim=16, dim_mul=[[1, 2.0]],
+                  head_mul=[[1, 2.0]], pool_q_stride=[[1, 1, 2, 2]])
+    fused = zoo.create_model("mvit_v2_s", num_classes=5, **kwargs).state_dict()
+    state, classes, _ = convert_state_dict(fused, "pyslowfast", "mvit_v2_s", **kwargs)
+    assert classes == 5 and all(torch.equal(state[k], v) for k, v in fused.items())
+    split = zoo.create_model("mvit_v2_s", num_classes=5, separate_qkv=True, **kwargs)
+    state, _, _ = convert_state_dict(fused, "pyslowfast", "mvit_v2_s", separate_qkv=True,
+                                     **kwargs)
+    split.load_state_dict(state)
+    back, _, _ = convert_state_dict(split.state_dict(), "pyslowfast", "mvit_v2_s", **kwargs)
+    assert all(torch.equal(back[k], v) for k, v in fused.items())
+    assert torch.equal(state["blocks.1.attn.k.weight"], fused["blocks.1.attn.qkv.weight"][32:64])
+
+
+def test_a_torchvision_file_loads_as_pretrained(tmp_path):
+    theirs = _randomize(_tv_mvit(_tv_config("mvit_v2_s")["block_setting"], v2=True, classes=400))
+    path = os.path.join(tmp_path, "mvit_v2_s.pth")
+    torch.save(theirs.state_dict(), path)
+    ours = zoo.create_model("mvit_v2_s", frames=FRAMES, crop_size=CROP, pretrained=path).eval()
+    x = torch.randn(1, 3, FRAMES, CROP, CROP)
+    with torch.no_grad():
+        assert (ours(x) - theirs(x)).abs().max() <= 1e-4 * theirs(x).abs().max()
+
+
+def test_classifier_weight_decay_and_input_checks():
+    model = zoo.create_model("mvit_v2_s", num_classes=5, frames=FRAMES, crop_size=CROP)
+    assert model.get_classifier() is model.head.projection
+    model.reset_classifier(3)
+    with pytest.raises(ValueError, match="frames= and crop_size="):
+        model(torch.randn(1, 3, FRAMES, 32, 32))
+    with torch.no_grad():
+        assert model.eval()(torch.randn(1, 3, FRAMES, CROP, CROP)).shape == (1, 3)
+    from zoo.solver.optimizer import param_groups
+    no_decay = {id(p) for g in param_groups(model, 0.05) if g["weight_decay"] == 0
+                for p in g["params"]}
+    # mvit_v2_s is built with MVIT.ZERO_DECAY_POS_CLS False (its config): only norms / biases.
+    assert id(model.cls_token) not in no_decay
+    model = zoo.create_model("mvit_v2_s", num_classes=5, frames=FRAMES, crop_size=CROP,
+                             zero_decay_pos_cls=True)
+    no_decay = {id(p) for g in param_groups(model, 0.05) if g["weight_decay"] == 0
+                for p in g["params"]}
+    assert {id(model.cls_token), id(model.blocks[0].attn.rel_pos_t)} <= no_decay
+    for bad in (dict(patch_2d=True), dict(mode="conv_unshared"), dict(norm="batchnorm")):
+        with pytest.raises(MViTConfigError, match=list(bad)[0]):
+            zoo.create_model("mvit_v2_s", **bad)
+
+
+# PySlowFast's MViT configs (configs/Kinetics/), the parts the model reads (DATA, MVIT, MODEL),
+# as the files write them (tuples as YAML strings, MVIT_B_32x3_CONV's DEPTH written twice).
+def _q_every(depth: int, starts) -> str:
+    return "[" + ", ".join(f"[{i}, 1, 2, 2]" if i in starts else f"[{i}, 1, 1, 1]"
+                           for i in range(depth)) + "]"
+
+
+_MVIT_COMMON = """
+  ZERO_DECAY_POS_CLS: False
+  PATCH_KERNEL: (3, 7, 7)
+  PATCH_STRIDE: (2, 4, 4)
+  PATCH_PADDING: (1, 3, 3)
+  MLP_RATIO: 4.0
+  QKV_BIAS: True
+  NORM: "layernorm"
+  MODE: "conv"
+"""
+_V2_EXTRA = """
+  USE_ABS_POS: False
+  REL_POS_SPATIAL: True
+  REL_POS_TEMPORAL: True
+  CLS_EMBED_ON: True
+  POOL_KVQ_KERNEL: [3, 3, 3]
+  POOL_KV_STRIDE_ADAPTIVE: [1, 8, 8]
+  DROPOUT_RATE: 0.0
+  DIM_MUL_IN_ATT: True
+  RESIDUAL_POOLING: True
+"""
+
+
+def _yaml(frames, rate, crop, mvit: str, extra_data: str = "", model: str = "") -> str:
+    return (f"DATA:\n  NUM_FRAMES: {frames}\n  SAMPLING_RATE: {rate}\n  TRAIN_CROP_SIZE: {crop}\n"
+            f"  TEST_CROP_SIZE: {crop}\n  INPUT_CHANNEL_NUM: [3]\n{extra_data}"
+            f"MVIT:{_MVIT_COMMON}{mvit}\nMODEL:\n  NUM_CLASSES: 400\n  ARCH: mvit\n"
+            f"  DROPOUT_RATE: 0.5\n{model}")
+
+
+PYSLOWFAST_CONFIGS = {
+    "MVITv2_S_16x4": ("mvit_v2_s", _yaml(16, 4, 224, _V2_EXTRA + f"""
+  DEPTH: 16
+  NUM_HEADS: 1
+  EMBED_DIM: 96
+  DROPPATH_RATE: 0.2
+  DIM_MUL: [[1, 2.0], [3, 2.0], [14, 2.0]]
+  HEAD_MUL: [[1, 2.0], [3, 2.0], [14, 2.0]]
+  POOL_Q_STRIDE: {_q_every(16, (1, 3, 14))}""")),
+    "MVITv2_B_32x3": ("mvit_v2_b", _yaml(32, 3, 224, _V2_EXTRA + f"""
+  DEPTH: 24
+  NUM_HEADS: 1
+  EMBED_DIM: 96
+  DROPPATH_RATE: 0.3
+  DIM_MUL: [[2, 2.0], [5, 2.0], [21, 2.0]]
+  HEAD_MUL: [[2, 2.0], [5, 2.0], [21, 2.0]]
+  POOL_Q_STRIDE: {_q_every(24, (2, 5, 21))}""")),
+    "MVITv2_L_40x3_test": ("mvit_v2_l", _yaml(40, 3, 312, _V2_EXTRA + f"""
+  DEPTH: 48
+  NUM_HEADS: 2
+  EMBED_DIM: 144
+  DROPPATH_RATE: 0.75
+  DIM_MUL: [[2, 2.0], [8, 2.0], [44, 2.0]]
+  HEAD_MUL: [[2, 2.0], [8, 2.0], [44, 2.0]]
+  POOL_Q_STRIDE: {_q_every(48, (2, 8, 44))}""", "  MEAN: [0.485, 0.456, 0.406]\n"
+        "  STD: [0.229, 0.224, 0.225]\n", "  ACT_CHECKPOINT: True\n")),
+    "MVIT_B_16x4_CONV": ("mvit_v1_b_16x4", _yaml(16, 4, 224, """
+  SEP_POS_EMBED: True
+  DEPTH: 16
+  NUM_HEADS: 1
+  EMBED_DIM: 96
+  DROPPATH_RATE: 0.2
+  CLS_EMBED_ON: True
+  DIM_MUL: [[1, 2.0], [3, 2.0], [14, 2.0]]
+  HEAD_MUL: [[1, 2.0], [3, 2.0], [14, 2.0]]
+  POOL_KVQ_KERNEL: [3, 3, 3]
+  POOL_KV_STRIDE_ADAPTIVE: [1, 8, 8]
+  POOL_Q_STRIDE: [[1, 1, 2, 2], [3, 1, 2, 2], [14, 1, 2, 2]]
+  DROPOUT_RATE: 0.0""")),
+    "MVIT_B_32x3_CONV": ("mvit_v1_b_32x3", _yaml(32, 3, 224, """
+  SEP_POS_EMBED: True
+  DEPTH: 16
+  NUM_HEADS: 1
+  EMBED_DIM: 96
+  DROPPATH_RATE: 0.3
+  DEPTH: 24
+  POOL_Q_STRIDE: [[2,1, 2, 2], [5, 1, 2, 2],  [21, 1, 2, 2]]
+  DIM_MUL: [[2, 2.0], [5, 2.0], [21, 2.0]]
+  HEAD_MUL: [[2, 2.0], [5, 2.0], [21, 2.0]]
+  POOL_KV_STRIDE_ADAPTIVE: [1, 8, 8]
+  SEP_POS_EMBED: True""")),
+}
+_VENDORED = os.path.join(os.path.dirname(__file__), "data", "pyslowfast", "configs", "Kinetics")
+
+
+def _flat(text_or_file: str) -> dict:
+    if os.path.isfile(text_or_file):
+        with open(text_or_file) as f:
+            text_or_file = f.read()
+    return flatten_cfg(yaml.safe_load(text_or_file))
+
+
+def _config(stem: str) -> dict:
+    """The vendored PySlowFast file where the tree has it, else the inlined copy above."""
+    path = os.path.join(_VENDORED, stem + ".yaml")
+    return _flat(path if os.path.isfile(path) else PYSLOWFAST_CONFIGS[stem][1])
+
+
+@pytest.mark.parametrize("stem", sorted(PYSLOWFAST_CONFIGS))
+def test_pyslowfast_configs_map_to_their_registered_model(stem):
+    name, kwargs = mvit_model(_config(stem), stem)
+    assert (name, kwargs) == (PYSLOWFAST_CONFIGS[stem][0], [])
+    classes = PUBLISHED_M.get(name, (400,))[0]
+    with torch.device("meta"):
+        model = zoo.create_model(name, num_classes=classes,
+                                 **dict(zip(kwargs[::2], kwargs[1::2])))
+    if name in TORCHVISION_PARAMS:
+        assert count_params(model) == TORCHVISION_PARAMS[name]
+    elif name in PUBLISHED_M:
+        assert round(count_params(model) / 1e6, 1) == PUBLISHED_M[name][1]
+    else:  # MViTv1-B 32x3 (24 blocks): no count published; the registered facts' count
+        assert count_params(model) == model_facts(name)["params"] == 53_115_280
+
+
+def test_pyslowfast_config_changes_become_kwargs():
+    flat = _config("MVITv2_S_16x4")
+    flat.update({"DATA.NUM_FRAMES": 8, "MVIT.DROPPATH_RATE": 0.1, "MVIT.QKV_BIAS": False,
+                 "MODEL.DROPOUT_RATE": 0.3})
+    name, kwargs = mvit_model(flat, "x.yaml")
+    assert name == "mvit_v2_s"
+    assert dict(zip(kwargs[::2], kwargs[1::2])) == {
+        "frames": 8, "droppath_rate": 0.1, "qkv_bias": False, "dropout": 0.3}
+    with torch.device("meta"):
+        model = zoo.create_model(name, **dict(zip(kwargs[::2], kwargs[1::2])))
+    assert model.blocks[0].attn.qkv.bias is None and model.patch_dims == [4, 56, 56]
+    # The PyTorchVideo-backed config (MODEL_NAME PTVMViT) is the same network as MViT-B 16x4.
+    flat = _config("MVIT_B_16x4_CONV")
+    assert mvit_model(dict(flat, **{"MODEL.MODEL_NAME": "PTVMViT"}), "p.yaml") == (
+        "mvit_v1_b_16x4", [])
+    assert "MVIT.REV.ENABLE" in MVIT_KEYS and "MVIT.SEPARATE_QKV" in MVIT_KEYS
+
+
+@pytest.mark.parametrize("key,value", [("MVIT.REV.ENABLE", True), ("MVIT.PATCH_2D", True),
+                                       ("MVIT.USE_FIXED_SINCOS_POS", True),
+                                       ("MVIT.NOT_A_KEY", 1), ("DATA.TEST_CROP_SIZE", 256)])
+def test_pyslowfast_config_values_zoo_cannot_honour_are_refused(key, value):
+    flat = dict(_config("MVIT_B_16x4_CONV"), **{key: value})
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as err:
+        mvit_model(flat, "REV_MVIT_B_16x4_CONV.yaml")
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_full_size_mvit_v2_s_gives_torchvision_s_logits():
+    """torchvision's own mvit_v2_s at 16 x 224 x 224, random weights, converted."""
+    theirs = _randomize(tvm.mvit_v2_s())
+    state, _, _ = convert_state_dict(theirs.state_dict(), "torchvision", "mvit_v2_s")
+    ours = zoo.create_model("mvit_v2_s").eval()
+    ours.load_state_dict(state)
+    x = torch.randn(1, 3, 16, 224, 224, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        a, b = ours(x), theirs(x)
+    assert (a - b).abs().max() <= 1e-4 * b.abs().max()
