@@ -362,12 +362,19 @@ def test_a_quiet_failed_rank_leaves_the_console_rank_time(monkeypatch, tmp_path,
 
 
 def test_output_cut_short_by_its_reader_ends_quietly():
-    """``zoo-list-models --weights | head -1``: the closed pipe is not reported as a bug."""
+    """``zoo-list-models --weights | head -1``: the closed pipe is not reported as a bug. The pipe
+    holds one page, so the command is still writing when its reader goes away."""
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tools", "list_models.py"),
-                             "--weights", "--markdown"], stdout=subprocess.PIPE,
+                             "--weights", "--markdown"], stdout=write_end,
                             stderr=subprocess.PIPE)
-    first = proc.stdout.readline()
-    proc.stdout.close()  # the reader goes away, as `head -1` does
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        first = reader.readline()
+    # the reader is gone, as after `head -1`
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert first.startswith(b"| model |") and err == ""

@@ -78,7 +78,8 @@ class HuggingFaceScheme(Scheme):
     kinds = ("videomae",)
     state_keys = ("state_dict", "model")
 
-    def prepare(self, source: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    def prepare(self, source: Dict[str, torch.Tensor], layout: Layout
+                ) -> Dict[str, torch.Tensor]:
         """Stack each block's query, key and value weights into one ``qkv`` weight (zoo's one
         projection); a block missing any of the three keeps them apart (and they are reported)."""
         parts: Dict[str, Dict[str, torch.Tensor]] = {}

@@ -115,9 +115,13 @@ class MMAction2Scheme(Scheme):
     kinds: Tuple[str, ...] = ("slowfast", "resnet3d", "videomae", "other")
     state_keys: Tuple[str, ...] = ("state_dict", "model", "model_state")
 
-    def prepare(self, source: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    def prepare(self, source: Dict[str, torch.Tensor], layout: Layout
+                ) -> Dict[str, torch.Tensor]:
         """Drop a VideoMAE file's ``backbone.pos_embed`` (a persistent buffer in MMAction2, a
         computed one in zoo) once it is checked to be the fixed sine-cosine table."""
+        family = _family_scheme(layout)
+        if family is not None:
+            return family.prepare(source, layout)
         table = source.get("backbone.pos_embed")
         if table is None:
             return source
