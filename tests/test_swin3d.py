@@ -218,3 +218,17 @@ def test_full_swin3d_t_matches_torchvision():
     x = torch.randn(1, 3, 32, 224, 224)
     with torch.no_grad():
         assert _close(ours(x), tv(x))
+
+
+def test_relative_position_bias_tables_train_without_weight_decay():
+    """As MMAction2's recipe: norms, biases and the bias tables are not decayed, the rest is."""
+    from zoo.solver.optimizer import param_groups
+
+    model = zoo.create_model("swin3d_t", num_classes=3, embed_dim=16, depths=(1, 1, 1, 1),
+                             num_heads=(1, 1, 1, 1))
+    decayed = {id(p) for g in param_groups(model, 0.05) if g["weight_decay"] > 0
+               for p in g["params"]}
+    for name, p in model.named_parameters():
+        exempt = (name.endswith(("bias", "relative_position_bias_table"))
+                  or ".norm" in name or name.startswith("norm"))
+        assert (id(p) not in decayed) == exempt, name

@@ -297,6 +297,11 @@ class SwinTransformer3d(ClassifierMixin, nn.Module):
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
 
+    def no_weight_decay(self) -> List[str]:
+        """Parameter names (last component) trained without weight decay: the relative position
+        bias tables, as MMAction2's and the original Video Swin recipes exempt them."""
+        return ["relative_position_bias_table"]
+
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The normalised last-stage tokens, channels-last ``(B, T', H', W', C)``."""
         x = self.pos_drop(self.patch_embed(x))
