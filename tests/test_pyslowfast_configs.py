@@ -195,9 +195,15 @@ def test_recipe_keys_become_zoo_keys_or_notes(tmp_path):
     assert "AUG.*" in text and "TRAIN_JITTER_SCALES_RELATIVE" in text
 
 
-def test_multigrid_is_a_note(tmp_path):
-    _, _, _, notes = _convert("SLOWFAST_8x8_R50_stepwise_multigrid.yaml", tmp_path)
-    assert any(n.startswith("MULTIGRID.*") for n in notes)
+def test_multigrid_cycles_become_zoo_keys(tmp_path):
+    out, _, _, notes = _convert("SLOWFAST_8x8_R50_stepwise_multigrid.yaml", tmp_path)
+    t = load_config(out).CONFIG.TRAIN
+    # MULTIGRID.LONG_CYCLE + SHORT_CYCLE with PySlowFast's default factors.
+    assert t.MULTIGRID == "long+short" and t.MULTIGRID_EPOCH_FACTOR == 1.5
+    assert [f for pair in t.MULTIGRID_LONG_CYCLE_FACTORS for f in pair] == pytest.approx(
+        [0.25, 0.5 ** 0.5, 0.5, 0.5 ** 0.5, 0.5, 1.0, 1.0, 1.0])
+    assert t.MULTIGRID_SHORT_CYCLE_FACTORS == pytest.approx([0.5, 0.5 ** 0.5])
+    assert not any(n.startswith("MULTIGRID") for n in notes)
 
 
 def test_base_lr_scales_with_shards(tmp_path):

@@ -43,7 +43,6 @@ _GLUONCV_UNUSED_KEYS = {
     "CONFIG.LOG.LEVEL": "the console shows INFO and up; each rank's log file has everything",
     "CONFIG.LOG.LOG_FILENAME": "each rank logs to BASE_PATH/EXP_NAME/log_rank<r>.txt",
     "CONFIG.TRAIN.USE_AMP": "set CONFIG.TRAIN.PRECISION (auto, bf16, fp16, fp32) instead",
-    "CONFIG.TRAIN.MULTIGRID": "multigrid training is not supported; zoo trains one clip shape",
     "CONFIG.TRAIN.ADAM_BETA2": "CONFIG.TRAIN.OPTIMIZER AdamW uses betas (0.9, 0.999)",
     "CONFIG.TRAIN.ADAM_EPS": "CONFIG.TRAIN.OPTIMIZER AdamW uses eps 1e-8",
     "CONFIG.MODEL.PRETRAINED_BASE": "2D-inflated starts are the model's inflate_from kwarg "

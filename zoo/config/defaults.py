@@ -126,6 +126,22 @@ _C.CONFIG.TRAIN.WARMUP_EPOCHS = 1.0
 _C.CONFIG.TRAIN.WARMUP_START_LR = 0.01
 # LR at the end of warmup; the schedule then continues from LR.
 _C.CONFIG.TRAIN.WARMUP_END_LR = 0.1
+# Multigrid training (Wu et al. 2020; PySlowFast's MULTIGRID.*): "" = off (every iteration at
+# CLIP_LEN x CROP_SIZE with BATCH_SIZE); "long" = the long cycle: each epoch range trains a smaller
+# (frames, crop) shape with a larger batch (batch x frames x crop^2 kept), the Step schedule
+# re-timed over the longer run; "short" = the short cycle: two of every three iterations train a
+# smaller crop with a larger batch, EPOCH_NUM and LR_MILESTONE x MULTIGRID_EPOCH_FACTOR;
+# "long+short" = both. CNN families only (models with fixed position tables refuse it).
+_C.CONFIG.TRAIN.MULTIGRID = ""
+# Long cycle: [frames factor, crop factor] pairs of the shapes, smallest first, the last [1, 1].
+_C.CONFIG.TRAIN.MULTIGRID_LONG_CYCLE_FACTORS = [
+    [0.25, 0.5 ** 0.5], [0.5, 0.5 ** 0.5], [0.5, 1.0], [1.0, 1.0]]
+# Short cycle: the crop factors (of MULTIGRID_DEFAULT_S) of the first two of every three iterations.
+_C.CONFIG.TRAIN.MULTIGRID_SHORT_CYCLE_FACTORS = [0.5, 0.5 ** 0.5]
+# Multigrid trains this many times the epochs of the plain schedule (in fewer iterations).
+_C.CONFIG.TRAIN.MULTIGRID_EPOCH_FACTOR = 1.5
+# Crop side the short-cycle factors and the scale-jitter rescaling refer to (0 = DATA.CROP_SIZE).
+_C.CONFIG.TRAIN.MULTIGRID_DEFAULT_S = 0
 # Resume from checkpoints/epoch_<N>.pth in the output folder (-1 = start fresh).
 _C.CONFIG.TRAIN.RESUME_EPOCH = -1
 # Resume from the newest complete checkpoint in the output folder when there is one (model,

@@ -80,7 +80,14 @@ def _adapt_data(d: Dict[str, Any], source: str, notes: List[str]) -> None:
                      f"{d['TRAIN_SHORT_SIDE_RANGE']}")
 
 
-def _adapt_train(t: Dict[str, Any], notes: List[str]) -> None:
+def _adapt_train(t: Dict[str, Any], notes: List[str], source: str) -> None:
+    if isinstance(t.get("MULTIGRID"), dict):
+        # gluoncv's section (USE_LONG_CYCLE, USE_SHORT_CYCLE, LONG_CYCLE_EPOCH) that its trainer
+        # never read; zoo's CONFIG.TRAIN.MULTIGRID is a string and stays off.
+        t.pop("MULTIGRID")
+        logger.warning("%s: ignoring gluoncv section CONFIG.TRAIN.MULTIGRID (gluoncv never "
+                       "trained with it); set CONFIG.TRAIN.MULTIGRID long, short or long+short "
+                       "for zoo's multigrid training", source)
     if "LR_POLICY" not in t and "LR_MILESTONE" in t:
         t["LR_POLICY"] = "Step"
         notes.append("no LR_POLICY -> Step at LR_MILESTONE (gluoncv's trainer)")
@@ -109,7 +116,7 @@ def adapt_gluoncv(data: Any, source: str) -> Any:
         return data
     notes: List[str] = []
     _adapt_data(_section(data, "DATA"), source, notes)
-    _adapt_train(_section(data, "TRAIN"), notes)
+    _adapt_train(_section(data, "TRAIN"), notes, source)
     _adapt_model(_section(data, "MODEL"), notes)
     if notes:
         logger.info("%s: gluoncv keys read with gluoncv's meaning: %s", source, "; ".join(notes))

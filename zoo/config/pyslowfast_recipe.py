@@ -4,7 +4,7 @@
 Step policy with ``CONFIG.TRAIN.LR_FACTORS``); ``recipe`` maps mixup / cutmix / label smoothing,
 gradient clipping, repeated augmentation, flips and precision to zoo keys where zoo has them and
 writes a note naming every key zoo does not follow yet (RandAugment, random erasing, layer decay,
-multigrid cycles, ...), saying what zoo does instead.
+...), saying what zoo does instead; multigrid's cycles become ``CONFIG.TRAIN.MULTIGRID*``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ RECIPE_DEFAULTS: Dict[str, Any] = {
     "MIXUP.CUTMIX_ALPHA": 1.0, "MIXUP.PROB": 1.0, "MIXUP.SWITCH_PROB": 0.5,
     "MIXUP.LABEL_SMOOTH_VALUE": 0.1, "AUG.NUM_SAMPLE": 1, "AUG.ENABLE": False,
     "DATA.RANDOM_FLIP": True, "TRAIN.MIXED_PRECISION": False, "DETECTION.ENABLE": False,
+    "MULTIGRID.LONG_CYCLE": False, "MULTIGRID.SHORT_CYCLE": False,
+    "MULTIGRID.LONG_CYCLE_FACTORS": [[0.25, 0.5 ** 0.5], [0.5, 0.5 ** 0.5], [0.5, 1], [1, 1]],
+    "MULTIGRID.SHORT_CYCLE_FACTORS": [0.5, 0.5 ** 0.5], "MULTIGRID.EPOCH_FACTOR": 1.5,
+    "MULTIGRID.DEFAULT_S": 0,
 }
 
 _RESIZED_CROP = ("DATA.TRAIN_JITTER_SCALES_RELATIVE / TRAIN_JITTER_ASPECT_RELATIVE (random resized "
@@ -30,9 +34,15 @@ _RESIZED_CROP = ("DATA.TRAIN_JITTER_SCALES_RELATIVE / TRAIN_JITTER_ASPECT_RELATI
 _NOTED = {
     "AUG.": "AUG.* (RandAugment, colour jitter, random erasing): zoo's train clips get scale "
             "jitter, crop and flip only",
-    "MULTIGRID.": "MULTIGRID.* (short/long cycles): zoo trains every epoch at the base clip "
-                  "shape and batch for the same MAX_EPOCH epochs; multigrid's shorter wall time "
-                  "is not reproduced",
+    "MULTIGRID.BN_BASE_SIZE": "MULTIGRID.BN_BASE_SIZE: zoo's multigrid keeps plain BatchNorm "
+                              "over each process's batch (no sub-batch / synced BN switching)",
+    "MULTIGRID.EVAL_FREQ": "MULTIGRID.EVAL_FREQ: zoo validates every CONFIG.VAL.FREQ epochs",
+    "MULTIGRID.LONG_CYCLE_SAMPLING_RATE": "MULTIGRID.LONG_CYCLE_SAMPLING_RATE / DEFAULT_B / "
+                                          "DEFAULT_T: PySlowFast sets them itself; so does zoo",
+    "MULTIGRID.DEFAULT_B": "MULTIGRID.LONG_CYCLE_SAMPLING_RATE / DEFAULT_B / DEFAULT_T: "
+                           "PySlowFast sets them itself; so does zoo",
+    "MULTIGRID.DEFAULT_T": "MULTIGRID.LONG_CYCLE_SAMPLING_RATE / DEFAULT_B / DEFAULT_T: "
+                           "PySlowFast sets them itself; so does zoo",
     "SOLVER.LAYER_DECAY": "SOLVER.LAYER_DECAY: zoo has one LR for the backbone "
                           "(CONFIG.TRAIN.BACKBONE_LR_MULT), no per-layer decay",
     "SOLVER.CLIP_GRAD_VAL": "SOLVER.CLIP_GRAD_VAL: zoo clips the global norm only "
@@ -167,5 +177,22 @@ def recipe(v: Dict[str, Any], given: Dict[str, Any], source: str, notes: List[st
         if v["TRAIN.MIXED_PRECISION"]:
             notes.append("TRAIN.MIXED_PRECISION True: zoo's PRECISION auto trains in bf16 "
                          "where the device computes it natively (fp16 is PRECISION fp16)")
+    train.update(multigrid(v))
     notes.extend(notes_for(given))
     return {"TRAIN": train, "DATA": data}
+
+
+def multigrid(v: Dict[str, Any]) -> Dict[str, Any]:
+    """``MULTIGRID.LONG_CYCLE`` / ``SHORT_CYCLE`` and their knobs -> ``CONFIG.TRAIN.MULTIGRID*``
+    (nothing when both cycles are off)."""
+    mode = "+".join(name for name, key in (("long", "MULTIGRID.LONG_CYCLE"),
+                                           ("short", "MULTIGRID.SHORT_CYCLE")) if v[key])
+    if not mode:
+        return {}
+    return {"MULTIGRID": mode,
+            "MULTIGRID_LONG_CYCLE_FACTORS": [[float(a), float(b)]
+                                             for a, b in v["MULTIGRID.LONG_CYCLE_FACTORS"]],
+            "MULTIGRID_SHORT_CYCLE_FACTORS": [float(f) for f in
+                                              v["MULTIGRID.SHORT_CYCLE_FACTORS"]],
+            "MULTIGRID_EPOCH_FACTOR": float(v["MULTIGRID.EPOCH_FACTOR"]),
+            "MULTIGRID_DEFAULT_S": int(v["MULTIGRID.DEFAULT_S"])}

@@ -100,6 +100,20 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
                       for e in v),
         "a list of 'path/to/file.py:ClassName' or 'package.module:ClassName' entries",
     ),
+    ("CONFIG.TRAIN.MULTIGRID", lambda v: v in ("", "long", "short", "long+short"),
+     '"" (off), long, short or long+short'),
+    (
+        "CONFIG.TRAIN.MULTIGRID_LONG_CYCLE_FACTORS",
+        lambda v: len(v) >= 1 and all(len(f) == 2 and f[0] > 0 and f[1] > 0 for f in v),
+        "a list of [frames factor, crop factor] pairs, each factor > 0",
+    ),
+    (
+        "CONFIG.TRAIN.MULTIGRID_SHORT_CYCLE_FACTORS",
+        lambda v: len(v) == 2 and all(0 < f <= 1 for f in v),
+        "two crop factors in (0, 1]",
+    ),
+    ("CONFIG.TRAIN.MULTIGRID_EPOCH_FACTOR", lambda v: v > 0, "a number > 0"),
+    ("CONFIG.TRAIN.MULTIGRID_DEFAULT_S", _non_negative, "an integer >= 0 (0 = DATA.CROP_SIZE)"),
     ("CONFIG.VAL.FREQ", _non_negative, "an integer >= 0"),
     ("CONFIG.VAL.BATCH_SIZE", _positive, "an integer >= 1"),
     ("CONFIG.TEST.BATCH_SIZE", _positive, "an integer >= 1"),
@@ -189,6 +203,11 @@ def validate_config(cfg: CfgNode) -> None:
             f"CONFIG.TRAIN.LR_FACTORS has {len(train.LR_FACTORS)} entries but CONFIG.TRAIN."
             f"LR_MILESTONE has {len(train.LR_MILESTONE)}: give one factor before the first "
             "milestone and one after each"
+        )
+    if "long" in train.MULTIGRID and train.LR_POLICY != "Step":
+        raise ConfigError(
+            f"CONFIG.TRAIN.MULTIGRID = {train.MULTIGRID!r} needs CONFIG.TRAIN.LR_POLICY Step (the "
+            f"long cycle re-times the LR_MILESTONE steps), got {train.LR_POLICY!r}: set it to Step"
         )
     data = cfg.CONFIG.DATA
     if data.CROP_SIZE > data.SHORT_SIDE_SIZE:

@@ -409,6 +409,21 @@ def _sampler(dataset, train: bool, seed: int):
     return None
 
 
+def _multigrid_batches(cfg: CfgNode, sampler: EpochSampler, clips_per_video: int):
+    """The batch sampler of a multigrid run (``CONFIG.TRAIN.MULTIGRID``, zoo/data/multigrid.py)."""
+    from ..solver.multigrid import MultigridPlan
+    from .multigrid import MultigridBatchSampler
+
+    if clips_per_video > 1:
+        raise ConfigError(
+            f"CONFIG.TRAIN.MULTIGRID = {cfg.CONFIG.TRAIN.MULTIGRID!r} trains one clip per video: "
+            f"set CONFIG.DATA.CLIPS_PER_VIDEO 1 (it is {clips_per_video}) or MULTIGRID \"\"")
+    plan = MultigridPlan(cfg)
+    batches = MultigridBatchSampler(sampler, plan, list(cfg.CONFIG.DATA.TRAIN_SHORT_SIDE_RANGE))
+    batches.check(plan.epochs)
+    return batches
+
+
 def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0) -> DataLoader:
     """A DataLoader for ``split``, sharded over ranks when a process group has several ranks.
 
@@ -428,6 +443,9 @@ def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0) -> DataLoa
     Training shuffles and drops the last partial batch; validation and testing keep every video
     in order (a DistributedSampler pads them by repeating a few videos, which the evaluator
     de-duplicates by index). Call ``loader.sampler.set_epoch(epoch)`` when the sampler has it.
+    With ``CONFIG.TRAIN.MULTIGRID`` the training loader's ``batch_sampler`` is a
+    :class:`~zoo.data.multigrid.MultigridBatchSampler` (its ``set_epoch(epoch, skip_batches)``
+    replaces the sampler's; batches differ in size and clip shape, and epochs in length).
 
     The loader is a :class:`~zoo.data.robust.GuardedLoader`: iterating it raises
     :class:`~zoo.data.robust.TooManyBadVideos` (naming examples) when more than
@@ -454,13 +472,16 @@ def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0) -> DataLoa
     memory = BatchMemory(num_workers, buffers) if train and num_workers and buffers else None
     if train and hasattr(dataset, "write_batches"):
         dataset.write_batches(memory)  # clips go straight into the batch (see ClipDataset)
+    batching: Dict[str, Any] = {"batch_size": videos_per_batch, "sampler": sampler,
+                                "drop_last": train}
+    if train and cfg.CONFIG.TRAIN.MULTIGRID:
+        batching = {"batch_sampler": _multigrid_batches(cfg, sampler, clips_per_video)}
     return GuardedLoader(
         dataset,
         max_bad_fraction=float(data.MAX_BAD_FRACTION),
         split=split,
         clips_per_item=clips_per_video,
-        batch_size=videos_per_batch,
-        sampler=sampler,
+        **batching,
         collate_fn=(functools.partial(collate_clips, clips_per_video=clips_per_video,
                                       memory=memory) if clips_per_video > 1
                     else functools.partial(collate_train, memory=memory) if train else None),
@@ -470,7 +491,6 @@ def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0) -> DataLoa
             _seed_worker, base_seed=seed + rank * 1000,
             signal_grace=float(signal_grace)),
         pin_memory=torch.cuda.is_available(),
-        drop_last=train,
         # A worker stuck inside C code (which no signal interrupts) becomes an error, not a hang.
         timeout=float(data.LOADER_TIMEOUT) if num_workers > 0 else 0,
         # Each new iterator draws a seed for its workers: from this generator, not torch's global

@@ -308,15 +308,18 @@ class ClipDataset(Dataset):
             raise
         return WrittenItems(items, batch, slot)
 
-    def _item(self, item: Union[int, Tuple[int, int]],
-              into: Optional[Callable[[Tuple[int, ...]], torch.Tensor]] = None) -> Item:
+    def _item(self, item: Union[int, Tuple[int, ...]],
+              into: Optional[Callable[[Tuple[int, ...]], torch.Tensor]] = None,
+              generator: Optional[torch.Generator] = None) -> Item:
         """One item; ``into(clip shape)``, when given, returns the ``(N, T, H, W, C)`` rows its N
         training clips are written to."""
+        if isinstance(item, tuple) and len(item) == 6:
+            return self._shaped_item(item, into)
         # Training samplers hand over (epoch, index): the clip's random crop, flip, jitter and
         # window then depend only on (SEED, epoch, index), not on which process or data worker
         # loads it, so resumed runs and runs with other worker counts see the same clips.
         epoch, index = item if isinstance(item, tuple) else (0, item)
-        generator = self._item_generator(epoch, index)
+        generator = generator or self._item_generator(epoch, index)
         failures: List[str] = []
         current: Optional[int] = index
         for attempt in range(self.settings.max_tries):
@@ -337,6 +340,25 @@ class ClipDataset(Dataset):
             f"{len(failures)} videos in a row could not be read from {self.anno_path}: "
             + "; ".join(failures)
         )
+
+    def _shaped_item(self, item: Tuple[int, ...],
+                     into: Optional[Callable[[Tuple[int, ...]], torch.Tensor]] = None) -> Item:
+        """A training item at a multigrid shape (``zoo.data.multigrid``): the key is ``(epoch,
+        index, frames, crop, min short side, max frame stride)``; the stride is drawn from
+        [FRAME_RATE, max] (PySlowFast's long-cycle sampling rate) when max is larger."""
+        epoch, index, frames, crop, low, rate_max = (int(v) for v in item)
+        plain = self.settings
+        generator = self._item_generator(epoch, index)
+        rate = plain.frame_rate
+        if rate_max > rate:
+            rate = int(torch.randint(rate, rate_max + 1, (1,), generator=generator))
+        self.settings = dataclasses.replace(
+            plain, clip_len=frames, crop_size=crop, frame_rate=rate,
+            train_short_side_range=[low, max(low, int(plain.train_short_side_range[1]))])
+        try:
+            return self._item((epoch, index), into, generator)
+        finally:
+            self.settings = plain
 
     def _item_generator(self, epoch: int, index: int) -> torch.Generator:
         seed = np.random.SeedSequence([self.settings.seed, epoch, index]).generate_state(1)[0]

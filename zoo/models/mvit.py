@@ -143,6 +143,9 @@ class MViT(ClassifierMixin, nn.Module):
     classifier_name = "head.projection"
     head_init_std = 0.02
 
+    # Position tables of one (frames, crop): the trainer refuses CONFIG.TRAIN.MULTIGRID.
+    fixed_input_shape = True
+
     def __init__(self, num_classes: int = 400, frames: int = 8, crop_size: int = 224,
                  dropout: float = 0.5, in_channels: int = 3, mode: str = "conv",
                  pool_first: bool = False, cls_embed_on: bool = True,

@@ -175,6 +175,9 @@ class VideoMAE(ClassifierMixin, nn.Module):
 
     classifier_name = "head"
 
+    # Position tables of one (frames, crop): the trainer refuses CONFIG.TRAIN.MULTIGRID.
+    fixed_input_shape = True
+
     def __init__(self, num_classes: int = 400, embed_dim: int = 768, depth: int = 12,
                  num_heads: int = 12, mlp_ratio: float = 4.0, frames: int = 16,
                  crop_size: int = 224, tubelet: int = 2, patch: int = 16, qv_bias: bool = True,

@@ -34,6 +34,7 @@ from .checkpoint import (
 )
 from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .hooks import HookBase, default_hooks, load_user_hooks
+from .multigrid import build_multigrid_scheduler, check_model, epoch_steps
 from .precision import execution_settings, memory_format
 from .step import TrainStep
 from .sync_bn import convert_sync_bn
@@ -154,13 +155,22 @@ class Trainer:
                            if cfg.CONFIG.DATA.VAL_ANNO_PATH else None)
         self.iters_per_epoch = len(self.train_loader)
         train = cfg.CONFIG.TRAIN
-        self.steps_per_epoch = _check_steps(self.iters_per_epoch, train.ACCUM_STEPS)
+        # Multigrid: epochs differ in length (the batch sampler knows each one's batches).
+        self.multigrid = getattr(self.train_loader.batch_sampler, "plan", None)
+        self.epoch_steps: Optional[List[int]] = None
+        if self.multigrid is not None:
+            check_model(cfg, unwrap(self.model))
+            self.epoch_steps = epoch_steps(self.train_loader.batch_sampler,
+                                           self.multigrid.epochs, train.ACCUM_STEPS)
+            self.steps_per_epoch = self.epoch_steps[0]
+        else:
+            self.steps_per_epoch = _check_steps(self.iters_per_epoch, train.ACCUM_STEPS)
         self._build_step()
         log = cfg.CONFIG.LOG
         self.save_dir = os.path.join(self.out_dir, log.SAVE_DIR)
         self.writer = MetricsWriter(self.out_dir, os.path.join(self.out_dir, log.LOG_DIR))
         self.cfg_yaml = cfg_to_yaml(with_job_layout(cfg))
-        self.epochs = train.EPOCH_NUM
+        self.epochs = self.multigrid.epochs if self.multigrid is not None else train.EPOCH_NUM
         self.start_epoch = self.epoch = self.iteration = self.inner_iter = self.start_iter = 0
         self.preemption: Optional[PreemptionWatch] = None
         self.best_top1, self.is_best = -1.0, False
@@ -184,8 +194,12 @@ class Trainer:
         cfg, train = self.cfg, self.cfg.CONFIG.TRAIN
         bare = unwrap(self.model)
         self.optimizer = build_optimizer(cfg, bare, classifier_module(bare).parameters())
-        self.scheduler = build_lr_scheduler(cfg, self.optimizer, self.steps_per_epoch,
-                                            comm.get_world_size())
+        if self.multigrid is not None:
+            self.scheduler = build_multigrid_scheduler(cfg, self.optimizer, self.multigrid,
+                                                       self.epoch_steps, comm.get_world_size())
+        else:
+            self.scheduler = build_lr_scheduler(cfg, self.optimizer, self.steps_per_epoch,
+                                                comm.get_world_size())
         precision, channels_last = execution_settings(train, self.device)
         self.logger.info("execution: %s%s, %s%s", precision,
                          " (PRECISION auto)" if train.PRECISION == "auto" else "",
@@ -260,8 +274,9 @@ class Trainer:
             train.BATCH_SIZE * world * train.ACCUM_STEPS, train.BATCH_SIZE, world,
             train.ACCUM_STEPS, self.scheduler.base_lr,
         )
-        self.iteration = self.step.steps = (self.start_epoch * self.steps_per_epoch
-                                            + self.start_iter // train.ACCUM_STEPS)
+        done = (sum(self.epoch_steps[:self.start_epoch]) if self.epoch_steps is not None
+                else self.start_epoch * self.steps_per_epoch)
+        self.iteration = self.step.steps = done + self.start_iter // train.ACCUM_STEPS
         self._call("before_train")
         for self.epoch in range(self.start_epoch, self.epochs):
             self.run_epoch()
@@ -278,7 +293,12 @@ class Trainer:
         """
         self.model.train()
         skip = self.start_iter if self.epoch == self.start_epoch else 0
-        if hasattr(self.train_loader.sampler, "set_epoch"):
+        if self.multigrid is not None:
+            batches = self.train_loader.batch_sampler
+            batches.set_epoch(self.epoch, skip)  # its shapes follow (epoch, batch number)
+            self.iters_per_epoch = batches.batches_in_epoch(self.epoch)
+            self.steps_per_epoch = self.epoch_steps[self.epoch]
+        elif hasattr(self.train_loader.sampler, "set_epoch"):
             if skip:
                 self.train_loader.sampler.set_epoch(self.epoch, skip * self.train_loader.batch_size)
             else:
