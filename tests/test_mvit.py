@@ -335,7 +335,7 @@ def test_pyslowfast_config_changes_become_kwargs():
     assert "MVIT.REV.ENABLE" in MVIT_KEYS and "MVIT.SEPARATE_QKV" in MVIT_KEYS
 
 
-@pytest.mark.parametrize("key,value", [("MVIT.REV.ENABLE", True), ("MVIT.PATCH_2D", True),
+@pytest.mark.parametrize("key,value", [("MVIT.PATCH_2D", True),
                                        ("MVIT.USE_FIXED_SINCOS_POS", True),
                                        ("MVIT.NOT_A_KEY", 1), ("DATA.TEST_CROP_SIZE", 256)])
 def test_pyslowfast_config_values_zoo_cannot_honour_are_refused(key, value):

@@ -134,7 +134,7 @@ def _publisher_state(name, entry):
         return {k: torch.empty(v.shape, device="meta")
                 for k, v in hub.mvit_base_16x4(pretrained=False).state_dict().items()}
     with torch.device("meta"):
-        if entry.format == "pyslowfast":  # PySlowFast's MViT: zoo's module names are its own
+        if entry.format == "pyslowfast":  # PySlowFast's (reversible) MViT: zoo's names are its own
             return zoo.create_model(name).state_dict()
         if entry.format == "torchvision":
             # the builder's name: swin3d_b_1k-24f7c7c6.pth is swin3d_b's ImageNet-1k-started file

@@ -220,10 +220,10 @@ def model(v: Dict[str, Any], source: str) -> Tuple[str, List[Any], List[str], se
     name = str(v["MODEL.MODEL_NAME"])
     arch = str(v["MODEL.ARCH"]).lower()
     if name in ("MViT", "PTVMViT") or arch == "mvit":
-        from .pyslowfast_mvit import MVIT_KEYS, mvit_model
+        from .pyslowfast_mvit import MVIT_KEYS, mvit_model, mvit_notes
 
         zoo_name, kwargs = mvit_model(v, source)
-        return zoo_name, kwargs, [], set(MVIT_KEYS)
+        return zoo_name, kwargs, mvit_notes(v), set(MVIT_KEYS)
     if name in ("X3D", "PTVX3D") or arch == "x3d":
         return (*x3d_model(v, source), set())
     if name == "PTVCSN" or arch == "csn":

@@ -3,11 +3,13 @@
 
 zoo's MViT builder takes PySlowFast's ``MVIT.<KEY>`` keys lowercased, plus ``frames``
 (DATA.NUM_FRAMES), ``crop_size`` (DATA.TRAIN_CROP_SIZE), ``dropout`` (MODEL.DROPOUT_RATE) and
-``in_channels`` (DATA.INPUT_CHANNEL_NUM[0]). This module holds PySlowFast's MVIT defaults
-(``slowfast/config/defaults.py``) and the five published MViT configs the registered names
-are built from, as plain data (zoo/config never imports zoo.models): :func:`mvit_model` picks
-the registered name closest to a config and lists, as kwargs, every value that differs from it,
-so ``create_model(name, **kwargs)`` builds exactly the config's network.
+``in_channels`` (DATA.INPUT_CHANNEL_NUM[0]); with MVIT.REV.ENABLE, the reversible MViT
+(``zoo/models/mvit_rev.py``) takes the same keys plus the ``MVIT.REV.<KEY>`` ones as
+``rev_<key>``. This module holds PySlowFast's MVIT defaults (``slowfast/config/defaults.py``)
+and the published MViT configs the registered names are built from, as plain data (zoo/config
+never imports zoo.models): :func:`mvit_model` picks the registered name closest to a config and
+lists, as kwargs, every value that differs from it, so ``create_model(name, **kwargs)`` builds
+exactly the config's network.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any, Dict, List, Tuple
 
 from .validation import ConfigError
 
-__all__ = ["MVIT_CONFIGS", "MVIT_DEFAULTS", "MVIT_KEYS", "builder_kwargs", "mvit_model"]
+__all__ = ["MVIT_CONFIGS", "MVIT_DEFAULTS", "MVIT_KEYS", "MVIT_REV_CONFIGS", "builder_kwargs",
+           "mvit_model", "mvit_notes"]
 
 # PySlowFast's _C.MVIT defaults (slowfast/config/defaults.py).
 MVIT_DEFAULTS: Dict[str, Any] = {
@@ -40,13 +43,14 @@ MVIT_DEFAULTS: Dict[str, Any] = {
 # The "MVIT.*" keys mvit_model consumes.
 MVIT_KEYS = frozenset(MVIT_DEFAULTS)
 
-# Read but not passed on: PySlowFast never hands LAYER_SCALE_INIT_VALUE to its blocks, and the
-# REV.* keys other than ENABLE only shape the reversible variant, which zoo refuses.
-_IGNORED = {"MVIT.LAYER_SCALE_INIT_VALUE", "MVIT.REV.RESPATH_FUSE", "MVIT.REV.BUFFER_LAYERS",
-            "MVIT.REV.RES_PATH", "MVIT.REV.PRE_Q_FUSION"}
+# Read but not passed on: PySlowFast never hands LAYER_SCALE_INIT_VALUE to its blocks;
+# REV.ENABLE picks the builder (the reversible one's name), not an argument.
+_IGNORED = {"MVIT.LAYER_SCALE_INIT_VALUE", "MVIT.REV.ENABLE"}
+# The REV.* keys: arguments (``rev_<key>``) of the reversible builder only.
+_REV_KEYS = {"MVIT.REV.RESPATH_FUSE", "MVIT.REV.BUFFER_LAYERS", "MVIT.REV.RES_PATH",
+             "MVIT.REV.PRE_Q_FUSION"}
 # Values zoo's MViT does not implement (key -> the only value it takes).
-_FIXED = {"MVIT.REV.ENABLE": (False, "reversible MViT is not implemented"),
-          "MVIT.PATCH_2D": (False, "2D (image) patches are not implemented"),
+_FIXED = {"MVIT.PATCH_2D": (False, "2D (image) patches are not implemented"),
           "MVIT.USE_FIXED_SINCOS_POS": (False, "fixed sine-cosine positions are not implemented"),
           "MVIT.NORM": ("layernorm", "PySlowFast has no other norm"),
           "DETECTION.ENABLE": (False, "zoo's MViT has no detection head")}
@@ -99,6 +103,18 @@ MVIT_CONFIGS: Dict[str, Tuple[str, Dict[str, Any]]] = {
 }
 
 
+# Registered name -> (PySlowFast config, its keys that differ from PySlowFast's defaults) of the
+# reversible MViTs. PySlowFast's reversible MViT asserts CLS_EMBED_ON is False (its YAML says
+# True, which PySlowFast cannot build): the network it builds, and publishes, has no class token.
+MVIT_REV_CONFIGS: Dict[str, Tuple[str, Dict[str, Any]]] = {
+    "mvit_rev_b_16x4": ("configs/Kinetics/REV_MVIT_B_16x4_CONV.yaml", dict(
+        _V1, **_data(16, 4, 224), **_stages(16, (1, 3, 14), False),
+        **{"MVIT.DROPPATH_RATE": 0.05, "MVIT.POOL_KVQ_KERNEL": [3, 3, 3],
+           "MVIT.QKV_BIAS": False, "MVIT.CLS_EMBED_ON": False, "MVIT.REV.ENABLE": True,
+           "MVIT.REV.BUFFER_LAYERS": [1, 3, 14]})),
+}
+
+
 def _value(value: Any) -> Any:
     """A YAML value as yacs reads it (``(3, 7, 7)`` is a string in YAML), tuples as lists."""
     if isinstance(value, str) and value.strip()[:1] in "([":
@@ -136,8 +152,12 @@ def builder_kwargs(v: Dict[str, Any], source: str = "config") -> Dict[str, Any]:
         raise ConfigError(f"{source}: DATA.TEST_CROP_SIZE = {test_crop} differs from "
                           f"DATA.TRAIN_CROP_SIZE = {train_crop}; MViT is built for one input "
                           "size (PySlowFast asserts they are equal): set both the same")
-    kwargs = {key[len("MVIT."):].lower(): value for key, value in values.items()
-              if key not in _IGNORED and key not in _FIXED}
+    rev = bool(values["MVIT.REV.ENABLE"])
+    kwargs = {key[len("MVIT."):].lower().replace(".", "_"): value
+              for key, value in values.items()
+              if key not in _IGNORED and key not in _FIXED and (rev or key not in _REV_KEYS)}
+    if rev:  # PySlowFast's reversible MViT has no class token (it asserts so)
+        kwargs["cls_embed_on"] = False
     kwargs.update(frames=int(v.get("DATA.NUM_FRAMES", 8)), crop_size=train_crop,
                   dropout=float(v.get("MODEL.DROPOUT_RATE", 0.5)),
                   in_channels=int(_value(v.get("DATA.INPUT_CHANNEL_NUM", [3]))[0]))
@@ -146,6 +166,8 @@ def builder_kwargs(v: Dict[str, Any], source: str = "config") -> Dict[str, Any]:
 
 def _family(kwargs: Dict[str, Any]) -> str:
     """The registered name whose network is nearest: the same version, depth and width."""
+    if "rev_buffer_layers" in kwargs:
+        return "mvit_rev_b_16x4"
     v2 = kwargs["dim_mul_in_att"] or kwargs["residual_pooling"] or kwargs["rel_pos_spatial"]
     for name, (_, cfg) in MVIT_CONFIGS.items():
         ref = builder_kwargs(cfg)
@@ -170,6 +192,15 @@ def mvit_model(v: Dict[str, Any], source: str) -> Tuple[str, List[Any]]:
     """
     kwargs = builder_kwargs(v, source)
     name = _family(kwargs)
-    ref = builder_kwargs(MVIT_CONFIGS[name][1])
+    ref = builder_kwargs({**MVIT_CONFIGS, **MVIT_REV_CONFIGS}[name][1])
     return name, [x for key, value in kwargs.items() if ref.get(key) != value
                   for x in (key, value)]
+
+
+def mvit_notes(v: Dict[str, Any]) -> List[str]:
+    """What the conversion of a PySlowFast MViT config changes, for the converter's notes."""
+    rev = _value(v.get("MVIT.REV.ENABLE", False))
+    if rev and _value(v.get("MVIT.CLS_EMBED_ON", MVIT_DEFAULTS["MVIT.CLS_EMBED_ON"])):
+        return ["MVIT.CLS_EMBED_ON True with MVIT.REV.ENABLE: PySlowFast's reversible MViT has "
+                "no class token (its builder asserts CLS_EMBED_ON is False); built without one"]
+    return []

@@ -20,6 +20,7 @@ download, loading, converters) stand on it; build.py (create_model, build_model)
 from . import (  # noqa: F401
     gluoncv_names,
     mvit,
+    mvit_rev,
     r2plus1d,
     r2plus1d_ptv,
     resnet,

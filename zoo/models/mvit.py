@@ -47,7 +47,7 @@ from .facts import IMAGENET_MEAN, IMAGENET_STD, KINETICS_MEAN, KINETICS_STD, vid
 from .mvit_layers import MultiScaleBlock, kv_strides_adaptive
 from .registry import register_model
 
-__all__ = ["MViT", "MViTConfigError", "mvit_round_width"]
+__all__ = ["MViT", "MViTConfigError", "TransformerHead", "mvit_pool_plan", "mvit_round_width"]
 
 _MODES = ("conv", "conv_unshared", "avg", "max")
 
@@ -75,6 +75,49 @@ def _triple(value: Sequence[int], key: str) -> List[int]:
     if len(value) != 3:
         raise MViTConfigError(f"MViT {key}={value}: give 3 values (T, H, W)")
     return value
+
+
+def mvit_pool_plan(depth: int, dim_mul, head_mul, pool_q_stride, pool_kv_stride,
+                   kv_adaptive: Optional[Sequence[int]], kvq_kernel: Optional[Sequence[int]]):
+    """PySlowFast's per-block plan from its MVIT keys: width and head multipliers (``depth + 1``
+    each), then query / key-value pooling strides and kernels (``depth`` each; ``[]`` = none).
+
+    Raises:
+        MViTConfigError: for a malformed ``[block, ...]`` entry (one line naming the key).
+    """
+    dim_muls, head_muls = [1.0] * (depth + 1), [1.0] * (depth + 1)
+    for key, table, muls in (("dim_mul", dim_mul, dim_muls),
+                             ("head_mul", head_mul, head_muls)):
+        for entry in table:
+            if len(entry) != 2 or not 0 <= int(entry[0]) <= depth:
+                raise MViTConfigError(f"MViT {key} entry {list(entry)}: use [block, factor] "
+                                      f"with block in 0..{depth}")
+            muls[int(entry[0])] = float(entry[1])
+    stride_q: List[List[int]] = [[] for _ in range(depth)]
+    stride_kv: List[List[int]] = [[] for _ in range(depth)]
+    kernel_q: List[List[int]] = [[] for _ in range(depth)]
+    kernel_kv: List[List[int]] = [[] for _ in range(depth)]
+
+    def kernel(stride: List[int]) -> List[int]:
+        if kvq_kernel is not None:
+            return [int(k) for k in kvq_kernel]
+        return [s + 1 if s > 1 else s for s in stride]
+
+    def place(key: str, table, strides, kernels) -> None:
+        for entry in table:
+            if len(entry) != 4 or not 0 <= int(entry[0]) < depth:
+                raise MViTConfigError(f"MViT {key} entry {list(entry)}: use [block, t, h, w] "
+                                      f"with block in 0..{depth - 1}")
+            i = int(entry[0])
+            strides[i] = [int(s) for s in entry[1:]]
+            kernels[i] = kernel(strides[i])
+
+    place("pool_q_stride", pool_q_stride, stride_q, kernel_q)
+    if kv_adaptive is not None:
+        pool_kv_stride = kv_strides_adaptive(_triple(kv_adaptive, "pool_kv_stride_adaptive"),
+                                             stride_q)
+    place("pool_kv_stride", pool_kv_stride or (), stride_kv, kernel_kv)
+    return dim_muls, head_muls, stride_q, stride_kv, kernel_q, kernel_kv
 
 
 class TransformerHead(nn.Module):
@@ -230,38 +273,8 @@ class MViT(ClassifierMixin, nn.Module):
     def _blocks(self, depth, embed_dim, num_heads, dim_mul, head_mul, pool_q_stride,
                 pool_kv_stride, kv_adaptive, kvq_kernel, norm_layer, common, droppath_rate):
         """The blocks, with PySlowFast's rule for each one's width, heads, kernels and strides."""
-        dim_muls, head_muls = [1.0] * (depth + 1), [1.0] * (depth + 1)
-        for key, table, muls in (("dim_mul", dim_mul, dim_muls),
-                                 ("head_mul", head_mul, head_muls)):
-            for entry in table:
-                if len(entry) != 2 or not 0 <= int(entry[0]) <= depth:
-                    raise MViTConfigError(f"MViT {key} entry {list(entry)}: use [block, factor] "
-                                          f"with block in 0..{depth}")
-                muls[int(entry[0])] = float(entry[1])
-        stride_q: List[List[int]] = [[] for _ in range(depth)]
-        stride_kv: List[List[int]] = [[] for _ in range(depth)]
-        kernel_q: List[List[int]] = [[] for _ in range(depth)]
-        kernel_kv: List[List[int]] = [[] for _ in range(depth)]
-
-        def kernel(stride: List[int]) -> List[int]:
-            if kvq_kernel is not None:
-                return [int(k) for k in kvq_kernel]
-            return [s + 1 if s > 1 else s for s in stride]
-
-        def place(key: str, table, strides, kernels) -> None:
-            for entry in table:
-                if len(entry) != 4 or not 0 <= int(entry[0]) < depth:
-                    raise MViTConfigError(f"MViT {key} entry {list(entry)}: use [block, t, h, w] "
-                                          f"with block in 0..{depth - 1}")
-                i = int(entry[0])
-                strides[i] = [int(s) for s in entry[1:]]
-                kernels[i] = kernel(strides[i])
-
-        place("pool_q_stride", pool_q_stride, stride_q, kernel_q)
-        if kv_adaptive is not None:
-            pool_kv_stride = kv_strides_adaptive(_triple(kv_adaptive, "pool_kv_stride_adaptive"),
-                                                 stride_q)
-        place("pool_kv_stride", pool_kv_stride or (), stride_kv, kernel_kv)
+        dim_muls, head_muls, stride_q, stride_kv, kernel_q, kernel_kv = mvit_pool_plan(
+            depth, dim_mul, head_mul, pool_q_stride, pool_kv_stride, kv_adaptive, kvq_kernel)
 
         drop = [droppath_rate * i / max(depth - 1, 1) for i in range(depth)]  # linear from 0
         input_size = list(self.patch_dims)

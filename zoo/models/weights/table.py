@@ -252,6 +252,10 @@ WEIGHTS: Dict[str, Dict[str, WeightsEntry]] = {
             note="PyTorchVideo normalises pooled tokens with eps 1e-5 (zoo 1e-6)"),
     },
     "mvit_v1_b_32x3": {"kinetics400": _pysf("mvit/k400.pyth", "SlowFast MODEL_ZOO.md")},
+    # PySlowFast's projects/rev/README.md (Kinetics 400 table): keys = zoo's reversible MViT.
+    "mvit_rev_b_16x4": {"kinetics400": WeightsEntry(
+        "https://dl.fbaipublicfiles.com/pyslowfast/rev/REV_MVIT_B_16x4.pyth", "pyslowfast",
+        "kinetics400", source="SlowFast projects/rev/README.md")},
     # zoo's swin3d_* have torchvision's keys: torchvision's files load unchanged.
     "swin3d_t": {
         "kinetics400": _tv("swin3d_t-7615ae03.pth", "7615ae03", "Swin3D_T_Weights.KINETICS400_V1"),
