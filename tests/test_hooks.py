@@ -308,6 +308,7 @@ def _bare_trainer(tmp_path, accum_steps, n_batches, epochs):
     t.steps_per_epoch = t.iters_per_epoch // accum_steps
     t.epochs, t.start_epoch, t.epoch, t.iteration, t.inner_iter = epochs, 0, 0, 0, 0
     t.best_top1, t.is_best, t.hooks = -1.0, False, []
+    t.multigrid, t.epoch_steps = None, None  # a plain schedule: every epoch the same length
     return t
 
 
