@@ -198,3 +198,17 @@ def test_the_same_sample_and_epoch_give_the_same_clip(mini, extra):
     for x, y in zip(items, again):
         assert all(torch.equal(u, v) for u, v in zip(as_list(x), as_list(y)))
     assert not all(torch.equal(u, v) for u, v in zip(as_list(items[0]), as_list(items[1])))
+
+
+def test_loader_batches_do_not_depend_on_the_worker_count(mini):
+    from zoo.data import build_loader
+
+    batches = []
+    for workers in ("0", "2"):
+        cfg = mini_clip_cfg(mini, "DATA.RAND_AUGMENT", POLICY, "DATA.RANDOM_ERASE", "0.5",
+                            "TRAIN.BATCH_SIZE", "2", "DATA.NUM_WORKERS", workers)
+        loader = build_loader(cfg, "train")
+        batches.append([batch[0] for batch in loader])
+    assert batches[0][0].dtype == torch.float32  # erased clips come normalised
+    assert len(batches[0]) == len(batches[1]) == 2
+    assert all(torch.equal(a, b) for a, b in zip(*batches))
