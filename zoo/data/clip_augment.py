@@ -29,8 +29,9 @@ import torch
 
 from ..config import ConfigError
 
-# RandAugment's fill for rotated / sheared / translated corners and its interpolation: PySlowFast's
-# create_random_augment (timm's defaults: grey 128; bicubic = PySlowFast's AUG.INTERPOLATION).
+# RandAugment's settings as PySlowFast's create_random_augment makes them: translate_const = 45%
+# of the frame side, bicubic interpolation (its AUG.INTERPOLATION default) and timm's grey (128)
+# fill for the corners that rotations, shears and translations uncover.
 _TRANSLATE_SHARE = 0.45
 
 # timm's RandomErasing defaults, which PySlowFast's recipes use.
