@@ -139,7 +139,9 @@ def test_unknown_keys_are_listed_recipe_keys_noted_and_unsupported_ones_stop(tmp
     out, unmatched, notes = convert_pyslowfast(data)
     assert unmatched == ["DATA_LOADER.MYSTERY", "DATA_LOADER.PIN_MEMORY"]
     assert out["CONFIG"]["TRAIN"]["MIXUP_ALPHA"] == 0.8
-    assert any(n.startswith("AUG.*") for n in notes)
+    # AUG.ENABLE: PySlowFast's default policy, and the erasing chance given.
+    assert (out["CONFIG"]["DATA"]["RAND_AUGMENT"], out["CONFIG"]["DATA"]["RANDOM_ERASE"]) == (
+        "rand-m9-mstd0.5-inc1", 0.25)
     assert any(n.startswith("SOLVER.LAYER_DECAY") for n in notes)
     data["NONLOCAL"]["INSTANTIATION"] = "gaussian"
     data["NONLOCAL"]["LOCATION"] = [[[], []], [[1, 3], []], [[], []], [[], []]]

@@ -191,8 +191,25 @@ def test_recipe_keys_become_zoo_keys_or_notes(tmp_path):
     assert (t.OPTIMIZER, d.CLIPS_PER_VIDEO, d.CLIPS_WINDOW) == ("AdamW", 2, "shared")
     # 16 videos over 8 GPUs, 2 clips each (AUG.NUM_SAMPLE): 4 clips per process.
     assert (t.BATCH_SIZE, t.REFERENCE_BATCH) == (4, 32)
+    # AUG.ENABLE with AA_TYPE rand-m7-n4-mstd0.5-inc1, RE_PROB 0.25, RE_MODE pixel, RE_COUNT 1.
+    assert (d.RAND_AUGMENT, d.RANDOM_ERASE) == ("rand-m7-n4-mstd0.5-inc1", 0.25)
     text = "\n".join(notes)
-    assert "AUG.*" in text and "TRAIN_JITTER_SCALES_RELATIVE" in text
+    assert "AUG." not in text and "TRAIN_JITTER_SCALES_RELATIVE" in text
+
+
+def test_augmentation_values_zoo_cannot_express_are_notes():
+    from zoo.config.convert_pyslowfast import convert_pyslowfast
+
+    data = read_yaml(str(ROOT / "MVITv2_S_16x4.yaml"))
+    data["AUG"].update(AA_TYPE="v0", RE_MODE="const", RE_COUNT=2)
+    out, _, notes = convert_pyslowfast(data)
+    assert "RAND_AUGMENT" not in out["CONFIG"]["DATA"]
+    assert out["CONFIG"]["DATA"]["RANDOM_ERASE"] == 0.25
+    text = "\n".join(notes)
+    assert "AUG.AA_TYPE v0" in text and "AUG.RE_MODE const" in text and "AUG.RE_COUNT 2" in text
+    data["AUG"]["ENABLE"] = False  # PySlowFast then neither augments nor erases
+    out, _, notes = convert_pyslowfast(data)
+    assert not {"RAND_AUGMENT", "RANDOM_ERASE"} & set(out["CONFIG"]["DATA"])
 
 
 def test_multigrid_cycles_become_zoo_keys(tmp_path):

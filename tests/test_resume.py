@@ -1,6 +1,7 @@
 """Exact resume: 2 epochs straight == 1 epoch, SIGKILL mid-epoch 2, same command again
-(auto-resume), bit for bit. Two gloo ranks with a data worker each, random crops, Mixup and 2 clips
-per decoded video on, so every random stream of the job matters."""
+(auto-resume), bit for bit. Two gloo ranks with a data worker each, random crops, RandAugment,
+random erasing, Mixup and 2 clips per decoded video on, so every random stream of the job
+matters."""
 
 import json
 import os
@@ -18,6 +19,8 @@ ARGS = [
     "TRAIN.EPOCH_NUM", "2",
     "TRAIN.AUTO_RESUME", "True",
     "TRAIN.MIXUP_ALPHA", "0.4",
+    # per-clip RandAugment and random erasing: their draws come from each item's generator
+    "DATA.RAND_AUGMENT", "rand-m7-n4-mstd0.5-inc1", "DATA.RANDOM_ERASE", "0.25",
     "TRAIN.OPTIMIZER", "AdamW", "TRAIN.LR", "0.01",
     *TINY_DATA,
     "DATA.SYNTHETIC.TRAIN_PER_CLASS", "60",

@@ -351,6 +351,15 @@ _C.CONFIG.DATA.LOADER_TIMEOUT = 900
 # Colour jitter of training clips: [brightness, contrast, saturation, hue] as in torchvision's
 # ColorJitter, drawn once per clip (all 0 = off; hue is the costly one).
 _C.CONFIG.DATA.COLOR_JITTER = [0.0, 0.0, 0.0, 0.0]
+# RandAugment of training clips: a timm policy string ("" = off), e.g. "rand-m7-n4-mstd0.5-inc1"
+# (VideoMAE / MViTv2 / MMAction2 fine-tuning; PySlowFast's AUG.AA_TYPE): timm's ops on each uint8
+# frame of the crop, one draw of ops and magnitudes per clip, so every frame gets the same change.
+_C.CONFIG.DATA.RAND_AUGMENT = ""
+# Random erasing of training clips: the chance (0 = off) that one box (2%-1/3 of the frame,
+# aspect 0.3-3.3) is filled with per-pixel normal noise, the same box in every frame, after the
+# normalisation (timm's RandomErasing mode "pixel", PySlowFast's AUG.RE_PROB). With it on, the
+# loader normalises training clips whatever NORMALIZE_ON says.
+_C.CONFIG.DATA.RANDOM_ERASE = 0.0
 # Official split (1, 2 or 3) read by UCF101Dataset / HMDB51Dataset from their split files.
 _C.CONFIG.DATA.OFFICIAL_SPLIT = 1
 

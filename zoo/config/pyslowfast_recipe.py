@@ -2,8 +2,8 @@
 
 ``solver`` converts the optimizer and the LR schedule (``steps_with_relative_lrs`` becomes zoo's
 Step policy with ``CONFIG.TRAIN.LR_FACTORS``); ``recipe`` maps mixup / cutmix / label smoothing,
-gradient clipping, repeated augmentation, flips and precision to zoo keys where zoo has them and
-writes a note naming every key zoo does not follow yet (RandAugment, random erasing, layer decay,
+gradient clipping, repeated augmentation, RandAugment, random erasing, flips and precision to zoo
+keys where zoo has them and writes a note naming every key zoo does not follow yet (layer decay,
 ...), saying what zoo does instead; multigrid's cycles become ``CONFIG.TRAIN.MULTIGRID*``.
 """
 
@@ -25,6 +25,11 @@ RECIPE_DEFAULTS: Dict[str, Any] = {
     "MULTIGRID.LONG_CYCLE_FACTORS": [[0.25, 0.5 ** 0.5], [0.5, 0.5 ** 0.5], [0.5, 1], [1, 1]],
     "MULTIGRID.SHORT_CYCLE_FACTORS": [0.5, 0.5 ** 0.5], "MULTIGRID.EPOCH_FACTOR": 1.5,
     "MULTIGRID.DEFAULT_S": 0,
+    "AUG.AA_TYPE": "rand-m9-mstd0.5-inc1", "AUG.INTERPOLATION": "bicubic", "AUG.RE_PROB": 0.25,
+    "AUG.RE_MODE": "pixel", "AUG.RE_COUNT": 1, "AUG.RE_SPLIT": False,
+    "AUG.DIFFERENT_AUG_PER_FRAME": False,
+    # Read by PySlowFast's image datasets only (its video path under AUG.ENABLE uses RandAugment).
+    "AUG.COLOR_JITTER": 0.4,
 }
 
 _RESIZED_CROP = ("DATA.TRAIN_JITTER_SCALES_RELATIVE / TRAIN_JITTER_ASPECT_RELATIVE (random resized "
@@ -32,8 +37,6 @@ _RESIZED_CROP = ("DATA.TRAIN_JITTER_SCALES_RELATIVE / TRAIN_JITTER_ASPECT_RELATI
 
 # Keys that only change how PySlowFast runs, with what zoo does instead (one note per group).
 _NOTED = {
-    "AUG.": "AUG.* (RandAugment, colour jitter, random erasing): zoo's train clips get scale "
-            "jitter, crop and flip only",
     "MULTIGRID.BN_BASE_SIZE": "MULTIGRID.BN_BASE_SIZE: zoo's multigrid keeps plain BatchNorm "
                               "over each process's batch (no sub-batch / synced BN switching)",
     "MULTIGRID.EVAL_FREQ": "MULTIGRID.EVAL_FREQ: zoo validates every CONFIG.VAL.FREQ epochs",
@@ -43,6 +46,12 @@ _NOTED = {
                            "PySlowFast sets them itself; so does zoo",
     "MULTIGRID.DEFAULT_T": "MULTIGRID.LONG_CYCLE_SAMPLING_RATE / DEFAULT_B / DEFAULT_T: "
                            "PySlowFast sets them itself; so does zoo",
+    "AUG.GEN_MASK_LOADER": "AUG.GEN_MASK_LOADER / MASK_* (masks for masked pretraining): zoo "
+                           "trains classifiers on whole clips",
+    "AUG.MASK_": "AUG.GEN_MASK_LOADER / MASK_* (masks for masked pretraining): zoo trains "
+                 "classifiers on whole clips",
+    "AUG.MAX_MASK_PATCHES_PER_BLOCK": "AUG.GEN_MASK_LOADER / MASK_* (masks for masked "
+                                      "pretraining): zoo trains classifiers on whole clips",
     "SOLVER.LAYER_DECAY": "SOLVER.LAYER_DECAY: zoo has one LR for the backbone "
                           "(CONFIG.TRAIN.BACKBONE_LR_MULT), no per-layer decay",
     "SOLVER.CLIP_GRAD_VAL": "SOLVER.CLIP_GRAD_VAL: zoo clips the global norm only "
@@ -143,9 +152,39 @@ def solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
     return train
 
 
+def augment(v: Dict[str, Any], notes: List[str]) -> Dict[str, Any]:
+    """AUG.ENABLE's RandAugment and random erasing as CONFIG.DATA keys."""
+    data: Dict[str, Any] = {}
+    policy = str(v["AUG.AA_TYPE"] or "")
+    if policy.startswith("rand"):
+        data["RAND_AUGMENT"] = policy
+    elif policy:
+        notes.append(f"AUG.AA_TYPE {policy}: zoo has timm's RandAugment policies (rand-...) only; "
+                     "its train clips get no automatic augmentation")
+    if policy and str(v["AUG.INTERPOLATION"]).lower() != "bicubic":
+        notes.append(f"AUG.INTERPOLATION {v['AUG.INTERPOLATION']}: zoo's RandAugment rotates and "
+                     "shears with bicubic interpolation")
+    if v["AUG.DIFFERENT_AUG_PER_FRAME"]:
+        notes.append("AUG.DIFFERENT_AUG_PER_FRAME True: zoo draws RandAugment once per clip")
+    prob = float(v["AUG.RE_PROB"])
+    if prob > 0:
+        data["RANDOM_ERASE"] = prob
+        mode = str(v["AUG.RE_MODE"]).lower()
+        if mode != "pixel":
+            notes.append(f"AUG.RE_MODE {mode}: zoo fills the erased box with per-pixel noise "
+                         "(pixel)")
+        if int(v["AUG.RE_COUNT"]) != 1:
+            notes.append(f"AUG.RE_COUNT {v['AUG.RE_COUNT']}: zoo erases one box per clip")
+        if v["AUG.RE_SPLIT"]:
+            notes.append("AUG.RE_SPLIT True: zoo keeps no unerased split; every clip may be "
+                         "erased")
+    return data
+
+
 def recipe(v: Dict[str, Any], given: Dict[str, Any], source: str, notes: List[str]
            ) -> Dict[str, Dict[str, Any]]:
-    """Mixup, loss, repeated augmentation, flip and precision keys, by CONFIG section."""
+    """Mixup, loss, repeated augmentation, RandAugment, random erasing, flip and precision keys,
+    by CONFIG section."""
     train: Dict[str, Any] = {}
     data: Dict[str, Any] = {}
     loss = str(v["MODEL.LOSS_FUNC"])
@@ -171,6 +210,8 @@ def recipe(v: Dict[str, Any], given: Dict[str, Any], source: str, notes: List[st
     num_sample = int(v["AUG.NUM_SAMPLE"])
     if num_sample > 1:
         data.update(CLIPS_PER_VIDEO=num_sample, CLIPS_WINDOW="shared")
+    if v["AUG.ENABLE"]:
+        data.update(augment(v, notes))
     data["RANDOM_FLIP"] = bool(v["DATA.RANDOM_FLIP"])
     if "TRAIN.MIXED_PRECISION" in given:
         train["PRECISION"] = "auto" if v["TRAIN.MIXED_PRECISION"] else "fp32"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, List, Tuple
 
 from yacs.config import CfgNode
@@ -33,6 +34,11 @@ def _frame_template_ok(template: str) -> bool:
     except (IndexError, KeyError, ValueError):
         return False
     return first != second and "/" not in first and "\\" not in first
+
+
+# timm's RandAugment policy: "rand" and dash-separated sections (timm reads the rest; a value it
+# rejects stops the dataset's construction with the key named).
+_RAND_AUGMENT = re.compile(r"rand(-(m|n|mmax|inc)\d+|-(p|mstd)[\d.]+|-t\w+)*")
 
 
 # (key, predicate, what is allowed)
@@ -174,6 +180,13 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
         lambda v: len(v) == 4 and all(x >= 0 for x in v) and v[3] <= 0.5,
         "[brightness, contrast, saturation, hue], each >= 0, hue <= 0.5",
     ),
+    (
+        "CONFIG.DATA.RAND_AUGMENT",
+        lambda v: v == "" or _RAND_AUGMENT.fullmatch(v) is not None,
+        "\"\" (off) or a timm RandAugment policy such as rand-m7-n4-mstd0.5-inc1 (sections m, n, "
+        "p, mstd, mmax, inc, t)",
+    ),
+    ("CONFIG.DATA.RANDOM_ERASE", lambda v: 0 <= v <= 1, "a probability in [0, 1] (0 = off)"),
     ("CONFIG.DATA.OFFICIAL_SPLIT", lambda v: v in (1, 2, 3), "1, 2 or 3"),
     ("CONFIG.DATA.SYNTHETIC.TRAIN_PER_CLASS", _positive, "an integer >= 1"),
     ("CONFIG.DATA.SYNTHETIC.VAL_PER_CLASS", _positive, "an integer >= 1"),

@@ -17,8 +17,10 @@
   (4 floats), ``frame_template`` (frame file names of the "frames" decoder, e.g.
   ``img_{:05d}.jpg``), ``frame_size`` ([height, width], only when
   ``KEEP_ASPECT_RATIO`` is False), and ``clips_per_video`` and ``clips_window`` ("independent" or
-  "shared"; both only for "train" when ``CLIPS_PER_VIDEO`` > 1), and ``uint8_train_clips`` (True;
-  only for "train" with ``NORMALIZE_ON`` "device", and only to entries that accept it).
+  "shared"; both only for "train" when ``CLIPS_PER_VIDEO`` > 1), ``rand_augment`` (a timm
+  policy string) and ``random_erase`` (a probability), each only for "train" when set, and
+  ``uint8_train_clips`` (True; only for "train" with ``NORMALIZE_ON`` "device" and no
+  ``RANDOM_ERASE``, and only to entries that accept it).
 
 Every built-in entry is a records provider composed with the one ``ClipDataset``
 (``zoo.data.video_dataset.register_dataset``); an unknown keyword is a TypeError there. A
@@ -145,6 +147,10 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
     if split == "train" and int(data.CLIPS_PER_VIDEO) > 1:
         kwargs["clips_per_video"] = int(data.CLIPS_PER_VIDEO)  # likewise
         kwargs["clips_window"] = str(data.CLIPS_WINDOW)
+    if split == "train" and data.RAND_AUGMENT:
+        kwargs["rand_augment"] = str(data.RAND_AUGMENT)  # likewise
+    if split == "train" and float(data.RANDOM_ERASE) > 0:
+        kwargs["random_erase"] = float(data.RANDOM_ERASE)  # likewise
     return kwargs
 
 
@@ -183,8 +189,8 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False) -> 
     """Build ``CONFIG.DATA.DATASET`` for ``split`` ("train", "val" or "test").
 
     With ``uint8_train_clips`` (what :func:`build_loader` asks, for the training step to
-    normalise) and ``CONFIG.DATA.NORMALIZE_ON`` "device", training items hold uint8 clips; else
-    every clip is normalised float.
+    normalise), ``CONFIG.DATA.NORMALIZE_ON`` "device" and ``RANDOM_ERASE`` 0, training items
+    hold uint8 clips; else every clip is normalised float.
 
     The test split reads ``TEST_ANNO_PATH`` / ``TEST_DATA_PATH`` and falls back to the validation
     ones when they are empty. With ``CONFIG.DATA.SYNTHETIC.ENABLE`` the generated dataset is used
@@ -200,9 +206,11 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False) -> 
     kwargs = dataset_kwargs(cfg, split)
     entry = DATASET_REGISTRY.get(cfg.CONFIG.DATA.DATASET)
     if (uint8_train_clips and split == "train" and cfg.CONFIG.DATA.NORMALIZE_ON == "device"
+            and not float(cfg.CONFIG.DATA.RANDOM_ERASE) > 0
             and _takes(entry, "uint8_train_clips")):
         # Only to entries that accept it: a user's entry written before the key existed keeps
-        # handing over float clips, which the training step takes as they are.
+        # handing over float clips, which the training step takes as they are. Random erasing
+        # fills its box with noise in normalised units, so its clips are normalised here.
         kwargs["uint8_train_clips"] = True
     dataset = entry(**kwargs)
     found = getattr(dataset, "num_classes_found", None)

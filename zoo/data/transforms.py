@@ -5,7 +5,8 @@ is the same picture as "resize the short side, then crop" up to a border pixel b
 pixels that are kept (on a 340x256 clip ~10x less work than resizing whole float frames). Frames
 stay uint8 until the final normalisation: torch's antialiased bilinear resize has a fast uint8
 path. Colour jitter is torchvision's ``transforms.v2.ColorJitter`` with one draw per clip, so
-every frame of a clip gets the same change.
+every frame of a clip gets the same change; so do RandAugment and random erasing
+(:mod:`zoo.data.clip_augment`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
+
+from . import clip_augment
 
 Box = Tuple[int, int, int, int]  # top, left, height, width in decoded-frame pixels
 
@@ -154,8 +157,11 @@ def train_transform(
     rows: Optional[torch.Tensor] = None,
     as_uint8: bool = False,
     out: Optional[torch.Tensor] = None,
+    rand_augment: str = "",
+    random_erase: float = 0.0,
 ) -> torch.Tensor:
-    """Scale jitter, a random square crop, an optional left-right flip and colour jitter.
+    """Scale jitter, a random square crop, an optional left-right flip, colour jitter, and
+    optionally RandAugment (on the uint8 crop) and random erasing (after the normalisation).
 
     Args:
         frames: uint8 ``(T, H, W, C)``.
@@ -171,6 +177,10 @@ def train_transform(
         as_uint8: Return the uint8 pixels, not normalised.
         out: With ``as_uint8``, a uint8 ``(T, crop_size, crop_size, C)`` tensor (the clip's row
             of a batch) to write the pixels into; the clip returned is a view of it.
+        rand_augment: timm RandAugment policy ("" = off), one draw per clip, see
+            :class:`~zoo.data.clip_augment.ClipRandAugment`.
+        random_erase: Chance of erasing one box of the normalised clip (0 = off; not with
+            ``as_uint8``), see :func:`~zoo.data.clip_augment.random_erase`.
 
     Returns:
         float32 ``(C, T, crop_size, crop_size)``, or with ``as_uint8`` uint8 of that shape (a
@@ -178,6 +188,8 @@ def train_transform(
     """
     if out is not None and not as_uint8:
         raise ValueError("train_transform writes into out only with as_uint8=True")
+    if random_erase and as_uint8:
+        raise ValueError("random erasing works on normalised clips: not with as_uint8=True")
     clip = as_clip(frames)
     height, width = clip.shape[-2:]
     low, high = int(short_side_range[0]), int(short_side_range[1])
@@ -186,16 +198,19 @@ def train_transform(
     top = int(torch.randint(0, height - side + 1, (1,), generator=generator))
     left = int(torch.randint(0, width - side + 1, (1,), generator=generator))
     flip = random_flip and bool(torch.rand(1, generator=generator) < 0.5)
-    # The resize writes into out, unless colour jitter comes after it (its result is copied in).
+    # The resize writes into out, unless colour changes come after it (their result is copied).
+    recolour = any(jitter) or bool(rand_augment)
     planar = None if out is None else out.permute(0, 3, 1, 2)
     clip = crop_resize(clip, (top, left, side, side), crop_size, rows, flip=flip,
-                       out=None if any(jitter) else planar)
+                       out=None if recolour else planar)
     clip = color_jitter(clip, jitter, generator)
-    if planar is not None and any(jitter):
+    if rand_augment:
+        clip = clip_augment.rand_augment(rand_augment, crop_size)(clip, generator)
+    if planar is not None and recolour:
         clip = planar.copy_(clip)
     if as_uint8:
         return clip.transpose(0, 1)
-    return normalize(clip, mean, std)
+    return clip_augment.random_erase(normalize(clip, mean, std), random_erase, generator)
 
 
 def _crop_offsets(length: int, side: int, num_crop: int) -> List[int]:

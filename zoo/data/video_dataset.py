@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from . import sampling, transforms
+from . import clip_augment, sampling, transforms
 from .batch_memory import BatchMemory, WrittenItems, batch_tensor
 from .decode.base import DecodeError, OutputSize, one_line, time_limit
 from .decode.frames import DEFAULT_FRAME_TEMPLATE, FrameFolderReader, FrameTemplateMismatch
@@ -90,6 +90,10 @@ class ClipSettings:
         uint8_train_clips: Hand over training clips as uint8 pixels, for the training step to
             normalise on its device (``CONFIG.DATA.NORMALIZE_ON "device"``); val/test clips are
             always normalised here.
+        rand_augment: timm RandAugment policy for training clips, one draw per clip, "" = off
+            (``CONFIG.DATA.RAND_AUGMENT``).
+        random_erase: Chance of erasing one box (the same in every frame) of a normalised
+            training clip, 0 = off (``CONFIG.DATA.RANDOM_ERASE``; not with ``uint8_train_clips``).
     """
 
     clip_len: int
@@ -116,6 +120,8 @@ class ClipSettings:
     clips_per_video: int = 1
     clips_window: str = "independent"
     uint8_train_clips: bool = False
+    rand_augment: str = ""
+    random_erase: float = 0.0
 
     def __post_init__(self) -> None:
         # Sequences become tuples (the settings are shared by every loader worker, never edited).
@@ -123,6 +129,10 @@ class ClipSettings:
                            ("color_jitter", float), ("frame_size", int)):
             object.__setattr__(self, name, tuple(kind(v) for v in getattr(self, name)))
         object.__setattr__(self, "decode_timeout", float(self.decode_timeout))
+        object.__setattr__(self, "random_erase", float(self.random_erase))
+        if self.random_erase and self.uint8_train_clips:
+            raise ValueError("random_erase erases normalised clips: it cannot be combined with "
+                             "uint8_train_clips")
 
 
 class ClipDataset(Dataset):
@@ -183,6 +193,9 @@ class ClipDataset(Dataset):
         self._write_batches = False
         self._batch_memory: Optional[BatchMemory] = None
         self._check_frames()
+        if split == "train" and settings.rand_augment:
+            # Built now, so that a policy timm does not read stops here, in the main process.
+            clip_augment.rand_augment(settings.rand_augment, settings.crop_size)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -494,7 +507,7 @@ class ClipDataset(Dataset):
         return transforms.train_transform(
             frames, s.crop_size, s.train_short_side_range, s.random_flip, s.mean, s.std,
             generator=generator, jitter=s.color_jitter, rows=rows, as_uint8=s.uint8_train_clips,
-            out=out,
+            out=out, rand_augment=s.rand_augment, random_erase=s.random_erase,
         )
 
     def _test_segments(self, num_frames: int) -> np.ndarray:
