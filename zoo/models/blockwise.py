@@ -117,12 +117,14 @@ class BlockwiseMixin:
         raise NotImplementedError
 
 
-_STAGE = re.compile(r"(?:^|_)(?:res(\d)|layer(\d))$")
+# Stage children: res2..res5 (SlowFast: slow_res2.., fast_res2..; not its fuse_res* laterals)
+# or layer1..layer4.
+_STAGE = re.compile(r"^(?:slow_|fast_)?res([2-5])$|^layer([1-4])$")
 
 
 class StageLayersMixin(BlockwiseMixin):
-    """Layers of a CNN by stage: children named ``res2..res5`` (``slow_res2``, ``fast_res2``, ...)
-    or ``layer1..layer4`` are the stages 1..4; a child registered before the first stage is layer
+    """Layers of a CNN by stage: children named ``res2..res5`` (SlowFast: ``slow_res2``,
+    ``fast_res2``, ...) or ``layer1..layer4`` are the stages 1..4; a child registered before the first stage is layer
     0 (stem), one registered between stages belongs to the stage before it (SlowFast's laterals
     ``fuse_res{n}``), one after the last stage is the output layer (head, TPN's neck)."""
 
@@ -147,7 +149,7 @@ class StageLayersMixin(BlockwiseMixin):
         chains = {}
         for name, module in self.named_children():
             if _STAGE.search(name):
-                chains.setdefault(_STAGE.sub("", name), []).extend(module.children())
+                chains.setdefault(name.rpartition("_")[0], []).extend(module.children())
         return list(chains.values())
 
     def set_drop_path_rate(self, rate: float) -> None:
