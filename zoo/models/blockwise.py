@@ -55,22 +55,23 @@ def set_drop_path(blocks: Sequence[nn.Module], rate: float) -> None:
 
 
 @contextlib.contextmanager
-def _frozen_bn_stats(block: nn.Module):
-    """While a block is recomputed: BatchNorm uses the batch statistics as in the first forward,
-    but leaves the running statistics (already updated once) alone."""
-    norms = [m for m in block.modules()
-             if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
-    for m in norms:
-        m.track_running_stats = False
+def _kept_bn_stats(block: nn.Module):
+    """While a block is recomputed, BatchNorm computes what it did in the first forward and
+    updates its running statistics again; they are put back afterwards, so a step updates them
+    once, as without checkpointing."""
+    stats = [b for m in block.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+             for b in (m.running_mean, m.running_var, m.num_batches_tracked) if b is not None]
+    before = [b.clone() for b in stats]
     try:
         yield
     finally:
-        for m in norms:
-            m.track_running_stats = True
+        with torch.no_grad():
+            for b, saved in zip(stats, before):
+                b.copy_(saved)
 
 
 def _contexts(block: nn.Module):
-    return contextlib.nullcontext(), _frozen_bn_stats(block)
+    return contextlib.nullcontext(), _kept_bn_stats(block)
 
 
 def _checkpointed_forward(block: nn.Module, *args, **kwargs):
@@ -124,9 +125,10 @@ _STAGE = re.compile(r"^(?:slow_|fast_)?res([2-5])$|^layer([1-4])$")
 
 class StageLayersMixin(BlockwiseMixin):
     """Layers of a CNN by stage: children named ``res2..res5`` (SlowFast: ``slow_res2``,
-    ``fast_res2``, ...) or ``layer1..layer4`` are the stages 1..4; a child registered before the first stage is layer
-    0 (stem), one registered between stages belongs to the stage before it (SlowFast's laterals
-    ``fuse_res{n}``), one after the last stage is the output layer (head, TPN's neck)."""
+    ``fast_res2``, ...) or ``layer1..layer4`` are the stages 1..4; a child registered before the
+    first stage is layer 0 (stem), one registered between stages belongs to the stage before it
+    (SlowFast's laterals ``fuse_res{n}``), one after the last stage is the output layer (head,
+    TPN's neck)."""
 
     def _stage_of_children(self) -> dict:
         found, order = {}, []
