@@ -195,6 +195,16 @@ def test_recipe_keys_become_zoo_keys_or_notes(tmp_path):
     assert "AUG.*" in text and "TRAIN_JITTER_SCALES_RELATIVE" in text
 
 
+def test_layer_decay_and_act_checkpoint_become_train_keys(tmp_path):
+    out, _, _, notes = _convert("MVITv2_L_40x3_test.yaml", tmp_path)
+    cfg = load_config(out)
+    assert cfg.CONFIG.TRAIN.ACT_CHECKPOINT is True
+    assert cfg.CONFIG.TRAIN.LAYER_DECAY == 0.0  # PySlowFast's default 1.0: every layer at LR
+    assert not any("ACT_CHECKPOINT" in n or "LAYER_DECAY" in n for n in notes)
+    # MVIT.DROPPATH_RATE is the model's own default (its builder kwarg droppath_rate).
+    assert "DROP_PATH" not in str(list(cfg.CONFIG.MODEL.KWARGS))
+
+
 def test_multigrid_is_a_note(tmp_path):
     _, _, _, notes = _convert("SLOWFAST_8x8_R50_stepwise_multigrid.yaml", tmp_path)
     assert any(n.startswith("MULTIGRID.*") for n in notes)

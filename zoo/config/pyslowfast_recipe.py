@@ -3,8 +3,10 @@
 ``solver`` converts the optimizer and the LR schedule (``steps_with_relative_lrs`` becomes zoo's
 Step policy with ``CONFIG.TRAIN.LR_FACTORS``); ``recipe`` maps mixup / cutmix / label smoothing,
 gradient clipping, repeated augmentation, flips and precision to zoo keys where zoo has them and
-writes a note naming every key zoo does not follow yet (RandAugment, random erasing, layer decay,
-multigrid cycles, ...), saying what zoo does instead.
+writes a note naming every key zoo does not follow yet (RandAugment, random erasing, multigrid
+cycles, ...), saying what zoo does instead. ``SOLVER.LAYER_DECAY`` (1.0 = off) becomes
+``CONFIG.TRAIN.LAYER_DECAY`` (0 = off; the same rule for MViT) and ``MODEL.ACT_CHECKPOINT``
+``CONFIG.TRAIN.ACT_CHECKPOINT``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ RECIPE_DEFAULTS: Dict[str, Any] = {
     "MIXUP.CUTMIX_ALPHA": 1.0, "MIXUP.PROB": 1.0, "MIXUP.SWITCH_PROB": 0.5,
     "MIXUP.LABEL_SMOOTH_VALUE": 0.1, "AUG.NUM_SAMPLE": 1, "AUG.ENABLE": False,
     "DATA.RANDOM_FLIP": True, "TRAIN.MIXED_PRECISION": False, "DETECTION.ENABLE": False,
+    "MODEL.ACT_CHECKPOINT": False,
 }
 
 _RESIZED_CROP = ("DATA.TRAIN_JITTER_SCALES_RELATIVE / TRAIN_JITTER_ASPECT_RELATIVE (random resized "
@@ -33,11 +36,8 @@ _NOTED = {
     "MULTIGRID.": "MULTIGRID.* (short/long cycles): zoo trains every epoch at the base clip "
                   "shape and batch for the same MAX_EPOCH epochs; multigrid's shorter wall time "
                   "is not reproduced",
-    "SOLVER.LAYER_DECAY": "SOLVER.LAYER_DECAY: zoo has one LR for the backbone "
-                          "(CONFIG.TRAIN.BACKBONE_LR_MULT), no per-layer decay",
     "SOLVER.CLIP_GRAD_VAL": "SOLVER.CLIP_GRAD_VAL: zoo clips the global norm only "
                             "(CONFIG.TRAIN.CLIP_GRAD_NORM)",
-    "MODEL.ACT_CHECKPOINT": "MODEL.ACT_CHECKPOINT: zoo keeps every activation (no checkpointing)",
     "DATA.USE_OFFSET_SAMPLING": "DATA.USE_OFFSET_SAMPLING: zoo's test views are spaced evenly "
                                 "over the video from its start",
     "DATA.INV_UNIFORM_SAMPLE": "DATA.INV_UNIFORM_SAMPLE: zoo's scale jitter draws the short "
@@ -124,6 +124,8 @@ def solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
         notes.append("SOLVER.NESTEROV True (PySlowFast's default): zoo's SGD uses plain momentum")
     if method == "adamw":
         notes.append("SOLVER.MOMENTUM: AdamW uses torch's betas (0.9, 0.999)")
+    if float(v["SOLVER.LAYER_DECAY"]) != 1.0:  # PySlowFast's 1.0 scales every layer by 1
+        train["LAYER_DECAY"] = float(v["SOLVER.LAYER_DECAY"])
     clip = v["SOLVER.CLIP_GRAD_L2NORM"]
     if clip is not None:
         train["CLIP_GRAD_NORM"] = float(clip)
@@ -162,6 +164,8 @@ def recipe(v: Dict[str, Any], given: Dict[str, Any], source: str, notes: List[st
     if num_sample > 1:
         data.update(CLIPS_PER_VIDEO=num_sample, CLIPS_WINDOW="shared")
     data["RANDOM_FLIP"] = bool(v["DATA.RANDOM_FLIP"])
+    if v["MODEL.ACT_CHECKPOINT"]:
+        train["ACT_CHECKPOINT"] = True
     if "TRAIN.MIXED_PRECISION" in given:
         train["PRECISION"] = "auto" if v["TRAIN.MIXED_PRECISION"] else "fp32"
         if v["TRAIN.MIXED_PRECISION"]:
