@@ -51,7 +51,7 @@ def _one_setting(model_name: str, frames: int, size: int, batch: int, act_checkp
             "act_checkpoint": act_checkpoint, "threads": torch.get_num_threads(),
             "rss_before_mb": round(before, 1), "peak_rss_mb": round(peak, 1),
             "step_rise_mb": round(peak - before, 1), "step_s": round(seconds, 3),
-            "loss": round(float(loss), 6)}
+            "loss": round(loss.item(), 6)}
 
 
 def train_step_memory(model_name: str, frames: int, size: int, batch: int,
