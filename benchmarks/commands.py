@@ -51,6 +51,8 @@ def cmd_train(args) -> list:
     torch.set_num_threads(args.threads or available_cpus())
     machine = common.machine_info(device)
     kwargs = dict(zip(args.kwargs[0::2], [_literal(v) for v in args.kwargs[1::2]]))
+    if args.act_checkpoint_memory:
+        return _train_memory(args, kwargs, machine)
     rows = train_throughput(args.model, args.frames, args.size, args.batch, args.precision,
                             args.memory_format, args.warmup, args.runs, device, args.num_classes,
                             kwargs, args.compile, peak=args.gemm_size >= 0,
@@ -72,6 +74,17 @@ def cmd_train(args) -> list:
                     f"{args.model} train step, batch {args.batch}, {args.frames}x{args.size}²",
                     "clips/s (higher is better)", footer=plots.machine_footer(machine))
     return paths + [png]
+
+
+def _train_memory(args, kwargs, machine) -> list:
+    from .train_memory import train_step_memory
+
+    rows = train_step_memory(args.model, args.frames, args.size, args.batch,
+                             num_classes=args.num_classes, model_kwargs=kwargs,
+                             threads=args.threads or available_cpus())
+    columns = ["act_checkpoint", "rss_before_mb", "peak_rss_mb", "step_rise_mb", "step_s",
+               "loss"]
+    return _finish(args, "train_memory", rows, machine, columns)
 
 
 def cmd_profile(args) -> list:

@@ -62,6 +62,10 @@ def _add_train(sub) -> None:
     t.add_argument("--memory-format", nargs="+", default=["auto"],
                    choices=["auto", "channels_last", "contiguous"])
     t.add_argument("--compile", action="store_true", help="torch.compile the model")
+    t.add_argument("--act-checkpoint-memory", action="store_true",
+                   help="instead of clips/s: peak memory of one fp32 step with and without "
+                   "activation checkpointing (CONFIG.TRAIN.ACT_CHECKPOINT), each in a fresh "
+                   "process")
     t.add_argument("--gemm-size", type=int, default=0,
                    help="side of the square GEMM whose FLOP/s is the peak for percent of peak "
                    "(0 = 4096 on CPU, 1024 for bf16 on a CPU without bf16 instructions, 8192 on "

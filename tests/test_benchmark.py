@@ -258,3 +258,17 @@ def test_loader_ratios_compare_clip_counts_at_the_same_batch_buffers():
     summary = {(s["batch_buffers"], s["clips_per_video"]): s for s in median_rows(rows)}
     assert summary[(0, 4)]["vs_1_clip"] == 2.0 and summary[(4, 4)]["vs_1_clip"] == 3.0
     assert summary[(4, 4)]["rounds"] == "36 36" and summary[(4, 1)]["vs_1_clip"] == 1.0
+
+
+@pytest.mark.slow
+def test_train_act_checkpoint_memory(tmp_path):
+    out = tmp_path / "m"
+    r = run_tool("benchmark.py", [
+        "train", "--model", "videomae_vit_s", "--kwargs", "depth", "2", "frames", "4",
+        "crop_size", "32", "--frames", "4", "--size", "32", "--batch", "2", "--num-classes", "3",
+        "--threads", "1", "--act-checkpoint-memory", "--out", str(out)], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows, _ = _read(out, "train_memory")
+    assert [row["act_checkpoint"] for row in rows] == ["False", "True"]
+    assert rows[0]["loss"] == rows[1]["loss"]
+    assert all(float(row["peak_rss_mb"]) >= float(row["rss_before_mb"]) > 0 for row in rows)

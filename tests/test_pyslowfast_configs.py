@@ -223,6 +223,16 @@ def test_multigrid_cycles_become_zoo_keys(tmp_path):
     assert not any(n.startswith("MULTIGRID") for n in notes)
 
 
+def test_layer_decay_and_act_checkpoint_become_train_keys(tmp_path):
+    out, _, _, notes = _convert("MVITv2_L_40x3_test.yaml", tmp_path)
+    cfg = load_config(out)
+    assert cfg.CONFIG.TRAIN.ACT_CHECKPOINT is True
+    assert cfg.CONFIG.TRAIN.LAYER_DECAY == 0.0  # PySlowFast's default 1.0: every layer at LR
+    assert not any("ACT_CHECKPOINT" in n or "LAYER_DECAY" in n for n in notes)
+    # MVIT.DROPPATH_RATE is the model's own default (its builder kwarg droppath_rate).
+    assert "DROP_PATH" not in str(list(cfg.CONFIG.MODEL.KWARGS))
+
+
 def test_base_lr_scales_with_shards(tmp_path):
     out, *_ = _convert("REV_MVIT_B_16x4_CONV.yaml", tmp_path)
     assert load_config(out).CONFIG.TRAIN.LR == pytest.approx(1e-4 * 16)

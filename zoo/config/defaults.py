@@ -154,6 +154,14 @@ _C.CONFIG.TRAIN.KEEP_LAST = 0
 _C.CONFIG.TRAIN.REFERENCE_BATCH = 0
 # LR multiplier for every parameter except the classifier head (e.g. 0.1 when fine-tuning).
 _C.CONFIG.TRAIN.BACKBONE_LR_MULT = 1.0
+# Layer-wise LR decay (0 = off; VideoMAE fine-tunes ViT-B with 0.75): a parameter in layer i of
+# the model's L layers trains at LR x LAYER_DECAY ** (L - 1 - i); the head keeps the full LR.
+# Layers: ViT blocks (VideoMAE, MViT, Video Swin), CNN stages (stem, res2..res5, head).
+# Multiplies BACKBONE_LR_MULT. A model that does not name its layers stops with an error.
+_C.CONFIG.TRAIN.LAYER_DECAY = 0.0
+# Activation checkpointing: each block's activations are recomputed in the backward pass
+# instead of kept (less memory, ~30% more compute); results are unchanged.
+_C.CONFIG.TRAIN.ACT_CHECKPOINT = False
 # Numeric precision: "auto" (bf16 where the device computes it natively: CUDA GPUs of compute
 # capability 8.0+, CPUs with AVX512-BF16 or AMX; else fp32), "fp32", "bf16" (autocast, CPU and
 # GPU) or "fp16" (autocast + grad scaler, GPU only). See docs/benchmarks.md for what each costs.
@@ -399,6 +407,10 @@ _C.CONFIG.MODEL.FREEZE_BN = False
 # Extra keyword arguments for the model builder, as a flat list of KEY, VALUE, ... pairs
 # (e.g. ["dropout", 0.2]); values are parsed like command-line overrides.
 _C.CONFIG.MODEL.KWARGS = []
+# Stochastic depth (drop path) of the last residual block, linear from 0 at the first; passed to
+# the builder as drop_path. 0 = the model's own default (0 for CNNs and VideoMAE, 0.1-0.3 Swin,
+# MVIT.DROPPATH_RATE for MViT).
+_C.CONFIG.MODEL.DROP_PATH = 0.0
 
 # ---------------------------------------------- LOG -----------------------------------------------
 _C.CONFIG.LOG = CN()

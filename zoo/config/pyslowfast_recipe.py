@@ -3,8 +3,10 @@
 ``solver`` converts the optimizer and the LR schedule (``steps_with_relative_lrs`` becomes zoo's
 Step policy with ``CONFIG.TRAIN.LR_FACTORS``); ``recipe`` maps mixup / cutmix / label smoothing,
 gradient clipping, repeated augmentation, RandAugment, random erasing, flips and precision to zoo
-keys where zoo has them and writes a note naming every key zoo does not follow yet (layer decay,
-...), saying what zoo does instead; multigrid's cycles become ``CONFIG.TRAIN.MULTIGRID*``.
+keys where zoo has them and writes a note naming every key zoo does not follow yet, saying
+what zoo does instead; multigrid's cycles become ``CONFIG.TRAIN.MULTIGRID*``,
+``SOLVER.LAYER_DECAY`` (1.0 = off) ``CONFIG.TRAIN.LAYER_DECAY`` (0 = off; the same rule for
+MViT) and ``MODEL.ACT_CHECKPOINT`` ``CONFIG.TRAIN.ACT_CHECKPOINT``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ RECIPE_DEFAULTS: Dict[str, Any] = {
     "AUG.DIFFERENT_AUG_PER_FRAME": False,
     # Read by PySlowFast's image datasets only (its video path under AUG.ENABLE uses RandAugment).
     "AUG.COLOR_JITTER": 0.4,
+    "MODEL.ACT_CHECKPOINT": False,
 }
 
 _RESIZED_CROP = ("DATA.TRAIN_JITTER_SCALES_RELATIVE / TRAIN_JITTER_ASPECT_RELATIVE (random resized "
@@ -52,11 +55,8 @@ _NOTED = {
                  "classifiers on whole clips",
     "AUG.MAX_MASK_PATCHES_PER_BLOCK": "AUG.GEN_MASK_LOADER / MASK_* (masks for masked "
                                       "pretraining): zoo trains classifiers on whole clips",
-    "SOLVER.LAYER_DECAY": "SOLVER.LAYER_DECAY: zoo has one LR for the backbone "
-                          "(CONFIG.TRAIN.BACKBONE_LR_MULT), no per-layer decay",
     "SOLVER.CLIP_GRAD_VAL": "SOLVER.CLIP_GRAD_VAL: zoo clips the global norm only "
                             "(CONFIG.TRAIN.CLIP_GRAD_NORM)",
-    "MODEL.ACT_CHECKPOINT": "MODEL.ACT_CHECKPOINT: zoo keeps every activation (no checkpointing)",
     "DATA.USE_OFFSET_SAMPLING": "DATA.USE_OFFSET_SAMPLING: zoo's test views are spaced evenly "
                                 "over the video from its start",
     "DATA.INV_UNIFORM_SAMPLE": "DATA.INV_UNIFORM_SAMPLE: zoo's scale jitter draws the short "
@@ -143,6 +143,8 @@ def solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
         notes.append("SOLVER.NESTEROV True (PySlowFast's default): zoo's SGD uses plain momentum")
     if method == "adamw":
         notes.append("SOLVER.MOMENTUM: AdamW uses torch's betas (0.9, 0.999)")
+    if float(v["SOLVER.LAYER_DECAY"]) != 1.0:  # PySlowFast's 1.0 scales every layer by 1
+        train["LAYER_DECAY"] = float(v["SOLVER.LAYER_DECAY"])
     clip = v["SOLVER.CLIP_GRAD_L2NORM"]
     if clip is not None:
         train["CLIP_GRAD_NORM"] = float(clip)
@@ -213,6 +215,8 @@ def recipe(v: Dict[str, Any], given: Dict[str, Any], source: str, notes: List[st
     if v["AUG.ENABLE"]:
         data.update(augment(v, notes))
     data["RANDOM_FLIP"] = bool(v["DATA.RANDOM_FLIP"])
+    if v["MODEL.ACT_CHECKPOINT"]:
+        train["ACT_CHECKPOINT"] = True
     if "TRAIN.MIXED_PRECISION" in given:
         train["PRECISION"] = "auto" if v["TRAIN.MIXED_PRECISION"] else "fp32"
         if v["TRAIN.MIXED_PRECISION"]:

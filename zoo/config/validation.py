@@ -81,6 +81,10 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("CONFIG.TRAIN.KEEP_LAST", _non_negative, "an integer >= 0 (0 = keep all)"),
     ("CONFIG.TRAIN.REFERENCE_BATCH", _non_negative, "an integer >= 0 (0 = no LR scaling)"),
     ("CONFIG.TRAIN.BACKBONE_LR_MULT", _non_negative, "a number >= 0"),
+    ("CONFIG.TRAIN.LAYER_DECAY", lambda v: 0 <= v <= 1, "a number in [0, 1] (0 = off)"),
+    ("CONFIG.TRAIN.ACT_CHECKPOINT", lambda v: isinstance(v, bool), "True or False"),
+    ("CONFIG.MODEL.DROP_PATH", lambda v: 0 <= v < 1,
+     "a number in [0, 1) (0 = the model's default)"),
     (
         "CONFIG.TRAIN.PRECISION",
         lambda v: v in ("auto", "fp32", "bf16", "fp16"),

@@ -128,12 +128,13 @@ class Bottleneck(nn.Module):
             self.shortcut = ConvBN(in_ch, out_ch, (1, 1, 1), stride=(1, stride, stride))
         # Applied after the residual sum when set (the non-local block of gluoncv's I3D-NL nets).
         self.nonlocal_block: Optional[nn.Module] = None
+        self.drop_path: nn.Module = nn.Identity()  # stochastic depth (see blockwise.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.shortcut is None else self.shortcut(x)
         out = self.relu(self.bn_a(self.conv_a(x)))
         out = self.relu(self.bn_b(self.conv_b(out)))
-        out = self.bn_c(self.conv_c(out))
+        out = self.drop_path(self.bn_c(self.conv_c(out)))
         out = self.relu(out + identity)
         return out if self.nonlocal_block is None else self.nonlocal_block(out)
 

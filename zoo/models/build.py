@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 
 import torch.nn as nn
 
-from ..config import parse_literal
+from ..config import ConfigError, parse_literal
 
 # The registry's names are also importable from here (their home before registry.py).
 from .registry import MODEL_REGISTRY, list_models, model_facts, register_model
@@ -64,13 +64,26 @@ def parse_model_kwargs(pairs: List[Any]) -> Dict[str, Any]:
 def build_model(cfg) -> nn.Module:
     """Build the model a config names. This is the only place that turns cfg into model kwargs.
 
-    The returned model is plain (no DDP wrapper; the trainer adds that).
+    The returned model is plain (no DDP wrapper; the trainer adds that). ``MODEL.DROP_PATH`` > 0
+    becomes the ``drop_path`` kwarg, which every family with residual blocks takes.
     """
     model_cfg = cfg.CONFIG.MODEL
     kwargs = parse_model_kwargs(list(model_cfg.KWARGS))
-    return create_model(
-        model_cfg.NAME,
-        num_classes=cfg.CONFIG.DATA.NUM_CLASSES,
-        pretrained=model_cfg.PRETRAINED or None,
-        **kwargs,
-    )
+    if model_cfg.DROP_PATH > 0:
+        if "drop_path" in kwargs:
+            raise ConfigError(f"CONFIG.MODEL.DROP_PATH {model_cfg.DROP_PATH} and MODEL.KWARGS "
+                              f"drop_path {kwargs['drop_path']} both set it: keep one")
+        kwargs["drop_path"] = model_cfg.DROP_PATH
+    try:
+        return create_model(
+            model_cfg.NAME,
+            num_classes=cfg.CONFIG.DATA.NUM_CLASSES,
+            pretrained=model_cfg.PRETRAINED or None,
+            **kwargs,
+        )
+    except TypeError as e:
+        if model_cfg.DROP_PATH > 0 and "drop_path" in str(e):
+            raise ConfigError(f"CONFIG.MODEL.DROP_PATH {model_cfg.DROP_PATH}: model "
+                              f"{model_cfg.NAME} has no stochastic depth (no drop_path "
+                              "argument); set DROP_PATH 0") from None
+        raise

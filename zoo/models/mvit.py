@@ -42,6 +42,7 @@ import torch.nn as nn
 
 from ..config.pyslowfast_mvit import MVIT_CONFIGS, builder_kwargs
 from ..utils.errors import UserError
+from .blockwise import BlockwiseMixin
 from .classifier import ClassifierMixin
 from .facts import IMAGENET_MEAN, IMAGENET_STD, KINETICS_MEAN, KINETICS_STD, video_facts
 from .mvit_layers import MultiScaleBlock, kv_strides_adaptive
@@ -136,7 +137,7 @@ class TransformerHead(nn.Module):
         return self.projection(x)
 
 
-class MViT(ClassifierMixin, nn.Module):
+class MViT(BlockwiseMixin, ClassifierMixin, nn.Module):
     """MViTv1 / MViTv2 with PySlowFast's layers and names (see the module docstring).
 
     Keyword arguments are PySlowFast's ``MVIT.<KEY>`` keys lowercased, with its defaults; list
@@ -181,6 +182,8 @@ class MViT(ClassifierMixin, nn.Module):
         use_mean_pooling: Mean of the patch tokens, then the norm (else the class token, or the
             mean after the norm without one).
         use_fixed_sincos_pos: Frozen sine-cosine positions; not supported: always False.
+        drop_path: zoo's name for ``droppath_rate`` (every family's stochastic-depth argument);
+            replaces it when given.
     """
 
     classifier_name = "head.projection"
@@ -208,8 +211,11 @@ class MViT(ClassifierMixin, nn.Module):
                  rel_pos_temporal: bool = False, rel_pos_zero_init: bool = False,
                  residual_pooling: bool = False, dim_mul_in_att: bool = False,
                  separate_qkv: bool = False, head_init_scale: float = 1.0,
-                 use_mean_pooling: bool = False, use_fixed_sincos_pos: bool = False) -> None:
+                 use_mean_pooling: bool = False, use_fixed_sincos_pos: bool = False,
+                 drop_path: Optional[float] = None) -> None:
         super().__init__()
+        if drop_path is not None:
+            droppath_rate = drop_path
         if norm != "layernorm":
             raise MViTConfigError(f"MViT norm={norm!r}: only 'layernorm' is supported "
                                   "(as in PySlowFast)")
@@ -314,6 +320,22 @@ class MViT(ClassifierMixin, nn.Module):
         with torch.no_grad():
             self.head.projection.weight.mul_(head_init_scale)
             self.head.projection.bias.mul_(head_init_scale)
+
+    def checkpoint_blocks(self) -> List[nn.Module]:
+        return list(self.blocks)
+
+    def layer_id(self, name: str) -> int:
+        """PySlowFast's MViT rule (``get_param_groups``): the class token, positions and patch
+        embedding are layer 0, ``blocks.i`` is i + 1, the rest (``norm_stem``, ``norm``,
+        ``head``) depth + 1."""
+        if name == "cls_token" or name.startswith(("pos_embed", "patch_embed.")):
+            return 0
+        if name.startswith("blocks."):
+            return int(name.split(".")[1]) + 1
+        return len(self.blocks) + 1
+
+    def num_layers(self) -> int:
+        return len(self.blocks) + 2
 
     def no_weight_decay(self) -> List[str]:
         """Parameter names (last component) trained without weight decay: the positions and the

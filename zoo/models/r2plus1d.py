@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 
 from .blocks3d import init_3d_weights
+from .blockwise import StageLayersMixin
 from .classifier import ClassifierMixin
 from .facts import video_facts
 from .registry import register_model
@@ -68,10 +69,11 @@ class BasicBlock2Plus1D(nn.Module):
         if stride != 1 or in_ch != out_ch:
             self.downsample = nn.Sequential(
                 nn.Conv3d(in_ch, out_ch, 1, stride=stride, bias=False), nn.BatchNorm3d(out_ch))
+        self.drop_path: nn.Module = nn.Identity()  # stochastic depth (see blockwise.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shortcut = x if self.downsample is None else self.downsample(x)
-        return self.relu(self.conv2(self.conv1(x)) + shortcut)
+        return self.relu(self.drop_path(self.conv2(self.conv1(x))) + shortcut)
 
 
 class Bottleneck2Plus1D(nn.Module):
@@ -104,13 +106,14 @@ class Bottleneck2Plus1D(nn.Module):
         if stride != 1 or in_ch != out_ch:
             self.downsample = nn.Sequential(
                 nn.Conv3d(in_ch, out_ch, 1, stride=stride, bias=False), nn.BatchNorm3d(out_ch))
+        self.drop_path: nn.Module = nn.Identity()  # stochastic depth (see blockwise.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shortcut = x if self.downsample is None else self.downsample(x)
-        return self.relu(self.conv3(self.conv2(self.conv1(x))) + shortcut)
+        return self.relu(self.drop_path(self.conv3(self.conv2(self.conv1(x)))) + shortcut)
 
 
-class R2Plus1D(ClassifierMixin, nn.Module):
+class R2Plus1D(StageLayersMixin, ClassifierMixin, nn.Module):
     """R(2+1)D ResNet with torchvision's key names; its classifier is ``fc``.
 
     Args:
@@ -120,6 +123,7 @@ class R2Plus1D(ClassifierMixin, nn.Module):
             middle width scales with it (45 at 64).
         dropout: Dropout before ``fc`` (0 = none; no state-dict keys either way).
         in_channels: Input channels (3 for RGB).
+        drop_path: Stochastic depth of the last residual block (linear from 0 at the first).
         bottleneck: Use :class:`Bottleneck2Plus1D` blocks (output 4x wider) instead of basic
             blocks (gluoncv's R(2+1)D-50).
     """
@@ -127,7 +131,8 @@ class R2Plus1D(ClassifierMixin, nn.Module):
     head_init_std = 0.01  # torchvision's; reset_classifier uses it too
 
     def __init__(self, layers: Sequence[int], num_classes: int = 400, width: int = 64,
-                 dropout: float = 0.0, in_channels: int = 3, bottleneck: bool = False) -> None:
+                 dropout: float = 0.0, in_channels: int = 3, bottleneck: bool = False,
+                 drop_path: float = 0.0) -> None:
         super().__init__()
         if len(layers) != 4 or width < 1:
             raise ValueError(f"need 4 stage depths and width >= 1, got {list(layers)}, {width}")
@@ -156,6 +161,7 @@ class R2Plus1D(ClassifierMixin, nn.Module):
         # torchvision's VideoResNet init (MSRA convs, unit BN, N(0, 0.01) head), which is
         # PySlowFast's without the zeroed last BN: a fresh zoo net starts like theirs.
         init_3d_weights(self, zero_init_final_bn=False, head_init_std=self.head_init_std)
+        self.set_drop_path_rate(drop_path)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, num_classes)`` of a clip ``(B, C, T, H, W)``."""

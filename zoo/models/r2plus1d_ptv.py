@@ -31,6 +31,7 @@ import torch
 import torch.nn as nn
 
 from .blocks3d import STAGE_BLOCKS, init_3d_weights
+from .blockwise import StageLayersMixin
 from .classifier import ClassifierMixin
 from .facts import KINETICS_MEAN, KINETICS_STD, video_facts
 from .registry import register_model
@@ -95,11 +96,12 @@ class Bottleneck2Plus1DPTV(nn.Module):
         self.shortcut = None
         if in_ch != out_ch or stride_t != 1 or stride_s != 1:
             self.shortcut = _ConvBN(in_ch, out_ch, 1, (stride_t, stride_s, stride_s))
+        self.drop_path: nn.Module = nn.Identity()  # stochastic depth (see blockwise.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.bn_a(self.conv_a(x)))
         y = torch.relu(self.bn_b(self.conv_b(y)))
-        y = self.bn_c(self.conv_c(y))
+        y = self.drop_path(self.bn_c(self.conv_c(y)))
         return torch.relu(y + (x if self.shortcut is None else self.shortcut(x)))
 
 
@@ -113,7 +115,7 @@ class _Head(nn.Module):
         return self.proj(self.dropout(x.mean((2, 3, 4))))
 
 
-class R2Plus1DPTV(ClassifierMixin, nn.Module):
+class R2Plus1DPTV(StageLayersMixin, ClassifierMixin, nn.Module):
     """PyTorchVideo's R(2+1)D (see the module docstring).
 
     Args:
@@ -122,6 +124,7 @@ class R2Plus1DPTV(ClassifierMixin, nn.Module):
         width: Stem width (PySlowFast's RESNET.WIDTH_PER_GROUP, 64); stage widths follow.
         dropout: Dropout before the classifier (PySlowFast's config and the hub: 0.5).
         in_channels: Input channels.
+        drop_path: Stochastic depth of the last residual block (linear from 0 at the first).
         zero_init_final_bn: Zero each block's ``bn_c`` gamma so it starts as its shortcut.
         head_init_std: Std of the classifier's normal init.
     """
@@ -130,7 +133,7 @@ class R2Plus1DPTV(ClassifierMixin, nn.Module):
 
     def __init__(self, num_classes: int = 400, depth: int = 50, width: int = 64,
                  dropout: float = 0.5, in_channels: int = 3, zero_init_final_bn: bool = True,
-                 head_init_std: float = 0.01) -> None:
+                 head_init_std: float = 0.01, drop_path: float = 0.0) -> None:
         super().__init__()
         if depth not in (50, 101, 152) or width < 1:
             raise ValueError(f"R(2+1)D needs depth 50, 101 or 152 and width >= 1, got depth "
@@ -151,6 +154,7 @@ class R2Plus1DPTV(ClassifierMixin, nn.Module):
             for m in self.modules():
                 if isinstance(m, Bottleneck2Plus1DPTV):
                     nn.init.zeros_(m.bn_c.weight)
+        self.set_drop_path_rate(drop_path)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The res5 feature map ``(B, C, T, H', W')``."""

@@ -35,6 +35,7 @@ import torch
 import torch.nn as nn
 
 from .blocks3d import STAGE_BLOCKS, Stem, block_kernels, init_3d_weights, make_stage
+from .blockwise import StageLayersMixin
 from .classifier import ClassifierMixin
 from .facts import KINETICS_MEAN, KINETICS_STD, ModelFacts, video_facts
 from .nonlocal_block import NonLocal3d, attach_nonlocal
@@ -63,7 +64,7 @@ class Head3d(nn.Module):
         return self.proj(self.dropout(self.pool(x).flatten(1)))
 
 
-class ResNet3d(ClassifierMixin, nn.Module):
+class ResNet3d(StageLayersMixin, ClassifierMixin, nn.Module):
     """A single-pathway 3D ResNet with bottleneck blocks; its classifier is ``head.proj``.
 
     Args:
@@ -76,6 +77,7 @@ class ResNet3d(ClassifierMixin, nn.Module):
         width: Stem width; stage inner widths are ``width * (1, 2, 4, 8)``, outputs 4x that.
         dropout: Dropout before the head projection.
         in_channels: Input channels (3 for RGB).
+        drop_path: Stochastic depth of the last residual block (linear from 0 at the first).
         temporal_pad: ``"zeros"`` (published nets) or ``"replicate"`` (a net inflated from 2D
             then maps a static clip to exactly the 2D logits; see ``blocks3d``).
         zero_init_final_bn: Start each bottleneck's ``bn_c`` gamma at 0.
@@ -116,6 +118,7 @@ class ResNet3d(ClassifierMixin, nn.Module):
         nonlocal_instantiation: str = "softmax",
         nonlocal_pool: Optional[Sequence[Sequence[int]]] = None,
         nonlocal_group: Optional[Sequence[int]] = None,
+        drop_path: float = 0.0,
     ) -> None:
         super().__init__()
         if depth not in STAGE_BLOCKS:
@@ -145,6 +148,7 @@ class ResNet3d(ClassifierMixin, nn.Module):
         for m in self.modules():
             if isinstance(m, NonLocal3d):
                 m.reset_parameters()
+        self.set_drop_path_rate(drop_path)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Feature map ``(B, C, T', H', W')`` after res5."""

@@ -43,6 +43,7 @@ import torch
 import torch.nn as nn
 
 from .blocks3d import STAGE_BLOCKS, Bottleneck, Stem, block_kernels, init_3d_weights, make_stage
+from .blockwise import StageLayersMixin
 from .classifier import ClassifierMixin
 from .facts import KINETICS_MEAN, KINETICS_STD, ModelFacts, video_facts
 from .nonlocal_block import NonLocal3d, attach_nonlocal
@@ -126,7 +127,7 @@ def _check_args(depth: int, alpha: int, beta_inv: int, ratio: int, kernel: int, 
         raise ValueError(f"num_block_temp_kernel must list 4 stages, got {temp_blocks}")
 
 
-class SlowFast(ClassifierMixin, nn.Module):
+class SlowFast(StageLayersMixin, ClassifierMixin, nn.Module):
     """SlowFast network with ResNet bottleneck pathways; its classifier is ``head.proj``.
 
     Args:
@@ -140,6 +141,8 @@ class SlowFast(ClassifierMixin, nn.Module):
             ``width * (1, 2, 4, 8)`` and stage outputs four times that.
         dropout: Dropout before the head projection.
         in_channels: Input channels (3 for RGB).
+        drop_path: Stochastic depth of each pathway's last residual block (linear from 0 at
+            the first).
         zero_init_final_bn: Start each bottleneck's ``bn_c`` gamma at 0 so every block starts as
             identity; PySlowFast's Kinetics configs do this (``ZERO_INIT_FINAL_BN: True``).
         head_init_std: Std of the normal init of the head projection.
@@ -187,6 +190,7 @@ class SlowFast(ClassifierMixin, nn.Module):
         nonlocal_instantiation: str = "softmax",
         nonlocal_pool: Optional[Sequence[Sequence[int]]] = None,
         nonlocal_group: Optional[Sequence[int]] = None,
+        drop_path: float = 0.0,
     ) -> None:
         super().__init__()
         temp_blocks = list(num_block_temp_kernel or [None] * 4)
@@ -233,6 +237,7 @@ class SlowFast(ClassifierMixin, nn.Module):
         for m in self.modules():
             if isinstance(m, NonLocal3d):
                 m.reset_parameters()
+        self.set_drop_path_rate(drop_path)
 
     def pack_pathways(self, clip: torch.Tensor) -> List[torch.Tensor]:
         """Split a fast clip ``(B, C, T, H, W)`` into ``[slow, fast]``; slow has ``T // alpha``

@@ -36,6 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .blockwise import BlockwiseMixin
 from .classifier import ClassifierMixin
 from .facts import video_facts
 from .registry import register_model
@@ -229,7 +230,7 @@ class PatchEmbed3d(nn.Module):
         return self.norm(self.proj(x).permute(0, 2, 3, 4, 1))
 
 
-class SwinTransformer3d(ClassifierMixin, nn.Module):
+class SwinTransformer3d(BlockwiseMixin, ClassifierMixin, nn.Module):
     """Video Swin Transformer (see the module docstring).
 
     Args:
@@ -269,6 +270,7 @@ class SwinTransformer3d(ClassifierMixin, nn.Module):
         if len(window_size) != 3 or len(patch_size) != 3:
             raise ValueError(f"window_size {tuple(window_size)} and patch_size "
                              f"{tuple(patch_size)} must be (t, h, w)")
+        self.depths = tuple(depths)
         self.patch_embed = PatchEmbed3d(patch_size, in_channels, embed_dim)
         self.pos_drop = nn.Dropout(dropout)
         total, index = sum(depths), 0
@@ -301,6 +303,26 @@ class SwinTransformer3d(ClassifierMixin, nn.Module):
         """Parameter names (last component) trained without weight decay: the relative position
         bias tables, as MMAction2's and the original Video Swin recipes exempt them."""
         return ["relative_position_bias_table"]
+
+    def checkpoint_blocks(self) -> List[nn.Module]:
+        return [block for stage in self.features[0::2] for block in stage]
+
+    def layer_id(self, name: str) -> int:
+        """Swin's fine-tuning rule (MMSelfSup's / SimMIM's): the patch embedding is layer 0,
+        the blocks count 1.. over all stages, the patch merging after a stage shares its last
+        block's layer, the rest (``norm``, ``head``) is the last layer."""
+        if name.startswith("patch_embed."):
+            return 0
+        if name.startswith("features."):
+            index = int(name.split(".")[1])
+            stage = index // 2
+            if index % 2 == 0:
+                return sum(self.depths[:stage]) + int(name.split(".")[2]) + 1
+            return sum(self.depths[:stage + 1])
+        return sum(self.depths) + 1
+
+    def num_layers(self) -> int:
+        return sum(self.depths) + 2
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The normalised last-stage tokens, channels-last ``(B, T', H', W', C)``."""

@@ -33,12 +33,13 @@ returns logits. The blocks are a plain ``blocks`` ModuleList (layer-wise LR deca
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .blockwise import BlockwiseMixin
 from .classifier import ClassifierMixin
 from .facts import IMAGENET_MEAN, IMAGENET_STD, video_facts
 from .registry import register_model
@@ -65,7 +66,7 @@ def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     if p == 0.0 or not training:
         return x
     keep = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(1.0 - p)
-    return x * keep / (1.0 - p)
+    return x * keep.div_(1.0 - p) if p < 1.0 else x * keep
 
 
 class Attention(nn.Module):
@@ -142,7 +143,7 @@ class PatchEmbed(nn.Module):
         return self.proj(x).flatten(2).transpose(1, 2)
 
 
-class VideoMAE(ClassifierMixin, nn.Module):
+class VideoMAE(BlockwiseMixin, ClassifierMixin, nn.Module):
     """VideoMAE's fine-tuning ViT (see the module docstring).
 
     Args:
@@ -217,6 +218,21 @@ class VideoMAE(ClassifierMixin, nn.Module):
                 nn.init.zeros_(m.bias)
         with torch.no_grad():
             self.head.weight.mul_(init_scale)
+
+    def checkpoint_blocks(self) -> List[nn.Module]:
+        return list(self.blocks)
+
+    def layer_id(self, name: str) -> int:
+        """VideoMAE's fine-tuning rule: the patch embedding is layer 0, ``blocks.i`` is i + 1,
+        the rest (``fc_norm`` / ``norm``, ``head``) depth + 1."""
+        if name.startswith("patch_embed.") or name in ("pos_embed", "cls_token"):
+            return 0
+        if name.startswith("blocks."):
+            return int(name.split(".")[1]) + 1
+        return len(self.blocks) + 1
+
+    def num_layers(self) -> int:
+        return len(self.blocks) + 2
 
     def _num_tokens(self, frames: int, height: int, width: int) -> int:
         return (frames // self.tubelet) * (height // self.patch) * (width // self.patch)

@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from .blocks3d import init_3d_weights
+from .blockwise import StageLayersMixin
 from .classifier import ClassifierMixin
 from .facts import IMAGENET_MEAN, IMAGENET_STD, video_facts
 from .registry import register_model
@@ -56,12 +57,13 @@ class IrCSNBottleneck(nn.Module):
         self.bn4 = _bn(width * 4)
         self.relu = nn.ReLU(inplace=True)
         self.down_sample = _projection(in_ch, width * 4, stride) if shortcut else None
+        self.drop_path: nn.Module = nn.Identity()  # stochastic depth (see blockwise.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.down_sample is None else self.down_sample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn3(self.conv3(out)))
-        return self.relu(self.bn4(self.conv4(out)) + identity)
+        return self.relu(self.drop_path(self.bn4(self.conv4(out))) + identity)
 
 
 class R2Plus1DBottleneck(nn.Module):
@@ -92,20 +94,21 @@ class R2Plus1DBottleneck(nn.Module):
         self.bn3 = _bn(width * 4)
         self.relu = nn.ReLU(inplace=True)
         self.down_sample = _projection(in_ch, width * 4, stride) if shortcut else None
+        self.drop_path: nn.Module = nn.Identity()  # stochastic depth (see blockwise.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.down_sample is None else self.down_sample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2_middle(self.conv2_middle(out)))
         out = self.relu(self.bn2(self.conv2(out)))
-        return self.relu(self.bn3(self.conv3(out)) + identity)
+        return self.relu(self.drop_path(self.bn3(self.conv3(out))) + identity)
 
 
 def _projection(in_ch: int, out_ch: int, stride: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv3d(in_ch, out_ch, 1, stride=stride, bias=False), _bn(out_ch))
 
 
-class VMZResNet(ClassifierMixin, nn.Module):
+class VMZResNet(StageLayersMixin, ClassifierMixin, nn.Module):
     """The shared skeleton of ir-CSN and R(2+1)D v2 (see the module docstring); its classifier
     is ``out_fc``.
 
@@ -117,13 +120,15 @@ class VMZResNet(ClassifierMixin, nn.Module):
         width: Stem width and stage-1 inner width (64 published; stages 2-4 use 2x, 4x, 8x).
         dropout: Dropout before ``out_fc`` (0 in gluoncv).
         in_channels: Input channels (3 for RGB).
+        drop_path: Stochastic depth of the last residual block (linear from 0 at the first).
     """
 
     classifier_name = "out_fc"
     head_init_std = 0.01
 
     def __init__(self, kind: str, layers: Sequence[int] = (3, 8, 36, 3), num_classes: int = 400,
-                 width: int = 64, dropout: float = 0.0, in_channels: int = 3) -> None:
+                 width: int = 64, dropout: float = 0.0, in_channels: int = 3,
+                 drop_path: float = 0.0) -> None:
         super().__init__()
         if kind not in ("ircsn", "r2plus1d") or len(layers) != 4 or width < 1:
             raise ValueError(f"need kind 'ircsn' or 'r2plus1d', 4 stage depths and width >= 1, "
@@ -155,6 +160,7 @@ class VMZResNet(ClassifierMixin, nn.Module):
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.out_fc = nn.Linear(in_ch, num_classes)
         init_3d_weights(self, zero_init_final_bn=False, head_init_std=self.head_init_std)
+        self.set_drop_path_rate(drop_path)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Feature map ``(B, C, T', H', W')`` after layer4."""

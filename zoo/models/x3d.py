@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 
 from .blocks3d import init_3d_weights
+from .blockwise import StageLayersMixin
 from .classifier import ClassifierMixin
 from .facts import video_facts
 from .registry import register_model
@@ -93,11 +94,12 @@ class X3DBlock(nn.Module):
         self.bn_c = nn.BatchNorm3d(out_ch)
         self.shortcut = (_Shortcut(in_ch, out_ch, stride) if in_ch != out_ch or stride != 1
                          else nn.Identity())
+        self.drop_path: nn.Module = nn.Identity()  # stochastic depth (see blockwise.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.bn_a(self.conv_a(x)))
         y = nn.functional.silu(self.se(self.bn_b(self.conv_b(y))))
-        y = self.bn_c(self.conv_c(y))
+        y = self.drop_path(self.bn_c(self.conv_c(y)))
         return torch.relu(y + self.shortcut(x))
 
 
@@ -134,7 +136,7 @@ class X3DHead(nn.Module):
         return self.proj(self.dropout(x))
 
 
-class X3D(ClassifierMixin, nn.Module):
+class X3D(StageLayersMixin, ClassifierMixin, nn.Module):
     """X3D with PySlowFast's layers (see the module docstring).
 
     Args:
@@ -146,6 +148,7 @@ class X3D(ClassifierMixin, nn.Module):
         se_ratio: Squeeze-excitation reduction (0.0625; 0 = none).
         dropout: Dropout before the classifier (PySlowFast's 0.5).
         in_channels: Input channels.
+        drop_path: Stochastic depth of the last residual block (linear from 0 at the first).
     """
 
     classifier_name = "head.proj"
@@ -153,7 +156,8 @@ class X3D(ClassifierMixin, nn.Module):
     def __init__(self, num_classes: int = 400, width_factor: float = 2.0,
                  depth_factor: float = 2.2, bottleneck_factor: float = 2.25,
                  head_width: int = 2048, se_ratio: float = 0.0625, dropout: float = 0.5,
-                 in_channels: int = 3, head_init_std: float = 0.01) -> None:
+                 in_channels: int = 3, head_init_std: float = 0.01,
+                 drop_path: float = 0.0) -> None:
         super().__init__()
         stem_width = round_width(_BASE_C1, width_factor)
         self.stem = X3DStem(in_channels, stem_width)
@@ -176,6 +180,7 @@ class X3D(ClassifierMixin, nn.Module):
         for m in self.modules():
             if isinstance(m, X3DBlock):
                 nn.init.zeros_(m.bn_c.weight)  # every block starts as its shortcut
+        self.set_drop_path_rate(drop_path)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The res5 feature map ``(B, C, T, H', W')``."""

@@ -1,34 +1,65 @@
 """SGD or AdamW with parameter groups: no weight decay on norm parameters, biases (``bias``, and
 named biases such as VideoMAE's ``q_bias`` / ``v_bias``) and the parameters a model names in
 ``no_weight_decay()`` (timm's convention: e.g. MViT's positions and class token), and an optional
-LR multiplier for the backbone (every parameter outside the classifier head)."""
+LR multiplier for the backbone (every parameter outside the classifier head).
+
+Layer-wise LR decay (``layer_decay`` > 0, BEiT's and VideoMAE's fine-tuning recipe) scales the LR
+of a parameter in layer ``i`` by ``layer_decay ** (num_layers - 1 - i)``: the model names the
+layers through ``model.layer_id(name)`` and ``model.num_layers()`` (zoo.models.blockwise), so the
+last layer (norm, head) keeps the full LR and layer 0 (stem / patch embedding) gets the smallest.
+The scale multiplies the backbone multiplier; the LR schedule multiplies in the product
+(``lr_mult``)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Optional, Set
+from typing import Any, Callable, Dict, Iterable, Optional, Set
 
 import torch
 import torch.nn as nn
 
 from ..utils.env import torch_at_least
+from ..utils.errors import UserError
 
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
 
 
-def param_groups(model: nn.Module, weight_decay: float, head_ids: Optional[Set[int]] = None,
-                 backbone_lr_mult: float = 1.0) -> list:
-    """Split trainable parameters by (decay or not) x (head or backbone).
+class LayerDecayError(UserError, ValueError):
+    """Layer-wise LR decay asked of a model that does not name its layers."""
 
-    Each group carries ``lr_mult`` (1 for the head, ``backbone_lr_mult`` for the rest), which the
-    LR schedule multiplies in. Empty groups are dropped.
+
+def layer_scales(model: nn.Module, layer_decay: float, model_name: str = "") -> Callable:
+    """``name -> LR scale`` of layer-wise decay: ``layer_decay ** (num_layers - 1 - layer)``."""
+    if not (callable(getattr(model, "layer_id", None))
+            and callable(getattr(model, "num_layers", None))):
+        name = model_name or type(model).__name__
+        raise LayerDecayError(f"CONFIG.TRAIN.LAYER_DECAY {layer_decay}: model {name} does not "
+                              "name its layers (no layer_id()/num_layers()); set LAYER_DECAY 0")
+    try:
+        top = model.num_layers() - 1
+    except NotImplementedError:
+        raise LayerDecayError(f"CONFIG.TRAIN.LAYER_DECAY {layer_decay}: model "
+                              f"{model_name or type(model).__name__} does not name its layers; "
+                              "set LAYER_DECAY 0") from None
+    return lambda name: layer_decay ** (top - model.layer_id(name))
+
+
+def param_groups(model: nn.Module, weight_decay: float, head_ids: Optional[Set[int]] = None,
+                 backbone_lr_mult: float = 1.0, layer_decay: float = 0.0,
+                 model_name: str = "") -> list:
+    """Split trainable parameters by (decay or not) x (head or backbone) x (layer, with
+    ``layer_decay`` > 0).
+
+    Each group carries ``lr_mult`` (1 for the head, ``backbone_lr_mult`` for the rest, times the
+    layer's scale), which the LR schedule multiplies in. Empty groups are dropped.
     """
     head_ids = head_ids or set()
+    scale_of = layer_scales(model, layer_decay, model_name) if layer_decay > 0 else None
     # Names (a parameter's last component) the model asks to train without weight decay.
     skip = set(model.no_weight_decay()) if callable(getattr(model, "no_weight_decay", None)) \
         else set()
     buckets = {}
     seen = set()
-    for module in model.modules():
+    for prefix, module in model.named_modules():
         for name, p in module.named_parameters(recurse=False):
             if not p.requires_grad or id(p) in seen:
                 continue
@@ -36,13 +67,14 @@ def param_groups(model: nn.Module, weight_decay: float, head_ids: Optional[Set[i
             no_decay = (isinstance(module, _NORM_TYPES) or name == "bias"
                         or name.endswith("_bias") or name in skip)
             is_head = id(p) in head_ids
-            buckets.setdefault((no_decay, is_head), []).append(p)
+            scale = scale_of(f"{prefix}.{name}" if prefix else name) if scale_of else 1.0
+            buckets.setdefault((no_decay, is_head, scale), []).append(p)
     groups = []
-    for (no_decay, is_head), params in sorted(buckets.items()):
+    for (no_decay, is_head, scale), params in sorted(buckets.items()):
         groups.append({
             "params": params,
             "weight_decay": 0.0 if no_decay else weight_decay,
-            "lr_mult": 1.0 if is_head else backbone_lr_mult,
+            "lr_mult": (1.0 if is_head else backbone_lr_mult) * scale,
         })
     return groups
 
@@ -86,7 +118,8 @@ def _fused_runs_on(groups: list) -> bool:
 
 def build_optimizer(cfg, model: nn.Module,
                     head_params: Iterable[nn.Parameter] = ()) -> torch.optim.Optimizer:
-    """CONFIG.TRAIN.OPTIMIZER (SGD with MOMENTUM, or AdamW) with LR, W_DECAY, BACKBONE_LR_MULT.
+    """CONFIG.TRAIN.OPTIMIZER (SGD with MOMENTUM, or AdamW) with LR, W_DECAY, BACKBONE_LR_MULT
+    and LAYER_DECAY.
 
     Args:
         cfg: The config.
@@ -95,7 +128,7 @@ def build_optimizer(cfg, model: nn.Module,
     """
     train = cfg.CONFIG.TRAIN
     groups = param_groups(model, train.W_DECAY, {id(p) for p in head_params},
-                          train.BACKBONE_LR_MULT)
+                          train.BACKBONE_LR_MULT, train.LAYER_DECAY, cfg.CONFIG.MODEL.NAME)
     if not groups:
         raise ValueError("the model has no trainable parameters (is everything frozen?)")
     # Each group carries its own weight decay; the default passed here is never used.

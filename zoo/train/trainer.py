@@ -13,7 +13,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..accel import apply_cpu_kernels, register_compression
-from ..config import cfg_to_yaml
+from ..config import ConfigError, cfg_to_yaml
 from ..data import build_loader, normalization
 from ..infer.metrics import MetricsWriter
 from ..launch.heartbeat import note_step
@@ -50,6 +50,8 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Modul
         logger.info("froze %d BatchNorm layers", freeze_bn(model))
     if cfg.CONFIG.TRAIN.SYNC_BN and comm.get_world_size() > 1:
         model = convert_sync_bn(model, device)
+    if cfg.CONFIG.TRAIN.ACT_CHECKPOINT:
+        enable_act_checkpoint(model, cfg.CONFIG.MODEL.NAME)
     model.to(device)
     _, channels_last = execution_settings(cfg.CONFIG.TRAIN, device)
     apply_execution(model, device, channels_last, route_convs=cfg.CONFIG.TRAIN.CPU_KERNELS)
@@ -75,6 +77,15 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Modul
 
 
 _DDP_ARGS = inspect.signature(DistributedDataParallel.__init__).parameters
+
+
+def enable_act_checkpoint(model: nn.Module, name: str) -> None:
+    """CONFIG.TRAIN.ACT_CHECKPOINT: the model's ``set_grad_checkpointing(True)`` (timm's
+    convention; every zoo family with blocks has it)."""
+    if not callable(getattr(model, "set_grad_checkpointing", None)):
+        raise ConfigError(f"CONFIG.TRAIN.ACT_CHECKPOINT True: model {name} has no "
+                          "set_grad_checkpointing(); set ACT_CHECKPOINT False")
+    model.set_grad_checkpointing(True)
 
 
 def ddp_options(cfg) -> Dict[str, Any]:
