@@ -77,6 +77,16 @@ _C.DDP_CONFIG.POWERSGD_START_STEP = 10
 # Size in MB of DDP's gradient buckets (torch's default 25): each bucket is all-reduced as soon as
 # its gradients are ready, overlapping the rest of the backward pass.
 _C.DDP_CONFIG.BUCKET_CAP_MB = 25.0
+# How the model's weights are kept across processes: "ddp" (every process holds all of them and
+# gradients are all-reduced) or "fsdp" (PyTorch's FSDP2 fully_shard, per block then the root: each
+# process holds 1/N of the weights, gradients and optimizer state, gathered per block when used;
+# for models too large for one device). Needs torch >= 2.4; refuses GRAD_COMPRESSION and
+# CONFIG.TRAIN.EMA_DECAY; one process trains unsharded. Checkpoints are the same full state dict
+# either way. See docs/training.md.
+_C.DDP_CONFIG.STRATEGY = "ddp"
+# With STRATEGY fsdp: keep the sharded weights, gradients and optimizer state in CPU memory (FSDP2's
+# CPUOffloadPolicy; the optimizer steps on the CPU): less device memory, slower steps.
+_C.DDP_CONFIG.FSDP_CPU_OFFLOAD = False
 # How many times the DDP_CONFIG launcher re-forms the job after a worker or a node fails: every
 # node stops its workers, the nodes meet again and the workers resume from the newest complete
 # checkpoint (AUTO_RESUME is implied on a restart). 0 = stop at the first failure, naming the rank.

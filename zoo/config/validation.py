@@ -65,6 +65,7 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("DDP_CONFIG.POWERSGD_START_STEP", lambda v: isinstance(v, int) and v >= 2,
      "an integer >= 2 (DDP regroups its buckets after the first step)"),
     ("DDP_CONFIG.BUCKET_CAP_MB", lambda v: v > 0, "a number of MB > 0"),
+    ("DDP_CONFIG.STRATEGY", lambda v: v in ("ddp", "fsdp"), "ddp or fsdp"),
     ("DDP_CONFIG.MAX_RESTARTS", _non_negative, "an integer >= 0 (0 = fail fast)"),
     ("CONFIG.TRAIN.EPOCH_NUM", _positive, "an integer >= 1"),
     ("CONFIG.TRAIN.BATCH_SIZE", _positive, "an integer >= 1"),
@@ -226,6 +227,7 @@ def validate_config(cfg: CfgNode) -> None:
             f"CONFIG.TRAIN.MULTIGRID = {train.MULTIGRID!r} needs CONFIG.TRAIN.LR_POLICY Step (the "
             f"long cycle re-times the LR_MILESTONE steps), got {train.LR_POLICY!r}: set it to Step"
         )
+    _check_strategy(cfg)
     data = cfg.CONFIG.DATA
     if data.CROP_SIZE > data.SHORT_SIDE_SIZE:
         raise ConfigError(
@@ -244,4 +246,23 @@ def validate_config(cfg: CfgNode) -> None:
             f"CONFIG.DATA.CROP_SIZE = {data.CROP_SIZE} is larger than CONFIG.DATA."
             f"TRAIN_SHORT_SIDE_RANGE[0] = {data.TRAIN_SHORT_SIDE_RANGE[0]}: raise the range's "
             "minimum"
+        )
+
+
+def _check_strategy(cfg: CfgNode) -> None:
+    """What DDP_CONFIG.STRATEGY fsdp cannot be combined with (one line each)."""
+    ddp = cfg.DDP_CONFIG
+    if ddp.STRATEGY != "fsdp":
+        return
+    if ddp.GRAD_COMPRESSION != "none":
+        raise ConfigError(
+            f"DDP_CONFIG.GRAD_COMPRESSION = {ddp.GRAD_COMPRESSION!r} is a DDP communication hook "
+            "and does not apply to DDP_CONFIG.STRATEGY fsdp: set GRAD_COMPRESSION none or "
+            "STRATEGY ddp"
+        )
+    if cfg.CONFIG.TRAIN.EMA_DECAY > 0:
+        raise ConfigError(
+            f"CONFIG.TRAIN.EMA_DECAY = {cfg.CONFIG.TRAIN.EMA_DECAY} keeps an unsharded copy of the "
+            "weights on every process, which DDP_CONFIG.STRATEGY fsdp exists to avoid: set "
+            "EMA_DECAY 0 or STRATEGY ddp"
         )

@@ -35,6 +35,8 @@ from ..utils.checkpoint_io import (  # noqa: F401  (re-exported: the training ch
     make_checkpoint,
     write_failure,
 )
+from . import sharding
+from .sharding import is_sharded  # noqa: F401  (re-exported for the trainer and hooks)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -136,16 +138,24 @@ def training_state(model, optimizer, scheduler, scaler, ema, epoch: int, iterati
     """The training checkpoint dict (see :func:`zoo.utils.checkpoint_io.make_checkpoint`).
 
     ``epoch_iter`` > 0 marks a mid-epoch checkpoint: that many batches of epoch ``epoch + 1`` were
-    trained (saved as the ``epoch_iter`` key; epoch-end checkpoints do not have it).
+    trained (saved as the ``epoch_iter`` key; epoch-end checkpoints do not have it). For a model
+    sharded with FSDP2 every rank must call it (the full state is gathered to rank 0, whose
+    result is the one to write).
     """
     extra: Dict[str, Any] = {"best_top1": best_top1}
     if epoch_iter > 0:
         extra["epoch_iter"] = epoch_iter
     if ema is not None:
         extra["ema"] = ema.state_dict()
+    if is_sharded(model):  # gathered to rank 0 (a collective): the same layout as unsharded
+        model_sd = sharding.model_state(model)
+        optim_sd = sharding.optimizer_state(model, optimizer) if optimizer is not None else None
+    else:
+        model_sd = unwrap(model).state_dict()
+        optim_sd = optimizer.state_dict() if optimizer is not None else None
     return make_checkpoint(
-        unwrap(model).state_dict(), cfg_yaml,
-        optimizer=optimizer.state_dict() if optimizer is not None else None,
+        model_sd, cfg_yaml,
+        optimizer=optim_sd,
         scheduler=scheduler.state_dict() if scheduler is not None else None,
         scaler=scaler.state_dict() if scaler is not None else None,
         epoch=epoch, iteration=iteration, rng=rng, **extra)
@@ -182,7 +192,7 @@ def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, 
     Args:
         path: The checkpoint file.
         cfg: This run's config, compared with the checkpoint's (see :func:`config_differences`).
-        model: The model (plain or DDP-wrapped); its bare module is loaded.
+        model: The model (plain, DDP-wrapped or sharded with FSDP2); its bare module is loaded.
         optimizer, scheduler: Loaded from the checkpoint.
         scaler: The fp16 grad scaler, or None.
         ema: The :class:`~zoo.train.ema.ModelEMA`, or None.
@@ -200,8 +210,12 @@ def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, 
             f"{path} was trained with a different config ({'; '.join(diffs[:6])}); use "
             "another CONFIG.LOG.EXP_NAME or set CONFIG.TRAIN.AUTO_RESUME False"
         )
-    unwrap(model).load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
+    if is_sharded(model):  # each rank keeps its shard of the full state
+        sharding.load_model_state(model, ckpt["model"])
+        sharding.load_optimizer_state(model, optimizer, ckpt["optimizer"])
+    else:
+        unwrap(model).load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
     scheduler.load_state_dict(ckpt["scheduler"])
     if scaler is not None and ckpt.get("scaler"):
         scaler.load_state_dict(ckpt["scaler"])

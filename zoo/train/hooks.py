@@ -33,7 +33,7 @@ from ..infer.evaluator import evaluate
 from ..infer.metrics import show_progress
 from ..utils import comm
 from ..utils.env import load_user_module
-from .checkpoint import gather_rng_states, save_checkpoint, training_state, unwrap
+from .checkpoint import gather_rng_states, is_sharded, save_checkpoint, training_state, unwrap
 from .precise_bn import recompute_bn_stats
 
 
@@ -264,9 +264,10 @@ class Checkpointer(HookBase):
         if not (t.is_last_epoch() or (t.epoch + 1) % self.save_freq == 0):
             return
         rng = gather_rng_states()  # every rank takes part; rank 0 writes
-        if comm.is_main_process():
+        if comm.is_main_process() or is_sharded(t.model):  # gathering shards: every rank
             state = training_state(t.model, t.optimizer, t.scheduler, t.step.scaler, t.step.ema,
                                    t.epoch + 1, t.iteration, t.cfg_yaml, rng, t.best_top1)
+        if comm.is_main_process():
             path = save_checkpoint(self.save_dir, state, t.epoch + 1, self.keep_last, t.is_best)
             t.logger.info("saved %s%s", path, " (best so far)" if t.is_best else "")
 

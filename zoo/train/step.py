@@ -101,8 +101,12 @@ class TrainStep:
         self.micro += 1
         last_micro = self.micro == self.accum_steps
         # Between optimizer steps DDP need not all-reduce: gradients only accumulate locally.
+        # FSDP2 likewise keeps unsharded gradients until the last micro-batch reduce-scatters.
         no_sync = getattr(self.model, "no_sync", None)
         ctx = no_sync() if (no_sync is not None and not last_micro) else contextlib.nullcontext()
+        grad_sync = getattr(self.model, "set_requires_gradient_sync", None)
+        if grad_sync is not None and self.accum_steps > 1:
+            grad_sync(last_micro)
         with ctx:
             with autocast(self.precision, self.device):
                 logits = self.model(clips)
@@ -173,12 +177,13 @@ class TrainStep:
         grad_bad = torch.zeros((), dtype=torch.bool, device=loss.device)
         if self.scaler is None:
             if norm is None:
-                grads = [p.grad for g in self.optimizer.param_groups for p in g["params"]
-                         if p.grad is not None]
+                # a sharded (FSDP2) gradient: this rank's shard; the flags are all-reduced below
+                grads = [_local(p.grad) for g in self.optimizer.param_groups
+                         for p in g["params"] if p.grad is not None]
                 if grads:
                     norm = torch.stack(torch._foreach_norm(grads)).sum()
             if norm is not None:
-                grad_bad = ~torch.isfinite(norm)
+                grad_bad = ~torch.isfinite(_full(norm))
         # 2: this rank's own loss is non-finite (a root cause: DDP's all-reduce spreads one
         # rank's NaN gradients to every rank); 1: only its gradients are.
         world, rank = comm.get_world_size(), comm.get_rank()
@@ -205,11 +210,22 @@ class TrainStep:
         else the loss, else a gradient. Runs only when a step was found non-finite."""
         named = list(unwrap(self.model).named_parameters())
         for name, p in named:
-            if not bool(torch.isfinite(p.detach()).all()):
+            if not bool(torch.isfinite(_local(p.detach())).all()):
                 return f"parameter {name!r} is non-finite"
         if not bool(torch.isfinite(loss).all()):
             return f"the loss is {float(loss.float().sum()):g}"
         for name, p in named:
-            if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
+            if p.grad is not None and not bool(torch.isfinite(_local(p.grad)).all()):
                 return f"the gradient of {name!r} is non-finite"
         return "a gradient is non-finite"
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a sharded (FSDP2 DTensor) tensor; a plain tensor as it is."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """A sharded (DTensor) result as one plain tensor, the same on every rank (a collective when
+    it is sharded or partial); a plain tensor as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t

@@ -27,6 +27,7 @@ from .checkpoint import (
     CheckpointError,
     find_resume_checkpoint,
     gather_rng_states,
+    is_sharded,
     load_training_state,
     save_preempt_checkpoint,
     training_state,
@@ -36,12 +37,14 @@ from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .hooks import HookBase, default_hooks, load_user_hooks
 from .multigrid import build_multigrid_scheduler, check_model, epoch_steps
 from .precision import execution_settings, memory_format
+from .sharding import shard_model
 from .step import TrainStep
 from .sync_bn import convert_sync_bn
 
 
 def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Module:
-    """Build the model, apply freezing / SyncBN / execution settings, move it, wrap it in DDP."""
+    """Build the model, apply freezing / SyncBN / execution settings, move it, and wrap it in
+    DDP or shard it with FSDP2 (``DDP_CONFIG.STRATEGY``; with one process it stays bare)."""
     model = build_model(cfg)
     if cfg.CONFIG.MODEL.FREEZE_BACKBONE:
         logger.info("froze %d backbone tensors; training the head only",
@@ -57,6 +60,11 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Modul
     apply_execution(model, device, channels_last, route_convs=cfg.CONFIG.TRAIN.CPU_KERNELS)
     if cfg.CONFIG.TRAIN.COMPILE:
         model.compile()  # in place: the module and its state-dict keys stay as they are
+    if cfg.DDP_CONFIG.STRATEGY == "fsdp":
+        if comm.get_world_size() == 1:
+            logger.info("DDP_CONFIG.STRATEGY fsdp with one process: training unsharded")
+            return model
+        return shard_model(model, device, cfg.DDP_CONFIG.FSDP_CPU_OFFLOAD, logger)
     if comm.get_world_size() == 1:
         return model
     ids = [device.index] if device.type == "cuda" else None
@@ -128,8 +136,8 @@ class Trainer:
 
     Attributes:
         cfg, logger, device, out_dir, save_dir: The run.
-        model: The model as trained (DDP-wrapped with several processes); ``unwrap(model)`` is
-            the bare one.
+        model: The model as trained (with several processes DDP-wrapped, or an FSDP2 module
+            with ``DDP_CONFIG.STRATEGY fsdp``); ``unwrap(model)`` is the bare one.
         optimizer, scheduler, step: The optimizer, its per-step LR schedule and the train step
             (``step.ema`` is the EMA or None, ``step.scaler`` the fp16 grad scaler or None).
         train_loader, val_loader: The loaders (``val_loader`` None without a validation list).
@@ -336,10 +344,12 @@ class Trainer:
         watch, done = self.preemption, self.inner_iter + 1
         rng = gather_rng_states()  # every rank takes part; rank 0 writes
         written = True
-        if comm.is_main_process():
+        state = None
+        if comm.is_main_process() or is_sharded(self.model):  # gathering shards: every rank
             state = training_state(self.model, self.optimizer, self.scheduler, self.step.scaler,
                                    self.step.ema, self.epoch, self.iteration, self.cfg_yaml, rng,
                                    self.best_top1, epoch_iter=done)
+        if comm.is_main_process():
             try:
                 path = save_preempt_checkpoint(self.save_dir, state)
                 self.logger.info("preempted by %s: saved %s (epoch %d, batch %d of %d, iteration "
