@@ -195,6 +195,8 @@ def test_recipe_keys_become_zoo_keys_or_notes(tmp_path):
     assert (d.RAND_AUGMENT, d.RANDOM_ERASE) == ("rand-m7-n4-mstd0.5-inc1", 0.25)
     text = "\n".join(notes)
     assert "AUG." not in text and "TRAIN_JITTER_SCALES_RELATIVE" in text
+    assert "processes, 2 clips per video: zoo's per-process CONFIG.TRAIN.BATCH_SIZE is 4 clips, " \
+        "and CONFIG.TRAIN.REFERENCE_BATCH 32" in text
 
 
 def test_augmentation_values_zoo_cannot_express_are_notes():

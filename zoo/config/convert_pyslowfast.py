@@ -79,16 +79,20 @@ def is_pyslowfast_yaml(data: Any) -> bool:
         isinstance(data.get(section), dict) and key in data[section] for section, key in _INNER)
 
 
-def _batches(v: Dict[str, Any], views: int, notes: List[str]) -> Tuple[int, int, int]:
+def _batches(v: Dict[str, Any], views: int) -> Tuple[int, int, int]:
     procs = max(1, int(v["NUM_GPUS"]) * int(v["NUM_SHARDS"]))
     train = max(1, int(v["TRAIN.BATCH_SIZE"]) // procs)
     # PySlowFast counts test clips; zoo's TEST.BATCH_SIZE counts videos of `views` clips each.
     test = max(1, int(v["TEST.BATCH_SIZE"]) // procs // views)
-    notes.append(f"TRAIN.BATCH_SIZE {v['TRAIN.BATCH_SIZE']} is global over NUM_GPUS x NUM_SHARDS "
-                 f"= {procs} processes: zoo's per-process CONFIG.TRAIN.BATCH_SIZE is {train}, and "
-                 f"CONFIG.TRAIN.REFERENCE_BATCH {train * procs} scales the LR linearly on other "
-                 "process counts")
     return train, test, procs
+
+
+def _batch_note(v: Dict[str, Any], procs: int, train: int, clips: int) -> str:
+    per_video = f", {clips} clips per video" if clips > 1 else ""
+    return (f"TRAIN.BATCH_SIZE {v['TRAIN.BATCH_SIZE']} is global over NUM_GPUS x NUM_SHARDS = "
+            f"{procs} processes{per_video}: zoo's per-process CONFIG.TRAIN.BATCH_SIZE is {train} "
+            f"clips, and CONFIG.TRAIN.REFERENCE_BATCH {train * procs} scales the LR linearly on "
+            "other process counts")
 
 
 def _data(v: Dict[str, Any], notes: List[str]) -> Dict[str, Any]:
@@ -136,10 +140,12 @@ def convert_pyslowfast(data: Dict[str, Any], source: str = "config"
     name, kwargs, model_notes, model_keys = model(v, source)
     notes += model_notes
     views = int(v["TEST.NUM_ENSEMBLE_VIEWS"]) * int(v["TEST.NUM_SPATIAL_CROPS"])
-    train_batch, test_batch, procs = _batches(v, views, notes)
+    train_batch, test_batch, procs = _batches(v, views)
     extra = recipe(v, given, source, notes)
     # PySlowFast's batch counts videos; with AUG.NUM_SAMPLE clips each, zoo's counts the clips.
-    train_batch *= int(extra["DATA"].get("CLIPS_PER_VIDEO", 1))
+    clips = int(extra["DATA"].get("CLIPS_PER_VIDEO", 1))
+    train_batch *= clips
+    notes.append(_batch_note(v, procs, train_batch, clips))
     train = solver(v, source, notes)
     train.update(extra["TRAIN"])
     if not v["TRAIN.ENABLE"]:
