@@ -139,11 +139,7 @@ def _run(tmp_path, name, strategy, resume_from=""):
         *VIT, "DATA.NUM_CLASSES", str(CLASSES), "TRAIN.OPTIMIZER", "AdamW", "TRAIN.LR", "0.01",
         "DDP_CONFIG.STRATEGY", strategy, "DDP_CONFIG.DIST_URL", "tcp://127.0.0.1:0",
         "DDP_CONFIG.THREADS_PER_PROC", "1", "DDP_CONFIG.NUM_CPU_PROCS", "2",
-        "DDP_CONFIG.DIST_BACKEND", "gloo",
-        # contiguous weights under DDP too: a DDP resume of channels-last weights (the CPU's
-        # "auto") is not exact (its optimizer state comes back contiguous); FSDP2 makes them
-        # contiguous anyway
-        "TRAIN.MEMORY_FORMAT", "contiguous"])
+        "DDP_CONFIG.DIST_BACKEND", "gloo"])
     launch(_worker, resolve_job(cfg), cfg, str(data_path), str(out), str(resume_from))
     return torch.load(out, weights_only=True)
 

@@ -3,6 +3,7 @@
 random erasing, Mixup and 2 clips per decoded video on, so every random stream of the job
 matters."""
 
+import copy
 import json
 import os
 import signal
@@ -200,3 +201,65 @@ def test_load_training_state_refuses_another_config_and_warns_on_another_world(t
                                       logger=logging.getLogger("test_resume"))
     assert resumed.epoch == 1
     assert "holds RNG states for 2 ranks, not 1: random streams restart" in caplog.text
+
+
+
+def _layout_steps(model, opt, sched, fmt, steps, seed):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(2, 3, 2, 5, 5, generator=g).contiguous(memory_format=fmt)
+        torch.nn.functional.cross_entropy(model(x), torch.tensor([0, 1])).backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+
+
+def _layout_model(fmt, name, checkpoint=None):
+    """A small model (Conv3d + Linear) in layout ``fmt``, zoo's fused ``name`` optimizer and a
+    schedule, resumed from ``checkpoint`` when given."""
+    from zoo.config import get_cfg
+    from zoo.solver.optimizer import make_optimizer, param_groups
+    from zoo.train.checkpoint import load_training_state
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv3d(3, 6, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool3d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(6, 2)).to(memory_format=fmt)
+    opt = make_optimizer(name, param_groups(model, 0.05), 0.01)
+    assert opt.defaults.get("fused")  # the kernels that read the state as flat memory
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9)
+    if checkpoint is not None:
+        load_training_state(checkpoint, get_cfg(), model, opt, sched)
+    return model, opt, sched
+
+
+@pytest.mark.parametrize("name", ["AdamW", "SGD"])
+@pytest.mark.parametrize("weights,saved", [
+    (torch.channels_last_3d, torch.contiguous_format),  # e.g. an FSDP2 checkpoint resumed by DDP
+    (torch.contiguous_format, torch.channels_last_3d),  # a DDP checkpoint resumed by FSDP2
+])
+def test_resume_into_another_weight_layout_is_exact(tmp_path, name, weights, saved):
+    """Optimizer state saved in one memory layout and loaded into weights in another continues
+    bit for bit: the fused kernels read the state in its parameter's layout."""
+    from zoo.config import cfg_to_yaml, get_cfg
+    from zoo.train.checkpoint import gather_rng_states, training_state
+
+    model, opt, sched = _layout_model(weights, name)
+    _layout_steps(model, opt, sched, weights, 2, seed=0)
+    state = copy.deepcopy(training_state(model, opt, sched, None, None, 1, 2,
+                                         cfg_to_yaml(get_cfg()), gather_rng_states(), -1.0))
+    for s in state["optimizer"]["state"].values():  # as a model in the other layout wrote it
+        for k, v in s.items():
+            if v.dim() == 5:
+                s[k] = v.contiguous(memory_format=saved)
+                assert s[k].stride() != model[0].weight.stride()
+    torch.save(state, tmp_path / "c.pth")
+    _layout_steps(model, opt, sched, weights, 3, seed=1)  # the straight run goes on
+
+    resumed, opt2, sched2 = _layout_model(weights, name, str(tmp_path / "c.pth"))
+    _layout_steps(resumed, opt2, sched2, weights, 3, seed=1)
+    for (k, v), v2 in zip(model.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(v, v2), k
+    for p in resumed.parameters():
+        for v in opt2.state[p].values():
+            assert v.dim() == 0 or v.stride() == p.stride()

@@ -99,12 +99,47 @@ def make_optimizer(name: str, groups: list, lr: float, momentum: float = 0.9,
     fast_kinds = [{"fused": True}, {"foreach": True}]
     if not _fused_runs_on(groups):
         fast_kinds.pop(0)
+    optimizer = None
     for fast in fast_kinds:
         try:
-            return cls(groups, **kwargs, **fast)
+            optimizer = cls(groups, **kwargs, **fast)
+            break
         except (RuntimeError, TypeError, ValueError):  # not supported for these tensors/devices
             continue
-    return cls(groups, **kwargs)
+    if optimizer is None:
+        optimizer = cls(groups, **kwargs)
+    optimizer.register_load_state_dict_post_hook(state_in_param_layout)
+    return optimizer
+
+
+def state_in_param_layout(optimizer: torch.optim.Optimizer) -> int:
+    """Give every per-parameter state tensor (momentum, Adam moments) its parameter's strides;
+    registered by :func:`make_optimizer` to run after each ``optimizer.load_state_dict``.
+
+    ``load_state_dict`` keeps the strides a state tensor was saved with, while the fused kernels
+    (CPU at least) walk a parameter, its gradient and its state as flat memory in the parameter's
+    order. State saved by a model in another layout (contiguous weights written by FSDP2 or by a
+    run whose ``MEMORY_FORMAT auto`` resolved to contiguous, loaded into channels-last weights,
+    or the reverse) would then be read element for wrong element: the values compare equal but
+    the next steps differ. Parameters sharded as DTensors are left alone (their local shards and
+    state are contiguous).
+
+    Returns:
+        The number of state tensors copied into their parameter's layout.
+    """
+    moved = 0
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p)
+            if not state or hasattr(p, "to_local"):
+                continue
+            for name, value in state.items():
+                if (torch.is_tensor(value) and value.shape == p.shape
+                        and value.stride() != p.stride()):
+                    state[name] = torch.empty_like(p, dtype=value.dtype,
+                                                   device=value.device).copy_(value)
+                    moved += 1
+    return moved
 
 
 def _fused_runs_on(groups: list) -> bool:
