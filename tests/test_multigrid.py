@@ -225,7 +225,7 @@ def multigrid_run(tmp_path, cache, mode: str, epochs: int):
 
 @pytest.mark.slow
 def test_long_short_run_learns_as_well_as_the_plain_schedule(tmp_path, synth_root):
-    # ~90 s on 2 cores: 16 plain epochs (~55 s), then 24 multigrid epochs in 310 steps (~35 s).
+    # ~90 s on 2 cores: 16 plain epochs (~55 s), then 24 multigrid epochs in 404 steps (~35 s).
     plain = multigrid_run(tmp_path, synth_root, "", 16)
     multi = multigrid_run(tmp_path, synth_root, "long+short", 16)
     assert plain["num_videos"] == multi["num_videos"] == 200 and multi["epoch"] == 24

@@ -167,7 +167,8 @@ class MetricsLogger(HookBase):
         self.loss_sum += t.loss
         # Counted per batch: a multigrid run's batches differ in size from BATCH_SIZE.
         labels = t.batch[1]
-        self.clips += len(labels) if labels is not None else t.cfg.CONFIG.TRAIN.BATCH_SIZE
+        self.clips += (len(labels) if isinstance(labels, torch.Tensor) and labels.dim()
+                       else t.cfg.CONFIG.TRAIN.BATCH_SIZE)
         self.bad += int(t.batch[3].sum())
         self.seen += 1
         i = t.inner_iter
