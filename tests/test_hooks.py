@@ -113,6 +113,23 @@ def test_metrics_logger_records_and_lines(tmp_path, caplog):
     assert "epoch 1 done: mean loss 2.0000" in text and "3 bad videos skipped, 1 non-finite" in text
 
 
+def test_metrics_logger_counts_the_clips_of_each_batch(tmp_path, monkeypatch):
+    # A multigrid run's batches differ from BATCH_SIZE (2 here): clips/s counts the labels.
+    t = FakeTrainer(tmp_path)
+    log = _attach(H.MetricsLogger(display_freq=3), t)
+    clock = iter([0.0, 1.0])
+    monkeypatch.setattr(H.time, "perf_counter", lambda: next(clock))
+    log.before_train()
+    log.before_epoch()
+    for i, n in enumerate([8, 4, 2]):
+        t.inner_iter, t.iteration = i, i + 1
+        t.batch, t.loss = (None, torch.zeros(n), None, torch.zeros(n)), torch.tensor(1.0)
+        log.after_step()
+    log.after_train()
+    (rec,) = [r for r in _records(tmp_path / "metrics.jsonl") if r["split"] == "train"]
+    assert rec["clips_per_s"] == pytest.approx(14.0)
+
+
 def test_metrics_logger_shows_numbers_on_an_open_bar_instead_of_lines(tmp_path, caplog):
     t = FakeTrainer(tmp_path)
     shown = {}

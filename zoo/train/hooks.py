@@ -157,6 +157,7 @@ class MetricsLogger(HookBase):
         self.epoch_start = self.tick = time.perf_counter()
         self.loss_sum = torch.zeros((), device=self.trainer.device)
         self.bad, self.seen, self.skipped_before = 0, 0, self.trainer.step.skipped
+        self.clips = 0  # clips of this process since the last record
 
     def after_step(self) -> None:
         t = self.trainer
@@ -164,6 +165,10 @@ class MetricsLogger(HookBase):
             since = seconds_since_launch()
             t.logger.info("first iteration done%s", f", {since:.1f}s after launch" if since else "")
         self.loss_sum += t.loss
+        # Counted per batch: a multigrid run's batches differ in size from BATCH_SIZE.
+        labels = t.batch[1]
+        self.clips += (len(labels) if isinstance(labels, torch.Tensor) and labels.dim()
+                       else t.cfg.CONFIG.TRAIN.BATCH_SIZE)
         self.bad += int(t.batch[3].sum())
         self.seen += 1
         i = t.inner_iter
@@ -174,10 +179,8 @@ class MetricsLogger(HookBase):
         # .item() only here: it waits for the device, so not on every step.
         t = self.trainer
         now = time.perf_counter()
-        steps = (i % self.display_freq) + 1
-        speed = steps * t.cfg.CONFIG.TRAIN.BATCH_SIZE * comm.get_world_size() / max(
-            now - self.tick, 1e-9)
-        self.tick = now
+        speed = self.clips * comm.get_world_size() / max(now - self.tick, 1e-9)
+        self.tick, self.clips = now, 0
         record = {"split": "train", "epoch": t.epoch + 1, "iter": t.iteration,
                   "loss": t.loss.item(), "lr": t.scheduler.get_last_lr(), "clips_per_s": speed}
         t.writer.write(record, t.iteration)

@@ -33,6 +33,26 @@ def epoch_steps(batches, epochs: int, accum_steps: int) -> List[int]:
     return steps
 
 
+def describe_plan(plan, epoch: int, steps: List[int], world_size: int, accum_steps: int,
+                  peak_lr: float) -> str:
+    """The opening log line of a multigrid run: the epochs, the optimizer steps of the whole run,
+    and the iterations, clip shape and batches of ``epoch`` (the first one this run trains)."""
+    mode = "long+short" if plan.long and plan.short else "long" if plan.long else "short"
+    if epoch >= plan.epochs:
+        return (f"training epochs {epoch + 1}..{plan.epochs} with CONFIG.TRAIN.MULTIGRID {mode}: "
+                f"none left ({sum(steps)} optimizer steps in all)")
+    shape = plan.epoch_shape(epoch)
+    batches = "/".join(str(b) for b, _ in shape.shapes)
+    crops = "/".join(str(c) for _, c in shape.shapes)
+    if plan.long:
+        peak_lr *= max(plan.lr_factors)  # the long cycle's larger batches train at a larger LR
+    return (f"training epochs {epoch + 1}..{plan.epochs} with CONFIG.TRAIN.MULTIGRID {mode}, "
+            f"{sum(steps)} optimizer steps in all ({sum(steps[epoch:])} from here); epoch "
+            f"{epoch + 1}: {steps[epoch]} steps, {shape.frames} frames, batches of {batches} clips "
+            f"per process at crop {crops} (x {world_size} processes x {accum_steps} accumulation), "
+            f"peak LR {peak_lr:.5g}")
+
+
 def build_multigrid_scheduler(cfg, optimizer, plan, steps: List[int], world_size: int):
     """The LR schedule of a multigrid run: the long cycle's re-timed steps by fractional epoch;
     the short cycle alone keeps the configured schedule over its stretched epochs and

@@ -35,7 +35,7 @@ from .checkpoint import (
 )
 from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .hooks import HookBase, default_hooks, load_user_hooks
-from .multigrid import build_multigrid_scheduler, check_model, epoch_steps
+from .multigrid import build_multigrid_scheduler, check_model, describe_plan, epoch_steps
 from .precision import execution_settings, memory_format
 from .sharding import shard_model
 from .step import TrainStep
@@ -286,13 +286,17 @@ class Trainer:
             preemption.prepare()
         self.resume()
         train, world = self.cfg.CONFIG.TRAIN, comm.get_world_size()
-        self.logger.info(
-            "training epochs %d..%d, %d iterations each, global batch %d (%d per process x %d "
-            "processes x %d accumulation), peak LR %.5g",
-            self.start_epoch + 1, self.epochs, self.iters_per_epoch,
-            train.BATCH_SIZE * world * train.ACCUM_STEPS, train.BATCH_SIZE, world,
-            train.ACCUM_STEPS, self.scheduler.base_lr,
-        )
+        if self.multigrid is not None:  # epochs differ in shape and length: the plan's first
+            self.logger.info(describe_plan(self.multigrid, self.start_epoch, self.epoch_steps,
+                                           world, train.ACCUM_STEPS, self.scheduler.base_lr))
+        else:
+            self.logger.info(
+                "training epochs %d..%d, %d iterations each, global batch %d (%d per process x "
+                "%d processes x %d accumulation), peak LR %.5g",
+                self.start_epoch + 1, self.epochs, self.iters_per_epoch,
+                train.BATCH_SIZE * world * train.ACCUM_STEPS, train.BATCH_SIZE, world,
+                train.ACCUM_STEPS, self.scheduler.base_lr,
+            )
         done = (sum(self.epoch_steps[:self.start_epoch]) if self.epoch_steps is not None
                 else self.start_epoch * self.steps_per_epoch)
         self.iteration = self.step.steps = done + self.start_iter // train.ACCUM_STEPS
