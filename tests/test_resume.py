@@ -226,7 +226,10 @@ def _layout_model(fmt, name, checkpoint=None):
                                 torch.nn.AdaptiveAvgPool3d(1), torch.nn.Flatten(),
                                 torch.nn.Linear(6, 2)).to(memory_format=fmt)
     opt = make_optimizer(name, param_groups(model, 0.05), 0.01)
-    assert opt.defaults.get("fused")  # the kernels that read the state as flat memory
+    from zoo.utils.env import torch_at_least
+
+    if torch_at_least(2, 4):  # torch 2.4 brought the CPU fused kernels, which read the state
+        assert opt.defaults.get("fused")  # as flat memory; older torch runs foreach
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9)
     if checkpoint is not None:
         load_training_state(checkpoint, get_cfg(), model, opt, sched)

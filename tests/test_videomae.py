@@ -17,6 +17,10 @@ from zoo.models.weights.convert import ConversionError, convert_checkpoint, conv
 
 transformers = pytest.importorskip("transformers")
 
+# The name this transformers gives the q / v bias flag: "qv_bias" (transformers 5), "qkv_bias"
+# (4.x; what older Hub config.json files carry).
+BIAS_FLAG = "qv_bias" if "qv_bias" in transformers.VideoMAEConfig().to_dict() else "qkv_bias"
+
 # The Hugging Face config of each registered size (VideoMAE's ViT-S/B/L; mlp ratio 4).
 SIZES = {"videomae_vit_s": (384, 12, 6), "videomae_vit_b": (768, 12, 12),
          "videomae_vit_l": (1024, 24, 16)}
@@ -81,14 +85,19 @@ def test_gflops_are_recounted(name):
 
 def test_state_dict_converts_to_the_same_logits():
     """transformers 5's in-memory names (query.bias / value.bias) and the files' (q_bias /
-    v_bias) both convert."""
+    v_bias, also transformers 4's in-memory names) both convert."""
     hf = _hf_model()
     state = hf.state_dict()
-    assert any(k.endswith("attention.attention.query.bias") for k in state)
-    renamed = {re.sub(r"attention\.attention\.(query|value)\.bias$",
-                      lambda m: f"attention.attention.{m.group(1)[0]}_bias", k): v
-               for k, v in state.items()}
-    for source in (state, renamed):
+    as_files = {re.sub(r"attention\.attention\.(query|value)\.bias$",
+                       lambda m: f"attention.attention.{m.group(1)[0]}_bias", k): v
+                for k, v in state.items()}
+    as_memory = {re.sub(r"attention\.attention\.([qv])_bias$",
+                        lambda m: "attention.attention." + {"q": "query", "v": "value"}[
+                            m.group(1)] + ".bias", k): v
+                 for k, v in state.items()}
+    assert any(k.endswith("attention.attention.q_bias") for k in as_files)
+    assert any(k.endswith("attention.attention.query.bias") for k in as_memory)
+    for source in (as_files, as_memory):
         converted, classes, _ = convert_state_dict(source, "huggingface", "videomae_vit_b",
                                                    **TINY)
         assert classes == CLASSES
@@ -127,10 +136,11 @@ def test_hub_folder_loads_with_create_model_and_converts(tmp_path):
 
 @pytest.mark.parametrize("key", ["qv_bias", "qkv_bias"])
 def test_the_q_v_bias_flag_is_read_under_both_names(tmp_path, key):
-    hf = _hf_model(qv_bias=False)
+    hf = _hf_model(**{BIAS_FLAG: False})
+    assert not any(k.endswith(("_bias", "query.bias")) for k in hf.state_dict())
     hf.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    config.pop("qv_bias")
+    config.pop(BIAS_FLAG)
     config[key] = False
     (tmp_path / "config.json").write_text(json.dumps(config))
     model = zoo.create_model("videomae_vit_b", num_classes=CLASSES, pretrained=str(tmp_path),

@@ -17,6 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from ..utils.env import torch_at_least
 from .mvit_layers import Mlp, MultiScaleAttention, pool_tokens
 
 __all__ = ["AttentionSubBlock", "MLPSubblock", "RevBackprop", "ReversibleBlock",
@@ -198,6 +199,16 @@ class ReversibleBlock(nn.Module):
         return x1, x2.detach(), dy1, dy2 + grads[0], [found.get(id(p)) for p in params]
 
 
+def _autocast_state(device: str) -> Tuple[str, bool, torch.dtype]:
+    """``(device, enabled, dtype)`` of autocast on ``device`` now, for the backward's recompute
+    (torch before 2.4 asks per device type: ``is_autocast_cpu_enabled`` and friends)."""
+    if torch_at_least(2, 4):
+        return device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+    if device == "cpu":
+        return device, torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+    return device, torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+
+
 class RevBackprop(torch.autograd.Function):
     """A run of :class:`ReversibleBlock` s that stores only its outputs: backward recomputes each
     block's inputs from its outputs (last block first), replaying its dropout and drop-path
@@ -214,9 +225,7 @@ class RevBackprop(torch.autograd.Function):
             x1, x2, replay = block.step(x1, x2, record=True)
             replays.append(replay)
         ctx.blocks, ctx.replays = blocks, replays
-        device = x1.device.type
-        ctx.autocast = (device, torch.is_autocast_enabled(device),
-                        torch.get_autocast_dtype(device))
+        ctx.autocast = _autocast_state(x1.device.type)
         ctx.save_for_backward(x1, x2)
         return x1, x2
 
