@@ -9,8 +9,40 @@ from typing import List, Sequence
 import torch
 
 
-class WarmupScheduler:
-    """Sets every param group's LR at each iteration; ``state_dict`` makes it resumable.
+class IterationScheduler:
+    """Sets every param group's LR (times its ``lr_mult``) from :meth:`lr_at` of the optimizer
+    step count; ``state_dict`` (``{"iteration": n}``) makes it resumable. Subclasses define
+    ``lr_at`` and call :meth:`_apply` at the end of ``__init__``."""
+
+    optimizer: torch.optim.Optimizer
+    iteration: int = 0
+
+    def lr_at(self, it: int) -> float:
+        raise NotImplementedError
+
+    def _apply(self) -> None:
+        lr = self.lr_at(self.iteration)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group.get("lr_mult", 1.0)
+
+    def step(self) -> None:
+        """Advance one iteration (call after optimizer.step())."""
+        self.iteration += 1
+        self._apply()
+
+    def get_last_lr(self) -> float:
+        return self.lr_at(self.iteration)
+
+    def state_dict(self) -> dict:
+        return {"iteration": self.iteration}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.iteration = int(state["iteration"])
+        self._apply()
+
+
+class WarmupScheduler(IterationScheduler):
+    """Linear warmup, then cosine or steps, per optimizer step.
 
     Args:
         optimizer: The optimizer whose groups are updated.
@@ -69,26 +101,6 @@ class WarmupScheduler:
         if self.factors:
             return self.base_lr * self.factors[passed]
         return self.base_lr * self.gamma ** passed
-
-    def _apply(self) -> None:
-        lr = self.lr_at(self.iteration)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr * group.get("lr_mult", 1.0)
-
-    def step(self) -> None:
-        """Advance one iteration (call after optimizer.step())."""
-        self.iteration += 1
-        self._apply()
-
-    def get_last_lr(self) -> float:
-        return self.lr_at(self.iteration)
-
-    def state_dict(self) -> dict:
-        return {"iteration": self.iteration}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.iteration = int(state["iteration"])
-        self._apply()
 
 
 def lr_scale(cfg, world_size: int) -> float:

@@ -24,6 +24,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import torch
 
 from ..config import ConfigError
+from .lr_scheduler import IterationScheduler
 
 # One long-cycle phase: (step index, (batch factor, frames, crop), end epoch).
 Phase = Tuple[int, Tuple[int, int, int], int]
@@ -182,7 +183,7 @@ class MultigridPlan:
         return self.lr_factors[min(max(index, 0), len(self.lr_factors) - 1)]
 
 
-class EpochLRScheduler:
+class EpochLRScheduler(IterationScheduler):
     """Per-step LR given as a function of the fractional epoch (PySlowFast's
     ``get_lr_at_epoch``), for runs whose epochs differ in length; resumable like
     :class:`~zoo.solver.lr_scheduler.WarmupScheduler` (``{"iteration": n}``).
@@ -213,25 +214,6 @@ class EpochLRScheduler:
 
     def lr_at(self, it: int) -> float:
         return self.lr_at_epoch(self.epoch_at(it))
-
-    def _apply(self) -> None:
-        lr = self.lr_at(self.iteration)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr * group.get("lr_mult", 1.0)
-
-    def step(self) -> None:
-        self.iteration += 1
-        self._apply()
-
-    def get_last_lr(self) -> float:
-        return self.lr_at(self.iteration)
-
-    def state_dict(self) -> dict:
-        return {"iteration": self.iteration}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.iteration = int(state["iteration"])
-        self._apply()
 
 
 def multigrid_lr_function(cfg, plan: MultigridPlan, scale: float) -> Callable[[float], float]:
