@@ -16,25 +16,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["DropPath", "Mlp", "MultiScaleAttention", "MultiScaleBlock", "pool_tokens"]
+from .blockwise import drop_path_module
+
+__all__ = ["Mlp", "MultiScaleAttention", "MultiScaleBlock", "pool_tokens"]
 
 Thw = Tuple[int, int, int]
-
-
-class DropPath(nn.Module):
-    """Stochastic depth: in training, zero a sample's residual branch with probability ``p``
-    and scale the kept ones by ``1 / (1 - p)``."""
-
-    def __init__(self, p: float) -> None:
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        keep = 1.0 - self.p
-        mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
-        return x * mask.div_(keep) if keep > 0 else x * mask
 
 
 class Mlp(nn.Module):
@@ -279,7 +265,7 @@ class MultiScaleBlock(nn.Module):
         self.norm1 = norm_layer(dim)
         self.attn = MultiScaleAttention(dim, att_dim, input_size, num_heads, dropout=dropout,
                                         norm_layer=norm_layer, stride_q=stride_q, **attn)
-        self.drop_path = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
+        self.drop_path = drop_path_module(drop_path)
         self.norm2 = norm_layer(att_dim)
         self.mlp = Mlp(att_dim, int(att_dim * mlp_ratio), dim_out, dropout)
         if dim != dim_out:

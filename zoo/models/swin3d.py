@@ -35,6 +35,7 @@ from typing import Any, List, Sequence, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torchvision.ops import StochasticDepth
 
 from .blockwise import BlockwiseMixin
 from .classifier import ClassifierMixin
@@ -158,25 +159,6 @@ class WindowAttention3d(nn.Module):
         return x[:, :t, :h, :w].contiguous()
 
 
-class DropPath(nn.Module):
-    """Drops the whole residual branch of a sample with probability ``p`` in training (the kept
-    ones scaled by ``1 / (1 - p)``)."""
-
-    def __init__(self, p: float) -> None:
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        keep = 1.0 - self.p
-        noise = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
-        return x * noise.div_(keep) if keep > 0 else x * noise
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
-
-
 class SwinBlock3d(nn.Module):
     """Pre-norm transformer block: windowed attention, then an MLP, each a residual branch."""
 
@@ -187,7 +169,7 @@ class SwinBlock3d(nn.Module):
         hidden = int(dim * mlp_ratio)
         self.norm1 = nn.LayerNorm(dim)
         self.attn = WindowAttention3d(dim, num_heads, window, shift, attention_dropout, dropout)
-        self.stochastic_depth = DropPath(drop_path)
+        self.stochastic_depth = StochasticDepth(drop_path, "row")  # torchvision's module tree
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout),
                                  nn.Linear(hidden, dim), nn.Dropout(dropout))

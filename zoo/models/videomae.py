@@ -38,6 +38,7 @@ from typing import List, Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torchvision.ops import stochastic_depth
 
 from .blockwise import BlockwiseMixin
 from .classifier import ClassifierMixin
@@ -58,15 +59,6 @@ def sincos_table(num_tokens: int, dim: int) -> torch.Tensor:
     table[:, 0::2] = torch.sin(angles[:, 0::2])
     table[:, 1::2] = torch.cos(angles[:, 1::2])
     return table.to(torch.float32).unsqueeze(0)
-
-
-def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Stochastic depth: zero a sample's residual branch with probability ``p`` (scaled by
-    ``1 / (1 - p)`` otherwise) while training."""
-    if p == 0.0 or not training:
-        return x
-    keep = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(1.0 - p)
-    return x * keep.div_(1.0 - p) if p < 1.0 else x * keep
 
 
 class Attention(nn.Module):
@@ -127,8 +119,9 @@ class Block(nn.Module):
         self.drop_path = drop_path
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + drop_path(self.attn(self.norm1(x)), self.drop_path, self.training)
-        return x + drop_path(self.mlp(self.norm2(x)), self.drop_path, self.training)
+        x = x + stochastic_depth(self.attn(self.norm1(x)), self.drop_path, "row", self.training)
+        return x + stochastic_depth(self.mlp(self.norm2(x)), self.drop_path, "row",
+                                    self.training)
 
 
 class PatchEmbed(nn.Module):
