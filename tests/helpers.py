@@ -541,3 +541,43 @@ def as_pyslowfast_x3d(ptv_state):
                 bn + "running_var": torch.full((width,), 1 - 1e-5),
                 bn + "num_batches_tracked": torch.zeros((), dtype=torch.long)})
     return out
+
+
+# A test-only hook (CONFIG.TRAIN.HOOKS): rank 0 SIGKILLs its process group after step KILL_AT.
+KILL_HOOK = """
+import os
+import signal
+
+from zoo.train.hooks import HookBase
+from zoo.utils import comm
+
+KILL_AT = {kill_at}
+
+
+class KillAt(HookBase):
+    def after_step(self):
+        if self.trainer.iteration == KILL_AT and comm.is_main_process():
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+"""
+
+
+def train_killed_at(tmp_path, args, kill_at: int, exp: str = "killed", timeout: float = 240):
+    """Run ``tools/train_ddp.py ARGS LOG.EXP_NAME exp`` (LOG.BASE_PATH = ``tmp_path`` in ARGS)
+    and SIGKILL the launcher and its workers after optimizer step ``kill_at``, from a hook; the
+    job runs in its own session, so the kill reaches it and nothing else. Returns the run's
+    folder."""
+    import signal
+
+    hook_file = tmp_path / "kill_hook.py"
+    hook_file.write_text(KILL_HOOK.format(kill_at=kill_at))
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "train_ddp.py"), *args,
+           "LOG.EXP_NAME", exp, "TRAIN.HOOKS", f"['{hook_file}:KillAt']"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        assert proc.wait(timeout=timeout) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return tmp_path / exp

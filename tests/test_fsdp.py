@@ -7,15 +7,13 @@ import copy
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
 import types
 
 import pytest
 import torch
 import torch.nn as nn
-from helpers import ROOT, TINY_DATA, run_tool
+from helpers import TINY_DATA, run_tool, train_killed_at
 
 from zoo.config import ConfigError, cfg_to_yaml, load_config
 from zoo.launch.job import resolve_job
@@ -173,21 +171,6 @@ def test_fsdp_trains_as_ddp_and_writes_checkpoints_ddp_resumes(tmp_path):
         assert max(abs(x - y) for x, y in zip(a[STEPS:], b)) < 1e-5
 
 
-# A test-only hook (CONFIG.TRAIN.HOOKS): rank 0 SIGKILLs its process group after step KILL_AT.
-KILL_HOOK = """
-import os
-import signal
-
-from zoo.train.hooks import HookBase
-from zoo.utils import comm
-
-
-class KillAt(HookBase):
-    def after_step(self):
-        if self.trainer.iteration == {kill_at} and comm.is_main_process():
-            os.killpg(os.getpgrp(), signal.SIGKILL)
-"""
-
 TRAIN = [*VIT, *TINY_DATA, "DDP_CONFIG.NUM_CPU_PROCS", "2", "DDP_CONFIG.DIST_BACKEND", "gloo",
          "DDP_CONFIG.THREADS_PER_PROC", "1", "DDP_CONFIG.DIST_URL", "tcp://127.0.0.1:0",
          "DATA.SYNTHETIC.TRAIN_PER_CLASS", "8", "TRAIN.EPOCH_NUM", "2", "TRAIN.AUTO_RESUME", "True",
@@ -205,19 +188,7 @@ def test_fsdp_sigkill_resume_is_exact_and_its_checkpoint_tests_anywhere(tmp_path
     steps_per_epoch = torch.load(tmp_path / "straight" / "checkpoints" / "epoch_1.pth",
                                  weights_only=True)["iteration"]
 
-    hook_file = tmp_path / "kill_hook.py"
-    hook_file.write_text(KILL_HOOK.format(kill_at=steps_per_epoch + 1))
-    run_dir = tmp_path / "killed"
-    cmd = [sys.executable, os.path.join(ROOT, "tools", "train_ddp.py"), *common,
-           "LOG.EXP_NAME", "killed", "TRAIN.HOOKS", f"['{hook_file}:KillAt']"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        assert proc.wait(timeout=240) == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    run_dir = train_killed_at(tmp_path, common, steps_per_epoch + 1)
     assert "epoch_2.pth" not in os.listdir(run_dir / "checkpoints")
     resumed = run_tool("train_ddp.py", [*common, "LOG.EXP_NAME", "killed"])
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]

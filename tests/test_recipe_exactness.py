@@ -8,15 +8,12 @@ dropout does, so N processes equal 1 process with drop path off only; with it on
 distribution. The resume test keeps it on."""
 
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
 import torch
-from helpers import ROOT, TINY_DATA, run_tool
+from helpers import TINY_DATA, run_tool, train_killed_at
 from test_ddp_correctness import CLASSES, _changed, _max_diff, _train
-from test_resume import KILL_HOOK, _records
+from test_resume import _records
 
 from zoo.models import MODEL_REGISTRY
 from zoo.utils.env import seed_all
@@ -43,19 +40,7 @@ def test_recipe_keys_sigkill_then_auto_resume_is_bitwise_identical(tmp_path, syn
                                  weights_only=True)["iteration"]
     kill_at = steps_per_epoch + 2  # the 2nd optimizer step of epoch 2
 
-    hook_file = tmp_path / "kill_hook.py"
-    hook_file.write_text(KILL_HOOK.format(kill_at=kill_at))
-    run_dir = tmp_path / "killed"
-    cmd = [sys.executable, os.path.join(ROOT, "tools", "train_ddp.py"), *common,
-           "LOG.EXP_NAME", "killed", "TRAIN.HOOKS", f"['{hook_file}:KillAt']"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        assert proc.wait(timeout=240) == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    run_dir = train_killed_at(tmp_path, common, kill_at)
     assert "epoch_1.pth" in os.listdir(run_dir / "checkpoints")
     assert "epoch_2.pth" not in os.listdir(run_dir / "checkpoints")
     trained = [r for r in _records(run_dir / "metrics.jsonl") if r.get("split") == "train"]

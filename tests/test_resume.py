@@ -6,13 +6,10 @@ matters."""
 import copy
 import json
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
 import torch
-from helpers import ROOT, TINY_DATA, run_tool
+from helpers import TINY_DATA, run_tool, train_killed_at
 
 ARGS = [
     "DDP_CONFIG.NUM_CPU_PROCS", "2",
@@ -29,25 +26,6 @@ ARGS = [
     # depend on it
     "DATA.NUM_WORKERS", "1",
 ]
-
-
-# A test-only hook, loaded through CONFIG.TRAIN.HOOKS: rank 0 SIGKILLs its whole process group
-# (the launcher, both workers and their data workers) right after optimizer step KILL_AT.
-KILL_HOOK = """
-import os
-import signal
-
-from zoo.train.hooks import HookBase
-from zoo.utils import comm
-
-KILL_AT = {kill_at}
-
-
-class KillAt(HookBase):
-    def after_step(self):
-        if self.trainer.iteration == KILL_AT and comm.is_main_process():
-            os.killpg(os.getpgrp(), signal.SIGKILL)
-"""
 
 
 def _records(path):
@@ -76,21 +54,8 @@ def test_sigkill_then_auto_resume_is_bitwise_identical(tmp_path, synth_root, toy
                                  weights_only=True)["iteration"]
     kill_at = steps_per_epoch + 3  # the 3rd optimizer step of epoch 2
 
-    # The same job, killed with SIGKILL by the hook. Its own session, so that the kill reaches
-    # the launcher and its workers and nothing else.
-    hook_file = tmp_path / "kill_hook.py"
-    hook_file.write_text(KILL_HOOK.format(kill_at=kill_at))
-    run_dir = tmp_path / "killed"
-    cmd = [sys.executable, os.path.join(ROOT, "tools", "train_ddp.py"), *common,
-           "LOG.EXP_NAME", "killed", "TRAIN.HOOKS", f"['{hook_file}:KillAt']"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        assert proc.wait(timeout=240) == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    # The same job, killed with SIGKILL by a hook.
+    run_dir = train_killed_at(tmp_path, common, kill_at)
     ckpts = sorted(os.listdir(run_dir / "checkpoints"))
     assert ckpts == ["best.pth", "epoch_1.pth"], f"killed at the wrong moment: {ckpts}"
     trained = [r for r in _records(run_dir / "metrics.jsonl") if r.get("split") == "train"]
