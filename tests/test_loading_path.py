@@ -198,6 +198,42 @@ def test_forked_worker_decodes_after_the_parent_did(bframe_video):
     assert queue.get(timeout=5) == (1, 240, 320, 3)
 
 
+def _collect_in_child(queue):
+    import gc
+
+    queue.put(gc.collect() >= 0)
+
+
+def test_forked_worker_survives_a_leaked_threaded_reader(bframe_video):
+    # An unclosed reader in a reference cycle owns FFmpeg's decoder threads. Collected in a forked
+    # child (where those threads do not exist), freeing it would wait for them forever.
+    import gc
+    import multiprocessing
+
+    class Holder:
+        pass
+
+    gc.disable()  # keep the cycle alive until the fork, as a busy process may
+    try:
+        video = PyAVReader(bframe_video)  # 320x240: a threaded decoder
+        video.decode_array([1, 2])
+        holder = Holder()
+        holder.video, holder.me = video, holder
+        del video, holder
+        context = multiprocessing.get_context("fork")
+        queue = context.Queue()
+        child = context.Process(target=_collect_in_child, args=(queue,))
+        child.start()
+    finally:
+        gc.enable()
+    child.join(60)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+    assert not hung and child.exitcode == 0
+    assert queue.get(timeout=5)
+
+
 @pytest.fixture(scope="module")
 def one_keyframe_video(tmp_path_factory):
     """200 frames of 160x120 H.264 with a single keyframe (no scene-cut keyframes either)."""

@@ -39,6 +39,7 @@ Needs PyAV and numpy only: ``decode_array`` returns a numpy array, and torch is 
 from __future__ import annotations
 
 import bisect
+import gc
 import os
 import threading
 from fractions import Fraction
@@ -525,6 +526,20 @@ class PyAVReader(VideoReader):
 
 
 _local = threading.local()
+
+
+def _collect_before_fork() -> None:
+    """Free this process's garbage before it forks (a DataLoader worker, a multiprocessing child).
+
+    An unclosed container left in a reference cycle (a reader dropped by an exception, a user's
+    ``av.open`` without ``close``) still owns FFmpeg's decoder threads. Collected in a forked
+    child, where those threads do not exist, freeing it waits for them forever: the worker hangs.
+    Collected here, in the parent, it closes normally; the child inherits no such garbage.
+    """
+    gc.collect()
+
+
+os.register_at_fork(before=_collect_before_fork)
 
 
 def _reformatter() -> VideoReformatter:
