@@ -15,15 +15,16 @@ It is the GPU's counterpart of ``cpu_stem`` (the same narrow stems, at most
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..models.blocks3d import Stem
 from .cpu_stem import MAX_IN_CHANNELS
 
-__all__ = ["PAD_TO", "PaddedConv2d", "PaddedConv3d", "pad_stems"]
+__all__ = ["PAD_TO", "PaddedConv2d", "PaddedConv3d", "pad_stems", "stem_convs"]
 
 PAD_TO = 8  # channels a tensor-core convolution wants (bf16/fp16: 8 elements = 16 bytes)
 
@@ -55,12 +56,20 @@ class PaddedConv2d(_PadChannels, nn.Conv2d):
 _PADDED = {nn.Conv3d: PaddedConv3d, nn.Conv2d: PaddedConv2d}
 
 
+def stem_convs(model: nn.Module) -> List[nn.Module]:
+    """The convs that see the clip: each :class:`~zoo.models.blocks3d.Stem`'s conv (SlowFast
+    has one per pathway) and the model's first conv (the other families' stems)."""
+    convs = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Conv3d))]
+    stems = [m.conv for m in model.modules() if isinstance(m, Stem)]
+    return stems + [c for c in convs[:1] if all(c is not s for s in stems)]
+
+
 def pad_stems(model: nn.Module) -> int:
-    """Give every plain ``nn.Conv3d`` / ``nn.Conv2d`` of ``model`` with at most
-    ``MAX_IN_CHANNELS`` input channels and one group the padded forward, in place (the same
-    module, parameters and state-dict keys). Returns how many."""
+    """Give each stem conv of ``model`` (:func:`stem_convs`) that is a plain ``nn.Conv3d`` /
+    ``nn.Conv2d`` with at most ``MAX_IN_CHANNELS`` input channels and one group the padded
+    forward, in place (the same module, parameters and state-dict keys). Returns how many."""
     count = 0
-    for m in model.modules():
+    for m in stem_convs(model):
         padded = _PADDED.get(type(m))  # exact type: a user's subclass keeps its own forward
         if padded is not None and m.groups == 1 and m.in_channels <= MAX_IN_CHANNELS:
             m.__class__ = padded
