@@ -275,3 +275,21 @@ def test_inductor_fuses_batch_norm_relu_and_the_residual_add():
     assert len(kernels) == 3 < len(eager), (kernels, eager)
     assert all("batch_norm" in k and "relu" in k for k in kernels), kernels
     assert any("add" in k for k in kernels), kernels
+
+
+@pytest.mark.parametrize("command", ["train", "profile", "compare"])
+def test_benchmark_flags_give_the_trainer_settings(command):
+    from benchmarks.commands import _execution
+    from benchmarks.run import build_parser
+
+    args = build_parser().parse_args([command])
+    assert _execution(args, CPU) == Execution()  # the defaults: what the trainer runs on a CPU
+    on_gpu = _execution(args, CUDA)
+    assert not on_gpu.compile and on_gpu.stem_pad and on_gpu.cudnn_benchmark
+    args = build_parser().parse_args([command, "--compile", "--stem-pad", "False",
+                                      "--cudnn-benchmark", "False"])
+    ex = _execution(args, CUDA)
+    assert ex.cuda_graphs and ex.compile_mode == "reduce-overhead"
+    assert not ex.stem_pad and not ex.cudnn_benchmark
+    args = build_parser().parse_args([command, "--compile", "--compile-mode", "max-autotune"])
+    assert _execution(args, CPU).compile_mode == "max-autotune"
