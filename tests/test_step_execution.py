@@ -189,6 +189,7 @@ def test_only_narrow_plain_stem_convs_are_padded():
 # ---------------------------------------------------------------------- layout round trips
 
 
+@pytest.mark.slow  # SlowFast-R50 built twice
 def test_channels_last_clip_stays_channels_last_through_every_conv3d():
     torch.manual_seed(0)
     model = zoo.create_model("slowfast_8x8_resnet50", num_classes=5, dropout=0.0).train()
