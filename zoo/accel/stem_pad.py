@@ -5,12 +5,14 @@ multiple of 8; a 3-channel stem (every video net's first conv, the largest activ
 step) otherwise falls to a generic kernel (``implicit_convolveNd_sgemm``). :func:`pad_stems`
 gives each such conv a forward that appends zero channels to its input and zero input columns
 to its weight, both on the fly: the products with the zero channels add exact zeros, so the
-output and the gradients of the real weight are those of the 3-channel conv, and the parameter,
+output and the gradients of the real weight are those of the 3-channel conv (up to the order of
+the sums, 1e-5 in float32: tests/test_step_execution.py), and the parameter,
 its state-dict key and shape stay the 3-channel ones (checkpoints move freely between devices).
 
 It is the GPU's counterpart of ``cpu_stem`` (the same narrow stems, at most
 ``cpu_stem.MAX_IN_CHANNELS`` input channels), applied by the trainer on CUDA only
-(``CONFIG.TRAIN.STEM_PAD_CHANNELS``); on the CPU the stems keep zoo's CPU routes.
+(``CONFIG.TRAIN.STEM_PAD_CHANNELS``); on the CPU a conv routed by ``cpu_conv`` keeps its
+route.
 """
 
 from __future__ import annotations
