@@ -37,6 +37,14 @@ def _steady_numbers() -> None:
     torch.set_flush_denormal(True)
 
 
+def _execution(args, device):
+    """The GPU step settings the ``_execution_args`` flags ask for (benchmarks/run.py)."""
+    from .train import step_execution
+
+    return step_execution(device, args.compile, args.compile_mode, args.stem_pad,
+                          args.cudnn_benchmark)
+
+
 def _finish(args, name, rows, machine, columns, extra=None):
     paths = common.write_results(args.out, name, rows, machine, extra)
     print(common.format_table(rows, columns))
@@ -56,9 +64,10 @@ def cmd_train(args) -> list:
     rows = train_throughput(args.model, args.frames, args.size, args.batch, args.precision,
                             args.memory_format, args.warmup, args.runs, device, args.num_classes,
                             kwargs, args.compile, peak=args.gemm_size >= 0,
-                            gemm_size=args.gemm_size or None)
-    columns = ["precision", "memory_format", "resolved_precision", "channels_last", "median_s",
-               "clips_per_s", "first_loss"]
+                            gemm_size=args.gemm_size or None,
+                            execution=_execution(args, device))
+    columns = ["precision", "memory_format", "resolved_precision", "channels_last", "compile_mode",
+               "stem_pad", "median_s", "clips_per_s", "first_step_s", "first_loss"]
     if args.gemm_size >= 0:
         columns += ["achieved_gflops", "peak_gflops", "peak_pct"]
     paths = _finish(args, "train", rows, machine, columns)
@@ -97,7 +106,7 @@ def cmd_profile(args) -> list:
     kwargs = dict(zip(args.kwargs[0::2], [_literal(v) for v in args.kwargs[1::2]]))
     rows, info = step_profile(args.model, args.frames, args.size, args.batch, args.precision,
                               args.memory_format, args.warmup, args.runs, device,
-                              args.num_classes, kwargs)
+                              args.num_classes, kwargs, _execution(args, device))
     name = f"profile_{info['precision']}"
     paths = common.write_results(args.out, name, rows, machine, info)
     print(f"{args.model}, batch {args.batch}, {args.frames}x{args.size}², {info['precision']}"
@@ -122,7 +131,8 @@ def cmd_compare(args) -> list:
     machine = common.machine_info(device)
     rows, ratios = compare_pytorchvideo(args.frames, args.size, args.batch, args.width,
                                         args.num_classes, args.warmup, args.runs, device,
-                                        ablation=not args.no_ablation)
+                                        ablation=not args.no_ablation,
+                                        execution=_execution(args, device))
     paths = _finish(args, "compare", rows, machine, ["variant", "precision", "channels_last",
                     "median_s", "clips_per_s", "speedup_vs_ptv_fp32", "first_loss",
                     "loss_rel_diff_vs_ptv_fp32"], {"ratios": ratios})

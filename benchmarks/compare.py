@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from zoo.models import create_model
 from zoo.models.weights.convert import convert_state_dict
+from zoo.train.execution import Execution
 from zoo.train.precision import memory_format as layout_of
 from zoo.train.precision import resolve_channels_last, resolve_precision
 
@@ -114,7 +115,8 @@ def ptv_step(model: nn.Module, device: torch.device, precision: str, channels_la
 def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, width: int = 64,
                          num_classes: int = 400, warmup: int = 2, runs: int = 5,
                          device: Optional[torch.device] = None, ablation: bool = True,
-                         seed: int = 0) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+                         seed: int = 0, execution: Optional[Execution] = None
+                         ) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """Time every variant of :data:`VARIANTS` and compare them.
 
     Args:
@@ -125,6 +127,9 @@ def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, widt
         device: Where to train.
         ablation: Also time the two zoo fp32 variants that only explain the fp32 gain.
         seed: Seed of the weights and of the batch.
+        execution: zoo's GPU step settings (compile, stem padding, cuDNN benchmark), as
+            :func:`~benchmarks.train.zoo_step` takes them; cuDNN's benchmark mode is global, so
+            PyTorchVideo's steps run with it too.
 
     Returns:
         ``(rows, ratios)``: one row per variant (times, clips/s, first loss, its relative
@@ -133,7 +138,7 @@ def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, widt
     device = device or torch.device("cpu")
     clips, labels = random_batch(batch, frames, size, num_classes, seed)
     fns, first, meta = _variant_steps(width, frames, size, num_classes, device, clips, labels,
-                                      ablation, seed)
+                                      ablation, seed, execution)
     times = time_interleaved(fns, warmup, runs, device)
     base = VARIANTS[0][0]
     rows = []
@@ -152,7 +157,8 @@ def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, widt
 
 
 def _variant_steps(width: int, frames: int, size: int, num_classes: int, device: torch.device,
-                   clips: torch.Tensor, labels: torch.Tensor, ablation: bool, seed: int):
+                   clips: torch.Tensor, labels: torch.Tensor, ablation: bool, seed: int,
+                   execution: Optional[Execution] = None):
     """``(fns, first, meta)``: a recording train step per variant (its own model copy, the same
     weights), the dict its first loss goes to, and its settings."""
     ptv_model, state = build_pair(width, frames, size, num_classes, seed)  # reused once
@@ -173,7 +179,8 @@ def _variant_steps(width: int, frames: int, size: int, num_classes: int, device:
             model.load_state_dict(state)
             step, resolved, channels_last = zoo_step(model, device, num_classes, precision, fmt,
                                                      route_convs=bool(route),
-                                                     route_stems=route is True)
+                                                     route_stems=route is True,
+                                                     execution=execution)
         fns[name] = recording(step, clips, labels, first, name)
         meta[name] = {"side": side, "precision": resolved, "channels_last": channels_last,
                       "conv_routing": bool(route) and device.type == "cpu",

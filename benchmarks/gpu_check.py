@@ -6,7 +6,10 @@ does not stop the others:
 1. ``cuda_tests``: ``pytest -m cuda tests`` (the tests marked ``cuda``).
 2. ``quickstart``: train and test configs/quickstart/slowfast_tiny_motion.yaml (val / test top-1).
 3. ``train_step``: ``zoo-benchmark train`` of SlowFast-R50 8x8 in fp32 and bf16 (clips/s and
-   percent of the device's measured matmul peak in the same precision).
+   percent of the device's measured matmul peak in the same precision); on a GPU (not
+   ``quick``) also the bf16 step compiled (``--compile``: CUDA graphs, its first step's seconds)
+   and ``zoo-benchmark compare --compile`` (zoo's compiled bf16 step against PyTorchVideo's
+   at the same settings).
 4. ``real_decoding``: SlowFast-R50 8x8 trained in bf16 on generated 10-s 340x256 H.264 videos
    (Kinetics-like) with cores - 2 loader workers: clips/s after the first epoch, and the GPU's
    busy percent over the same iterations, sampled by ``nvidia-smi`` every 200 ms.
@@ -168,7 +171,31 @@ def train_step(c: Check) -> Tuple[bool, str]:
     if rows:
         batch = rows[0]["batch"]
         parts.append(f"{rows[0]['step_gflop'] / batch:.4g} GFLOP/clip")
-    return rc == 0 and len(rows) == 2, "; ".join(parts) or "no results"
+    ok = rc == 0 and len(rows) == 2
+    if c.device == "cuda" and not c.quick:
+        compiled_ok, compiled = _compiled_step(c, out, sizes)
+        ok, parts = ok and compiled_ok, parts + compiled
+    return ok, "; ".join(parts) or "no results"
+
+
+def _compiled_step(c: Check, out: str, sizes: List[str]) -> Tuple[bool, List[str]]:
+    """The bf16 step compiled (the trainer's GPU settings), and zoo's compiled step against
+    PyTorchVideo's (``compare --compile``, batch 16)."""
+    rc = c.run("train_step", [sys.executable, "-m", "benchmarks.run", "train", "--out",
+                              os.path.join(out, "compiled"), "--device", c.device, "--precision",
+                              "bf16", "--compile", *sizes])
+    rows = (_json(os.path.join(out, "compiled", "train.json")) or {}).get("rows", [])
+    parts = [f"bf16 compiled ({r['compile_mode']}) {r['clips_per_s']:.1f} clips/s "
+             f"({r['peak_pct']:.1f}% of bf16 peak, first step {r['first_step_s']:.0f} s)"
+             for r in rows]
+    rc2 = c.run("train_step", [sys.executable, "-m", "benchmarks.run", "compare", "--out",
+                               os.path.join(out, "compare"), "--device", c.device, "--batch",
+                               "16", "--no-ablation", "--compile"])
+    ratios = (_json(os.path.join(out, "compare", "compare.json")) or {}).get("ratios", {})
+    if ratios:
+        parts.append(f"compiled zoo bf16 / PyTorchVideo bf16 {ratios['zoo_bf16_vs_ptv_bf16']:.2f}x "
+                     f"(loss relative difference {ratios['loss_rel_diff_bf16_vs_ptv_bf16']:.2g})")
+    return rc == 0 and rc2 == 0 and len(rows) == 1 and bool(ratios), parts
 
 
 def _video_list(c: Check, count: int, repeats: int, classes: int) -> Tuple[str, str]:

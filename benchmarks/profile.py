@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 
 from zoo.models import create_model
+from zoo.train.execution import Execution
 
 from .common import sync
 from .train import random_batch, zoo_step
@@ -69,9 +70,11 @@ def category(op_name: str) -> str:
 def step_profile(model_name: str, frames: int, size: int, batch: int, precision: str = "auto",
                  memory_format: str = "auto", warmup: int = 2, runs: int = 3,
                  device: Optional[torch.device] = None, num_classes: int = 400,
-                 model_kwargs: Optional[Dict[str, Any]] = None
+                 model_kwargs: Optional[Dict[str, Any]] = None,
+                 execution: Optional[Execution] = None
                  ) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
-    """Per-operator self time of zoo's training step, per step.
+    """Per-operator self time of zoo's training step, per step (``execution``: the GPU step
+    settings, as :func:`~benchmarks.train.zoo_step` takes them).
 
     Returns:
         ``(rows, info)``: one row per operator, slowest first (``operator``, ``category``,
@@ -81,7 +84,8 @@ def step_profile(model_name: str, frames: int, size: int, batch: int, precision:
     device = device or torch.device("cpu")
     model = create_model(model_name, num_classes=num_classes, **dict(model_kwargs or {}))
     image = not any(isinstance(m, nn.Conv3d) for m in model.modules())
-    step, resolved, channels_last = zoo_step(model, device, num_classes, precision, memory_format)
+    step, resolved, channels_last = zoo_step(model, device, num_classes, precision, memory_format,
+                                             execution=execution)
     clips, labels = random_batch(batch, frames, size, num_classes, image=image)
     for _ in range(warmup):
         step(clips, labels)
@@ -104,6 +108,7 @@ def step_profile(model_name: str, frames: int, size: int, batch: int, precision:
         by_cat[r["category"]] = round(by_cat.get(r["category"], 0.0) + r["ms_per_step"], 3)
     info = {"model": model_name, "batch": batch, "frames": 0 if image else frames, "size": size,
             "precision": resolved, "channels_last": channels_last,
+            "execution": execution.describe() if execution is not None else "",
             "threads": torch.get_num_threads(), "runs": runs,
             "self_ms_per_step": round(total, 3), "step_ms": round(wall_ms, 3),
             "categories": dict(sorted(by_cat.items(), key=lambda kv: -kv[1]))}

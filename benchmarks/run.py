@@ -61,7 +61,7 @@ def _add_train(sub) -> None:
                    choices=["auto", "fp32", "bf16", "fp16"])
     t.add_argument("--memory-format", nargs="+", default=["auto"],
                    choices=["auto", "channels_last", "contiguous"])
-    t.add_argument("--compile", action="store_true", help="torch.compile the model")
+    _execution_args(t)
     t.add_argument("--act-checkpoint-memory", action="store_true",
                    help="instead of clips/s: peak memory of one fp32 step with and without "
                    "activation checkpointing (CONFIG.TRAIN.ACT_CHECKPOINT), each in a fresh "
@@ -71,6 +71,24 @@ def _add_train(sub) -> None:
                    "(0 = 4096 on CPU, 1024 for bf16 on a CPU without bf16 instructions, 8192 on "
                    "GPU; -1 = do not report percent of peak)")
     t.set_defaults(func=commands.cmd_train)
+
+
+def _execution_args(parser, which: str = "") -> None:
+    """The trainer's GPU step settings (CONFIG.TRAIN COMPILE, COMPILE_MODE, STEM_PAD_CHANNELS,
+    CUDNN_BENCHMARK) as flags; "auto" resolves as the trainer does for one process."""
+    switch = ["auto", "True", "False"]
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model" + which)
+    parser.add_argument("--compile-mode", default="auto",
+                        choices=["auto", "default", "reduce-overhead", "max-autotune",
+                                 "max-autotune-no-cudagraphs"],
+                        help="TRAIN.COMPILE_MODE with --compile (auto: reduce-overhead = CUDA "
+                        "graphs on a GPU, else default)")
+    parser.add_argument("--stem-pad", default="auto", choices=switch,
+                        help="TRAIN.STEM_PAD_CHANNELS: RGB stems padded to 8 channels (auto: on "
+                        "a GPU)" + which)
+    parser.add_argument("--cudnn-benchmark", default="auto", choices=switch,
+                        help="TRAIN.CUDNN_BENCHMARK (auto: on a GPU)" + which)
 
 
 def _add_profile(sub) -> None:
@@ -83,6 +101,7 @@ def _add_profile(sub) -> None:
     p.add_argument("--memory-format", default="auto",
                    choices=["auto", "channels_last", "contiguous"])
     p.add_argument("--top", type=int, default=25, help="operators printed (all are saved)")
+    _execution_args(p)
     p.set_defaults(func=commands.cmd_profile)
 
 
@@ -93,6 +112,7 @@ def _add_compare(sub) -> None:
     c.add_argument("--width", type=int, default=64, help="slow stem width (64 = R50)")
     c.add_argument("--no-ablation", action="store_true",
                    help="skip the zoo fp32 variants that only explain the fp32 gain")
+    _execution_args(c, " (zoo's variants; cuDNN benchmark applies to both sides)")
     c.set_defaults(func=commands.cmd_compare)
 
 

@@ -8,6 +8,8 @@ process. Warm-up steps are excluded; each figure is the median of ``runs`` timed
 from __future__ import annotations
 
 import itertools
+import time
+from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -15,6 +17,8 @@ import torch.nn as nn
 
 from zoo.models import create_model
 from zoo.solver.optimizer import make_optimizer
+from zoo.train.execution import Execution, apply_cudnn_benchmark, resolve_execution
+from zoo.train.execution import compile_model as compile_in_place
 from zoo.train.precision import resolve_channels_last, resolve_precision
 from zoo.train.step import TrainStep
 from zoo.train.trainer import apply_execution
@@ -31,41 +35,62 @@ def random_batch(batch: int, frames: int, size: int, num_classes: int, seed: int
     return torch.randn(shape, generator=g), torch.randint(0, num_classes, (batch,), generator=g)
 
 
+def step_execution(device: torch.device, compile_model: bool = False, compile_mode: str = "auto",
+                   stem_pad: str = "auto", cudnn_benchmark: str = "auto") -> Execution:
+    """The trainer's :class:`~zoo.train.execution.Execution` for a benchmark on ``device`` (one
+    process, static shapes): the values are those of ``CONFIG.TRAIN.COMPILE`` (here on or off),
+    ``COMPILE_MODE``, ``STEM_PAD_CHANNELS`` and ``CUDNN_BENCHMARK`` ("auto", "True", "False")."""
+    train = SimpleNamespace(COMPILE=str(bool(compile_model)), COMPILE_MODE=compile_mode,
+                            STEM_PAD_CHANNELS=str(stem_pad), CUDNN_BENCHMARK=str(cudnn_benchmark),
+                            MULTIGRID="")
+    return resolve_execution(train, device)
+
+
 def zoo_step(model: nn.Module, device: torch.device, num_classes: int, precision: str = "auto",
              memory_format: str = "auto", route_convs: bool = True, compile_model: bool = False,
-             lr: float = 0.01, route_stems: bool = True) -> Tuple[TrainStep, str, bool]:
+             lr: float = 0.01, route_stems: bool = True,
+             execution: Optional[Execution] = None) -> Tuple[TrainStep, str, bool]:
     """Prepare ``model`` as zoo's trainer does and return its train step.
 
     The optimizer is SGD (momentum 0.9, weight decay 1e-4, constant LR) built as zoo's trainer
     builds it (:func:`~zoo.solver.optimizer.make_optimizer`: PyTorch's fused implementation where
-    it exists), so the update is what any framework's SGD step computes.
+    it exists), so the update is what any framework's SGD step computes. ``execution`` (compile
+    and its mode, stem padding, cuDNN benchmark; default :func:`step_execution` with
+    ``compile_model``) is applied as the trainer applies it.
 
     Returns:
         ``(step, precision, channels_last)`` with "auto" resolved for ``device``.
     """
+    if execution is None:
+        execution = step_execution(device, compile_model)
     precision = resolve_precision(precision, device)
     channels_last = resolve_channels_last(memory_format, precision, device)
     model.to(device).train()
-    apply_execution(model, device, channels_last, route_convs, route_stems)
-    if compile_model:
-        model.compile()
+    apply_execution(model, device, channels_last, route_convs, route_stems,
+                    stem_pad=execution.stem_pad)
+    apply_cudnn_benchmark(execution, device)
+    compile_in_place(model, execution)
     optimizer = make_optimizer("SGD", list(model.parameters()), lr, momentum=0.9,
                                weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     step = TrainStep(model, optimizer, scheduler, device, num_classes, precision=precision,
-                     channels_last=channels_last)
+                     channels_last=channels_last, cuda_graphs=execution.cuda_graphs)
     return step, precision, channels_last
 
 
 def recording(step, clips: torch.Tensor, labels: torch.Tensor, first: Dict[str, float],
-              name: str, seed: int = 0):
+              name: str, seed: int = 0, first_s: Optional[Dict[str, float]] = None):
     """A closure that runs ``step(clips, labels)`` and keeps the loss of its first call (made with
-    the initial weights, the RNG seeded with ``seed`` so dropout draws alike) in ``first[name]``."""
+    the initial weights, the RNG seeded with ``seed`` so dropout draws alike) in ``first[name]``,
+    and that call's seconds (compiling included, the device waited for) in ``first_s[name]``."""
 
     def run():
         if name not in first:
             torch.manual_seed(seed)
-            first[name] = float(step(clips, labels))
+            start = time.perf_counter()
+            first[name] = float(step(clips, labels))  # float() waits for the device
+            if first_s is not None:
+                first_s[name] = time.perf_counter() - start
         else:
             step(clips, labels)
 
@@ -78,7 +103,8 @@ def train_throughput(model_name: str, frames: int, size: int, batch: int,
                      device: Optional[torch.device] = None, num_classes: int = 400,
                      model_kwargs: Optional[Dict[str, Any]] = None, compile_model: bool = False,
                      seed: int = 0, peak: bool = True,
-                     gemm_size: Optional[int] = None) -> List[Dict[str, Any]]:
+                     gemm_size: Optional[int] = None,
+                     execution: Optional[Execution] = None) -> List[Dict[str, Any]]:
     """Clips/s of zoo's train step for each precision x memory format.
 
     Args:
@@ -92,17 +118,22 @@ def train_throughput(model_name: str, frames: int, size: int, batch: int,
         device: Where to train.
         num_classes: Classifier size.
         model_kwargs: Extra builder arguments (e.g. ``{"width": 16}``).
-        compile_model: ``torch.compile`` the model (compilation happens during warm-up).
+        compile_model: ``torch.compile`` the model (compilation happens during warm-up; the
+            first step's seconds are reported as ``first_step_s``).
         seed: Seed of the weights and of the batch.
         peak: Also report percent of peak (:mod:`benchmarks.peak`): the step's counted FLOPs
             per second against a square GEMM timed afterwards in the same precision and process.
         gemm_size: Side of that GEMM (default: :func:`~benchmarks.peak.default_gemm_size`).
+        execution: The GPU execution settings (default: :func:`step_execution` with
+            ``compile_model``).
 
     Returns:
         One row per setting: requested and resolved settings, step times, clips/s, first loss
         and, with ``peak``, ``step_gflop``, ``achieved_gflops``, ``peak_gflops``, ``peak_pct``.
     """
     device = device or torch.device("cpu")
+    execution = execution or step_execution(device, compile_model)
+    compile_model = execution.compile
     kwargs = dict(model_kwargs or {})
     torch.manual_seed(seed)
     probe = create_model(model_name, num_classes=num_classes, **kwargs)
@@ -110,19 +141,19 @@ def train_throughput(model_name: str, frames: int, size: int, batch: int,
     state = probe.state_dict()
     del probe
     clips, labels = random_batch(batch, frames, size, num_classes, seed, image)
-    fns, first, meta = {}, {}, {}
+    fns, first, meta, first_s = {}, {}, {}, {}
     for precision, fmt in itertools.product(precisions, memory_formats):
         model = create_model(model_name, num_classes=num_classes, **kwargs)
         model.load_state_dict(state)
         step, resolved, channels_last = zoo_step(model, device, num_classes, precision, fmt,
-                                                 compile_model=compile_model)
+                                                 execution=execution)
         name = f"{precision}/{fmt}"
-        fns[name] = recording(step, clips, labels, first, name)
+        fns[name] = recording(step, clips, labels, first, name, first_s=first_s)
         meta[name] = {"precision": precision, "memory_format": fmt, "resolved_precision": resolved,
                       "channels_last": channels_last}
     times = time_interleaved(fns, warmup, runs, device)
     common = {"model": model_name, "batch": batch, "frames": 0 if image else frames, "size": size}
-    rows = [_row(common, meta[name], ts, first[name], batch, compile_model)
+    rows = [_row(common, meta[name], ts, first[name], batch, execution, first_s[name])
             for name, ts in times.items()]
     if peak:
         flops = forward_flops(lambda: create_model(model_name, num_classes=num_classes, **kwargs),
@@ -132,9 +163,11 @@ def train_throughput(model_name: str, frames: int, size: int, batch: int,
 
 
 def _row(common: Dict[str, Any], meta: Dict[str, Any], times: List[float], first_loss: float,
-         batch: int, compile_model: bool) -> Dict[str, Any]:
+         batch: int, execution: Execution, first_s: float) -> Dict[str, Any]:
     """One result row of :func:`train_throughput`, its columns in the CSV's order."""
     stats = summary(times)
-    return {**common, **meta, "threads": torch.get_num_threads(), "compile": compile_model,
+    return {**common, **meta, "threads": torch.get_num_threads(), "compile": execution.compile,
+            "compile_mode": execution.compile_mode if execution.compile else "",
+            "stem_pad": execution.stem_pad, "cudnn_benchmark": execution.cudnn_benchmark,
             **stats, "clips_per_s": round(batch / stats["median_s"], 3),
-            "first_loss": round(first_loss, 6)}
+            "first_step_s": round(first_s, 3), "first_loss": round(first_loss, 6)}

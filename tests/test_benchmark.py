@@ -33,7 +33,8 @@ def test_auto_settings():
     assert resolve_channels_last("auto", "fp32", CPU)  # oneDNN prefers channels-last on CPU
     assert not resolve_channels_last("contiguous", "bf16", CPU)
     assert resolve_channels_last("contiguous", "fp32", CPU, channels_last=True)  # older switch
-    assert not resolve_channels_last("auto", "fp32", torch.device("cuda", 0))
+    assert resolve_channels_last("auto", "fp32", torch.device("cuda", 0))  # cuDNN too
+    assert not resolve_channels_last("auto", "fp32", torch.device("mps"))
 
 
 @pytest.mark.slow

@@ -4,6 +4,8 @@ imports this package):
 * ``cpu_conv``: conv3d layers on CPU through the kernel that computes them fastest (the same
   result; PyTorch's ``slow_conv3d`` avoided, bf16 emulated where the CPU lacks it);
 * ``cpu_stem``: a narrow RGB stem in float32 under CPU bf16 autocast;
+* ``stem_pad``: on CUDA, the narrow RGB stem convs' input padded to 8 channels (tensor-core
+  kernels; ``CONFIG.TRAIN.STEM_PAD_CHANNELS``);
 * ``ddp_comm`` / ``powersgd``: gradient compression hooks (``DDP_CONFIG.GRAD_COMPRESSION``),
   for slow links between nodes.
 
@@ -17,9 +19,10 @@ import torch.nn as nn
 from .cpu_conv import CpuConv3d, route_cpu_convs
 from .cpu_stem import CpuStem, route_cpu_stems
 from .ddp_comm import COMPRESSIONS, register_compression
+from .stem_pad import pad_stems
 
-__all__ = ["COMPRESSIONS", "CpuConv3d", "CpuStem", "apply_cpu_kernels", "register_compression",
-           "route_cpu_convs", "route_cpu_stems"]
+__all__ = ["COMPRESSIONS", "CpuConv3d", "CpuStem", "apply_cpu_kernels", "pad_stems",
+           "register_compression", "route_cpu_convs", "route_cpu_stems"]
 
 
 def apply_cpu_kernels(model: nn.Module, stems: bool = True) -> int:

@@ -60,7 +60,12 @@ def get_cfg() -> CfgNode:
 
 # String keys that also take a YAML boolean (gluoncv's ``PRETRAINED: True``), stored as text:
 # True -> "True" (the architecture's default published weights), False -> "" (random init).
-_BOOL_AS_STRING_KEYS = {"CONFIG.MODEL.PRETRAINED": {True: "True", False: ""}}
+# The "auto"/True/False switches of CONFIG.TRAIN store True and False as "True" and "False".
+_SWITCH = {True: "True", False: "False"}
+_BOOL_AS_STRING_KEYS = {"CONFIG.MODEL.PRETRAINED": {True: "True", False: ""},
+                        "CONFIG.TRAIN.COMPILE": _SWITCH,
+                        "CONFIG.TRAIN.CUDNN_BENCHMARK": _SWITCH,
+                        "CONFIG.TRAIN.STEM_PAD_CHANNELS": _SWITCH}
 
 
 def _coerce(value: Any, default: Any, key: str) -> Any:

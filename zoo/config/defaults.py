@@ -176,8 +176,8 @@ _C.CONFIG.TRAIN.ACT_CHECKPOINT = False
 # capability 8.0+, CPUs with AVX512-BF16 or AMX; else fp32), "fp32", "bf16" (autocast, CPU and
 # GPU) or "fp16" (autocast + grad scaler, GPU only). See docs/benchmarks.md for what each costs.
 _C.CONFIG.TRAIN.PRECISION = "auto"
-# Activation layout: "auto" (channels-last on CPUs, and on GPUs with bf16/fp16; else contiguous),
-# "channels_last" (channels_last_3d for video) or "contiguous".
+# Activation layout: "auto" (channels-last on CPUs and CUDA GPUs in every precision, elsewhere
+# with bf16/fp16; else contiguous), "channels_last" (channels_last_3d for video) or "contiguous".
 _C.CONFIG.TRAIN.MEMORY_FORMAT = "auto"
 # On CPU only: run conv3d layers through zoo's CPU kernel routes (zoo/accel: PyTorch's slow
 # conv3d kernel avoided, bf16 computed as the hardware would where oneDNN cannot); the same
@@ -185,9 +185,24 @@ _C.CONFIG.TRAIN.MEMORY_FORMAT = "auto"
 _C.CONFIG.TRAIN.CPU_KERNELS = True
 # Older switch: True = MEMORY_FORMAT "channels_last" whatever MEMORY_FORMAT says.
 _C.CONFIG.TRAIN.CHANNELS_LAST = False
-# Compile the model with torch.compile (the first iterations take minutes to compile; pays off on
-# long runs). Off by default.
-_C.CONFIG.TRAIN.COMPILE = False
+# Compile the model with torch.compile: "auto", True or False. The first step takes minutes to
+# compile (the log says how long). "auto" = on for a CUDA GPU when an epoch has at least 1000
+# iterations per process, no MULTIGRID and no FSDP sharding (then compiling pays within the first
+# epoch); off on the CPU, where it did not pay (docs/benchmarks.md). See docs/training.md.
+_C.CONFIG.TRAIN.COMPILE = "auto"
+# torch.compile mode: "auto" ("reduce-overhead" = inductor + CUDA graphs on a CUDA GPU with one
+# process and no MULTIGRID, else "default"), "default", "reduce-overhead", "max-autotune" (CUDA
+# graphs too, plus kernel autotuning) or "max-autotune-no-cudagraphs". A CUDA-graph mode with
+# MULTIGRID (input shapes that change) falls back to "default" and the log says so.
+_C.CONFIG.TRAIN.COMPILE_MODE = "auto"
+# cuDNN benchmark mode (cuDNN times its convolution algorithms once per input shape): "auto" (on
+# for a CUDA GPU without MULTIGRID, whose shapes are static), True or False (bitwise-repeatable
+# runs want False). No effect on the CPU.
+_C.CONFIG.TRAIN.CUDNN_BENCHMARK = "auto"
+# Pad the 3-channel (RGB) stem convolutions' input to 8 channels with zeros, so that cuDNN runs
+# them on tensor cores: "auto" (on for a CUDA GPU, never on the CPU), True or False. The same
+# math; weights and checkpoints keep 3 input channels.
+_C.CONFIG.TRAIN.STEM_PAD_CHANNELS = "auto"
 # Accumulate gradients over this many iterations before each optimizer step.
 _C.CONFIG.TRAIN.ACCUM_STEPS = 1
 # Clip the global gradient L2 norm to this value (0 = no clipping).

@@ -96,6 +96,14 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
         lambda v: v in ("auto", "channels_last", "contiguous"),
         "one of auto, channels_last, contiguous",
     ),
+    *[(f"CONFIG.TRAIN.{key}", lambda v: v in ("auto", "True", "False"), "auto, True or False")
+      for key in ("COMPILE", "CUDNN_BENCHMARK", "STEM_PAD_CHANNELS")],
+    (
+        "CONFIG.TRAIN.COMPILE_MODE",
+        lambda v: v in ("auto", "default", "reduce-overhead", "max-autotune",
+                        "max-autotune-no-cudagraphs"),
+        "one of auto, default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs",
+    ),
     ("CONFIG.TRAIN.ACCUM_STEPS", _positive, "an integer >= 1"),
     ("CONFIG.TRAIN.CLIP_GRAD_NORM", _non_negative, "a number >= 0 (0 = off)"),
     ("CONFIG.TRAIN.LABEL_SMOOTHING", lambda v: 0 <= v < 1, "a number in [0, 1)"),

@@ -253,7 +253,12 @@ class SlowFast(StageLayersMixin, ClassifierMixin, nn.Module):
             index = list(range(0, t, self.alpha))
         else:
             index = torch.linspace(0, t - 1, t // self.alpha).long().tolist()
-        return [clip.index_select(2, torch.tensor(index, device=clip.device)), clip]
+        index_t = torch.tensor(index, device=clip.device)
+        if clip.is_contiguous(memory_format=torch.channels_last_3d) and not clip.is_contiguous():
+            # Select on the (B, T, H, W, C) view, so the slow clip comes out channels-last too
+            # (index_select makes a contiguous tensor, which the slow stem would convert back).
+            return [clip.movedim(1, -1).index_select(1, index_t).movedim(-1, 1), clip]
+        return [clip.index_select(2, index_t), clip]
 
     def forward(self, x: Clip) -> torch.Tensor:
         """Logits ``(B, num_classes)`` of a fast clip ``(B, C, T, H, W)`` or ``[slow, fast]``."""

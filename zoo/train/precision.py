@@ -4,7 +4,9 @@
   where the device computes bf16 natively (CUDA GPUs of compute capability 8.0+, CPUs with
   AVX512-BF16 or AMX), else fp32.
 * ``CONFIG.TRAIN.MEMORY_FORMAT``: ``"auto"`` is channels-last on CPUs (oneDNN's convolutions
-  are fastest in that layout) and on GPUs with bf16/fp16, else contiguous.
+  are fastest in that layout) and on CUDA GPUs in every precision (cuDNN's fp32/TF32
+  convolutions too: SlowFast-R50 trained 1.42x faster in fp32 on an H100), and elsewhere with
+  bf16/fp16; else contiguous.
 
 zoo's CPU kernel routes (zoo/accel/) are applied on top of these by the trainer.
 """
@@ -52,7 +54,7 @@ def resolve_channels_last(memory_fmt: str, precision: str, device: torch.device,
         return True
     if memory_fmt == "contiguous":
         return False
-    return device.type == "cpu" or precision in _DTYPES
+    return device.type in ("cpu", "cuda") or precision in _DTYPES
 
 
 def execution_settings(train_cfg, device: torch.device) -> Tuple[str, bool]:

@@ -42,6 +42,9 @@ class TrainStep:
         normalization: ``(mean, std)`` (0..1 scale) for uint8 batches, which are normalised here
             after the move to ``device`` (``CONFIG.DATA.NORMALIZE_ON "device"``); float batches
             are taken as they are.
+        cuda_graphs: The model is compiled with CUDA graphs (``COMPILE_MODE``
+            "reduce-overhead"): each call starts a new step of torch's CUDA-graph trees, so the
+            graphs' outputs of the step before may be reused.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
@@ -50,8 +53,10 @@ class TrainStep:
                  label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
                  cutmix_alpha: float = 0.0, ema_decay: float = 0.0,
                  nonfinite: Optional[str] = None,
-                 normalization: Optional[Tuple[Sequence[float], Sequence[float]]] = None) -> None:
+                 normalization: Optional[Tuple[Sequence[float], Sequence[float]]] = None,
+                 cuda_graphs: bool = False) -> None:
         self.model = model
+        self.cuda_graphs = cuda_graphs and device.type == "cuda"
         self.normalization = normalization
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -107,6 +112,8 @@ class TrainStep:
         grad_sync = getattr(self.model, "set_requires_gradient_sync", None)
         if grad_sync is not None and self.accum_steps > 1:
             grad_sync(last_micro)
+        if self.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with ctx:
             with autocast(self.precision, self.device):
                 logits = self.model(clips)

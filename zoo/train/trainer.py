@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..accel import apply_cpu_kernels, register_compression
+from ..accel import apply_cpu_kernels, pad_stems, register_compression
 from ..config import ConfigError, cfg_to_yaml
 from ..data import build_loader, normalization
 from ..infer.metrics import MetricsWriter
@@ -33,6 +33,13 @@ from .checkpoint import (
     training_state,
     unwrap,
 )
+from .execution import (
+    CompileTimer,
+    Execution,
+    apply_cudnn_benchmark,
+    compile_model,
+    resolve_execution,
+)
 from .finetune import classifier_module, freeze_backbone, freeze_bn
 from .hooks import HookBase, default_hooks, load_user_hooks
 from .multigrid import build_multigrid_scheduler, check_model, describe_plan, epoch_steps
@@ -42,9 +49,16 @@ from .step import TrainStep
 from .sync_bn import convert_sync_bn
 
 
-def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Module:
+def prepare_model(cfg, device: torch.device, logger: logging.Logger,
+                  execution: Optional[Execution] = None) -> nn.Module:
     """Build the model, apply freezing / SyncBN / execution settings, move it, and wrap it in
-    DDP or shard it with FSDP2 (``DDP_CONFIG.STRATEGY``; with one process it stays bare)."""
+    DDP or shard it with FSDP2 (``DDP_CONFIG.STRATEGY``; with one process it stays bare).
+
+    ``execution`` is the run's :class:`~zoo.train.execution.Execution` (compile, cuDNN
+    benchmark, stem padding); None resolves ``CONFIG.TRAIN`` without an epoch length, which
+    keeps ``COMPILE auto`` off."""
+    if execution is None:
+        execution = run_execution(cfg, device)
     model = build_model(cfg)
     if cfg.CONFIG.MODEL.FREEZE_BACKBONE:
         logger.info("froze %d backbone tensors; training the head only",
@@ -57,9 +71,10 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger) -> nn.Modul
         enable_act_checkpoint(model, cfg.CONFIG.MODEL.NAME)
     model.to(device)
     _, channels_last = execution_settings(cfg.CONFIG.TRAIN, device)
-    apply_execution(model, device, channels_last, route_convs=cfg.CONFIG.TRAIN.CPU_KERNELS)
-    if cfg.CONFIG.TRAIN.COMPILE:
-        model.compile()  # in place: the module and its state-dict keys stay as they are
+    apply_execution(model, device, channels_last, route_convs=cfg.CONFIG.TRAIN.CPU_KERNELS,
+                    stem_pad=execution.stem_pad)
+    apply_cudnn_benchmark(execution, device)
+    compile_model(model, execution)  # in place: the module and its state-dict keys stay
     if cfg.DDP_CONFIG.STRATEGY == "fsdp":
         if comm.get_world_size() == 1:
             logger.info("DDP_CONFIG.STRATEGY fsdp with one process: training unsharded")
@@ -101,20 +116,33 @@ def ddp_options(cfg) -> Dict[str, Any]:
     return {"bucket_cap_mb": float(cfg.DDP_CONFIG.BUCKET_CAP_MB)}
 
 
+def run_execution(cfg, device: torch.device, iters_per_epoch: Optional[int] = None
+                  ) -> Execution:
+    """The :class:`~zoo.train.execution.Execution` of a run of ``cfg`` on ``device``."""
+    world = comm.get_world_size()
+    return resolve_execution(cfg.CONFIG.TRAIN, device, world, iters_per_epoch,
+                             sharded=cfg.DDP_CONFIG.STRATEGY == "fsdp" and world > 1)
+
+
 def apply_execution(model: nn.Module, device: torch.device, channels_last: bool,
-                    route_convs: bool = True, route_stems: bool = True) -> int:
+                    route_convs: bool = True, route_stems: bool = True,
+                    stem_pad: bool = False) -> int:
     """Put ``model`` (already on ``device``) in the layout zoo trains it in; on CPU, with
     ``route_convs``, route the conv3d layers to the kernels zoo picks for them and the narrow RGB
-    stems to float32 under bf16 autocast (zoo/accel; ``route_stems=False`` leaves the stems).
+    stems to float32 under bf16 autocast (zoo/accel; ``route_stems=False`` leaves the stems);
+    with ``stem_pad``, pad the RGB stem convs' input to 8 channels (on CUDA: tensor cores).
 
     Returns the number of conv3d layers that may be routed.
     """
     if channels_last:
         dim = 5 if any(isinstance(m, nn.Conv3d) for m in model.modules()) else 4
         model.to(memory_format=memory_format(dim))
-    if not route_convs or device.type != "cpu":
-        return 0
-    return apply_cpu_kernels(model, stems=route_stems)
+    routed = 0
+    if route_convs and device.type == "cpu":
+        routed = apply_cpu_kernels(model, stems=route_stems)
+    if stem_pad:
+        pad_stems(model)  # after the CPU routes: a routed conv keeps its route
+    return routed
 
 
 def _check_steps(iters_per_epoch: int, accum_steps: int) -> int:
@@ -160,12 +188,12 @@ class Trainer:
 
     start_iter = 0  # class defaults: hooks and tests may build a trainer without __init__
     preemption: Optional[PreemptionWatch] = None
+    execution = Execution()  # eager, as a trainer built without __init__ runs
 
     def __init__(self, cfg, hooks: Sequence[HookBase] = ()) -> None:
         self.cfg = cfg
         self.logger, self.device, self.out_dir = worker_setup(cfg)
         user_hooks = load_user_hooks(cfg.CONFIG.TRAIN.HOOKS)  # a bad entry fails before building
-        self._build_model()
         # The loaders' workers outlive a preemption signal until the step that stops with a
         # checkpoint (zoo/launch/preemption.py; it may come during validation too).
         grace = float(cfg.CONFIG.TRAIN.PREEMPT_GRACE)
@@ -174,6 +202,8 @@ class Trainer:
                            if cfg.CONFIG.DATA.VAL_ANNO_PATH else None)
         self.iters_per_epoch = len(self.train_loader)
         train = cfg.CONFIG.TRAIN
+        self.execution = run_execution(cfg, self.device, self.iters_per_epoch)
+        self._build_model()  # after the loaders: COMPILE auto weighs the epoch's length
         # Multigrid: epochs differ in length (the batch sampler knows each one's batches).
         self.multigrid = getattr(self.train_loader.batch_sampler, "plan", None)
         self.epoch_steps: Optional[List[int]] = None
@@ -198,12 +228,14 @@ class Trainer:
         self.progress_bar = None
         self.hooks: List[HookBase] = []
         self.register_hooks(default_hooks(cfg, self.save_dir))
+        if self.execution.compile:
+            self.register_hooks([CompileTimer(self.execution.compile_mode)])
         self.register_hooks(hooks)
         self.register_hooks(user_hooks)
 
     def _build_model(self) -> None:
         cfg = self.cfg
-        self.model = prepare_model(cfg, self.device, self.logger)
+        self.model = prepare_model(cfg, self.device, self.logger, self.execution)
         bare = unwrap(self.model)
         self.logger.info("model %s: %.2fM parameters (%.2fM trainable)", cfg.CONFIG.MODEL.NAME,
                          sum(p.numel() for p in bare.parameters()) / 1e6,
@@ -220,10 +252,10 @@ class Trainer:
             self.scheduler = build_lr_scheduler(cfg, self.optimizer, self.steps_per_epoch,
                                                 comm.get_world_size())
         precision, channels_last = execution_settings(train, self.device)
-        self.logger.info("execution: %s%s, %s%s", precision,
+        self.logger.info("execution: %s%s, %s, %s", precision,
                          " (PRECISION auto)" if train.PRECISION == "auto" else "",
                          "channels-last" if channels_last else "contiguous",
-                         ", torch.compile" if train.COMPILE else "")
+                         self.execution.describe())
         self.step = TrainStep(
             self.model, self.optimizer, self.scheduler, self.device, cfg.CONFIG.DATA.NUM_CLASSES,
             precision=precision, channels_last=channels_last,
@@ -231,6 +263,7 @@ class Trainer:
             label_smoothing=train.LABEL_SMOOTHING, mixup_alpha=train.MIXUP_ALPHA,
             cutmix_alpha=train.CUTMIX_ALPHA, ema_decay=train.EMA_DECAY,
             nonfinite=train.NONFINITE, normalization=normalization(cfg),
+            cuda_graphs=self.execution.cuda_graphs,
         )
 
     def register_hooks(self, hooks: Sequence[HookBase]) -> None:
