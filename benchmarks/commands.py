@@ -57,16 +57,16 @@ def cmd_train(args) -> list:
                             args.memory_format, args.warmup, args.runs, device, args.num_classes,
                             kwargs, args.compile, peak=args.gemm_size >= 0,
                             gemm_size=args.gemm_size or None)
-    columns = ["precision", "memory_format", "resolved_precision", "channels_last", "median_s",
-               "clips_per_s", "first_loss"]
+    columns = ["precision", "memory_format", "resolved_precision", "channels_last", "input",
+               "median_s", "clips_per_s", "first_loss"]
     if args.gemm_size >= 0:
-        columns += ["achieved_gflops", "peak_gflops", "peak_pct"]
+        columns += ["math_mode", "achieved_gflops", "peak_gflops", "peak_pct"]
     paths = _finish(args, "train", rows, machine, columns)
     for r in rows if args.gemm_size >= 0 else []:
         print(f"{r['precision']}/{r['memory_format']} ({r['resolved_precision']}): "
               f"{r['median_s']:.4g} s/step, {r['step_gflop']:.4g} GFLOP/step -> "
               f"{r['achieved_gflops']:.4g} GFLOP/s = {r['peak_pct']:.1f}% of a "
-              f"{r['peak_gemm_size']}² {r['resolved_precision']} GEMM "
+              f"{r['peak_gemm_size']}² {r['math_mode']} GEMM "
               f"({r['peak_gflops']:.4g} GFLOP/s)")
     png = os.path.join(args.out, "train.png")
     plots.bar_chart(png, [f"zoo {r['precision']} / {r['memory_format']}" for r in rows],
@@ -101,7 +101,8 @@ def cmd_profile(args) -> list:
     name = f"profile_{info['precision']}"
     paths = common.write_results(args.out, name, rows, machine, info)
     print(f"{args.model}, batch {args.batch}, {args.frames}x{args.size}², {info['precision']}"
-          f"{' + channels-last' if info['channels_last'] else ''}, {info['threads']} threads: "
+          f"{' + channels-last' if info['channels_last'] else ''}, {info['input']} input, "
+          f"{info['threads']} threads: "
           f"{info['step_ms']:.1f} ms per profiled step, operators' self time "
           f"{info['self_ms_per_step']:.1f} ms")
     print(common.format_table([{"category": c, "ms_per_step": ms,
@@ -124,7 +125,7 @@ def cmd_compare(args) -> list:
                                         args.num_classes, args.warmup, args.runs, device,
                                         ablation=not args.no_ablation)
     paths = _finish(args, "compare", rows, machine, ["variant", "precision", "channels_last",
-                    "median_s", "clips_per_s", "speedup_vs_ptv_fp32", "first_loss",
+                    "input", "median_s", "clips_per_s", "speedup_vs_ptv_fp32", "first_loss",
                     "loss_rel_diff_vs_ptv_fp32"], {"ratios": ratios})
     print(f"zoo fp32 / PyTorchVideo fp32: {ratios['zoo_fp32_vs_ptv_fp32']:.2f}x (loss relative "
           f"difference {ratios['loss_rel_diff_fp32']:.2g})")

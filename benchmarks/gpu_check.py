@@ -164,7 +164,9 @@ def train_step(c: Check) -> Tuple[bool, str]:
                               "--device", c.device, "--precision", "fp32", "bf16", *sizes])
     rows = (_json(os.path.join(out, "train.json")) or {}).get("rows", [])
     parts = [f"{r['precision']} {r['clips_per_s']:.1f} clips/s ({r['peak_pct']:.1f}% of "
-             f"{r['precision']} peak)" for r in rows]
+             f"{r['math_mode']} peak)" for r in rows]
+    if rows:
+        parts.insert(0, f"input {rows[0]['input']}")
     if rows:
         batch = rows[0]["batch"]
         parts.append(f"{rows[0]['step_gflop'] / batch:.4g} GFLOP/clip")
