@@ -238,11 +238,13 @@ def cmd_data(args) -> list:
         extra["decoders"] = _decoder_benchmark(args.decoders)
     paths = _finish(args, "data", rows, machine, ["split", "num_workers", "clips_per_video",
                     "clips_window", "batch_buffers", "decode_threads", "round", "batch",
-                    "clip_shape", "clips_per_s", "clips_per_s_per_worker", "skipped_videos"],
+                    "clip_shape", "clips_per_s", "clips_per_s_per_worker", "clips_per_cpu_s",
+                    "skipped_videos"],
                     extra)
     print(common.format_table(summary, ["num_workers", "clips_per_video", "clips_window",
                                         "batch_buffers", "decode_threads", "median_clips_per_s",
-                                        "per_worker", "rounds", "vs_1_clip"]))
+                                        "per_worker", "clips_per_cpu_s", "rounds",
+                                        "vs_1_clip"]))
     png = os.path.join(args.out, "data.png")
     plots.bar_chart(png, [f"{r['num_workers']} workers, {r['clips_per_video']} clips/video "
                           f"{r['clips_window']}, {r['batch_buffers']} buffers, decode threads "

@@ -8,23 +8,41 @@ change in the machine's load during the run falls on all of them alike; every ro
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from typing import Any, Dict, List, Sequence
 
 
+def _cpu_seconds(loader) -> float:
+    """CPU seconds used so far by this process and the loader's worker processes (all their
+    threads: FFmpeg's included), from /proc; this process's alone where /proc is missing."""
+    total = time.process_time()
+    iterator = getattr(loader, "_iterator", None)
+    for worker in getattr(iterator, "_workers", None) or []:
+        try:
+            with open(f"/proc/{worker.pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError, AttributeError):
+            continue
+    return total
+
+
 def _time_loader(cfg, split: str, batches: int, warmup: int) -> Dict[str, Any]:
-    """Clips/s of one loader built from ``cfg`` over ``batches`` batches after ``warmup``."""
+    """Clips/s of one loader built from ``cfg`` over ``batches`` batches after ``warmup``, and
+    clips per CPU second (the loader's processes together: a figure per fully used core, which
+    other jobs on a shared machine change less than the clips/s)."""
     from zoo.data import build_loader
 
     loader = build_loader(cfg, split)
-    clips, bad, start, seen, epoch = 0, 0, None, 0, 0
+    clips, bad, start, seen, epoch, cpu = 0, 0, None, 0, 0, 0.0
     while seen < warmup + batches:
         if hasattr(loader.sampler, "set_epoch"):
             loader.sampler.set_epoch(epoch)
         for batch in loader:
             if seen == warmup:
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), _cpu_seconds(loader)
             if seen >= warmup:
                 clips += int(batch[0].shape[0])
                 bad += int(batch[3].sum())
@@ -33,9 +51,11 @@ def _time_loader(cfg, split: str, batches: int, warmup: int) -> Dict[str, Any]:
                 break
         epoch += 1
     seconds = time.perf_counter() - start
+    cpu = _cpu_seconds(loader) - cpu
     row = {"batch": int(batch[0].shape[0]),
            "clip_shape": "x".join(str(v) for v in batch[0].shape[1:]), "batches": batches,
            "seconds": round(seconds, 4), "clips_per_s": round(clips / seconds, 2),
+           "cpu_s": round(cpu, 3), "clips_per_cpu_s": round(clips / max(cpu, 1e-9), 2),
            "skipped_videos": bad}
     del loader
     return row
@@ -110,12 +130,16 @@ def median_rows(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     over rounds (and per worker), every round's figure, and the ratio to CLIPS_PER_VIDEO 1 with
     the same workers, buffers and decode threads (when it was measured)."""
     groups: Dict[tuple, List[float]] = {}
+    per_cpu: Dict[tuple, List[float]] = {}
     for row in rows:
         key = (row["num_workers"], row.get("batch_buffers", ""), row["clips_per_video"],
                row.get("clips_window", ""), row.get("decode_threads", ""))
         groups.setdefault(key, []).append(row["clips_per_s"])
+        if "clips_per_cpu_s" in row:
+            per_cpu.setdefault(key, []).append(row["clips_per_cpu_s"])
     out = []
-    for (n, kept, per_video, window, threads), figures in groups.items():
+    for key, figures in groups.items():
+        n, kept, per_video, window, threads = key
         median = statistics.median(figures)
         base = next((v for k, v in groups.items()
                      if k[:3] == (n, kept, 1) and k[4] == threads), None)
@@ -123,6 +147,8 @@ def median_rows(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                     "batch_buffers": kept, "decode_threads": threads,
                     "median_clips_per_s": round(median, 2),
                     "per_worker": round(median / max(1, n), 2),
+                    "clips_per_cpu_s": (round(statistics.median(per_cpu[key]), 2)
+                                        if key in per_cpu else ""),
                     "rounds": " ".join(f"{f:g}" for f in figures),
                     "vs_1_clip": round(median / statistics.median(base), 2) if base else ""})
     return out

@@ -156,6 +156,8 @@ def test_scaling_data_startup(tmp_path, synth_root):
     assert all(row["batch"] == "2" and row["batch_buffers"] == "3" for row in rows)
     summary = {s["clips_per_video"]: s for s in data["summary"]}
     assert summary[1]["vs_1_clip"] == 1.0 and summary[2]["vs_1_clip"] > 0
+    assert all(float(row["cpu_s"]) > 0 and float(row["clips_per_cpu_s"]) > 0 for row in rows)
+    assert summary[1]["clips_per_cpu_s"] > 0
 
     r = run_tool("benchmark.py", ["startup", "--runs", "1", "--cache", synth_root,
                                   "--out", str(out), *tiny, "DDP_CONFIG.NUM_CPU_PROCS", "1"],
@@ -337,6 +339,15 @@ def test_loader_ratios_compare_clip_counts_at_the_same_batch_buffers():
     summary = {(s["batch_buffers"], s["clips_per_video"]): s for s in median_rows(rows)}
     assert summary[(0, 4)]["vs_1_clip"] == 2.0 and summary[(4, 4)]["vs_1_clip"] == 3.0
     assert summary[(4, 4)]["rounds"] == "36 36" and summary[(4, 1)]["vs_1_clip"] == 1.0
+
+    # DATA.DECODE_THREADS settings are grouped apart, each against its own 1-clip figure.
+    rows = [{"num_workers": 2, "batch_buffers": 0, "clips_per_video": per_video,
+             "decode_threads": threads, "clips_per_s": speed, "clips_per_cpu_s": speed / 2}
+            for threads, per_video, speed in [(0, 1, 10.0), (-1, 1, 8.0), (0, 4, 30.0),
+                                              (-1, 4, 16.0)]]
+    summary = {(s["decode_threads"], s["clips_per_video"]): s for s in median_rows(rows)}
+    assert summary[(0, 4)]["vs_1_clip"] == 3.0 and summary[(-1, 4)]["vs_1_clip"] == 2.0
+    assert summary[(-1, 1)]["per_worker"] == 4.0 and summary[(0, 1)]["clips_per_cpu_s"] == 5.0
 
 
 @pytest.mark.slow
