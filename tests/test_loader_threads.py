@@ -96,7 +96,7 @@ def test_the_loader_workers_use_their_share_and_say_so(tmp_path, monkeypatch, ca
     with caplog.at_level(logging.INFO, logger="zoo.data.build"):
         loader = build.build_loader(_loader_cfg(tmp_path, 0), "train")
     assert ("train loader: 2 workers on 8 cores, each with 4 decoder thread(s) "
-            "(DATA.DECODE_THREADS 0), 1 torch and 1 OpenCV thread") in caplog.text
+            "(DATA.DECODE_THREADS 0), 1 torch and 1 OpenCV thread(s)") in caplog.text
     loader.sampler.set_epoch(0)
     seen = {int(v) for batch in loader for v in batch[1]}
     assert seen == {4 * 10000 + 1 * 100 + 1}
@@ -106,7 +106,8 @@ def test_the_loader_workers_use_their_share_and_say_so(tmp_path, monkeypatch, ca
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="zoo.data.build"):
         build.build_loader(_loader_cfg(tmp_path, T.LIBRARY_CHOICE), "train")
-    assert "each with FFmpeg's choice (one per core) decoder thread(s)" in caplog.text
+    assert ("each with FFmpeg's choice (one per core) decoder thread(s) (DATA.DECODE_THREADS -1), "
+            "1 torch and OpenCV's default OpenCV thread(s)") in caplog.text
 
 
 def test_decode_threads_below_minus_one_is_refused():

@@ -392,12 +392,15 @@ def worker_threads(decode_threads: int, num_workers: int) -> Dict[str, Any]:
     """Threads of each of ``num_workers`` loader workers: ``decoder`` (the readers' count for
     ``DATA.DECODE_THREADS`` = ``decode_threads``: that value when > 0, FFmpeg's own choice for
     -1, else the worker's share of the cores, :func:`~zoo.data.decode.threads.threads_per_worker`;
-    frames under 256x256 always decode on one), ``torch`` and ``opencv`` (1 each), ``cores``."""
+    frames under 256x256 always decode on one), ``torch`` (1), ``opencv`` (1; its own default
+    with -1, as before workers were given a share) and ``cores``."""
     cores = available_cpus()
+    library = decode_threads == LIBRARY_CHOICE
     decoder: Any = (decode_threads if decode_threads > 0 else
-                    "FFmpeg's choice (one per core)" if decode_threads == LIBRARY_CHOICE else
+                    "FFmpeg's choice (one per core)" if library else
                     threads_per_worker(num_workers, cores))
-    return {"cores": cores, "decoder": decoder, "torch": 1, "opencv": 1}
+    return {"cores": cores, "decoder": decoder, "torch": 1,
+            "opencv": "OpenCV's default" if library else 1}
 
 
 def _videos_per_batch(batch_size: int, clips_per_video: int, per_rank: int,
@@ -502,7 +505,7 @@ def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0) -> DataLoa
             decoder_threads = threads["decoder"]
         if comm.is_main_process():
             logger.info("%s loader: %d workers on %d cores, each with %s decoder thread(s) "
-                        "(DATA.DECODE_THREADS %d), %d torch and %d OpenCV thread", split,
+                        "(DATA.DECODE_THREADS %d), %d torch and %s OpenCV thread(s)", split,
                         num_workers, threads["cores"], threads["decoder"],
                         int(data.DECODE_THREADS), threads["torch"], threads["opencv"])
     # (Kept buffers need torch 2.10+: see zoo/data/batch_memory.py.)
