@@ -1,7 +1,7 @@
 """``zoo-benchmark gpu``: the GPU path checked in one command on a fresh machine.
 
-Six steps, each but the last a child process whose output goes to its own log under ``out``; a
-failed step does not stop the others:
+Six steps, each but the last a child process, each with its own log under ``out``; a failed step
+does not stop the others:
 
 1. ``cuda_tests``: ``pytest -m cuda tests`` (the tests marked ``cuda``).
 2. ``quickstart``: train and test configs/quickstart/slowfast_tiny_motion.yaml (val / test top-1).
@@ -307,6 +307,8 @@ def balance(c: Check) -> Tuple[object, str]:
         bound = min(model, feed)
         figures.append(f"limit: the {limit}" + (f" (end-to-end {100 * both / bound:.0f}% of "
                                                   f"its {bound:.1f} clips/s)" if both else ""))
+    with open(os.path.join(c.out, "balance.log"), "w", encoding="utf-8") as log:
+        log.write("\n".join(figures) + "\n")  # no child process: its figures are its log
     return None not in (model, feed, both), "; ".join(figures)
 
 
