@@ -66,16 +66,17 @@ def cmd_train(args) -> list:
                             kwargs, args.compile, peak=args.gemm_size >= 0,
                             gemm_size=args.gemm_size or None,
                             execution=_execution(args, device))
-    columns = ["precision", "memory_format", "resolved_precision", "channels_last", "compile_mode",
-               "stem_pad", "median_s", "clips_per_s", "first_step_s", "first_loss"]
+    columns = ["precision", "memory_format", "resolved_precision", "channels_last", "input",
+               "compile_mode", "stem_pad", "median_s", "clips_per_s", "first_step_s",
+               "first_loss"]
     if args.gemm_size >= 0:
-        columns += ["achieved_gflops", "peak_gflops", "peak_pct"]
+        columns += ["math_mode", "achieved_gflops", "peak_gflops", "peak_pct"]
     paths = _finish(args, "train", rows, machine, columns)
     for r in rows if args.gemm_size >= 0 else []:
         print(f"{r['precision']}/{r['memory_format']} ({r['resolved_precision']}): "
               f"{r['median_s']:.4g} s/step, {r['step_gflop']:.4g} GFLOP/step -> "
               f"{r['achieved_gflops']:.4g} GFLOP/s = {r['peak_pct']:.1f}% of a "
-              f"{r['peak_gemm_size']}² {r['resolved_precision']} GEMM "
+              f"{r['peak_gemm_size']}² {r['math_mode']} GEMM "
               f"({r['peak_gflops']:.4g} GFLOP/s)")
     png = os.path.join(args.out, "train.png")
     plots.bar_chart(png, [f"zoo {r['precision']} / {r['memory_format']}" for r in rows],
@@ -110,7 +111,8 @@ def cmd_profile(args) -> list:
     name = f"profile_{info['precision']}"
     paths = common.write_results(args.out, name, rows, machine, info)
     print(f"{args.model}, batch {args.batch}, {args.frames}x{args.size}², {info['precision']}"
-          f"{' + channels-last' if info['channels_last'] else ''}, {info['threads']} threads: "
+          f"{' + channels-last' if info['channels_last'] else ''}, {info['input']} input, "
+          f"{info['threads']} threads: "
           f"{info['step_ms']:.1f} ms per profiled step, operators' self time "
           f"{info['self_ms_per_step']:.1f} ms")
     print(common.format_table([{"category": c, "ms_per_step": ms,
@@ -134,7 +136,7 @@ def cmd_compare(args) -> list:
                                         ablation=not args.no_ablation,
                                         execution=_execution(args, device))
     paths = _finish(args, "compare", rows, machine, ["variant", "precision", "channels_last",
-                    "median_s", "clips_per_s", "speedup_vs_ptv_fp32", "first_loss",
+                    "input", "median_s", "clips_per_s", "speedup_vs_ptv_fp32", "first_loss",
                     "loss_rel_diff_vs_ptv_fp32"], {"ratios": ratios})
     print(f"zoo fp32 / PyTorchVideo fp32: {ratios['zoo_fp32_vs_ptv_fp32']:.2f}x (loss relative "
           f"difference {ratios['loss_rel_diff_fp32']:.2g})")
@@ -240,20 +242,24 @@ def cmd_data(args) -> list:
     import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
     rows = loader_throughput(cfg, args.workers, args.batches, args.warmup, args.split,
                              args.clips_per_video, args.rounds, args.clips_window,
-                             args.batch_buffers)
+                             args.batch_buffers, args.decode_threads)
     summary = median_rows(rows)
     extra = {"config_file": os.path.relpath(args.config_file), "opts": opts, "summary": summary}
     if args.decoders is not None:
         extra["decoders"] = _decoder_benchmark(args.decoders)
     paths = _finish(args, "data", rows, machine, ["split", "num_workers", "clips_per_video",
-                    "clips_window", "batch_buffers", "round", "batch", "clip_shape",
-                    "clips_per_s", "skipped_videos"], extra)
+                    "clips_window", "batch_buffers", "decode_threads", "round", "batch",
+                    "clip_shape", "clips_per_s", "clips_per_s_per_worker", "clips_per_cpu_s",
+                    "skipped_videos"],
+                    extra)
     print(common.format_table(summary, ["num_workers", "clips_per_video", "clips_window",
-                                        "batch_buffers", "median_clips_per_s", "rounds",
+                                        "batch_buffers", "decode_threads", "median_clips_per_s",
+                                        "per_worker", "clips_per_cpu_s", "rounds",
                                         "vs_1_clip"]))
     png = os.path.join(args.out, "data.png")
     plots.bar_chart(png, [f"{r['num_workers']} workers, {r['clips_per_video']} clips/video "
-                          f"{r['clips_window']}, {r['batch_buffers']} buffers" for r in summary],
+                          f"{r['clips_window']}, {r['batch_buffers']} buffers, decode threads "
+                          f"{r['decode_threads']}" for r in summary],
                     [r["median_clips_per_s"] for r in summary],
                     f"{os.path.basename(args.config_file)}: {args.split} loader",
                     "clips/s (higher is better)", footer=plots.machine_footer(machine))

@@ -1,8 +1,10 @@
 """zoo's SlowFast-R50 8x8 train step against PyTorchVideo's ``create_slowfast``, in one process.
 
 Both models hold the same weights: PyTorchVideo's are copied into zoo's model with the checkpoint
-converter (``zoo.models.weights.convert``, scheme "pytorchvideo"). Both get the same batch, the
-same thread count and the same optimizer (SGD, momentum 0.9, weight decay 1e-4); head dropout is 0
+converter (``zoo.models.weights.convert``, scheme "pytorchvideo"). Both get the same batch, as the
+training loader hands it over (uint8, pinned on CUDA; :func:`~benchmarks.train.random_batch`),
+copied to the device with ``non_blocking`` and normalised there by the same function, the same
+thread count and the same optimizer (SGD, momentum 0.9, weight decay 1e-4); head dropout is 0
 in both so the loss of a batch is deterministic. PyTorchVideo's step is the plain PyTorch loop its
 examples use (slow pathway packed by index, forward, cross-entropy, backward, step); zoo's is
 :class:`~zoo.train.step.TrainStep` on a model prepared as zoo's trainer prepares it. Each variant
@@ -20,6 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from zoo.data.transforms import normalize_batch
 from zoo.models import create_model
 from zoo.models.weights.convert import convert_state_dict
 from zoo.train.execution import Execution
@@ -27,7 +30,7 @@ from zoo.train.precision import memory_format as layout_of
 from zoo.train.precision import resolve_channels_last, resolve_precision
 
 from .common import summary, time_interleaved
-from .train import random_batch, recording, zoo_step
+from .train import MEAN, STD, input_kind, random_batch, recording, zoo_step
 
 MODEL = "slowfast_8x8_resnet50"  # PyTorchVideo's create_slowfast defaults are this net
 ALPHA = 4
@@ -86,14 +89,18 @@ def build_pair(width: int, frames: int, size: int, num_classes: int,
 
 def ptv_step(model: nn.Module, device: torch.device, precision: str, channels_last: bool,
              lr: float = 0.01):
-    """PyTorchVideo's train step: a closure ``step(clips, labels) -> loss``."""
+    """PyTorchVideo's train step: a closure ``step(clips, labels) -> loss``; a uint8 batch is
+    normalised on ``device`` as zoo's step normalises it."""
     model.to(device).train()
     if channels_last:
         model.to(memory_format=torch.channels_last_3d)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
 
     def step(clips: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        clips, labels = clips.to(device), labels.to(device)
+        clips = clips.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        if clips.dtype == torch.uint8:  # what zoo's step does with the loader's uint8 batch
+            clips = normalize_batch(clips, MEAN, STD)
         if channels_last:
             clips = clips.contiguous(memory_format=layout_of(5))
         index = torch.linspace(0, clips.shape[2] - 1, clips.shape[2] // ALPHA,
@@ -136,7 +143,7 @@ def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, widt
         difference from PyTorchVideo fp32's) and the speed-ups of zoo over PyTorchVideo.
     """
     device = device or torch.device("cpu")
-    clips, labels = random_batch(batch, frames, size, num_classes, seed)
+    clips, labels = random_batch(batch, frames, size, num_classes, seed, device=device)
     fns, first, meta = _variant_steps(width, frames, size, num_classes, device, clips, labels,
                                       ablation, seed, execution)
     times = time_interleaved(fns, warmup, runs, device)
@@ -146,7 +153,8 @@ def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, widt
         stats = summary(ts)
         rel = abs(first[name] - first[base]) / abs(first[base])
         rows.append({
-            "variant": name, **meta[name], "batch": batch, "frames": frames, "size": size,
+            "variant": name, **meta[name], "input": input_kind(device), "batch": batch,
+            "frames": frames, "size": size,
             "width": width, "threads": torch.get_num_threads(), **stats,
             "clips_per_s": round(batch / stats["median_s"], 4),
             "speedup_vs_ptv_fp32": round(times_ratio(times, base, name), 3),

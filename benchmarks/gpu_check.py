@@ -1,6 +1,6 @@
 """``zoo-benchmark gpu``: the GPU path checked in one command on a fresh machine.
 
-Four steps, each a child process whose output goes to its own log under ``out``; a failed step
+Six steps, each but the last a child process, each with its own log under ``out``; a failed step
 does not stop the others:
 
 1. ``cuda_tests``: ``pytest -m cuda tests`` (the tests marked ``cuda``).
@@ -10,9 +10,15 @@ does not stop the others:
    ``quick``) also the bf16 step compiled (``--compile``: CUDA graphs, its first step's seconds)
    and ``zoo-benchmark compare --compile`` (zoo's compiled bf16 step against PyTorchVideo's
    at the same settings).
-4. ``real_decoding``: SlowFast-R50 8x8 trained in bf16 on generated 10-s 340x256 H.264 videos
-   (Kinetics-like) with cores - 2 loader workers: clips/s after the first epoch, and the GPU's
-   busy percent over the same iterations, sampled by ``nvidia-smi`` every 200 ms.
+4. ``loader``: ``zoo-benchmark data`` on the videos of the next step with its settings and
+   cores - 2 workers: the loader's clips/s alone (and per worker).
+5. ``real_decoding``: SlowFast-R50 8x8 trained in bf16 on generated 10-s 340x256 H.264 videos
+   (Kinetics-like, GOP 250, CRF 23) with cores - 2 loader workers: clips/s after the first epoch,
+   the GPU's busy percent over the same iterations (sampled by ``nvidia-smi`` every 200 ms) and
+   the share of those epochs the training loop waited for data (``data_wait_share``).
+6. ``balance``: the figures side by side: model-only clips/s (``train_step``'s bf16 step at the
+   same sizes), loader-only clips/s, end-to-end clips/s, GPU busy, data wait, and which of model
+   and loader is the limit.
 
 ``quick`` shrinks every size (a tiny SlowFast, a few videos, short schedules) so the whole check
 runs in a minute or two on a CPU; with ``device`` "cpu" the children see no GPU
@@ -36,7 +42,7 @@ from zoo.utils.env import available_cpus
 from . import child_env
 
 QUICKSTART = "configs/quickstart/slowfast_tiny_motion.yaml"
-STEPS = ("cuda_tests", "quickstart", "train_step", "real_decoding")
+STEPS = ("cuda_tests", "quickstart", "train_step", "loader", "real_decoding", "balance")
 
 
 class Check:
@@ -44,6 +50,7 @@ class Check:
 
     def __init__(self, out: str, device: str, quick: bool, timeout_s: float) -> None:
         self.out, self.device, self.quick, self.timeout_s = out, device, quick, timeout_s
+        self.results: Dict[str, Dict[str, object]] = {}  # each step's figures, for "balance"
         self.env = dict(child_env(os.environ), PYTHONUNBUFFERED="1")
         if device == "cpu":
             self.env["CUDA_VISIBLE_DEVICES"] = ""
@@ -167,7 +174,10 @@ def train_step(c: Check) -> Tuple[bool, str]:
                               "--device", c.device, "--precision", "fp32", "bf16", *sizes])
     rows = (_json(os.path.join(out, "train.json")) or {}).get("rows", [])
     parts = [f"{r['precision']} {r['clips_per_s']:.1f} clips/s ({r['peak_pct']:.1f}% of "
-             f"{r['precision']} peak)" for r in rows]
+             f"{r['math_mode']} peak)" for r in rows]
+    if rows:
+        parts.insert(0, f"input {rows[0]['input']}")
+        c.results["train_step"] = {r["precision"]: r["clips_per_s"] for r in rows}
     if rows:
         batch = rows[0]["batch"]
         parts.append(f"{rows[0]['step_gflop'] / batch:.4g} GFLOP/clip")
@@ -211,23 +221,55 @@ def _video_list(c: Check, count: int, repeats: int, classes: int) -> Tuple[str, 
     return path, folder
 
 
-def real_decoding(c: Check) -> Tuple[bool, str]:
-    """SlowFast-R50 8x8 in bf16 on generated videos with cores - 2 workers: clips/s and GPU busy
-    after the first epoch (the first holds the start-up: workers, cuDNN's choices)."""
+def _real_data(c: Check) -> Dict[str, object]:
+    """The real-decoding run's data and sizes, shared by ``loader`` and ``real_decoding``:
+    ``workers`` (cores - 2), ``batch``, ``epochs``, ``list``, and ``opts`` (config overrides:
+    model, clip sizes, the list, workers, batch)."""
     workers = max(0, available_cpus() - 2)
     count, repeats, batch, epochs = (4, 2, 2, 2) if c.quick else (48, 10, 16, 3)
     list_path, folder = _video_list(c, count, repeats, classes=8)
-    run_dir = os.path.join(c.out, "real_decoding")
     model = (["MODEL.NAME", "slowfast_tiny_resnet18", "DATA.CLIP_LEN", "16", "DATA.CROP_SIZE",
               "64", "DATA.SHORT_SIDE_SIZE", "72", "DATA.TRAIN_SHORT_SIDE_RANGE", "[72, 90]"]
              if c.quick else
              ["MODEL.NAME", "slowfast_8x8_resnet50", "DATA.CLIP_LEN", "32", "DATA.CROP_SIZE",
               "224", "DATA.SHORT_SIDE_SIZE", "256", "DATA.TRAIN_SHORT_SIDE_RANGE", "[256, 320]"])
-    args = ["--config-file", QUICKSTART, *model, "MODEL.KWARGS", "[]", "DATA.FRAME_RATE", "2",
+    opts = [*model, "MODEL.KWARGS", "[]", "DATA.FRAME_RATE", "2",
             "DATA.SYNTHETIC.ENABLE", "False", "DATA.NUM_CLASSES", "8",
             "DATA.TRAIN_ANNO_PATH", list_path, "DATA.TRAIN_DATA_PATH", folder,
             "DATA.VAL_ANNO_PATH", "", "DATA.NUM_WORKERS", str(workers),
-            "TRAIN.BATCH_SIZE", str(batch), "TRAIN.EPOCH_NUM", str(epochs),
+            "TRAIN.BATCH_SIZE", str(batch)]
+    return {"workers": workers, "batch": batch, "epochs": epochs, "list": list_path,
+            "opts": opts}
+
+
+def loader(c: Check) -> Tuple[bool, str]:
+    """The training loader alone (``zoo-benchmark data``) on the real-decoding run's videos and
+    settings, with cores - 2 workers."""
+    real = _real_data(c)
+    workers = int(real["workers"])
+    batches, warmup = (4, 1) if c.quick else (max(40, 3 * workers), max(4, workers))
+    out = os.path.join(c.out, "loader")
+    rc = c.run("loader", [sys.executable, "-m", "benchmarks.run", "data", "--out", out,
+                          "--workers", str(workers), "--batches", str(batches), "--warmup",
+                          str(warmup), "--config-file", QUICKSTART, *real["opts"]])
+    summary = (_json(os.path.join(out, "data.json")) or {}).get("summary", [])
+    if not summary:
+        return False, "no results"
+    speed = summary[0]["median_clips_per_s"]
+    c.results["loader"] = {"clips_per_s": speed, "workers": workers}
+    per = f", {summary[0]['per_worker']:.1f} per worker" if workers else ""
+    return rc == 0, f"{speed:.1f} clips/s with {workers} workers{per}"
+
+
+def real_decoding(c: Check) -> Tuple[bool, str]:
+    """SlowFast-R50 8x8 in bf16 on generated videos with cores - 2 workers: clips/s, GPU busy and
+    the loop's data wait after the first epoch (the first holds the start-up: workers, cuDNN's
+    choices)."""
+    real = _real_data(c)
+    workers, batch, epochs = int(real["workers"]), int(real["batch"]), int(real["epochs"])
+    list_path = str(real["list"])
+    run_dir = os.path.join(c.out, "real_decoding")
+    args = ["--config-file", QUICKSTART, *real["opts"], "TRAIN.EPOCH_NUM", str(epochs),
             "TRAIN.PRECISION", "bf16", "DDP_CONFIG.NUM_CPU_PROCS", "1",
             "LOG.BASE_PATH", run_dir, "LOG.EXP_NAME", "run", "LOG.PROGRESS_BAR", "False",
             "LOG.DISPLAY_FREQ", "10"]
@@ -250,17 +292,55 @@ def real_decoding(c: Check) -> Tuple[bool, str]:
     timed = epochs_done[1:] or epochs_done
     clips = (len(open(list_path).readlines()) // batch) * batch
     figures = [f"{workers} workers, batch {batch}"]
+    result: Dict[str, object] = {}
     if timed:
-        speed = clips * len(timed) / sum(r["time_s"] for r in timed)
+        seconds = sum(r["time_s"] for r in timed)
+        result["clips_per_s"] = speed = clips * len(timed) / seconds
         figures.append(f"{speed:.1f} clips/s (epochs {timed[0]['epoch']}-{timed[-1]['epoch']})")
+        if all("data_wait_share" in r for r in timed):
+            wait = sum(r["data_wait_share"] * r["time_s"] for r in timed) / seconds
+            result["data_wait"] = wait
+            figures.append(f"data wait {100 * wait:.0f}%")
     start = marks.get("epoch1" if len(epochs_done) > 1 else "first")
     pct = busy.mean(start, marks["end"]) if start and "end" in marks else None
+    result["gpu_busy"] = pct
     figures.append(f"GPU busy {pct:.0f}%" if pct is not None else "GPU busy n/a")
+    c.results["real_decoding"] = result
     return rc == 0 and len(epochs_done) == epochs, ", ".join(figures)
 
 
+def balance(c: Check) -> Tuple[object, str]:
+    """Model-only, loader-only and end-to-end clips/s side by side, with GPU busy and data wait,
+    from the steps run before it; names the slower of model and loader as the limit."""
+    model = c.results.get("train_step", {}).get("bf16")
+    feed = c.results.get("loader", {}).get("clips_per_s")
+    real = c.results.get("real_decoding", {})
+    both = real.get("clips_per_s")
+    if model is None and feed is None and both is None:
+        return "skipped", "needs train_step, loader and real_decoding"
+
+    def speed(value) -> str:
+        return f"{value:.1f} clips/s" if value is not None else "n/a"
+
+    busy, wait = real.get("gpu_busy"), real.get("data_wait")
+    figures = [f"model-only {speed(model)}",
+               f"loader-only {speed(feed)} ({c.results.get('loader', {}).get('workers', '?')} "
+               "workers)",
+               f"end-to-end {speed(both)}",
+               f"GPU busy {busy:.0f}%" if busy is not None else "GPU busy n/a",
+               f"data wait {100 * wait:.0f}%" if wait is not None else "data wait n/a"]
+    if model is not None and feed is not None:
+        limit = "loader" if feed < model else "model"
+        bound = min(model, feed)
+        figures.append(f"limit: the {limit}" + (f" (end-to-end {100 * both / bound:.0f}% of "
+                                                  f"its {bound:.1f} clips/s)" if both else ""))
+    with open(os.path.join(c.out, "balance.log"), "w", encoding="utf-8") as log:
+        log.write("\n".join(figures) + "\n")  # no child process: its figures are its log
+    return None not in (model, feed, both), "; ".join(figures)
+
+
 CHECKS = {"cuda_tests": cuda_tests, "quickstart": quickstart, "train_step": train_step,
-          "real_decoding": real_decoding}
+          "loader": loader, "real_decoding": real_decoding, "balance": balance}
 
 
 def run_gpu_check(out: str, device: str = "cuda", quick: bool = False,

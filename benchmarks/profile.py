@@ -1,10 +1,11 @@
 """Where a training step's time goes, per operator (``zoo-benchmark profile``).
 
 zoo's own step (:func:`~benchmarks.train.zoo_step`, the model prepared as the trainer prepares
-it) runs ``warmup`` untimed steps, then ``runs`` steps under ``torch.profiler``. Each operator's
-self time (time in the operator minus the operators it called; device time on GPUs) is divided by
-``runs``, so the table reads "ms per step". Operators are also summed into categories (convolution
-forward and backward, batch norm, element-wise, layout conversions and copies, matmul, pooling,
+it, fed the loader's uint8 batch, pinned on CUDA: :func:`~benchmarks.train.random_batch`) runs
+``warmup`` untimed steps, then ``runs`` steps under ``torch.profiler``. Each operator's self time
+(time in the operator minus the operators it called; device time on GPUs) is divided by ``runs``,
+so the table reads "ms per step". Operators are also summed into categories (convolution forward
+and backward, batch norm, element-wise, layout conversions and copies, matmul, pooling,
 optimizer, other): the usual suspects when a step is far from the device's matmul peak.
 """
 
@@ -20,7 +21,7 @@ from zoo.models import create_model
 from zoo.train.execution import Execution
 
 from .common import sync
-from .train import random_batch, zoo_step
+from .train import input_kind, random_batch, zoo_step
 
 # (substring of the operator's name, category): the first match wins, so backward names come first.
 CATEGORIES: Sequence[Tuple[str, str]] = (
@@ -86,7 +87,7 @@ def step_profile(model_name: str, frames: int, size: int, batch: int, precision:
     image = not any(isinstance(m, nn.Conv3d) for m in model.modules())
     step, resolved, channels_last = zoo_step(model, device, num_classes, precision, memory_format,
                                              execution=execution)
-    clips, labels = random_batch(batch, frames, size, num_classes, image=image)
+    clips, labels = random_batch(batch, frames, size, num_classes, image=image, device=device)
     for _ in range(warmup):
         step(clips, labels)
     sync(device)
@@ -107,7 +108,7 @@ def step_profile(model_name: str, frames: int, size: int, batch: int, precision:
     for r in rows:
         by_cat[r["category"]] = round(by_cat.get(r["category"], 0.0) + r["ms_per_step"], 3)
     info = {"model": model_name, "batch": batch, "frames": 0 if image else frames, "size": size,
-            "precision": resolved, "channels_last": channels_last,
+            "precision": resolved, "channels_last": channels_last, "input": input_kind(device),
             "execution": execution.describe() if execution is not None else "",
             "threads": torch.get_num_threads(), "runs": runs,
             "self_ms_per_step": round(total, 3), "step_ms": round(wall_ms, 3),

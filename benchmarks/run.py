@@ -163,6 +163,9 @@ def _add_data(sub) -> None:
                    help="DATA.CLIPS_WINDOW values to compare for more than 1 clip per video")
     d.add_argument("--batch-buffers", type=int, nargs="+", default=[],
                    help="DATA.BATCH_BUFFERS_PER_WORKER values to compare (default: the config's)")
+    d.add_argument("--decode-threads", type=int, nargs="+", default=[],
+                   help="DATA.DECODE_THREADS values to compare (0 = each worker's share of the "
+                   "cores, -1 = FFmpeg's one per core; default: the config's)")
     d.add_argument("--rounds", type=int, default=1,
                    help="measurements per setting, in alternating order (A B B A ...)")
     d.add_argument("--generate", type=int, default=0, metavar="N",

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from zoo.data.build import DEFAULT_MEAN, DEFAULT_STD
 from zoo.models import create_model
 from zoo.solver.optimizer import make_optimizer
 from zoo.train.execution import Execution, apply_cudnn_benchmark, resolve_execution
@@ -26,13 +27,45 @@ from zoo.train.trainer import apply_execution
 from .common import summary, time_interleaved
 from .peak import add_percent_of_peak, forward_flops
 
+# The normalisation of the benchmarks' uint8 batches (zoo's defaults, DATA.MEAN / STD empty).
+MEAN, STD = DEFAULT_MEAN, DEFAULT_STD
+
+
+# What the benchmarks' batch stands for (the ``input`` column of their rows).
+INPUT_PINNED = "uint8 pinned"
+INPUT_PAGEABLE = "uint8"
+
+
+def pins(device: torch.device) -> bool:
+    """Whether the training loader pins its batches for ``device`` (``build_loader`` pins them
+    where CUDA is): page-locked host memory, so the copy to the GPU runs asynchronously."""
+    return device.type == "cuda"
+
+
+def input_kind(device: torch.device) -> str:
+    """The ``input`` column of a benchmark row: how the batch reaches ``device``."""
+    return INPUT_PINNED if pins(device) else INPUT_PAGEABLE
+
 
 def random_batch(batch: int, frames: int, size: int, num_classes: int, seed: int = 0,
-                 image: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-    """A reproducible random batch: clips ``(B, 3, T, S, S)`` (images ``(B, 3, S, S)``), labels."""
+                 image: bool = False,
+                 device: Optional[torch.device] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A reproducible random batch as the training loader hands it over: uint8 pixels, clips
+    ``(B, 3, T, S, S)`` stored in ``(B, T, S, S, 3)`` order (channels-last; images ``(B, 3, S, S)``
+    stored ``(B, S, S, 3)``), and labels; pinned when ``device`` is a CUDA device (:func:`pins`).
+
+    The training step copies it with ``non_blocking`` and normalises it on the device
+    (``TrainStep(normalization=...)``, ``CONFIG.DATA.NORMALIZE_ON "device"``), so a benchmark of
+    the step times the same input path as training.
+    """
     g = torch.Generator().manual_seed(seed)
-    shape = (batch, 3, size, size) if image else (batch, 3, frames, size, size)
-    return torch.randn(shape, generator=g), torch.randint(0, num_classes, (batch,), generator=g)
+    stored = (batch, size, size, 3) if image else (batch, frames, size, size, 3)
+    pixels = torch.randint(0, 256, stored, generator=g, dtype=torch.uint8)
+    clips = pixels.permute(0, 3, 1, 2) if image else pixels.permute(0, 4, 1, 2, 3)
+    labels = torch.randint(0, num_classes, (batch,), generator=g)
+    if device is not None and pins(device):
+        clips, labels = clips.pin_memory(), labels.pin_memory()
+    return clips, labels
 
 
 def step_execution(device: torch.device, compile_model: bool = False, compile_mode: str = "auto",
@@ -50,7 +83,8 @@ def zoo_step(model: nn.Module, device: torch.device, num_classes: int, precision
              memory_format: str = "auto", route_convs: bool = True, compile_model: bool = False,
              lr: float = 0.01, route_stems: bool = True,
              execution: Optional[Execution] = None) -> Tuple[TrainStep, str, bool]:
-    """Prepare ``model`` as zoo's trainer does and return its train step.
+    """Prepare ``model`` as zoo's trainer does and return its train step, which normalises uint8
+    batches on ``device`` with :data:`MEAN` / :data:`STD` as the trainer's does.
 
     The optimizer is SGD (momentum 0.9, weight decay 1e-4, constant LR) built as zoo's trainer
     builds it (:func:`~zoo.solver.optimizer.make_optimizer`: PyTorch's fused implementation where
@@ -74,7 +108,8 @@ def zoo_step(model: nn.Module, device: torch.device, num_classes: int, precision
                                weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     step = TrainStep(model, optimizer, scheduler, device, num_classes, precision=precision,
-                     channels_last=channels_last, cuda_graphs=execution.cuda_graphs)
+                     channels_last=channels_last, cuda_graphs=execution.cuda_graphs,
+                     normalization=(MEAN, STD))
     return step, precision, channels_last
 
 
@@ -140,7 +175,7 @@ def train_throughput(model_name: str, frames: int, size: int, batch: int,
     image = not any(isinstance(m, nn.Conv3d) for m in probe.modules())
     state = probe.state_dict()
     del probe
-    clips, labels = random_batch(batch, frames, size, num_classes, seed, image)
+    clips, labels = random_batch(batch, frames, size, num_classes, seed, image, device)
     fns, first, meta, first_s = {}, {}, {}, {}
     for precision, fmt in itertools.product(precisions, memory_formats):
         model = create_model(model_name, num_classes=num_classes, **kwargs)
@@ -152,7 +187,8 @@ def train_throughput(model_name: str, frames: int, size: int, batch: int,
         meta[name] = {"precision": precision, "memory_format": fmt, "resolved_precision": resolved,
                       "channels_last": channels_last}
     times = time_interleaved(fns, warmup, runs, device)
-    common = {"model": model_name, "batch": batch, "frames": 0 if image else frames, "size": size}
+    common = {"model": model_name, "batch": batch, "frames": 0 if image else frames, "size": size,
+              "input": input_kind(device)}
     rows = [_row(common, meta[name], ts, first[name], batch, execution, first_s[name])
             for name, ts in times.items()]
     if peak:

@@ -49,6 +49,8 @@ def test_train_and_compare(tmp_path):
     rows, _ = _read(out, "train")
     assert [row["precision"] for row in rows] == ["fp32", "auto"]
     assert all(float(row["clips_per_s"]) > 0 and row["runs"] == "2" for row in rows)
+    assert all(row["input"] == "uint8" for row in rows)  # not pinned: no CUDA here
+    assert rows[0]["math_mode"] == "fp32"
     assert (out / "train.png").stat().st_size > 0
 
     pytest.importorskip("pytorchvideo.models.slowfast")
@@ -58,6 +60,7 @@ def test_train_and_compare(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "zoo fp32 / PyTorchVideo fp32" in r.stdout
     rows, data = _read(out, "compare")
+    assert {row["input"] for row in rows} == {"uint8"}
     # 8 variants; 7 where zoo's defaults already are bf16 + channels-last (one row serves both)
     defaults_bf16 = resolve_precision("auto", CPU) == "bf16"
     assert rows[0]["side"] == "ptv" and len(rows) == (7 if defaults_bf16 else 8)
@@ -154,6 +157,8 @@ def test_scaling_data_startup(tmp_path, synth_root):
     assert all(row["batch"] == "2" and row["batch_buffers"] == "3" for row in rows)
     summary = {s["clips_per_video"]: s for s in data["summary"]}
     assert summary[1]["vs_1_clip"] == 1.0 and summary[2]["vs_1_clip"] > 0
+    assert all(float(row["cpu_s"]) > 0 and float(row["clips_per_cpu_s"]) > 0 for row in rows)
+    assert summary[1]["clips_per_cpu_s"] > 0
 
     r = run_tool("benchmark.py", ["startup", "--runs", "1", "--cache", synth_root,
                                   "--out", str(out), *tiny, "DDP_CONFIG.NUM_CPU_PROCS", "1"],
@@ -187,6 +192,81 @@ def test_matmul_peak_is_2n3_over_best_time(monkeypatch):
     assert peak.matmul_peak("fp32", CPU, 32, repeats=3) == 2 * 32 ** 3 / 0.25
 
 
+def test_benchmark_batch_is_the_loaders_uint8_pinned_for_cuda(monkeypatch):
+    from benchmarks import train
+
+    clips, labels = train.random_batch(2, 4, 8, 3, device=CPU)
+    assert clips.dtype == torch.uint8 and clips.shape == (2, 3, 4, 8, 8)
+    # stored (B, T, H, W, C), as the loader's collate stacks uint8 clips
+    assert clips.is_contiguous(memory_format=torch.channels_last_3d)
+    assert not clips.is_pinned() and train.input_kind(CPU) == "uint8"
+    image, _ = train.random_batch(2, 4, 8, 3, image=True)
+    assert image.shape == (2, 3, 8, 8) and image.is_contiguous(memory_format=torch.channels_last)
+
+    # pin_memory() needs CUDA: record the calls instead (the batch is made on the host either way)
+    pinned = []
+
+    def fake_pin(self):
+        pinned.append(self.dtype)
+        return self
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", fake_pin)
+    cuda = torch.device("cuda", 0)
+    clips, labels = train.random_batch(2, 4, 8, 3, device=cuda)
+    assert pinned == [torch.uint8, torch.int64] and clips.dtype == torch.uint8
+    assert train.pins(cuda) and train.input_kind(cuda) == "uint8 pinned"
+    again, _ = train.random_batch(2, 4, 8, 3)  # the same draw whatever the device
+    assert torch.equal(again, clips)
+
+
+def test_the_step_normalises_the_uint8_batch_as_training_does():
+    from benchmarks.train import MEAN, STD, random_batch, zoo_step
+    from zoo.data.transforms import normalize_batch
+    from zoo.models import create_model
+
+    model = create_model("slowfast_tiny_resnet18", num_classes=3)
+    step, _, _ = zoo_step(model, CPU, 3, "fp32", "contiguous", route_convs=False)
+    clips, _ = random_batch(1, 8, 32, 3)
+    assert torch.equal(step.prepare(clips), normalize_batch(clips, MEAN, STD))
+
+
+def test_percent_of_peak_compares_like_with_like(monkeypatch):
+    from benchmarks import peak
+
+    cuda = torch.device("cuda", 0)
+    assert peak.math_mode("bf16", cuda) == "bf16" and peak.math_mode("fp32", CPU) == "fp32"
+    monkeypatch.setattr(peak, "conv_tf32", lambda: True)
+    assert peak.math_mode("fp32", cuda) == "tf32"
+    monkeypatch.setattr(peak, "conv_tf32", lambda: False)
+    assert peak.math_mode("fp32", cuda) == "fp32"
+    with pytest.raises(ValueError, match="tf32 is a CUDA math mode"):
+        peak.matmul_peak("tf32", CPU, 8)
+    # The GEMM of a TF32 step runs with TF32 allowed, a strict fp32 one without, and the switch
+    # is restored after (settable without a GPU).
+    matmul = torch.backends.cuda.matmul
+    before = getattr(matmul, "fp32_precision", None) or matmul.allow_tf32
+    for enabled in (True, False):
+        with peak._matmul_tf32(enabled):
+            if hasattr(matmul, "fp32_precision"):
+                assert matmul.fp32_precision == ("tf32" if enabled else "ieee")
+            else:
+                assert matmul.allow_tf32 is enabled
+        assert (getattr(matmul, "fp32_precision", None) or matmul.allow_tf32) == before
+    assert peak.conv_tf32() in (True, False)  # PyTorch's own setting, read without error
+
+    # Rows of fp32 and bf16 steps on CUDA with cuDNN's TF32 on: two GEMMs, tf32 and bf16.
+    monkeypatch.setattr(peak, "conv_tf32", lambda: True)
+    timed = []
+    monkeypatch.setattr(peak, "matmul_peak",
+                        lambda mode, device, n, repeats: timed.append(mode) or 1e12)
+    rows = [{"resolved_precision": "fp32", "median_s": 1.0},
+            {"resolved_precision": "bf16", "median_s": 1.0}]
+    peaks = peak.add_percent_of_peak(rows, 1e9, cuda, gemm_size=8)
+    assert timed == ["tf32", "bf16"] and set(peaks) == {"tf32", "bf16"}
+    assert [r["math_mode"] for r in rows] == ["tf32", "bf16"]
+    assert rows[0]["peak_pct"] == pytest.approx(100 * 3e9 / 1e12)
+
+
 def test_train_reports_percent_of_peak():
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -199,9 +279,10 @@ def test_train_reports_percent_of_peak():
     model = create_model("slowfast_tiny_resnet18", num_classes=3)
     clips, _ = random_batch(1, 8, 32, 3)
     with FlopCounterMode(display=False) as counter:
-        model(clips)
+        model(clips.float())
     step_gflop = 3 * counter.get_total_flops() / 1e9
     row = rows[0]
+    assert row["math_mode"] == "fp32" and row["input"] == "uint8"
     assert row["peak_gemm_size"] == 64 and row["peak_gflops"] > 0
     assert row["step_gflop"] == pytest.approx(step_gflop, abs=1e-3)
     assert row["achieved_gflops"] == pytest.approx(step_gflop / row["median_s"], rel=1e-2)
@@ -259,6 +340,15 @@ def test_loader_ratios_compare_clip_counts_at_the_same_batch_buffers():
     summary = {(s["batch_buffers"], s["clips_per_video"]): s for s in median_rows(rows)}
     assert summary[(0, 4)]["vs_1_clip"] == 2.0 and summary[(4, 4)]["vs_1_clip"] == 3.0
     assert summary[(4, 4)]["rounds"] == "36 36" and summary[(4, 1)]["vs_1_clip"] == 1.0
+
+    # DATA.DECODE_THREADS settings are grouped apart, each against its own 1-clip figure.
+    rows = [{"num_workers": 2, "batch_buffers": 0, "clips_per_video": per_video,
+             "decode_threads": threads, "clips_per_s": speed, "clips_per_cpu_s": speed / 2}
+            for threads, per_video, speed in [(0, 1, 10.0), (-1, 1, 8.0), (0, 4, 30.0),
+                                              (-1, 4, 16.0)]]
+    summary = {(s["decode_threads"], s["clips_per_video"]): s for s in median_rows(rows)}
+    assert summary[(0, 4)]["vs_1_clip"] == 3.0 and summary[(-1, 4)]["vs_1_clip"] == 2.0
+    assert summary[(-1, 1)]["per_worker"] == 4.0 and summary[(0, 1)]["clips_per_cpu_s"] == 5.0
 
 
 @pytest.mark.slow

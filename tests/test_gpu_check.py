@@ -12,7 +12,7 @@ from helpers import ROOT
 
 from zoo.cli import benchmark
 
-STEPS = ["cuda_tests", "quickstart", "train_step", "real_decoding"]
+STEPS = ["cuda_tests", "quickstart", "train_step", "loader", "real_decoding", "balance"]
 
 
 @pytest.mark.slow
@@ -23,7 +23,7 @@ def test_gpu_check_script_runs_every_step_on_the_cpu(tmp_path):
                         "cpu", "--quick", "--out", str(out)], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-    table = r.stdout.strip().splitlines()[-6:]  # the table comes last
+    table = r.stdout.strip().splitlines()[-(len(STEPS) + 2):]  # the table comes last
     assert table[0] == "| step | status | key figures | seconds |"
     rows = {line.split(" | ")[0].strip("| "): line for line in table[2:]}
     assert list(rows) == STEPS
@@ -32,8 +32,14 @@ def test_gpu_check_script_runs_every_step_on_the_cpu(tmp_path):
         assert "| ok |" in rows[step], rows[step]
     assert "val top-1" in rows["quickstart"] and "test top-1" in rows["quickstart"]
     assert "fp32" in rows["train_step"] and "bf16" in rows["train_step"]
-    assert "% of bf16 peak" in rows["train_step"]
+    assert "% of bf16 peak" in rows["train_step"] and "% of fp32 peak" in rows["train_step"]
+    assert "input uint8;" in rows["train_step"]
     assert "clips/s" in rows["real_decoding"] and "GPU busy n/a" in rows["real_decoding"]
+    assert "data wait " in rows["real_decoding"]
+    assert "clips/s with 0 workers" in rows["loader"] or "per worker" in rows["loader"]
+    for figure in ("model-only", "loader-only", "end-to-end", "GPU busy n/a", "data wait",
+                   "limit: the "):
+        assert figure in rows["balance"], rows["balance"]
     for step in STEPS:
         assert (out / f"{step}.log").stat().st_size > 0
     summary = json.loads((out / "summary.json").read_text())

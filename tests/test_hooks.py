@@ -3,6 +3,7 @@ model, a temporary folder. No process is spawned and no process group exists (wo
 
 import json
 import logging
+import time
 import types
 
 import pytest
@@ -344,3 +345,52 @@ def test_the_trainer_calls_hooks_in_order_and_counts_optimizer_steps(tmp_path):
     assert epoch0 == (["before_epoch"] * 2 + ["before_step", "before_step", "after_step",
                                               "after_step"] * 4 + ["after_epoch"] * 2)
     assert t.step.steps == 4 and t.iteration == 4
+
+
+class _Items(torch.utils.data.Dataset):
+    """Four-frame clips that take ``seconds`` each to make (a slow or a fast loader)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, index):
+        time.sleep(self.seconds)
+        return torch.zeros(3, 4, 8, 8, dtype=torch.uint8), 0, index, 0
+
+
+class _SleepStep:
+    """A train step of a fixed duration (the model's share of the loop)."""
+
+    micro, skipped, ema, scaler = 0, 0, None, None
+
+    def __call__(self, clips, labels):
+        time.sleep(0.03)
+        return torch.tensor(1.0)
+
+
+def _data_wait_of_an_epoch(tmp_path, seconds_per_item):
+    tmp_path.mkdir()
+    t = Trainer.__new__(Trainer)  # the real run_epoch, a fake run around it
+    t.__dict__.update(FakeTrainer(tmp_path).__dict__)
+    t.train_loader = torch.utils.data.DataLoader(_Items(seconds_per_item), batch_size=2)
+    t.iters_per_epoch = t.steps_per_epoch = len(t.train_loader)
+    t.step, t.multigrid, t.hooks = _SleepStep(), None, []
+    t.register_hooks([H.MetricsLogger(display_freq=100)])
+    t._call("before_train")
+    t.run_epoch()
+    t._call("after_train")
+    (epoch,) = [r for r in _records(tmp_path / "metrics.jsonl") if r["split"] == "train_epoch"]
+    return epoch["data_wait_share"]
+
+
+def test_the_epoch_record_says_how_long_the_loop_waited_for_data(tmp_path, caplog):
+    # Per batch: 2 x 30 ms to load, 30 ms to step -> about 2/3 of the epoch waits for data.
+    with caplog.at_level(logging.INFO, logger="test_hooks"):
+        slow = _data_wait_of_an_epoch(tmp_path / "slow", 0.03)
+    assert 0.5 < slow < 0.9
+    assert f"data wait {100 * slow:.1f}% of it" in caplog.text
+    fast = _data_wait_of_an_epoch(tmp_path / "fast", 0.0)
+    assert fast < 0.2

@@ -5,7 +5,10 @@
 
 Why: a clip is decoded from the keyframe before its first frame, so frequent keyframes bound the
 frames decoded but not kept, and 256-pixel frames decode ~10x faster than 1080p ones (MMAction2
-reports 0.32 vs 1.42 s/iter for cached frames vs raw videos; most of the gap is this).
+reports 0.32 vs 1.42 s/iter for cached frames vs raw videos; most of the gap is this). Measured
+on 340x256 H.264 with B-frames: GOP 16 or 32 gave ~1.15x the loader's clips per CPU second of GOP
+250, as the reader skips the unreferenced B-frames of the lead-in (docs/benchmarks.md, "The
+loader per core"): the short side matters most.
 
 * The folder tree under --src is mirrored under --dst; every output is ``.mp4`` (``a/b.avi`` ->
   ``a/b.mp4``). With --list only the list's videos are converted, and a copy of the list whose
@@ -144,7 +147,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--dst", required=True, help="folder for the re-encoded videos")
     p.add_argument("--list", default="", help="only the videos of this annotation list")
     p.add_argument("--short-side", type=int, default=256)
-    p.add_argument("--gop", type=int, default=16, help="frames between keyframes")
+    p.add_argument("--gop", type=int, default=16,
+                   help="frames between keyframes. A clip decodes from the keyframe before it: "
+                   "on 340x256 H.264 with B-frames, GOP 16 or 32 gave ~1.15x the loader's clips "
+                   "per CPU second of GOP 250 (docs/benchmarks.md, 'The loader per core'); more "
+                   "on streams without B-frames")
     p.add_argument("--crf", type=int, default=23, help="x264 quality (lower = better, bigger)")
     p.add_argument("--preset", default="veryfast", help="x264 speed preset")
     p.add_argument("--upscale", action="store_true", help="also enlarge smaller videos")

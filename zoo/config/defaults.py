@@ -355,8 +355,11 @@ _C.CONFIG.DATA.DECODER = "auto"
 # scripts write them) inside a frame folder, for DECODER "frames": a str.format pattern. Only
 # these files are read: optical-flow images beside them (flow_x_00001.jpg, x_00001.jpg) are not.
 _C.CONFIG.DATA.FRAME_TEMPLATE = "img_{:05d}.jpg"
-# Decoder threads per video; 0 = automatic (FFmpeg's threads for frames of 256x256 and more, else
-# 1).
+# Decoder threads per video (FFmpeg's scaler uses as many). 0 = automatic: frames of 256x256 and
+# more get each loader worker's share of the cores, max(1, cores // NUM_WORKERS) (every core with
+# NUM_WORKERS 0), smaller frames 1 thread; -1 = FFmpeg's own choice, one thread per core in every
+# worker (oversubscribes the cores with several workers; see docs/benchmarks.md, "The loader per
+# core"). Loader workers run torch and OpenCV on one thread each.
 _C.CONFIG.DATA.DECODE_THREADS = 0
 # True = the reader scales frames to the first size the transform needs (short side = the largest
 # TRAIN_SHORT_SIDE_RANGE for training, SHORT_SIDE_SIZE for val/test, NEW_HEIGHT x NEW_WIDTH when

@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import logging
 import math
 import os
 import random
@@ -61,11 +62,14 @@ from yacs.config import CfgNode
 
 from ..config import ConfigError
 from ..utils import comm
-from ..utils.env import keep_freed_memory
+from ..utils.env import available_cpus, keep_freed_memory
 from . import source_datasets, video_dataset  # noqa: F401  (register the built-in datasets)
 from .batch_memory import REUSE_WORKS, BatchMemory, PooledBatch, WrittenItems, batch_tensor
+from .decode.threads import LIBRARY_CHOICE, set_auto_threads, threads_per_worker
 from .registry import DATASET_REGISTRY
 from .robust import GuardedLoader
+
+logger = logging.getLogger(__name__)
 
 # Call contract: ``DATASET_REGISTRY.get(name)(**dataset_kwargs(cfg, split)) -> Dataset``
 # (see the module docstring for the keyword arguments and the item format).
@@ -355,15 +359,19 @@ def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int,
                   memory, slot)
 
 
-def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0) -> None:
+def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0,
+                 decoder_threads: Optional[int] = None) -> None:
     """Give each data worker its own reproducible seed: SEED + rank * 1000 + worker id; with
-    ``signal_grace`` > 0, let it outlive SIGTERM / SIGUSR1 by that many seconds."""
+    ``signal_grace`` > 0, let it outlive SIGTERM / SIGUSR1 by that many seconds. Its readers decode
+    on ``decoder_threads`` threads where ``DATA.DECODE_THREADS`` is 0 (see
+    :func:`worker_threads`); torch and OpenCV run on one thread."""
     seed = base_seed + worker_id
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     # Workers already run in parallel; intra-op threads on top would oversubscribe the cores.
     torch.set_num_threads(1)
+    set_auto_threads(decoder_threads)  # also OpenCV's loops: one thread
     # Clip buffers are allocated and freed for every item: reuse their pages, not fresh ones.
     keep_freed_memory()
     if signal_grace > 0:
@@ -378,6 +386,21 @@ def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0) -> N
 
         for sig in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(sig, outlive)
+
+
+def worker_threads(decode_threads: int, num_workers: int) -> Dict[str, Any]:
+    """Threads of each of ``num_workers`` loader workers: ``decoder`` (the readers' count for
+    ``DATA.DECODE_THREADS`` = ``decode_threads``: that value when > 0, FFmpeg's own choice for
+    -1, else the worker's share of the cores, :func:`~zoo.data.decode.threads.threads_per_worker`;
+    frames under 256x256 always decode on one), ``torch`` (1), ``opencv`` (1; its own default
+    with -1, as before workers were given a share) and ``cores``."""
+    cores = available_cpus()
+    library = decode_threads == LIBRARY_CHOICE
+    decoder: Any = (decode_threads if decode_threads > 0 else
+                    "FFmpeg's choice (one per core)" if library else
+                    threads_per_worker(num_workers, cores))
+    return {"cores": cores, "decoder": decoder, "torch": 1,
+            "opencv": "OpenCV's default" if library else 1}
 
 
 def _videos_per_batch(batch_size: int, clips_per_video: int, per_rank: int,
@@ -475,6 +498,16 @@ def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0) -> DataLoa
                         if train else batch_size)
     data = cfg.CONFIG.DATA
     num_workers = int(data.NUM_WORKERS)
+    decoder_threads = None
+    if num_workers:
+        threads = worker_threads(int(data.DECODE_THREADS), num_workers)
+        if isinstance(threads["decoder"], int):
+            decoder_threads = threads["decoder"]
+        if comm.is_main_process():
+            logger.info("%s loader: %d workers on %d cores, each with %s decoder thread(s) "
+                        "(DATA.DECODE_THREADS %d), %d torch and %s OpenCV thread(s)", split,
+                        num_workers, threads["cores"], threads["decoder"],
+                        int(data.DECODE_THREADS), threads["torch"], threads["opencv"])
     # (Kept buffers need torch 2.10+: see zoo/data/batch_memory.py.)
     buffers = int(data.BATCH_BUFFERS_PER_WORKER) if REUSE_WORKS else 0
     memory = BatchMemory(num_workers, buffers) if train and num_workers and buffers else None
@@ -497,7 +530,7 @@ def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0) -> DataLoa
         persistent_workers=num_workers > 0,
         worker_init_fn=functools.partial(
             _seed_worker, base_seed=seed + rank * 1000,
-            signal_grace=float(signal_grace)),
+            signal_grace=float(signal_grace), decoder_threads=decoder_threads),
         pin_memory=torch.cuda.is_available(),
         # A worker stuck inside C code (which no signal interrupts) becomes an error, not a hang.
         timeout=float(data.LOADER_TIMEOUT) if num_workers > 0 else 0,

@@ -34,6 +34,7 @@ from ..infer.metrics import show_progress
 from ..utils import comm
 from ..utils.env import load_user_module
 from .checkpoint import gather_rng_states, is_sharded, save_checkpoint, training_state, unwrap
+from .data_wait import DataWait
 from .precise_bn import recompute_bn_stats
 
 
@@ -136,8 +137,9 @@ class ProgressBar(HookBase):
 class MetricsLogger(HookBase):
     """The training log lines and records: a ``train`` record (loss, LR, clips/s) every
     ``DISPLAY_FREQ`` iterations and at the epoch's end, a ``train_epoch`` record (mean loss over
-    ranks, time, skipped videos and steps) per epoch, into ``trainer.writer`` (metrics.jsonl and
-    TensorBoard, rank 0) and the log.
+    ranks, time, the share of it the loop waited for data (``data_wait_share``, mean over ranks, see
+    zoo/train/data_wait.py), skipped videos and steps) per epoch, into ``trainer.writer``
+    (metrics.jsonl and TensorBoard, rank 0) and the log.
 
     Args:
         display_freq: Iterations between ``train`` records (``CONFIG.LOG.DISPLAY_FREQ``).
@@ -145,6 +147,7 @@ class MetricsLogger(HookBase):
 
     def __init__(self, display_freq: int) -> None:
         self.display_freq = display_freq
+        self.data_wait = DataWait()
 
     def before_train(self) -> None:
         t = self.trainer
@@ -158,6 +161,10 @@ class MetricsLogger(HookBase):
         self.loss_sum = torch.zeros((), device=self.trainer.device)
         self.bad, self.seen, self.skipped_before = 0, 0, self.trainer.step.skipped
         self.clips = 0  # clips of this process since the last record
+        self.data_wait.start()
+
+    def before_step(self) -> None:
+        self.data_wait.batch_ready()
 
     def after_step(self) -> None:
         t = self.trainer
@@ -174,6 +181,7 @@ class MetricsLogger(HookBase):
         i = t.inner_iter
         if (i + 1) % self.display_freq == 0 or i + 1 == t.iters_per_epoch:
             self._display(i)
+        self.data_wait.step_done()  # from here until the next before_step: waiting for data
 
     def _display(self, i: int) -> None:
         # .item() only here: it waits for the device, so not on every step.
@@ -193,18 +201,25 @@ class MetricsLogger(HookBase):
 
     def after_epoch(self) -> None:
         t = self.trainer
+        world = comm.get_world_size()
+        waited, elapsed = self.data_wait.waited, self.data_wait.elapsed()
         comm.all_reduce_sum(self.loss_sum)
-        bad_total = int(comm.all_reduce_sum(torch.tensor([self.bad], device=t.device)).item())
-        mean_loss = self.loss_sum.item() / max(1, self.seen * comm.get_world_size())
+        sums = comm.all_reduce_sum(torch.tensor([float(self.bad), waited],
+                                                device=t.device)).tolist()
+        bad_total = int(round(sums[0]))
+        data_wait = sums[1] / world / max(elapsed, 1e-9)
+        mean_loss = self.loss_sum.item() / max(1, self.seen * world)
         epoch_time = time.perf_counter() - self.epoch_start
         # The same on every rank (the skip decision is all-reduced); a skipped step's NaN loss
         # is in mean_loss, which is then NaN too.
         skipped_steps = t.step.skipped - self.skipped_before
-        t.logger.info("epoch %d done: mean loss %.4f, %.1fs, %d bad videos skipped, %d non-finite "
-                      "steps skipped", t.epoch + 1, mean_loss, epoch_time, bad_total, skipped_steps)
+        t.logger.info("epoch %d done: mean loss %.4f, %.1fs, data wait %.1f%% of it, %d bad "
+                      "videos skipped, %d non-finite steps skipped", t.epoch + 1, mean_loss,
+                      epoch_time, 100 * data_wait, bad_total, skipped_steps)
         t.writer.write({"split": "train_epoch", "epoch": t.epoch + 1, "loss": mean_loss,
-                        "time_s": epoch_time, "skipped_videos": bad_total,
-                        "skipped_steps": skipped_steps}, t.iteration)
+                        "time_s": epoch_time, "data_wait_share": round(data_wait, 4),
+                        "skipped_videos": bad_total, "skipped_steps": skipped_steps},
+                       t.iteration)
 
 
 class PreciseBN(HookBase):

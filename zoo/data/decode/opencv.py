@@ -23,6 +23,7 @@ from .base import (
     fill_rows,
     index_rows,
 )
+from .threads import decoder_threads
 
 # With OpenCV, needed frames closer than this are reached with grab(), not with a seek.
 _CV_SEEK_GAP = 32
@@ -62,7 +63,8 @@ class OpenCVReader(VideoReader):
     Args:
         path: Video file path.
         num_frames_hint: Frame count to use when OpenCV reports none.
-        threads: Decoder threads; 0 = OpenCV's default.
+        threads: Decoder threads; 0 = automatic (this process's share of the cores, see
+            zoo/data/decode/threads.py), -1 = OpenCV's default (one per core).
     """
 
     def __init__(self, path: str, num_frames_hint: int = -1, threads: int = 0) -> None:
@@ -86,7 +88,8 @@ class OpenCVReader(VideoReader):
 
     def _open(self):
         cv2 = self._cv2
-        params = [cv2.CAP_PROP_N_THREADS, self._threads] if self._threads > 0 else []
+        threads = decoder_threads(self._threads)  # 0 = OpenCV's default
+        params = [cv2.CAP_PROP_N_THREADS, threads] if threads > 0 else []
         # (Some builds raise instead of returning an unopened capture.)
         with self._library.reading(self.path, "cannot open", "open"):
             cap = cv2.VideoCapture(self.path, cv2.CAP_FFMPEG, params)

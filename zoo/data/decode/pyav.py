@@ -62,8 +62,9 @@ from .base import (
     remaining_time,
     upright,
 )
+from .threads import decoder_threads
 
-# Frames at least this large (pixels) are decoded with FFmpeg's own threads (when threads is 0).
+# Frames at least this large (pixels) are decoded on several threads (when threads is 0).
 _THREADED_MIN_PIXELS = 256 * 256
 # With the keyframe interval unknown, gaps up to this many frames are decoded through, not seeked.
 _MIN_SEEK_GAP = 32
@@ -113,8 +114,9 @@ class PyAVReader(VideoReader):
         path: Video file path.
         num_frames_hint: Frame count to trust when the container stores none (e.g. the count from
             the annotation list); <= 0 = count the packets.
-        threads: Decoder threads; 0 = automatic (FFmpeg's choice for frames of 256x256 and more,
-            else 1).
+        threads: Decoder (and scaler) threads; 0 = automatic (this process's share of the cores
+            for frames of 256x256 and more, else 1; see zoo/data/decode/threads.py), -1 =
+            FFmpeg's choice (one per core).
 
     Raises:
         DecodeError: The file is missing, empty, cannot be opened, or has no video stream.
@@ -165,15 +167,14 @@ class PyAVReader(VideoReader):
         self._stream = stream = self._container.streams.video[0]
         context = stream.codec_context
         # FFmpeg's scaler runs on as many threads as the decoder (PyAV's default is one per core).
-        self._scale_threads = 1
-        if threads > 1 or (threads == 0 and (context.width or 0) * (context.height or 0)
-                           >= _THREADED_MIN_PIXELS):
-            stream.thread_type = "AUTO"  # frame + slice threads
-            self._scale_threads = threads
-            if threads > 1:
-                context.thread_count = threads
-        else:
+        big = (context.width or 0) * (context.height or 0) >= _THREADED_MIN_PIXELS
+        count = decoder_threads(threads) if threads != 0 or big else 1  # 0 = FFmpeg picks
+        self._scale_threads = count
+        if count == 1:
             context.thread_count = 1
+        else:
+            stream.thread_type = "AUTO"  # frame + slice threads
+            context.thread_count = count
         # One converter per thread, reused by every video: frame.to_ndarray(format="rgb24") sets
         # up a new conversion for every frame (~6 ms of a 32-frame 64x64 clip against ~1 ms when
         # reused), and setting one up costs 3-10 ms per clip (it keeps its set-up while the

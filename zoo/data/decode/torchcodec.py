@@ -38,6 +38,7 @@ from .base import (
     open_kind,
 )
 from .containers import sniff_container
+from .threads import decoder_threads
 
 # Containers in which torchcodec's exact mode returned every frame right (see the module doc).
 EXACT_CONTAINERS = ("mp4", "matroska", "gif")
@@ -104,8 +105,8 @@ class TorchCodecReader(VideoReader):
     Args:
         path: Video file path (MP4/MOV, MKV/WebM or GIF; others are refused, see the module doc).
         num_frames_hint: Unused (torchcodec counts the frames when it opens the file).
-        threads: Decoder threads; 0 = automatic (FFmpeg's choice for frames of 256x256 and more,
-            else 1).
+        threads: Decoder threads; 0 = automatic (this process's share of the cores for frames of
+            256x256 and more, else 1; see zoo/data/decode/threads.py), -1 = FFmpeg's choice.
 
     Raises:
         DecodeError: The file is missing, empty, cannot be opened, has no video stream, or is in a
@@ -123,10 +124,12 @@ class TorchCodecReader(VideoReader):
                 f"{path}: torchcodec {why} {container.upper() or 'extension-less'} files; use "
                 "CONFIG.DATA.DECODER auto, pyav or opencv for them")
         decoder_class = _import_torchcodec()
-        decoder = self._open(decoder_class, 1 if threads == 0 else threads)
+        decoder = self._open(decoder_class, 1 if threads == 0 else decoder_threads(threads))
         meta = decoder.metadata
         if threads == 0 and (meta.width or 0) * (meta.height or 0) >= _THREADED_MIN_PIXELS:
-            decoder = self._open(decoder_class, 0)  # 0 = FFmpeg picks the thread count
+            count = decoder_threads(0)  # this process's share of the cores
+            if count > 1:
+                decoder = self._open(decoder_class, count)
         self._decoder = decoder
         self._count = int(meta.num_frames or 0)
         if self._count <= 0:
