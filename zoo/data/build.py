@@ -267,7 +267,8 @@ class EpochSampler(Sampler):
         self.span = (first, end, skip, take)
 
     def __iter__(self):
-        # A skip or a span applies to one pass only (precise BN re-reads the epoch from its start).
+        # A skip or a span applies to one pass only (precise BN re-reads the epoch from its start;
+        # the DataLoader's BatchSampler makes this iterator when its first batch is asked for).
         if self.span is not None:
             span, self.span = self.span, None
             return self._spanning(*span)

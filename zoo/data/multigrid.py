@@ -82,12 +82,15 @@ class MultigridBatchSampler(Sampler):
         return (epoch, index, shape.frames, crop, max(low, crop), shape.frame_rate_max)
 
     def __iter__(self) -> Iterator[List[Tuple[int, ...]]]:
-        # A skip or a span applies to one pass only (precise BN re-reads the epoch from its start).
+        # A skip or a span applies to one pass only (precise BN re-reads the epoch from its
+        # start). Taken when the first batch is asked for, not by iter(): a DataLoader makes an
+        # iterator of its batch sampler twice when it starts and uses the second.
         if self.span is not None:
             span, self.span = self.span, None
-            return self._spanning(*span)
+            yield from self._spanning(*span)
+            return
         epoch, skip, self.skip = self.epoch, self.skip, 0
-        return self._epoch(epoch, skip, None)
+        yield from self._epoch(epoch, skip, None)
 
     def _spanning(self, first: int, end: int, skip: int,
                   take: Callable[[int], int]) -> Iterator[List[Tuple[int, ...]]]:
