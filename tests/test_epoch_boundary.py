@@ -10,7 +10,7 @@ import json
 import statistics
 
 import pytest
-from helpers import TOY_MODEL, run_tool
+from helpers import TINY_DATA, TOY_MODEL, run_tool
 
 # A dataset that "decodes" for DECODE_S seconds per item, and a "device step" of STEP_S seconds
 # (a hook sleeps in each step). A batch of 2 costs a worker 2 x DECODE_S = 1 s, 5 steps; 8 workers
@@ -116,3 +116,24 @@ def test_an_epoch_boundary_costs_no_more_than_a_step(tmp_path):
     # a load of 10-15 on 2 cores). A loader that restarts at the boundary idles a batch's decode,
     # 1 s whatever the load: 5 unloaded steps, 2.5 such loaded ones.
     assert all(gap <= step for gap in boundaries), shown
+
+
+@pytest.mark.slow  # builds the synthetic videos when no earlier test did
+def test_the_validation_loader_keeps_its_workers_between_validations(synth_root):
+    import torch
+
+    from zoo.config import load_config
+    from zoo.data import build_loader
+
+    cfg = load_config(None, [*TINY_DATA, "DATA.SYNTHETIC.ROOT", synth_root,
+                             "DATA.NUM_WORKERS", "1"])
+    loader = build_loader(cfg, "val")
+    try:
+        first = torch.cat([batch[2] for batch in loader])
+        workers = list(loader._iterator._workers)
+        second = torch.cat([batch[2] for batch in loader])
+        assert list(loader._iterator._workers) == workers  # the same processes, still running
+        assert all(w.is_alive() for w in workers)
+        assert torch.equal(first, second) and len(first) == 6
+    finally:
+        loader._iterator._shutdown_workers()
