@@ -47,7 +47,7 @@ import math
 import os
 import random
 import signal
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -247,22 +247,44 @@ class EpochSampler(Sampler):
     ``set_epoch(epoch, skip)`` makes the next pass over the epoch leave out its first ``skip``
     indices: a run resumed mid-epoch continues with exactly the batches it had not trained, and
     the skipped videos are never decoded (only their indices are drawn).
+
+    ``set_epochs(first, end, skip, take)`` makes the next pass serve epochs ``first .. end - 1``
+    back to back instead (see :mod:`zoo.data.epoch_stream`): each epoch in the order
+    ``set_epoch`` gives it, cut at ``take(epoch)`` indices, ``first`` without its first ``skip``.
+    One iterator over a loader then spans the epochs, so its workers make the next epoch's
+    first batches while the current one ends.
     """
 
     def __init__(self, sampler: DistributedSampler) -> None:
         self.sampler = sampler
         self.epoch = 0
         self.skip = 0
+        self.span: Optional[Tuple[int, int, int, Callable[[int], int]]] = None
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         self.epoch = epoch
         self.skip = skip
+        self.span = None
         self.sampler.set_epoch(epoch)
 
+    def set_epochs(self, first: int, end: int, skip: int, take: Callable[[int], int]) -> None:
+        self.span = (first, end, skip, take)
+
     def __iter__(self):
-        # The skip applies to one pass only (precise BN re-reads the epoch from its start).
+        # A skip or a span applies to one pass only (precise BN re-reads the epoch from its start;
+        # the DataLoader's BatchSampler makes this iterator when its first batch is asked for).
+        if self.span is not None:
+            span, self.span = self.span, None
+            return self._spanning(*span)
         epoch, skip, self.skip = self.epoch, self.skip, 0
         return ((epoch, i) for i in itertools.islice(self.sampler, skip, None))
+
+    def _spanning(self, first: int, end: int, skip: int, take: Callable[[int], int]):
+        for epoch in range(first, end):
+            self.epoch = epoch
+            self.sampler.set_epoch(epoch)  # read by the sampler's iter() just below
+            start = skip if epoch == first else 0
+            yield from ((epoch, i) for i in itertools.islice(self.sampler, start, take(epoch)))
 
     def __len__(self) -> int:
         return len(self.sampler)

@@ -10,7 +10,7 @@ N processes see the shapes of one, and a run resumed mid-epoch continues at the 
 
 from __future__ import annotations
 
-from typing import Iterator, List, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 from torch.utils.data import Sampler
 
@@ -35,12 +35,20 @@ class MultigridBatchSampler(Sampler):
         self.short_side_range = [int(v) for v in short_side_range]
         self.epoch = 0
         self.skip = 0
+        self.span: Optional[Tuple[int, int, int, Callable[[int], int]]] = None
 
     def set_epoch(self, epoch: int, skip_batches: int = 0) -> None:
         """Serve ``epoch`` next, leaving out its first ``skip_batches`` batches (their indices
         are drawn, never decoded)."""
-        self.epoch, self.skip = epoch, skip_batches
+        self.epoch, self.skip, self.span = epoch, skip_batches, None
         self.sampler.set_epoch(epoch)
+
+    def set_epochs(self, first: int, end: int, skip_batches: int,
+                   take: Callable[[int], int]) -> None:
+        """Serve epochs ``first .. end - 1`` back to back in the next pass (one loader iterator
+        spans them, see :mod:`zoo.data.epoch_stream`): of each epoch its first ``take(epoch)``
+        batches, of ``first`` without its first ``skip_batches``."""
+        self.span = (first, end, skip_batches, take)
 
     def shape(self, epoch: int) -> EpochShape:
         return self.plan.epoch_shape(epoch)
@@ -74,11 +82,30 @@ class MultigridBatchSampler(Sampler):
         return (epoch, index, shape.frames, crop, max(low, crop), shape.frame_rate_max)
 
     def __iter__(self) -> Iterator[List[Tuple[int, ...]]]:
+        # A skip or a span applies to one pass only (precise BN re-reads the epoch from its
+        # start). Taken when the first batch is asked for, not by iter(): a DataLoader makes an
+        # iterator of its batch sampler twice when it starts and uses the second.
+        if self.span is not None:
+            span, self.span = self.span, None
+            yield from self._spanning(*span)
+            return
         epoch, skip, self.skip = self.epoch, self.skip, 0
+        yield from self._epoch(epoch, skip, None)
+
+    def _spanning(self, first: int, end: int, skip: int,
+                  take: Callable[[int], int]) -> Iterator[List[Tuple[int, ...]]]:
+        for epoch in range(first, end):
+            self.epoch = epoch
+            self.sampler.set_epoch(epoch)  # the epoch's order, drawn by _epoch's iter()
+            yield from self._epoch(epoch, skip if epoch == first else 0, take(epoch))
+
+    def _epoch(self, epoch: int, skip: int,
+               take: Optional[int]) -> Iterator[List[Tuple[int, ...]]]:
         shape = self.shape(epoch)
         shapes = shape.shapes
         keys = iter(self.sampler)
-        for number, size in enumerate(self.batch_sizes(epoch)):
+        sizes = self.batch_sizes(epoch)
+        for number, size in enumerate(sizes[:take]):
             crop = shapes[number % len(shapes)][1]
             batch = [next(keys) for _ in range(size)]
             if number >= skip:

@@ -100,9 +100,14 @@ class GuardedLoader(DataLoader):
         return iterator
 
     def __iter__(self) -> Iterator:
+        return self.guard(super().__iter__())
+
+    def guard(self, batches: Iterator) -> Iterator:
+        """``batches``, one epoch of this loader's batches, with the bad-video checks applied
+        (:func:`zoo.data.epoch_stream.EpochStream` hands each epoch of its pass through here)."""
         if self.max_bad_fraction >= 1.0:
-            return super().__iter__()
-        return self._guarded(super().__iter__())
+            return batches
+        return self._guarded(batches)
 
     def _guarded(self, batches: Iterator) -> Iterator:
         seen = bad = 0

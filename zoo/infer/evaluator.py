@@ -47,13 +47,15 @@ def run_inference(model: nn.Module, loader, device: torch.device,
         else:
             p = F.softmax(model(clips).float(), dim=1)
         indices.append(index.cpu())
-        probs.append(p.cpu())
+        # Kept on the device: one copy to the host after the last batch instead of a wait for
+        # the device after every batch.
+        probs.append(p)
         labels.append(target.cpu())
         n_bad += int(bad.sum())
     model.train(was_training)
     local = (
         torch.cat(indices) if indices else torch.zeros(0, dtype=torch.long),
-        torch.cat(probs) if probs else torch.zeros(0),
+        torch.cat(probs).cpu() if probs else torch.zeros(0),
         torch.cat(labels) if labels else torch.zeros(0, dtype=torch.long),
         n_bad,
     )

@@ -20,6 +20,7 @@ TensorBoard), :class:`PreciseBN`, :class:`Validation` (of the EMA weights when E
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any, List, Optional
@@ -34,6 +35,7 @@ from ..infer.metrics import show_progress
 from ..utils import comm
 from ..utils.env import load_user_module
 from .checkpoint import gather_rng_states, is_sharded, save_checkpoint, training_state, unwrap
+from .checkpoint_writer import snapshot
 from .data_wait import DataWait
 from .precise_bn import recompute_bn_stats
 
@@ -232,6 +234,12 @@ class PreciseBN(HookBase):
     def after_epoch(self) -> None:
         t = self.trainer
         if self.num_iters > 0 and t.validation_due():
+            stream = getattr(t, "train_stream", None)
+            if stream is not None:
+                # The batches come from this epoch's start, in a pass of their own: the pass
+                # serving the next epochs is given up (the next epoch opens a new one).
+                stream.stop(t.epoch)
+                t.train_stream = None
             recompute_bn_stats(unwrap(t.model), t.train_loader, self.num_iters, t.device,
                                t.step.prepare)
 
@@ -266,6 +274,12 @@ class Checkpointer(HookBase):
     """Save ``epoch_N.pth`` every ``save_freq`` epochs and after the last one (plus ``best.pth``
     when validation found a new best), rank 0 writing atomically; every rank gives its RNG states.
 
+    With the trainer's ``checkpoint_writes`` (a
+    :class:`~zoo.train.checkpoint_writer.BackgroundWriter`) rank 0 copies the state and writes it
+    in a thread while training goes on; the write is waited for after the next step (so the file
+    is complete once that step is done), before the next save, a preemption checkpoint and the
+    end of training. Without one it writes in place.
+
     Args:
         save_dir: The checkpoint folder.
         save_freq: Epochs between checkpoints (``CONFIG.LOG.SAVE_FREQ``).
@@ -285,9 +299,25 @@ class Checkpointer(HookBase):
         if comm.is_main_process() or is_sharded(t.model):  # gathering shards: every rank
             state = training_state(t.model, t.optimizer, t.scheduler, t.step.scaler, t.step.ema,
                                    t.epoch + 1, t.iteration, t.cfg_yaml, rng, t.best_top1)
-        if comm.is_main_process():
-            path = save_checkpoint(self.save_dir, state, t.epoch + 1, self.keep_last, t.is_best)
-            t.logger.info("saved %s%s", path, " (best so far)" if t.is_best else "")
+        if not comm.is_main_process():
+            return
+        epoch, is_best, logger = t.epoch + 1, t.is_best, t.logger
+
+        def write(state: dict) -> None:
+            path = save_checkpoint(self.save_dir, state, epoch, self.keep_last, is_best)
+            logger.info("saved %s%s", path, " (best so far)" if is_best else "")
+
+        writes = getattr(t, "checkpoint_writes", None)
+        if writes is None:
+            write(state)
+            return
+        writes.wait()  # the write before (one snapshot in memory at a time)
+        writes.submit(functools.partial(write, snapshot(state)))
+
+    def after_step(self) -> None:
+        writes = getattr(self.trainer, "checkpoint_writes", None)
+        if writes is not None and writes.pending:
+            writes.wait()
 
 
 HOOKS_KEY = "CONFIG.TRAIN.HOOKS"

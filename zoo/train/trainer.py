@@ -15,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ..accel import apply_cpu_kernels, pad_stems, register_compression
 from ..config import ConfigError, cfg_to_yaml
 from ..data import build_loader, normalization
+from ..data.epoch_stream import EpochStream, set_loader_epoch
 from ..infer.metrics import MetricsWriter
 from ..launch.heartbeat import note_step
 from ..launch.job import resume_config
@@ -33,6 +34,7 @@ from .checkpoint import (
     training_state,
     unwrap,
 )
+from .checkpoint_writer import BackgroundWriter
 from .execution import (
     CompileTimer,
     Execution,
@@ -169,6 +171,12 @@ class Trainer:
         optimizer, scheduler, step: The optimizer, its per-step LR schedule and the train step
             (``step.ema`` is the EMA or None, ``step.scaler`` the fp16 grad scaler or None).
         train_loader, val_loader: The loaders (``val_loader`` None without a validation list).
+        train_stream: The :class:`~zoo.data.epoch_stream.EpochStream` the epochs read: one pass
+            of ``train_loader`` over the remaining epochs, so its workers make the next epoch's
+            first batches while an epoch ends (None before the first epoch, or after a hook
+            stopped it: the next epoch opens a new one).
+        checkpoint_writes: The :class:`~zoo.train.checkpoint_writer.BackgroundWriter` that writes
+            checkpoints while training goes on.
         writer: The :class:`~zoo.infer.metrics.MetricsWriter` (metrics.jsonl + TensorBoard).
         epochs, start_epoch, epoch: ``CONFIG.TRAIN.EPOCH_NUM``, the first epoch this run trains
             and the current one (0-based).
@@ -189,6 +197,8 @@ class Trainer:
     start_iter = 0  # class defaults: hooks and tests may build a trainer without __init__
     preemption: Optional[PreemptionWatch] = None
     execution = Execution()  # eager, as a trainer built without __init__ runs
+    train_stream: Optional[EpochStream] = None
+    checkpoint_writes: Optional[BackgroundWriter] = None
 
     def __init__(self, cfg, hooks: Sequence[HookBase] = ()) -> None:
         self.cfg = cfg
@@ -226,6 +236,7 @@ class Trainer:
         self.batch: Any = None
         self.loss: Optional[torch.Tensor] = None
         self.progress_bar = None
+        self.checkpoint_writes = BackgroundWriter()
         self.hooks: List[HookBase] = []
         self.register_hooks(default_hooks(cfg, self.save_dir))
         if self.execution.compile:
@@ -336,6 +347,7 @@ class Trainer:
         self._call("before_train")
         for self.epoch in range(self.start_epoch, self.epochs):
             self.run_epoch()
+        self.wait_for_checkpoint()
         self._call("after_train")
         skipped = self.step.skipped
         self.logger.info("training finished; outputs in %s%s", self.out_dir,
@@ -349,20 +361,13 @@ class Trainer:
         """
         self.model.train()
         skip = self.start_iter if self.epoch == self.start_epoch else 0
-        if self.multigrid is not None:
-            batches = self.train_loader.batch_sampler
-            batches.set_epoch(self.epoch, skip)  # its shapes follow (epoch, batch number)
-            self.iters_per_epoch = batches.batches_in_epoch(self.epoch)
+        if self.multigrid is not None:  # its shapes follow (epoch, batch number)
+            self.iters_per_epoch = self.train_loader.batch_sampler.batches_in_epoch(self.epoch)
             self.steps_per_epoch = self.epoch_steps[self.epoch]
-        elif hasattr(self.train_loader.sampler, "set_epoch"):
-            if skip:
-                self.train_loader.sampler.set_epoch(self.epoch, skip * self.train_loader.batch_size)
-            else:
-                self.train_loader.sampler.set_epoch(self.epoch)
         self.is_best = False
         self._call("before_epoch")
         last = self.steps_per_epoch * self.cfg.CONFIG.TRAIN.ACCUM_STEPS
-        for self.inner_iter, self.batch in enumerate(self.train_loader, start=skip):
+        for self.inner_iter, self.batch in enumerate(self._epoch_batches(skip), start=skip):
             if self.inner_iter >= last:
                 break  # a partial accumulation at the epoch's end is dropped
             self._call("before_step")
@@ -375,9 +380,36 @@ class Trainer:
         self._call("after_epoch")
         comm.synchronize()
 
+    def _trained_batches(self, epoch: int) -> int:
+        """Batches of ``epoch`` trained: whole accumulations (a partial one at the end is
+        dropped, and never decoded)."""
+        steps = self.epoch_steps[epoch] if self.epoch_steps is not None else self.steps_per_epoch
+        return steps * self.cfg.CONFIG.TRAIN.ACCUM_STEPS
+
+    def _epoch_batches(self, skip: int):
+        """The batches of this epoch from batch ``skip`` on: from :attr:`train_stream` (opened
+        here at the first epoch, or when a hook stopped it), else, for a loader whose sampler
+        cannot span epochs, a pass of ``train_loader`` over this epoch."""
+        stream = self.train_stream
+        if stream is None or stream.next_epoch != self.epoch:
+            if stream is not None:
+                stream.stop()
+            stream = self.train_stream = EpochStream.open(
+                self.train_loader, self.epoch, self.epochs, skip, self._trained_batches)
+        if stream is not None:
+            return stream.epoch(self.epoch)
+        set_loader_epoch(self.train_loader, self.epoch, skip)
+        return self.train_loader
+
+    def wait_for_checkpoint(self) -> None:
+        """Wait for the checkpoint write in flight, if any (raises its error)."""
+        if self.checkpoint_writes is not None:
+            self.checkpoint_writes.wait()
+
     def stop_for_preemption(self) -> None:
         """Every rank, after the agreed step: rank 0 writes the mid-epoch checkpoint, all wait for
         it, then raise :class:`Preempted` (the process exits 75)."""
+        self.wait_for_checkpoint()  # an epoch's checkpoint still being written comes first
         watch, done = self.preemption, self.inner_iter + 1
         rng = gather_rng_states()  # every rank takes part; rank 0 writes
         written = True
