@@ -1,6 +1,6 @@
 """Trainer hooks: everything around the iteration loop that is not the step itself.
 
-A hook subclasses :class:`HookBase` and overrides any of its six methods; the
+A hook subclasses :class:`HookBase` and overrides any of its methods; the
 :class:`~zoo.train.trainer.Trainer` calls them, hook by hook in list order, at::
 
     before_train
@@ -8,7 +8,14 @@ A hook subclasses :class:`HookBase` and overrides any of its six methods; the
         before_step   (trainer.batch holds the batch, trainer.inner_iter its index in the epoch)
         after_step    (trainer.loss holds its loss; trainer.iteration counts optimizer steps)
       after_epoch
+        after_validation(metrics)  (from inside Validation's after_epoch, when it validated)
+        after_checkpoint(path)     (from inside Checkpointer's after_epoch, when it saved; also
+                                    after the mid-epoch checkpoint of a preemption)
     after_train       (only when training finished; a failed run stops where it failed)
+
+``after_validation`` and ``after_checkpoint`` are how a run reports to whoever started it (e.g.
+:mod:`zoo.integrations.ray` reports each checkpoint to Ray Train): they run during the built-in
+hooks' ``after_epoch``, so they come before any hook's own ``after_epoch`` that follows those.
 
 Every rank runs every hook: a hook that writes files or logs checks ``comm.is_main_process()``
 itself, and a hook that calls a collective must do so on every rank. The built-in hooks, in the
@@ -22,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -67,6 +74,15 @@ class HookBase:
 
     def after_step(self) -> None:
         pass
+
+    def after_validation(self, metrics: Dict[str, Any]) -> None:
+        """After each validation, on every rank, with the ``val`` record written to
+        metrics.jsonl (``epoch``, ``top1``, ``top5``, ``mean_class_acc``, ``loss``...)."""
+
+    def after_checkpoint(self, path: Optional[str]) -> None:
+        """After a checkpoint was saved, on every rank: ``path`` is the file rank 0 wrote
+        (``epoch_N.pth``, or ``preempt_epoch{E}_iter{N}.pth`` when a preemption stopped the run),
+        None on the other ranks (which do not wait for the write) and when the write failed."""
 
 
 def broadcast_buffers(module: nn.Module) -> None:
@@ -241,10 +257,14 @@ class Validation(HookBase):
             t.epoch + 1, " (EMA)" if ema is not None else "", m["top1"], m["top5"],
             m["mean_class_acc"], m["loss"], m["num_videos"],
         )
-        t.writer.write({"split": "val", "epoch": t.epoch + 1, "top1": m["top1"],
-                        "top5": m["top5"], "mean_class_acc": m["mean_class_acc"],
-                        "loss": m["loss"], "num_videos": m["num_videos"],
-                        "skipped_videos": m["skipped_videos"]}, t.iteration)
+        record = {"split": "val", "epoch": t.epoch + 1, "top1": m["top1"], "top5": m["top5"],
+                  "mean_class_acc": m["mean_class_acc"], "loss": m["loss"],
+                  "num_videos": m["num_videos"], "skipped_videos": m["skipped_videos"]}
+        t.writer.write(record, t.iteration)
+        t.last_val = record
+        notify = getattr(t, "notify", None)  # tests drive hooks with a bare namespace too
+        if notify is not None:
+            notify("after_validation", dict(record, iteration=t.iteration))
 
 
 class Checkpointer(HookBase):
@@ -270,9 +290,13 @@ class Checkpointer(HookBase):
         if comm.is_main_process() or is_sharded(t.model):  # gathering shards: every rank
             state = training_state(t.model, t.optimizer, t.scheduler, t.step.scaler, t.step.ema,
                                    t.epoch + 1, t.iteration, t.cfg_yaml, rng, t.best_top1)
+        path = None
         if comm.is_main_process():
             path = save_checkpoint(self.save_dir, state, t.epoch + 1, self.keep_last, t.is_best)
             t.logger.info("saved %s%s", path, " (best so far)" if t.is_best else "")
+        notify = getattr(t, "notify", None)
+        if notify is not None:
+            notify("after_checkpoint", path)
 
 
 HOOKS_KEY = "CONFIG.TRAIN.HOOKS"
