@@ -40,7 +40,7 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ..train.hooks import HookBase
 from ..utils.errors import UserError
@@ -76,10 +76,20 @@ class RayReport(HookBase):
     report, its ``top1``, ``top5``, ``mean_class_acc``, ``loss``, ``num_videos``. Rank 0
     attaches a Ray checkpoint holding the file it wrote (``epoch_N.pth``; ``preempt_...pth`` after
     a preemption signal); the other ranks report the same metrics without one.
+
+    Args:
+        resumed_from: The Ray checkpoint this run resumed from (see :func:`checkpoint_config`),
+            named in the log at the start.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, resumed_from: Optional[str] = None) -> None:
+        self.resumed_from = resumed_from
         self.pending: Optional[Dict[str, Any]] = None  # validation metrics not reported yet
+
+    def before_train(self) -> None:
+        if self.resumed_from:
+            self.trainer.logger.info("Ray Train handed back checkpoint %s: resumed from it",
+                                     self.resumed_from)
 
     def after_validation(self, metrics: Dict[str, Any]) -> None:
         self.pending = _numbers(metrics)
@@ -113,7 +123,7 @@ class RayReport(HookBase):
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def checkpoint_config(cfg, folder: Optional[str] = None):
+def checkpoint_config(cfg, folder: Optional[str] = None) -> Tuple[Any, Optional[str]]:
     """``cfg`` for one Ray worker: checkpoints in a folder on this worker's disk, resumed from the
     checkpoint Ray hands back when there is one (see the module docstring).
 
@@ -122,8 +132,9 @@ def checkpoint_config(cfg, folder: Optional[str] = None):
         folder: The checkpoint folder to use (created; default a new temporary folder).
 
     Returns:
-        A frozen copy with ``CONFIG.LOG.CHECKPOINT_DIR`` set and, when resuming,
-        ``TRAIN.AUTO_RESUME`` True and ``TRAIN.RESUME_EPOCH`` -1.
+        ``(config, resumed_from)``: a frozen copy with ``CONFIG.LOG.CHECKPOINT_DIR`` set and, when
+        Ray handed back a checkpoint, ``TRAIN.AUTO_RESUME`` True and ``TRAIN.RESUME_EPOCH`` -1;
+        and the handed-back checkpoint's path (with the files copied from it), else None.
     """
     train = _ray_train()
     folder = folder or tempfile.mkdtemp(prefix="zoo_ray_checkpoints_")
@@ -135,18 +146,19 @@ def checkpoint_config(cfg, folder: Optional[str] = None):
     new.defrost()
     new.CONFIG.LOG.CHECKPOINT_DIR = folder
     given = train.get_checkpoint()
+    resumed_from = None
     if given is not None:
         with given.as_directory() as src:
             found = [p for pattern in _CHECKPOINT_FILES
                      for p in glob.glob(os.path.join(src, pattern))]
             for path in found:
                 shutil.copy2(path, os.path.join(folder, os.path.basename(path)))
-        logger.info("Ray Train handed back checkpoint %s (%s): resuming from it", given.path,
-                    ", ".join(sorted(os.path.basename(p) for p in found)) or "no zoo file in it")
+        names = ", ".join(sorted(os.path.basename(p) for p in found)) or "no zoo file in it"
+        resumed_from = f"{given.path} ({names})"
         new.CONFIG.TRAIN.AUTO_RESUME = True
         new.CONFIG.TRAIN.RESUME_EPOCH = -1
     new.freeze()
-    return new
+    return new, resumed_from
 
 
 def train(cfg, overrides: Sequence[str] = (), hooks: Sequence[HookBase] = ()) -> Dict[str, Any]:
@@ -163,8 +175,8 @@ def train(cfg, overrides: Sequence[str] = (), hooks: Sequence[HookBase] = ()) ->
     from ..launch.setup import job_config
     from ..train.trainer import train as zoo_train
 
-    cfg = checkpoint_config(job_config(cfg, overrides))
+    cfg, resumed_from = checkpoint_config(job_config(cfg, overrides))
     try:
-        return zoo_train(cfg, hooks=[RayReport(), *hooks])
+        return zoo_train(cfg, hooks=[RayReport(resumed_from), *hooks])
     finally:  # each report persisted its checkpoint before it returned
         shutil.rmtree(cfg.CONFIG.LOG.CHECKPOINT_DIR, ignore_errors=True)
