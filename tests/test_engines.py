@@ -6,6 +6,7 @@ reproduced variable for variable, each with real processes."""
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -15,7 +16,6 @@ from helpers import (
     finish_processes,
     free_port,
     on_two_gloo_ranks,
-    start_process,
     tool_command,
     toy_args,
     train_killed_at,
@@ -37,6 +37,12 @@ def _only(env):
              if k not in _JOB_VARS and not k.startswith(_JOB_PREFIXES)}
     clean.update(env)
     return clean
+
+
+def _start(cmd, env):
+    """Start ``cmd`` (in the checkout) with exactly the job variables ``env``."""
+    return subprocess.Popen(cmd, cwd=ROOT, env=_only(env), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
 
 
 def _cfg(*opts):
@@ -126,18 +132,18 @@ def test_pytorchjob_two_pods_train_into_the_volume_and_resume_after_a_restart(tm
     def pods(epochs):
         args = [*toy_args(tmp_path, synth_root, epochs=epochs), "LOG.CHECKPOINT_DIR", str(ckpt),
                 "TRAIN.AUTO_RESUME", "True"]
-        procs = [start_process(tool_command("train_ddp.py", args),
-                               _only(_pytorchjob_env(rank, 2, port))) for rank in (0, 1)]
+        procs = [_start(tool_command("train_ddp.py", args),
+                               _pytorchjob_env(rank, 2, port)) for rank in (0, 1)]
         results = finish_processes(procs, timeout=180)
         for rc, out in results:
             assert rc == 0, out[-3000:]
         return results
 
-    pods(1)
+    (_, out0), _ = pods(1)
+    assert "environment (RANK/WORLD_SIZE) started this process as rank 0 of 2" in out0
     run = tmp_path / "runs" / "job"
     assert "rank 1/2" in (run / "log_rank1.txt").read_text()
     log0 = (run / "log_rank0.txt").read_text()
-    assert "started this process as rank 0 of 2" in log0
     assert f"checkpoints go to and resume from {ckpt} (CONFIG.LOG.CHECKPOINT_DIR)" in log0
     assert sorted(os.listdir(ckpt)) == ["best.pth", "epoch_1.pth"]
     assert not (run / "checkpoints").exists() and (run / "metrics.jsonl").is_file()
@@ -179,14 +185,15 @@ def test_sagemaker_torchrun_ranks_and_checkpoint_folder(tmp_path, synth_root):
         cmd = [*launcher, "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
                "--master_port", str(free_port()), "--node_rank", "0", str(entry), str(sm_ckpt),
                *toy_args(tmp_path, synth_root, epochs=epochs)]  # the entry adds AUTO_RESUME
-        [(rc, out)] = finish_processes([start_process(cmd, _only(_sagemaker_env()))],
+        [(rc, out)] = finish_processes([_start(cmd, _sagemaker_env())],
                                        timeout=180)
         assert rc == 0, out[-3000:]
+        return out
 
-    job(1)
+    out = job(1)
+    assert "torchrun started this process as rank 0 of 2" in out
     run = tmp_path / "runs" / "job"
     log0 = (run / "log_rank0.txt").read_text()
-    assert "torchrun started this process as rank 0 of 2" in log0
     assert "rank 1/2" in (run / "log_rank1.txt").read_text()
     assert (f"checkpoints go to and resume from {sm_ckpt} (SageMaker (SM_CURRENT_HOST is set))"
             in log0)
@@ -203,8 +210,8 @@ def test_azureml_per_process_variables_form_one_job():
     gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NODE_RANK and is one rank."""
     port = free_port()
     args = ["DDP_CONFIG.DIST_BACKEND", "gloo", "DDP_CONFIG.INIT_TIMEOUT", "20"]
-    procs = [start_process(tool_command("doctor.py", args),
-                           _only(_azureml_env(rank, rank, 2, 0, port))) for rank in (0, 1)]
+    procs = [_start(tool_command("doctor.py", args),
+                           _azureml_env(rank, rank, 2, 0, port)) for rank in (0, 1)]
     (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=120)
     assert rc0 == 0 and rc1 == 0, out0 + out1
     assert "rank 1 of 2" in out1 and "nothing is spawned" in out1
@@ -217,10 +224,12 @@ def test_sigkill_then_auto_resume_from_a_second_folder(tmp_path, synth_root, toy
     ckpt = tmp_path / "elsewhere" / "ckpt"
     args = ["--extra-modules", toy_model_file, "DDP_CONFIG.NUM_CPU_PROCS", "2",
             "MODEL.NAME", "toy_conv3d", "TRAIN.EPOCH_NUM", "2", "TRAIN.AUTO_RESUME", "True",
-            *TINY_DATA, "DATA.SYNTHETIC.TRAIN_PER_CLASS", "16", "DATA.SYNTHETIC.ROOT", synth_root,
+            *TINY_DATA, "DATA.SYNTHETIC.TRAIN_PER_CLASS", "16", "TRAIN.BATCH_SIZE", "8",
+            "DATA.SYNTHETIC.ROOT", synth_root,
             "LOG.BASE_PATH", str(tmp_path / "runs"), "LOG.CHECKPOINT_DIR", str(ckpt)]
     # 32 videos, 2 ranks x batch 8: 2 steps per epoch; killed after step 3 (mid-epoch 2).
-    run = train_killed_at(tmp_path, args, kill_at=3, exp="job")
+    train_killed_at(tmp_path, args, kill_at=3, exp="job")
+    run = tmp_path / "runs" / "job"
     assert sorted(os.listdir(ckpt)) == ["best.pth", "epoch_1.pth"]
     from helpers import run_tool
 
@@ -317,8 +326,6 @@ def test_zoo_train_without_the_process_group_the_environment_promises(monkeypatc
 
 @pytest.mark.slow  # a fresh interpreter
 def test_zoo_train_is_the_package_and_import_zoo_stays_torch_free():
-    import subprocess
-
     code = ("import sys, zoo; assert 'torch' not in sys.modules; f = zoo.train; "
             "assert callable(f) and f is sys.modules['zoo.train']; assert 'torch' not in "
             "sys.modules; import zoo.train.hooks; assert zoo.train is f; print('ok')")
