@@ -283,19 +283,17 @@ def test_zoo_train_and_test_inside_a_process_group_the_caller_made(tmp_path, syn
                                                                   toy_model_file, monkeypatch):
     import yaml
 
-    cfg_file = tmp_path / "job.yaml"
-    opts = dict(zip(TINY_DATA[0::2], TINY_DATA[1::2]))
-    data = {k.split(".")[-1]: yaml.safe_load(v) for k, v in opts.items()
-            if not k.startswith("DATA.SYNTHETIC.")}
-    synthetic = {k.split(".")[-1]: yaml.safe_load(v) for k, v in opts.items()
-                 if k.startswith("DATA.SYNTHETIC.")}
-    cfg_file.write_text(yaml.safe_dump({"CONFIG": {
-        "EXTRA_MODULES": [toy_model_file],
-        "MODEL": {"NAME": "toy_conv3d"},
-        "DATA": {**data, "SYNTHETIC": {**synthetic, "ROOT": synth_root}},
-        "LOG": {"BASE_PATH": str(tmp_path / "runs"), "EXP_NAME": "mine",
-                "CHECKPOINT_DIR": str(tmp_path / "ckpt"), "PROGRESS_BAR": False},
-    }}))
+    tree = {"EXTRA_MODULES": [toy_model_file], "MODEL": {"NAME": "toy_conv3d"}}
+    opts = [*TINY_DATA, "DATA.SYNTHETIC.ROOT", synth_root, "LOG.BASE_PATH",
+            str(tmp_path / "runs"), "LOG.EXP_NAME", "mine", "LOG.CHECKPOINT_DIR",
+            str(tmp_path / "ckpt"), "LOG.PROGRESS_BAR", "False"]
+    for key, value in zip(opts[0::2], opts[1::2]):  # "A.B.C v" -> {"A": {"B": {"C": v}}}
+        *path, last = key.split(".")
+        node = tree
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = yaml.safe_load(value)
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump({"CONFIG": tree}))
     monkeypatch.setenv("ZOO_TEST_ENGINES_BASE", str(tmp_path))
     r0, r1 = on_two_gloo_ranks(_train_in_my_group, tmp_path)
     assert (r0["rank"], r0["world"], r1["rank"], r1["world"]) == (0, 2, 1, 2)
