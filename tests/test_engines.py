@@ -390,3 +390,97 @@ def test_sagemaker_example_asks_for_torchrun_and_the_checkpoint_sync():
     assert ast.literal_eval(kw["use_spot_instances"]) is True and "checkpoint_s3_uri" in kw
     entry = ast.literal_eval(kw["entry_point"])
     assert os.path.isfile(os.path.join(ROOT, entry))
+
+
+# ------------------------------------------- zoo.integrations.ray without Ray (a stand-in)
+class _FakeCheckpoint:
+    def __init__(self, path):
+        self.path = path
+
+    @classmethod
+    def from_directory(cls, path):
+        return cls(path)
+
+    def as_directory(self):
+        import contextlib
+
+        return contextlib.nullcontext(self.path)
+
+
+class _FakeRayTrain:
+    Checkpoint = _FakeCheckpoint
+
+    def __init__(self, given=None):
+        self.reports, self.given = [], given
+
+    def report(self, metrics, checkpoint=None):
+        # What Ray would persist: the folder's files, read while report runs.
+        files = sorted(os.listdir(checkpoint.path)) if checkpoint else None
+        self.reports.append((dict(metrics), files))
+
+    def get_checkpoint(self):
+        return self.given
+
+
+def test_ray_report_sends_each_checkpoint_with_the_last_validation(tmp_path, monkeypatch):
+    import types
+
+    from zoo.integrations import ray as zray
+
+    fake = _FakeRayTrain()
+    monkeypatch.setattr(zray, "_ray_train", lambda: fake)
+    ckpt = tmp_path / "epoch_1.pth"
+    ckpt.write_bytes(b"weights")
+    hook = zray.RayReport()
+    hook.trainer = types.SimpleNamespace(epoch=0, iteration=4)
+    hook.after_validation({"split": "val", "epoch": 1, "top1": 50.0, "loss": 0.7})
+    hook.after_checkpoint(str(ckpt))  # rank 0
+    hook.after_epoch()  # nothing left to report
+    hook.trainer.epoch, hook.trainer.iteration = 1, 8
+    hook.after_validation({"split": "val", "epoch": 2, "top1": 75.0, "loss": 0.5})
+    hook.after_epoch()  # validated, no checkpoint this epoch (SAVE_FREQ > 1)
+    hook.after_checkpoint(None)  # another rank: the same report, no checkpoint
+    assert fake.reports == [
+        ({"epoch": 1, "iteration": 4, "top1": 50.0, "loss": 0.7}, ["epoch_1.pth"]),
+        ({"epoch": 2, "iteration": 8, "top1": 75.0, "loss": 0.5}, None),
+        ({"epoch": 2, "iteration": 8}, None),
+    ]
+    assert ckpt.read_bytes() == b"weights"  # reported through a link or copy, left in place
+
+
+def test_ray_checkpoint_config_resumes_from_the_handed_back_checkpoint(tmp_path, monkeypatch):
+    from zoo.integrations import ray as zray
+
+    given = tmp_path / "ray_storage" / "checkpoint_000001"
+    given.mkdir(parents=True)
+    (given / "epoch_3.pth").write_bytes(b"3")
+    (given / "notes.txt").write_text("not a checkpoint")
+    monkeypatch.setattr(zray, "_ray_train", lambda: _FakeRayTrain(_FakeCheckpoint(str(given))))
+    cfg, resumed = zray.checkpoint_config(_cfg("TRAIN.AUTO_RESUME", "False"),
+                                          folder=str(tmp_path / "local"))
+    assert cfg.CONFIG.LOG.CHECKPOINT_DIR == str(tmp_path / "local")
+    assert cfg.CONFIG.TRAIN.AUTO_RESUME is True and cfg.CONFIG.TRAIN.RESUME_EPOCH == -1
+    assert os.listdir(tmp_path / "local") == ["epoch_3.pth"]
+    assert resumed == f"{given} (epoch_3.pth)"
+    monkeypatch.setattr(zray, "_ray_train", lambda: _FakeRayTrain(None))
+    fresh, resumed = zray.checkpoint_config(_cfg("TRAIN.AUTO_RESUME", "False"),
+                                            folder=str(tmp_path / "fresh"))
+    assert resumed is None and fresh.CONFIG.TRAIN.AUTO_RESUME is False
+
+
+def test_ray_missing_says_how_to_install_it(monkeypatch):
+    import builtins
+
+    from zoo.integrations import ray as zray
+    from zoo.utils.errors import UserError
+
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray.train" or name.startswith("ray"):
+            raise ImportError("No module named 'ray'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(UserError, match=r"pip install 'zoo\[ray\]'"):
+        zray._ray_train()
