@@ -17,11 +17,14 @@ from .plots import confusion_matrix, write_confusion
 
 def find_test_checkpoint(cfg, out_dir: str = "") -> str:
     """CONFIG.TEST.CHECKPOINT, else the newest epoch checkpoint of the run in its checkpoint
-    folder (:func:`zoo.launch.setup.checkpoint_dir`; a mid-epoch one a preemption left is a place
-    to resume from, not a result to test). ``out_dir`` is not read (kept for callers)."""
+    folder (:func:`zoo.launch.setup.checkpoint_dir`; ``out_dir/<SAVE_DIR>`` when it is the run's
+    own and ``out_dir`` is given). A mid-epoch one a preemption left is a place to resume from,
+    not a result to test."""
     if cfg.CONFIG.TEST.CHECKPOINT:
         return cfg.CONFIG.TEST.CHECKPOINT
-    folder = checkpoint_dir(cfg)[0]
+    folder, source = checkpoint_dir(cfg)
+    if not source and out_dir:
+        folder = os.path.join(out_dir, cfg.CONFIG.LOG.SAVE_DIR)
     path = latest_checkpoint(folder, mid_epoch=False)
     if path is None:
         raise FileNotFoundError(
