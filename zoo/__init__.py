@@ -32,6 +32,7 @@ def __getattr__(name: str) -> object:
         return _importlib.import_module(".train", __name__)
     return _lazy_getattr(name)
 
+
 # zoo.engine.trainer, zoo.data.decoders, ... still import, with a DeprecationWarning, for one
 # more release (zoo/utils/moved.py lists where each module went).
 _moved.install()
