@@ -28,19 +28,36 @@ SHORT = ["TRAIN.EPOCH_NUM", str(EPOCHS), "DATA.SYNTHETIC.TRAIN_PER_CLASS", "16",
          "DDP_CONFIG.THREADS_PER_PROC", "1"]
 
 # rank 0 SIGKILLs its own worker process after optimizer step KILL_AT, once (the marker file
-# stops it after Ray restarts the workers).
+# stops it after Ray restarts the workers). It first waits until Ray has registered epoch 1's
+# checkpoint: Ray Train v2's controller collects reports when it polls the workers (every 2 s), so
+# a worker killed right after a report could take that report with it (the run would then restart
+# from the checkpoint before, still exactly, but this test is about resuming).
 KILL_ONCE = """
+import json
 import os
 import signal
+import time
 
 from zoo.train.hooks import HookBase
 from zoo.utils import comm
+
+
+def registered_epochs(snapshot):
+    try:
+        with open(snapshot) as f:
+            results = json.load(f).get("checkpoint_results", [])
+    except (OSError, ValueError):
+        return set()
+    return {{r.get("metrics", {{}}).get("epoch") for r in results}}
 
 
 class KillOnce(HookBase):
     def after_step(self):
         if (self.trainer.iteration == {kill_at} and comm.get_rank() == 0
                 and not os.path.exists({marker!r})):
+            deadline = time.monotonic() + 120
+            while 1 not in registered_epochs({snapshot!r}) and time.monotonic() < deadline:
+                time.sleep(0.5)
             open({marker!r}, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -87,7 +104,9 @@ def test_ray_kill_resume_is_bitwise_and_matches_the_launcher(tmp_path, synth_roo
     steps_per_epoch = 4
     kill_at = steps_per_epoch + 2  # mid-epoch 2, after epoch 1's checkpoint was reported
     hook = tmp_path / "kill_once.py"
-    hook.write_text(KILL_ONCE.format(kill_at=kill_at, marker=str(tmp_path / "killed_once")))
+    hook.write_text(KILL_ONCE.format(
+        kill_at=kill_at, marker=str(tmp_path / "killed_once"),
+        snapshot=str(storage / "killed" / "checkpoint_manager_snapshot.json")))
     common = [*SHORT, "DATA.SYNTHETIC.ROOT", synth_root, "LOG.BASE_PATH", str(out)]
     runs = [
         ["--storage", str(storage), "--name", "straight", "LOG.EXP_NAME", "straight", *common],
