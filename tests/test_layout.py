@@ -13,8 +13,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # The layers of zoo/, top first: a module imports only from its own layer or the layers below.
 # (The cli is the top; zoo.engine, the deprecated old paths, imports by name only.)
-LAYERS = ["cli", "train", "infer", "launch", "accel", "models", "data", "solver", "config",
-          "utils"]
+LAYERS = ["cli", "integrations", "train", "infer", "launch", "accel", "models", "data", "solver",
+          "config", "utils"]
 
 
 def module_graph(package_dir: pathlib.Path) -> Dict[str, Set[str]]:

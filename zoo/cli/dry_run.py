@@ -134,8 +134,9 @@ def dry_run(cfg, mode: str = "train", node_rank: Optional[int] = None) -> DryRun
         notes.append("CONFIG.DATA.SYNTHETIC.ENABLE: the motion dataset is generated on first use")
     if mode == "test":
         ckpt = cfg.CONFIG.TEST.CHECKPOINT
-        log = cfg.CONFIG.LOG
-        where = ckpt or os.path.join(log.BASE_PATH, log.EXP_NAME, log.SAVE_DIR)
+        from ..launch.setup import checkpoint_dir
+
+        where = ckpt or checkpoint_dir(cfg)[0]
         what = f"CONFIG.TEST.CHECKPOINT {ckpt}" if ckpt else f"the newest checkpoint in {where}"
         notes.append(f"tested weights: {what}")
         if not os.path.exists(where):

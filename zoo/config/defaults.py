@@ -448,8 +448,14 @@ _C.CONFIG.LOG.BASE_PATH = "./output"
 _C.CONFIG.LOG.EXP_NAME = "default"
 # TensorBoard event files go to BASE_PATH/EXP_NAME/<LOG_DIR>.
 _C.CONFIG.LOG.LOG_DIR = "tb_log"
-# Checkpoints go to BASE_PATH/EXP_NAME/<SAVE_DIR>.
+# Checkpoints go to BASE_PATH/EXP_NAME/<SAVE_DIR> (unless CHECKPOINT_DIR names a folder).
 _C.CONFIG.LOG.SAVE_DIR = "checkpoints"
+# The folder checkpoints are written to and where AUTO_RESUME, restarts and test_ddp.py look for
+# them, apart from the run's logs, metrics.jsonl and config.yaml (which stay in BASE_PATH/EXP_NAME):
+# a folder an engine syncs or keeps (a Kubernetes volume, Ray's). Empty = the engine's own folder
+# when it defines one (SageMaker, SM_CURRENT_HOST set: /opt/ml/checkpoints, which it copies to and
+# from S3), else BASE_PATH/EXP_NAME/<SAVE_DIR>. See docs/multi_node.md, "Engines".
+_C.CONFIG.LOG.CHECKPOINT_DIR = ""
 # Save a checkpoint every SAVE_FREQ epochs (the last epoch is always saved).
 _C.CONFIG.LOG.SAVE_FREQ = 1
 # Log training loss / LR / speed every DISPLAY_FREQ iterations.

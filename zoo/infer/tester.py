@@ -7,7 +7,7 @@ import json
 import os
 
 from ..data import build_loader
-from ..launch.setup import worker_setup
+from ..launch.setup import checkpoint_dir, job_config, this_process, worker_setup
 from ..utils import comm
 from ..utils.checkpoint_io import latest_checkpoint
 from .checkpoint_model import model_from_checkpoint
@@ -15,16 +15,21 @@ from .evaluator import evaluate
 from .plots import confusion_matrix, write_confusion
 
 
-def find_test_checkpoint(cfg, out_dir: str) -> str:
-    """CONFIG.TEST.CHECKPOINT, else the newest epoch checkpoint of the run in ``out_dir`` (a
-    mid-epoch one a preemption left is a place to resume from, not a result to test)."""
+def find_test_checkpoint(cfg, out_dir: str = "") -> str:
+    """CONFIG.TEST.CHECKPOINT, else the newest epoch checkpoint of the run in its checkpoint
+    folder (:func:`zoo.launch.setup.checkpoint_dir`; ``out_dir/<SAVE_DIR>`` when it is the run's
+    own and ``out_dir`` is given). A mid-epoch one a preemption left is a place to resume from,
+    not a result to test."""
     if cfg.CONFIG.TEST.CHECKPOINT:
         return cfg.CONFIG.TEST.CHECKPOINT
-    path = latest_checkpoint(os.path.join(out_dir, cfg.CONFIG.LOG.SAVE_DIR), mid_epoch=False)
+    folder, source = checkpoint_dir(cfg)
+    if not source and out_dir:
+        folder = os.path.join(out_dir, cfg.CONFIG.LOG.SAVE_DIR)
+    path = latest_checkpoint(folder, mid_epoch=False)
     if path is None:
         raise FileNotFoundError(
-            f"no checkpoint in {os.path.join(out_dir, cfg.CONFIG.LOG.SAVE_DIR)}; train first or "
-            "set CONFIG.TEST.CHECKPOINT to a checkpoint file"
+            f"no checkpoint in {folder}; train first or set CONFIG.TEST.CHECKPOINT to a "
+            "checkpoint file"
         )
     return path
 
@@ -49,12 +54,35 @@ def write_predictions(path: str, dataset, raw: dict) -> None:
             ])
 
 
-def test_worker(cfg) -> None:
-    """Evaluate a checkpoint on the test list with TEST_NUM_SEGMENT x TEST_NUM_CROP views.
+def test(cfg, overrides=()) -> dict:
+    """Evaluate a checkpoint on the test list with TEST_NUM_SEGMENT x TEST_NUM_CROP views
+    (``zoo.test(cfg)``): this process's share of the job, inside the process group the caller
+    set up or none (as :func:`zoo.train.trainer.train`; ``tools/test_ddp.py`` runs it in every
+    process through :func:`test_worker`).
 
     The model is the checkpoint's (see zoo/infer/checkpoint_model.py); MODEL.PRETRAINED is not
-    read.
+    read. Rank 0 writes test_metrics.json, predictions.csv and the confusion matrix to
+    BASE_PATH/EXP_NAME.
+
+    Args:
+        cfg: A config or the path of a YAML file (see :func:`zoo.launch.setup.job_config`).
+        overrides: ``KEY VALUE`` pairs applied to ``cfg``, as on the command line.
+
+    Returns:
+        The test_metrics.json dict (``top1``, ``top5``, ``mean_class_acc``, ``loss``,
+        ``num_videos``, ``views``, ``skipped_videos``, ``checkpoint``), on every rank.
     """
+    cfg = job_config(cfg, overrides)
+    with this_process(cfg):
+        return _test(cfg)
+
+
+def test_worker(cfg) -> None:
+    """What ``launch`` runs in every process of ``zoo-test``: :func:`test` of ``cfg``."""
+    test(cfg)
+
+
+def _test(cfg) -> dict:
     logger, device, out_dir = worker_setup(cfg, write_config=False)
     ckpt_path = find_test_checkpoint(cfg, out_dir)
     # Model name, kwargs and class count come from the checkpoint (a warning names differences).
@@ -85,3 +113,4 @@ def test_worker(cfg) -> None:
                         os.path.join(out_dir, "confusion_matrix.csv"),
                         os.path.join(out_dir, "confusion_matrix.png"))
         logger.info("wrote %s", os.path.join(out_dir, "test_metrics.json"))
+    return result

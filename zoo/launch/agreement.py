@@ -39,12 +39,14 @@ PER_NODE_KEYS = (
 # - LOG.BASE_PATH: a node's local scratch or its own mount of the shared output folder. EXP_NAME and
 #   SAVE_DIR must agree: they name the run and its checkpoint folder, which AUTO_RESUME and a
 #   restart look in on every rank, and a different name is more likely another run than a mount.
+# - LOG.CHECKPOINT_DIR: like BASE_PATH, each node's mount of the checkpoint folder.
 # - LOG.LOG_DIR (TensorBoard, rank 0 only), LOG.DISPLAY_FREQ, LOG.PROGRESS_BAR: only what is shown.
 # - DATA.*_DATA_PATH, DATA.*_ANNO_PATH, DATA.SYNTHETIC.ROOT: the same data mounted at another path.
 #   zoo does not compare the files' contents: the lists must be the same on every node.
 # - DATA.NUM_WORKERS: loader processes per rank; the samples and their order do not depend on it.
 NODE_LOCAL_KEYS = (
     "CONFIG.LOG.BASE_PATH",
+    "CONFIG.LOG.CHECKPOINT_DIR",
     "CONFIG.LOG.LOG_DIR",
     "CONFIG.LOG.DISPLAY_FREQ",
     "CONFIG.LOG.PROGRESS_BAR",

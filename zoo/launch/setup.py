@@ -4,18 +4,48 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
+from typing import Iterator, Mapping, Optional, Sequence, Tuple
 
 import torch
 
 from ..config import cfg_to_yaml
 from ..utils import comm
-from ..utils.env import import_extra_modules, seed_all
+from ..utils.env import import_extra_modules, seed_all, set_num_threads
 from ..utils.logger import setup_logger
+from .topology import LaunchError
+
+# SageMaker's checkpoint folder inside the training container (the estimator's
+# checkpoint_local_path default): SageMaker copies it from checkpoint_s3_uri when the job starts
+# and syncs what is written there back to S3. A module constant, so that a test can point it
+# elsewhere.
+SAGEMAKER_CHECKPOINT_DIR = "/opt/ml/checkpoints"
 
 
 def output_dir(cfg) -> str:
-    """BASE_PATH/EXP_NAME: the run's folder (config.yaml, logs, metrics, checkpoints)."""
+    """BASE_PATH/EXP_NAME: the run's folder (config.yaml, logs, metrics; checkpoints unless
+    ``CONFIG.LOG.CHECKPOINT_DIR`` or the engine puts them elsewhere, see :func:`checkpoint_dir`)."""
     return os.path.join(cfg.CONFIG.LOG.BASE_PATH, cfg.CONFIG.LOG.EXP_NAME)
+
+
+def checkpoint_dir(cfg, env: Optional[Mapping[str, str]] = None) -> Tuple[str, str]:
+    """Where this run's checkpoints are written and looked for, and why there.
+
+    ``CONFIG.LOG.CHECKPOINT_DIR`` when set; else the folder of the engine that started the job,
+    where it defines one (SageMaker, recognised by ``SM_CURRENT_HOST``:
+    :data:`SAGEMAKER_CHECKPOINT_DIR`); else ``BASE_PATH/EXP_NAME/<SAVE_DIR>``.
+
+    Returns:
+        ``(folder, source)``: source is ``"CONFIG.LOG.CHECKPOINT_DIR"``, ``"SageMaker
+        (SM_CURRENT_HOST is set)"`` or ``""`` for the run's own folder.
+    """
+    env = os.environ if env is None else env
+    log = cfg.CONFIG.LOG
+    if log.CHECKPOINT_DIR:
+        return str(log.CHECKPOINT_DIR), "CONFIG.LOG.CHECKPOINT_DIR"
+    if env.get("SM_CURRENT_HOST"):
+        return SAGEMAKER_CHECKPOINT_DIR, "SageMaker (SM_CURRENT_HOST is set)"
+    return os.path.join(output_dir(cfg), log.SAVE_DIR), ""
 
 
 def with_job_layout(cfg):
@@ -53,3 +83,81 @@ def worker_setup(cfg, write_config: bool = True) -> tuple:
         rank, comm.get_world_size(), device, torch.get_num_threads(), out_dir,
     )
     return logging.getLogger("zoo"), device, out_dir
+
+
+def job_config(cfg, overrides: Sequence[str] = ()):
+    """The config ``zoo.train`` / ``zoo.test`` run with, from what their caller passed.
+
+    Args:
+        cfg: A config (a yacs ``CfgNode``, e.g. from :func:`zoo.config.load_config`) or the path
+            of a YAML file (loaded over the defaults, with its ``_BASE_`` files).
+        overrides: ``KEY VALUE`` pairs applied on top, as on the command line.
+
+    The user's modules (``CONFIG.EXTRA_MODULES``) are imported, empty ``DATA.MEAN`` / ``STD``
+    filled from the model, and the generated dataset prepared when ``DATA.SYNTHETIC.ENABLE`` is
+    on, as the command line does before it starts workers; each step leaves a config that had it
+    already unchanged. Returns a frozen config.
+
+    Raises:
+        ConfigError: a bad key or value (one line naming it).
+        TypeError: ``cfg`` is neither a config nor a path.
+    """
+    from yacs.config import CfgNode
+
+    from ..config import load_config, merge_overrides, validate_config
+    from ..data import fill_normalization, prepare_synthetic
+    from ..models import MODEL_REGISTRY, model_facts
+
+    if isinstance(cfg, (str, os.PathLike)):
+        cfg = load_config(os.fspath(cfg), list(overrides))
+    elif isinstance(cfg, CfgNode):
+        if overrides:
+            cfg = cfg.clone()
+            cfg.defrost()
+            merge_overrides(cfg, list(overrides))
+            validate_config(cfg)
+            cfg.freeze()
+    else:
+        raise TypeError(f"expected a config (CfgNode) or the path of a YAML file, got "
+                        f"{type(cfg).__name__}")
+    import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
+    MODEL_REGISTRY.get(cfg.CONFIG.MODEL.NAME)  # an unknown name: one line, before anything else
+    cfg = fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
+    return prepare_synthetic(cfg)
+
+
+@contextmanager
+def this_process(cfg) -> Iterator[None]:
+    """Run the block as one process of a job that zoo's launcher may not have started.
+
+    Under zoo's launcher (DDP_CONFIG, torchrun, Slurm: it recorded the device in
+    ``zoo.utils.comm``) nothing changes. Otherwise the caller set the job up, or there is none:
+    the rank and world size come from the process group the caller initialised
+    (``torch.distributed``; none = one process), the device from ``LOCAL_RANK`` (CUDA device
+    ``LOCAL_RANK`` modulo the visible GPUs when CUDA is available, else the CPU), and
+    ``DDP_CONFIG.THREADS_PER_PROC`` > 0 sets torch's threads (0 leaves the caller's setting).
+
+    Raises:
+        LaunchError: ``WORLD_SIZE`` > 1 in the environment but no process group: the caller
+            meant a job of several processes and did not join one.
+    """
+    if comm.device_index_recorded():
+        yield
+        return
+    world = os.environ.get("WORLD_SIZE", "1")
+    if not comm.is_dist() and world.isdigit() and int(world) > 1:
+        raise LaunchError(
+            f"WORLD_SIZE={world} in the environment but no process group: call "
+            "torch.distributed.init_process_group() before zoo.train / zoo.test, or start the "
+            "job with tools/train_ddp.py")
+    index = -1
+    if torch.cuda.is_available():
+        index = comm.get_local_rank() % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+    if cfg.DDP_CONFIG.THREADS_PER_PROC > 0:
+        set_num_threads(int(cfg.DDP_CONFIG.THREADS_PER_PROC))
+    comm.set_device_index(index)
+    try:
+        yield
+    finally:
+        comm.set_device_index(None)

@@ -62,6 +62,7 @@ class BackgroundWriter:
     def __init__(self) -> None:
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
+        self._result: Any = None
 
     @property
     def pending(self) -> bool:
@@ -74,18 +75,22 @@ class BackgroundWriter:
 
         def run() -> None:
             try:
-                write()
+                self._result = write()
             except BaseException as e:  # raised on the training thread by wait()
                 self._error = e
 
         self._thread = threading.Thread(target=run, name="zoo-checkpoint-write")
         self._thread.start()
 
-    def wait(self) -> None:
-        """Block until the write in flight is done; raise its error, once."""
+    def wait(self) -> Any:
+        """Block until the write in flight is done; raise its error, once. Returns what the
+        write returned (None when no write was in flight)."""
+        result, self._result = None, None
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+            result, self._result = self._result, None
         error, self._error = self._error, None
         if error is not None:
             raise error
+        return result

@@ -1,6 +1,6 @@
 """Trainer hooks: everything around the iteration loop that is not the step itself.
 
-A hook subclasses :class:`HookBase` and overrides any of its six methods; the
+A hook subclasses :class:`HookBase` and overrides any of its methods; the
 :class:`~zoo.train.trainer.Trainer` calls them, hook by hook in list order, at::
 
     before_train
@@ -8,7 +8,14 @@ A hook subclasses :class:`HookBase` and overrides any of its six methods; the
         before_step   (trainer.batch holds the batch, trainer.inner_iter its index in the epoch)
         after_step    (trainer.loss holds its loss; trainer.iteration counts optimizer steps)
       after_epoch
+        after_validation(metrics)  (from inside Validation's after_epoch, when it validated)
+        after_checkpoint(path)     (from inside Checkpointer's after_epoch, when it saved; also
+                                    after the mid-epoch checkpoint of a preemption)
     after_train       (only when training finished; a failed run stops where it failed)
+
+``after_validation`` and ``after_checkpoint`` are how a run reports to whoever started it (e.g.
+:mod:`zoo.integrations.ray` reports each checkpoint to Ray Train): they run during the built-in
+hooks' ``after_epoch``, so they come before any hook's own ``after_epoch`` that follows those.
 
 Every rank runs every hook: a hook that writes files or logs checks ``comm.is_main_process()``
 itself, and a hook that calls a collective must do so on every rank. The built-in hooks, in the
@@ -23,7 +30,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -70,6 +77,15 @@ class HookBase:
 
     def after_step(self) -> None:
         pass
+
+    def after_validation(self, metrics: Dict[str, Any]) -> None:
+        """After each validation, on every rank, with the ``val`` record written to
+        metrics.jsonl (``epoch``, ``top1``, ``top5``, ``mean_class_acc``, ``loss``...)."""
+
+    def after_checkpoint(self, path: Optional[str]) -> None:
+        """After a checkpoint was saved, on every rank: ``path`` is the file rank 0 wrote
+        (``epoch_N.pth``, or ``preempt_epoch{E}_iter{N}.pth`` when a preemption stopped the run),
+        None on the other ranks (which do not wait for the write) and when the write failed."""
 
 
 def broadcast_buffers(module: nn.Module) -> None:
@@ -264,10 +280,14 @@ class Validation(HookBase):
             t.epoch + 1, " (EMA)" if ema is not None else "", m["top1"], m["top5"],
             m["mean_class_acc"], m["loss"], m["num_videos"],
         )
-        t.writer.write({"split": "val", "epoch": t.epoch + 1, "top1": m["top1"],
-                        "top5": m["top5"], "mean_class_acc": m["mean_class_acc"],
-                        "loss": m["loss"], "num_videos": m["num_videos"],
-                        "skipped_videos": m["skipped_videos"]}, t.iteration)
+        record = {"split": "val", "epoch": t.epoch + 1, "top1": m["top1"], "top5": m["top5"],
+                  "mean_class_acc": m["mean_class_acc"], "loss": m["loss"],
+                  "num_videos": m["num_videos"], "skipped_videos": m["skipped_videos"]}
+        t.writer.write(record, t.iteration)
+        t.last_val = record
+        notify = getattr(t, "notify", None)  # tests drive hooks with a bare namespace too
+        if notify is not None:
+            notify("after_validation", dict(record, iteration=t.iteration))
 
 
 class Checkpointer(HookBase):
@@ -299,25 +319,40 @@ class Checkpointer(HookBase):
         if comm.is_main_process() or is_sharded(t.model):  # gathering shards: every rank
             state = training_state(t.model, t.optimizer, t.scheduler, t.step.scaler, t.step.ema,
                                    t.epoch + 1, t.iteration, t.cfg_yaml, rng, t.best_top1)
-        if not comm.is_main_process():
-            return
-        epoch, is_best, logger = t.epoch + 1, t.is_best, t.logger
-
-        def write(state: dict) -> None:
-            path = save_checkpoint(self.save_dir, state, epoch, self.keep_last, is_best)
-            logger.info("saved %s%s", path, " (best so far)" if is_best else "")
-
+        path = None
         writes = getattr(t, "checkpoint_writes", None)
-        if writes is None:
-            write(state)
+        if comm.is_main_process():
+            epoch, is_best, logger = t.epoch + 1, t.is_best, t.logger
+
+            def write(state: dict) -> str:
+                path = save_checkpoint(self.save_dir, state, epoch, self.keep_last, is_best)
+                logger.info("saved %s%s", path, " (best so far)" if is_best else "")
+                return path
+
+            if writes is None:
+                path = write(state)
+            else:
+                writes.wait()  # the write before (one snapshot in memory at a time)
+                writes.submit(functools.partial(write, snapshot(state)))
+        if not reports_checkpoints(t):
             return
-        writes.wait()  # the write before (one snapshot in memory at a time)
-        writes.submit(functools.partial(write, snapshot(state)))
+        # A hook reports the checkpoint (e.g. to Ray Train): the file must be complete first.
+        if writes is not None and writes.pending:
+            path = writes.wait()
+        t.notify("after_checkpoint", path)
 
     def after_step(self) -> None:
         writes = getattr(self.trainer, "checkpoint_writes", None)
         if writes is not None and writes.pending:
             writes.wait()
+
+
+def reports_checkpoints(trainer) -> bool:
+    """Whether a hook of ``trainer`` overrides ``after_checkpoint`` (then a checkpoint is written
+    before the next step, not in the background, so that the path it is told is complete)."""
+    return callable(getattr(trainer, "notify", None)) and any(
+        type(hook).after_checkpoint is not HookBase.after_checkpoint
+        for hook in getattr(trainer, "hooks", ()))
 
 
 HOOKS_KEY = "CONFIG.TRAIN.HOOKS"

@@ -20,7 +20,7 @@ from ..infer.metrics import MetricsWriter
 from ..launch.heartbeat import note_step
 from ..launch.job import resume_config
 from ..launch.preemption import Preempted, PreemptionWatch, watching
-from ..launch.setup import with_job_layout, worker_setup
+from ..launch.setup import checkpoint_dir, job_config, this_process, with_job_layout, worker_setup
 from ..models import build_model
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
@@ -42,7 +42,7 @@ from .execution import (
     compile_model,
     resolve_execution,
 )
-from .finetune import classifier_module, freeze_backbone, freeze_bn
+from .finetune import classifier_module, freeze_backbone, freeze_bn, resolve_num_classes
 from .hooks import HookBase, default_hooks, load_user_hooks
 from .multigrid import build_multigrid_scheduler, check_model, describe_plan, epoch_steps
 from .precision import execution_settings, memory_format
@@ -165,7 +165,9 @@ class Trainer:
     asks for it and runs the epochs. The attributes below are what hooks read.
 
     Attributes:
-        cfg, logger, device, out_dir, save_dir: The run.
+        cfg, logger, device, out_dir: The run (``out_dir`` is BASE_PATH/EXP_NAME).
+        save_dir: The checkpoint folder (``CONFIG.LOG.CHECKPOINT_DIR``, else the engine's, else
+            ``out_dir/<SAVE_DIR>``; see :func:`zoo.launch.setup.checkpoint_dir`).
         model: The model as trained (with several processes DDP-wrapped, or an FSDP2 module
             with ``DDP_CONFIG.STRATEGY fsdp``); ``unwrap(model)`` is the bare one.
         optimizer, scheduler, step: The optimizer, its per-step LR schedule and the train step
@@ -187,6 +189,7 @@ class Trainer:
         inner_iter, batch, loss: The batch index in this epoch, the batch ``(clips, labels,
             indices, n_bad)`` and its loss (a detached tensor, set after the step).
         best_top1, is_best: The best validation top-1 so far, and whether this epoch set it.
+        last_val: The last validation's ``val`` record, or None.
         progress_bar: The open tqdm bar, or None.
         hooks: The hooks, in call order.
         preemption: The :class:`~zoo.launch.preemption.PreemptionWatch` of this process (None
@@ -226,13 +229,16 @@ class Trainer:
             self.steps_per_epoch = _check_steps(self.iters_per_epoch, train.ACCUM_STEPS)
         self._build_step()
         log = cfg.CONFIG.LOG
-        self.save_dir = os.path.join(self.out_dir, log.SAVE_DIR)
+        self.save_dir, source = checkpoint_dir(cfg)
+        if source:
+            self.logger.info("checkpoints go to and resume from %s (%s)", self.save_dir, source)
         self.writer = MetricsWriter(self.out_dir, os.path.join(self.out_dir, log.LOG_DIR))
         self.cfg_yaml = cfg_to_yaml(with_job_layout(cfg))
         self.epochs = self.multigrid.epochs if self.multigrid is not None else train.EPOCH_NUM
         self.start_epoch = self.epoch = self.iteration = self.inner_iter = self.start_iter = 0
         self.preemption: Optional[PreemptionWatch] = None
         self.best_top1, self.is_best = -1.0, False
+        self.last_val: Optional[Dict[str, Any]] = None  # the last val record (Validation sets it)
         self.batch: Any = None
         self.loss: Optional[torch.Tensor] = None
         self.progress_bar = None
@@ -283,9 +289,16 @@ class Trainer:
             hook.trainer = self
             self.hooks.append(hook)
 
-    def _call(self, name: str) -> None:
+    def _call(self, name: str, *args: Any) -> None:
         for hook in self.hooks:
-            getattr(hook, name)()
+            method = getattr(hook, name, None)  # a hook passed in need not subclass HookBase
+            if method is not None:
+                method(*args)
+
+    def notify(self, name: str, *args: Any) -> None:
+        """Call every hook's ``name(*args)``: the built-in hooks report through it
+        (``after_validation(metrics)``, ``after_checkpoint(path)``; see zoo/train/hooks.py)."""
+        self._call(name, *args)
 
     def is_last_epoch(self) -> bool:
         return self.epoch + 1 == self.epochs
@@ -426,8 +439,12 @@ class Trainer:
                                  self.epoch + 1, done, self.iters_per_epoch, self.iteration)
             except CheckpointError as e:  # a full disk: say so, still leave as preempted
                 written = False
+                path = None
                 self.logger.error("error: %s", e)
+        else:
+            path = None
         watch.checkpoint_written(written)
+        self.notify("after_checkpoint", path)
         if self.progress_bar is not None:
             self.progress_bar.close()
         self.writer.close()
@@ -454,18 +471,47 @@ class Trainer:
             self.iteration += 1
 
 
-def train_worker(cfg) -> None:
-    """Train the model the config describes (called by ``launch`` in every process).
+def train(cfg, hooks: Sequence[HookBase] = (), overrides: Sequence[str] = ()) -> Dict[str, Any]:
+    """Train: this process's share of the job (``zoo.train(cfg)``).
 
-    SIGTERM / SIGUSR1 stop it at the next step boundary with a checkpoint, and the process exits
-    with 75 (see zoo/launch/preemption.py); the watch is installed before anything is built.
-    A restarted job (``comm.get_restart_round()`` > 0) continues from the newest checkpoint.
+    Every way zoo trains ends here: the DDP_CONFIG launcher, torchrun and Slurm call it in each
+    process they run (:func:`train_worker`), and so can an engine that starts the processes and
+    forms the process group itself (Ray Train's workers; any scheduler): call
+    ``torch.distributed.init_process_group`` first, or nothing for one process. Ranks come from
+    the process group, the device from ``LOCAL_RANK`` (see :func:`zoo.launch.setup.this_process`).
+
+    SIGTERM / SIGUSR1 stop it at the next step boundary with a checkpoint and raise
+    :class:`~zoo.launch.preemption.Preempted` (a ``SystemExit`` with code 75; handled only when
+    it runs in the main thread). A restarted job (``comm.get_restart_round()`` > 0) continues
+    from the newest checkpoint.
+
+    Args:
+        cfg: A config or the path of a YAML file (see :func:`zoo.launch.setup.job_config`).
+        hooks: Hooks run after the built-in ones and before those of ``CONFIG.TRAIN.HOOKS``;
+            ``after_validation(metrics)`` and ``after_checkpoint(path)`` report the run (see
+            zoo/train/hooks.py).
+        overrides: ``KEY VALUE`` pairs applied to ``cfg``, as on the command line.
+
+    Returns:
+        ``{"out_dir", "checkpoint_dir", "epochs", "iteration", "best_top1", "val"}``: the run's
+        folder, its checkpoint folder, the epochs trained to, the optimizer steps, the best
+        validation top-1 (-1 without validation) and the last ``val`` record (or None).
     """
-    if comm.get_restart_round():
-        cfg = resume_config(cfg)
-    with watching(cfg.CONFIG.TRAIN.PREEMPT_GRACE) as watch:
-        trainer = Trainer(cfg)
-        try:
-            trainer.train(preemption=watch)
-        finally:
-            trainer.stop_data_workers()
+    cfg = resolve_num_classes(job_config(cfg, overrides))
+    with this_process(cfg):
+        if comm.get_restart_round():
+            cfg = resume_config(cfg)
+        with watching(cfg.CONFIG.TRAIN.PREEMPT_GRACE) as watch:
+            trainer = Trainer(cfg, hooks)
+            try:
+                trainer.train(preemption=watch)
+            finally:
+                trainer.stop_data_workers()
+    return {"out_dir": trainer.out_dir, "checkpoint_dir": trainer.save_dir,
+            "epochs": trainer.epochs, "iteration": trainer.iteration,
+            "best_top1": trainer.best_top1, "val": trainer.last_val}
+
+
+def train_worker(cfg) -> None:
+    """What ``launch`` runs in every process of ``zoo-train``: :func:`train` of ``cfg``."""
+    train(cfg)

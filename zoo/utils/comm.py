@@ -44,6 +44,11 @@ def set_device_index(index: Optional[int]) -> None:
     _device_index = index
 
 
+def device_index_recorded() -> bool:
+    """Whether a launcher recorded this process's device (:func:`set_device_index`)."""
+    return _device_index is not None
+
+
 def get_device_index() -> int:
     """This process's CUDA device index, or -1 for CPU.
 
