@@ -3,6 +3,7 @@ model, a temporary folder. No process is spawned and no process group exists (wo
 
 import json
 import logging
+import os
 import time
 import types
 
@@ -248,6 +249,35 @@ def test_checkpointer_saves_on_its_schedule_and_the_best(tmp_path):
     assert isinstance(ckpt["rng"], list) and len(ckpt["rng"]) == 1 and "ema" not in ckpt
     assert ckpt["scheduler"] == {"last": 0.05} and ckpt["cfg"] == t.cfg_yaml
     assert load_checkpoint(str(save_dir / "best.pth"))["epoch"] == 2
+
+
+def test_a_reported_checkpoint_is_complete_and_an_unreported_one_is_written_in_the_background(
+        tmp_path):
+    from zoo.train.checkpoint_writer import BackgroundWriter
+
+    class Reporter(H.HookBase):
+        def __init__(self):
+            self.seen = []
+
+        def after_checkpoint(self, path):
+            self.seen.append((path, os.path.exists(path)))
+
+    for reported in (False, True):
+        t = FakeTrainer(tmp_path / str(reported), epochs=1)
+        t.checkpoint_writes = BackgroundWriter()
+        t.hooks = []
+        t.notify = lambda name, *args: [getattr(h, name)(*args) for h in t.hooks]
+        save_dir = tmp_path / str(reported) / "ckpt"
+        hook = _attach(H.Checkpointer(str(save_dir), save_freq=1), t)
+        reporter = _attach(Reporter(), t)
+        t.hooks = [hook] + ([reporter] if reported else [])
+        hook.after_epoch()
+        # Reported: written before the hook is told; else still in flight until a wait.
+        assert t.checkpoint_writes.pending is not reported
+        if reported:
+            assert reporter.seen == [(str(save_dir / "epoch_1.pth"), True)]
+        assert t.checkpoint_writes.wait() == (None if reported else str(save_dir / "epoch_1.pth"))
+        assert (save_dir / "epoch_1.pth").exists()
 
 
 USER_HOOKS = '''
