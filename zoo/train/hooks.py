@@ -225,7 +225,7 @@ class MetricsLogger(HookBase):
         sums = comm.all_reduce_sum(torch.tensor([float(self.bad), waited],
                                                 device=t.device)).tolist()
         bad_total = int(round(sums[0]))
-        data_wait = sums[1] / world / max(elapsed, 1e-9)
+        data_wait = round(sums[1] / world / max(elapsed, 1e-9), 4)  # as logged and recorded
         mean_loss = self.loss_sum.item() / max(1, self.seen * world)
         epoch_time = time.perf_counter() - self.epoch_start
         # The same on every rank (the skip decision is all-reduced); a skipped step's NaN loss
@@ -235,7 +235,7 @@ class MetricsLogger(HookBase):
                       "videos skipped, %d non-finite steps skipped", t.epoch + 1, mean_loss,
                       epoch_time, 100 * data_wait, bad_total, skipped_steps)
         t.writer.write({"split": "train_epoch", "epoch": t.epoch + 1, "loss": mean_loss,
-                        "time_s": epoch_time, "data_wait_share": round(data_wait, 4),
+                        "time_s": epoch_time, "data_wait_share": data_wait,
                         "skipped_videos": bad_total, "skipped_steps": skipped_steps},
                        t.iteration)
 
