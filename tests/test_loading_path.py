@@ -182,20 +182,32 @@ def _decode_in_child(path, queue):
 def test_forked_worker_decodes_after_the_parent_did(bframe_video):
     # The parent's converter (with FFmpeg's scaler threads) must be neither used nor freed in a
     # forked DataLoader worker: doing either hung the worker.
-    import multiprocessing
 
     with PyAVReader(bframe_video) as video:  # 320x240: threaded decoder and scaler
         video.decode_array([1, 2])
+    child, queue = _start_forked(_decode_in_child, bframe_video)
+    assert _result_of(child, queue, 120) == (1, 240, 320, 3)
+
+
+def _start_forked(target, *args):
+    """A forked child running ``target(*args, queue)``; its process and queue."""
+    import multiprocessing
+
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=_decode_in_child, args=(bframe_video, queue))
+    child = context.Process(target=target, args=(*args, queue))
     child.start()
-    child.join(120)
+    return child, queue
+
+
+def _result_of(child, queue, timeout):
+    """What the child put in its queue; fails (killing it) when it hung or failed."""
+    child.join(timeout)
     hung = child.is_alive()
     if hung:
         child.kill()
     assert not hung and child.exitcode == 0
-    assert queue.get(timeout=5) == (1, 240, 320, 3)
+    return queue.get(timeout=5)
 
 
 def _collect_in_child(queue):
@@ -208,7 +220,6 @@ def test_forked_worker_survives_a_leaked_threaded_reader(bframe_video):
     # An unclosed reader in a reference cycle owns FFmpeg's decoder threads. Collected in a forked
     # child (where those threads do not exist), freeing it would wait for them forever.
     import gc
-    import multiprocessing
 
     class Holder:
         pass
@@ -220,18 +231,10 @@ def test_forked_worker_survives_a_leaked_threaded_reader(bframe_video):
         holder = Holder()
         holder.video, holder.me = video, holder
         del video, holder
-        context = multiprocessing.get_context("fork")
-        queue = context.Queue()
-        child = context.Process(target=_collect_in_child, args=(queue,))
-        child.start()
+        child, queue = _start_forked(_collect_in_child)
     finally:
         gc.enable()
-    child.join(60)
-    hung = child.is_alive()
-    if hung:
-        child.kill()
-    assert not hung and child.exitcode == 0
-    assert queue.get(timeout=5)
+    assert _result_of(child, queue, 60)
 
 
 @pytest.fixture(scope="module")
