@@ -316,9 +316,14 @@ def test_inductor_fuses_batch_norm_relu_and_the_residual_add():
     forward = codes[0][codes[0].index("def call("):]
     kernels = re.findall(r"^\s*(cpp_fused_\w+)\(", forward, re.M)
     assert forward.count("extern_kernels.convolution(") == 3
-    assert len(kernels) == 3 < len(eager), (kernels, eager)
-    assert all("batch_norm" in k and "relu" in k for k in kernels), kernels
-    assert any("add" in k for k in kernels), kernels
+    # Some CPUs get a layout copy before a convolution as a kernel of its own (named after the
+    # convolution it feeds); every other kernel is a batch norm with its ReLU.
+    norms = [k for k in kernels if "batch_norm" in k]
+    copies = [k for k in kernels if k not in norms]
+    assert len(norms) == 3 and all("relu" in k for k in norms), kernels
+    assert "add" in norms[-1], kernels
+    assert not any(re.search("relu|add", k) for k in copies), kernels
+    assert len(kernels) < len(eager), (kernels, eager)
 
 
 @pytest.mark.parametrize("command", ["train", "profile", "compare"])
