@@ -14,7 +14,6 @@ import time
 from typing import Callable, Optional
 
 import torch
-import torch.distributed as dist
 
 from .. import __version__
 from ..launch.agreement import config_fingerprint, config_items
@@ -117,7 +116,6 @@ def run_checks(cfg, node_rank: Optional[int] = None, local_only: bool = False,
         report("FAIL", "job", str(e))
         return False
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        comm.leave_process_group()
     report("ok", "job", "nodes agree on config and zoo version; ranks assigned; collective works")
     return True

@@ -191,8 +191,7 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, topo: JobSpec,
         heartbeat.stop(beat)
         comm.set_device_index(None)
         comm.set_restart_round(0)
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        comm.leave_process_group()
 
 
 def _worker(local_rank: int, main_func: Callable, topo: JobSpec, session: str,

@@ -11,6 +11,7 @@ it runs.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, List, Optional
 
 import torch
@@ -19,6 +20,22 @@ import torch.distributed as dist
 
 def is_dist() -> bool:
     return dist.is_available() and dist.is_initialized()
+
+
+# torch before 2.8 destroys a gloo group holding the GIL while it joins gloo's worker threads. A
+# worker thread that is dropping the last reference to a finished collective's tensor needs the GIL
+# for that, so the two can wait for each other forever (pytorch/pytorch#154976 fixed it in 2.8).
+_GLOO_DESTROY_HOLDS_GIL = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 8)
+
+
+def leave_process_group() -> None:
+    """Destroy this process's default group, if any. On a torch whose gloo teardown holds the GIL,
+    gloo's worker threads first get 50 ms without it to let go of finished collectives."""
+    if not is_dist():
+        return
+    if _GLOO_DESTROY_HOLDS_GIL and dist.get_backend() == "gloo":
+        time.sleep(0.05)  # sleeping releases the GIL
+    dist.destroy_process_group()
 
 
 def get_world_size() -> int:
