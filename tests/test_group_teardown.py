@@ -3,11 +3,10 @@ gloo's teardown held the GIL while a worker thread needed it to free the collect
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 
-from helpers import ROOT
+from helpers import ROOT, free_port
 
 SCRIPT = """
 import sys
@@ -34,17 +33,11 @@ if __name__ == "__main__":
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_twenty_gloo_groups_left_right_after_a_collective(tmp_path):
     script = tmp_path / "teardown.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.Popen([sys.executable, str(script), str(_free_port())], env=env,
+    p = subprocess.Popen([sys.executable, str(script), str(free_port())], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
     try:
