@@ -94,11 +94,13 @@ def _gloo_rank(rank, worker, out_dir):
     import torch
     import torch.distributed as dist
 
+    from zoo.utils import comm
+
     dist.init_process_group("gloo", init_method=f"file://{out_dir}/init", rank=rank, world_size=2)
     try:
         torch.save(worker(rank), os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
-        dist.destroy_process_group()
+        comm.leave_process_group()
 
 
 def on_two_gloo_ranks(worker, out_dir):

@@ -17,6 +17,8 @@ from typing import Any, List, Optional
 import torch
 import torch.distributed as dist
 
+from .env import torch_at_least
+
 
 def is_dist() -> bool:
     return dist.is_available() and dist.is_initialized()
@@ -25,7 +27,7 @@ def is_dist() -> bool:
 # torch before 2.8 destroys a gloo group holding the GIL while it joins gloo's worker threads. A
 # worker thread that is dropping the last reference to a finished collective's tensor needs the GIL
 # for that, so the two can wait for each other forever (pytorch/pytorch#154976 fixed it in 2.8).
-_GLOO_DESTROY_HOLDS_GIL = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 8)
+_GLOO_DESTROY_HOLDS_GIL = not torch_at_least(2, 8)
 
 
 def leave_process_group() -> None:
