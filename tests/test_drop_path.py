@@ -24,9 +24,7 @@ def _rate(module) -> float:
 def block_rates(model):
     """The drop-path probability of each residual block, one list per pathway."""
     name = type(model).__name__
-    if name == "VideoMAE":
-        return [[b.drop_path for b in model.blocks]]
-    if name == "MViT":
+    if name in ("VideoMAE", "MViT"):
         return [[_rate(b.drop_path) for b in model.blocks]]
     if name == "SwinTransformer3d":
         return [[_rate(b.stochastic_depth) for b in model.checkpoint_blocks()]]

@@ -309,7 +309,7 @@ def test_full_vit_b_from_the_config_loads_hub_weights_and_trains_a_step(tmp_path
                        hub["videomae.embeddings.patch_embeddings.projection.weight"])
     assert torch.equal(model.blocks[11].attn.v_bias,
                        hub["videomae.encoder.layer.11.attention.attention.v_bias"])
-    assert model.blocks[11].drop_path == pytest.approx(0.1)  # MODEL.KWARGS of the config
+    assert model.blocks[11].drop_path.p == pytest.approx(0.1)  # MODEL.KWARGS of the config
     x = torch.randn(1, 3, cfg.CONFIG.DATA.CLIP_LEN, 224, 224)
     loss = torch.nn.functional.cross_entropy(model(x), torch.tensor([2]))
     loss.backward()

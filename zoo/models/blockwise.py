@@ -29,7 +29,6 @@ from typing import Iterable, List, Sequence
 import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
-from torchvision.ops import StochasticDepth
 
 __all__ = ["BlockwiseMixin", "StageLayersMixin", "drop_path_module", "linear_rates",
            "set_checkpointing", "set_drop_path"]
@@ -44,8 +43,17 @@ def linear_rates(rate: float, n: int) -> List[float]:
 
 def drop_path_module(p: float) -> nn.Module:
     """Per-sample stochastic depth of probability ``p`` (torchvision's ``StochasticDepth`` in
-    "row" mode), or ``nn.Identity`` for 0; neither has state-dict entries."""
-    return StochasticDepth(p, "row") if p > 0.0 else nn.Identity()
+    "row" mode), or ``nn.Identity`` for 0; neither has state-dict entries.
+
+    torchvision is imported here, not with this module: importing it costs every process (each
+    rank, each tool) 2-3 s of CPU, as it imports ``torch._dynamo``, and models without stochastic
+    depth never need it.
+    """
+    if p <= 0.0:
+        return nn.Identity()
+    from torchvision.ops import StochasticDepth
+
+    return StochasticDepth(p, "row")
 
 
 def set_drop_path(blocks: Sequence[nn.Module], rate: float) -> None:

@@ -35,7 +35,6 @@ from typing import Any, List, Sequence, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torchvision.ops import StochasticDepth
 
 from .blockwise import BlockwiseMixin
 from .classifier import ClassifierMixin
@@ -169,7 +168,11 @@ class SwinBlock3d(nn.Module):
         hidden = int(dim * mlp_ratio)
         self.norm1 = nn.LayerNorm(dim)
         self.attn = WindowAttention3d(dim, num_heads, window, shift, attention_dropout, dropout)
-        self.stochastic_depth = StochasticDepth(drop_path, "row")  # torchvision's module tree
+        # torchvision's module tree (and its module even at 0); imported here, not with this
+        # module, as importing torchvision costs every process 2-3 s (see blockwise.py)
+        from torchvision.ops import StochasticDepth
+
+        self.stochastic_depth = StochasticDepth(drop_path, "row")
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout),
                                  nn.Linear(hidden, dim), nn.Dropout(dropout))

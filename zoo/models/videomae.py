@@ -38,9 +38,8 @@ from typing import List, Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torchvision.ops import stochastic_depth
 
-from .blockwise import BlockwiseMixin
+from .blockwise import BlockwiseMixin, drop_path_module
 from .classifier import ClassifierMixin
 from .facts import IMAGENET_MEAN, IMAGENET_STD, video_facts
 from .registry import register_model
@@ -116,12 +115,11 @@ class Block(nn.Module):
         self.attn = Attention(dim, num_heads, qv_bias, attn_dropout, dropout)
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), dropout)
-        self.drop_path = drop_path
+        self.drop_path = drop_path_module(drop_path)  # no state-dict entries
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + stochastic_depth(self.attn(self.norm1(x)), self.drop_path, "row", self.training)
-        return x + stochastic_depth(self.mlp(self.norm2(x)), self.drop_path, "row",
-                                    self.training)
+        x = x + self.drop_path(self.attn(self.norm1(x)))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
 class PatchEmbed(nn.Module):
