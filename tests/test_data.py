@@ -12,11 +12,11 @@ from videos_for_tests import write_audio_only
 from zoo.config import ConfigError, load_config
 from zoo.data import build as data_build
 from zoo.data import build_dataset, build_loader, sampling
+from zoo.data.dataset_recipes import VideoListDataset
 from zoo.data.decode.registry import DecodeError, VideoFile, count_frames, decode_frames
 from zoo.data.lists.annotations import AnnotationError, read_annotations, read_class_names
 from zoo.data.robust import GuardedLoader
 from zoo.data.synthetic import generate, write_video
-from zoo.data.video_dataset import VideoListDataset
 
 MEAN, STD = [0.45, 0.45, 0.45], [0.225, 0.225, 0.225]
 

@@ -17,9 +17,11 @@ from videos_for_tests import frame_number, ramp_frames, write
 
 from zoo.config import load_config
 from zoo.data import DATASET_REGISTRY, build_dataset, transforms
+from zoo.data.clip_settings import ClipSettings
+from zoo.data.dataset_recipes import DatasetRecipe, VideoListDataset
 from zoo.data.decode.registry import PyAVReader
 from zoo.data.lists.providers import AnnotationListRecords, ListSource, RecordsProvider
-from zoo.data.video_dataset import ClipDataset, ClipSettings, DatasetRecipe, VideoListDataset
+from zoo.data.video_dataset import ClipDataset
 from zoo.utils.env import import_extra_modules
 
 MEAN, STD = [0.45, 0.45, 0.45], [0.225, 0.225, 0.225]
@@ -209,3 +211,14 @@ def test_every_builtin_dataset_is_a_provider_with_clip_dataset():
         entry = DATASET_REGISTRY.get(name)
         assert isinstance(entry, DatasetRecipe), name
         assert isinstance(entry.provider, RecordsProvider), name
+
+
+def test_the_registry_entries_import_from_their_old_module_with_a_warning():
+    import zoo.data.dataset_recipes as recipes
+    import zoo.data.video_dataset as old
+
+    for name in ("register_dataset", "DatasetRecipe", "VideoListDataset"):
+        with pytest.warns(DeprecationWarning, match=f"moved to zoo.data.dataset_recipes.{name}"):
+            assert getattr(old, name) is getattr(recipes, name)
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        old.NoSuchName  # noqa: B018

@@ -122,7 +122,7 @@ def test_skipping_pays_on_a_clip_at_stride_2(bframe_video):
 
 
 def test_dataset_asks_for_the_transform_size(tmp_path, bframe_video):
-    from zoo.data.video_dataset import VideoListDataset
+    from zoo.data.dataset_recipes import VideoListDataset
 
     (tmp_path / "list.txt").write_text(f"{bframe_video} 60 0\n")
     common = dict(clip_len=4, frame_rate=2, crop_size=64, short_side_size=80,

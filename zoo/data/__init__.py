@@ -20,8 +20,8 @@ _LAZY = {
     "decode_frames": "decode.registry", "open_video": "decode.registry",
     "register_decoder": "decode.registry",
     "TooManyBadVideos": "robust",
-    "ClipDataset": "video_dataset", "ClipSettings": "video_dataset",
-    "VideoListDataset": "video_dataset", "register_dataset": "video_dataset",
+    "ClipDataset": "video_dataset", "ClipSettings": "clip_settings",
+    "VideoListDataset": "dataset_recipes", "register_dataset": "dataset_recipes",
     "ListSource": "lists.providers", "RecordsProvider": "lists.providers",
     "VideoList": "lists.providers", "VideoRecord": "lists.records",
     # zoo.data.synthetic is only imported on first use also because `python -m zoo.data.synthetic`

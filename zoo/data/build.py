@@ -8,7 +8,7 @@
   ("train", "val" or "test"), ``list_format`` (a name in ``zoo.data.lists.formats.LIST_FORMATS``),
   ``official_split`` (1-3): what the records provider reads
   (``zoo.data.lists.providers.ListSource``);
-* the fields of ``zoo.data.video_dataset.ClipSettings``: ``clip_len``, ``frame_rate`` (stride
+* the fields of ``zoo.data.clip_settings.ClipSettings``: ``clip_len``, ``frame_rate`` (stride
   between sampled frames), ``crop_size``, ``short_side_size``, ``train_short_side_range``
   ([min, max]), ``random_flip`` (bool), ``mean`` and ``std`` (3 floats each, 0..1 scale),
   ``test_num_segment``, ``test_num_crop``, ``seed`` (int), ``sampling`` ("dense", "tsn",
@@ -23,7 +23,7 @@
   ``RANDOM_ERASE``, and only to entries that accept it).
 
 Every built-in entry is a records provider composed with the one ``ClipDataset``
-(``zoo.data.video_dataset.register_dataset``); an unknown keyword is a TypeError there. A
+(``zoo.data.dataset_recipes.register_dataset``); an unknown keyword is a TypeError there. A
 user's own entry may be any callable that takes these keywords (one that ignores some of them
 should take ``**kwargs``).
 
@@ -63,7 +63,7 @@ from yacs.config import CfgNode
 from ..config import ConfigError
 from ..utils import comm
 from ..utils.env import available_cpus, keep_freed_memory
-from . import source_datasets, video_dataset  # noqa: F401  (register the built-in datasets)
+from . import dataset_recipes, source_datasets  # noqa: F401  (register the built-in datasets)
 from .batch_memory import REUSE_WORKS, BatchMemory, PooledBatch, WrittenItems, batch_tensor
 from .decode.threads import LIBRARY_CHOICE, set_auto_threads, threads_per_worker
 from .registry import DATASET_REGISTRY
@@ -230,7 +230,7 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False) -> 
 
 def _takes(entry: Any, keyword: str) -> bool:
     """Whether the registry entry ``entry`` accepts ``keyword`` (by name or as ``**kwargs``)."""
-    if isinstance(entry, video_dataset.DatasetRecipe):
+    if isinstance(entry, dataset_recipes.DatasetRecipe):
         return True
     try:
         params = inspect.signature(entry).parameters.values()

@@ -23,6 +23,7 @@ ImageListDataset     ``path label`` per line (or CSV path,label)   folder the li
 
 from __future__ import annotations
 
+from .dataset_recipes import register_dataset
 from .lists.providers import (
     AnnotationListRecords,
     ClassFolderRecords,
@@ -31,7 +32,6 @@ from .lists.providers import (
     KineticsRecords,
     UCF101Records,
 )
-from .video_dataset import register_dataset
 
 # Images are one-frame clips: items are ``(C, 1, H, W)``, test items ``(num_crop, C, 1, H, W)``
 # (the temporal settings do not apply). 2-D models fold the time axis into the batch.

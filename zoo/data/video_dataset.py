@@ -2,18 +2,20 @@
 transform, and replace a video that cannot be read by another one.
 
 A dataset is a records provider (:mod:`zoo.data.lists.providers`: which videos, labels and class
-names) plus :class:`ClipDataset` with typed :class:`ClipSettings`. :func:`register_dataset` puts
-that pair in ``DATASET_REGISTRY`` under a name ``CONFIG.DATA.DATASET`` can select.
+names) plus :class:`ClipDataset` with typed :class:`~zoo.data.clip_settings.ClipSettings`.
+:func:`~zoo.data.dataset_recipes.register_dataset` puts that pair in ``DATASET_REGISTRY`` under a
+name ``CONFIG.DATA.DATASET`` can select.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import logging
 import os
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 import torch
@@ -21,12 +23,12 @@ from torch.utils.data import Dataset
 
 from . import clip_augment, sampling, transforms
 from .batch_memory import BatchMemory, WrittenItems, batch_tensor
+from .clip_settings import ClipSettings
 from .decode.base import DecodeError, OutputSize, one_line, time_limit
-from .decode.frames import DEFAULT_FRAME_TEMPLATE, FrameFolderReader, FrameTemplateMismatch
+from .decode.frames import FrameFolderReader, FrameTemplateMismatch
 from .decode.registry import VideoReader, get_decoder
 from .lists.annotations import AnnotationError, VideoRecord
-from .lists.providers import AnnotationListRecords, ListSource, RecordsProvider, VideoList
-from .registry import DATASET_REGISTRY
+from .lists.providers import VideoList
 from .robust import BadVideoTable
 
 logger = logging.getLogger(__name__)
@@ -49,90 +51,6 @@ def _reader_errors() -> Tuple[Type[BaseException], ...]:
 
 
 READER_ERRORS = _reader_errors()
-
-
-@dataclass(frozen=True)
-class ClipSettings:
-    """How clips are sampled, decoded and transformed (``CONFIG.DATA``, see ``defaults.py``).
-
-    Attributes:
-        clip_len: Frames per clip ("dense", "uniform") or per snippet ("tsn").
-        frame_rate: Stride between sampled frames.
-        crop_size: Side of the square crop.
-        short_side_size: Short side for val/test crops.
-        train_short_side_range: ``(min, max)`` short side for training (scale jitter).
-        random_flip: Randomly flip training clips left-right.
-        mean: Per-channel mean (0..1 scale).
-        std: Per-channel std (0..1 scale).
-        test_num_segment: Temporal views per test video.
-        test_num_crop: Spatial views per test video (1 or 3).
-        seed: Seeds the choice of replacement videos for val/test, so evaluation is repeatable.
-        max_tries: Videos tried for one item before giving up with an error.
-        decoder: Reader name (see ``zoo.data.decode.registry.DECODERS``).
-        decode_threads: Decoder threads per video, 0 = automatic.
-        decode_timeout: Seconds allowed to open and decode one video (x ``test_num_segment`` for
-            test items, x ``clips_per_video`` for training items); 0 = no limit.
-        sampling: "dense", "tsn" or "uniform" (see :mod:`zoo.data.sampling`).
-        num_segment: Segments of the "tsn" scheme.
-        color_jitter: ``(brightness, contrast, saturation, hue)`` for training clips.
-        frame_template: File name of frame ``i`` (from 1) in a frame folder, for the "frames"
-            decoder (``CONFIG.DATA.FRAME_TEMPLATE``).
-        frame_size: ``(height, width)`` every decoded frame is resized to before cropping,
-            ignoring its aspect ratio (gluoncv's ``KEEP_ASPECT_RATIO: False``); empty = as
-            decoded.
-        decode_resize: Let the reader scale frames to the transform's first size while it
-            converts them (``CONFIG.DATA.DECODE_RESIZE``, see :meth:`ClipDataset.output_size`).
-        clips_per_video: Training clips per item, each sampled and augmented on its own from
-            one decode of the video (``CONFIG.DATA.CLIPS_PER_VIDEO``); val/test ignore it.
-        clips_window: "independent" (each of the clips draws its own window) or "shared" (one
-            window, N augmentations of it: PySlowFast's AUG.NUM_SAMPLE)
-            (``CONFIG.DATA.CLIPS_WINDOW``).
-        uint8_train_clips: Hand over training clips as uint8 pixels, for the training step to
-            normalise on its device (``CONFIG.DATA.NORMALIZE_ON "device"``); val/test clips are
-            always normalised here.
-        rand_augment: timm RandAugment policy for training clips, one draw per clip, "" = off
-            (``CONFIG.DATA.RAND_AUGMENT``).
-        random_erase: Chance of erasing one box (the same in every frame) of a normalised
-            training clip, 0 = off (``CONFIG.DATA.RANDOM_ERASE``; not with ``uint8_train_clips``).
-    """
-
-    clip_len: int
-    frame_rate: int
-    crop_size: int
-    short_side_size: int
-    train_short_side_range: Sequence[int]
-    random_flip: bool
-    mean: Sequence[float]
-    std: Sequence[float]
-    test_num_segment: int = 1
-    test_num_crop: int = 1
-    seed: int = 0
-    max_tries: int = 10
-    decoder: str = "pyav"
-    decode_threads: int = 0
-    decode_timeout: float = 0.0
-    sampling: str = "dense"
-    num_segment: int = 1
-    color_jitter: Sequence[float] = (0.0, 0.0, 0.0, 0.0)
-    frame_template: str = DEFAULT_FRAME_TEMPLATE
-    frame_size: Sequence[int] = ()
-    decode_resize: bool = True
-    clips_per_video: int = 1
-    clips_window: str = "independent"
-    uint8_train_clips: bool = False
-    rand_augment: str = ""
-    random_erase: float = 0.0
-
-    def __post_init__(self) -> None:
-        # Sequences become tuples (the settings are shared by every loader worker, never edited).
-        for name, kind in (("train_short_side_range", int), ("mean", float), ("std", float),
-                           ("color_jitter", float), ("frame_size", int)):
-            object.__setattr__(self, name, tuple(kind(v) for v in getattr(self, name)))
-        object.__setattr__(self, "decode_timeout", float(self.decode_timeout))
-        object.__setattr__(self, "random_erase", float(self.random_erase))
-        if self.random_erase and self.uint8_train_clips:
-            raise ValueError("random_erase erases normalised clips: it cannot be combined with "
-                             "uint8_train_clips")
 
 
 class ClipDataset(Dataset):
@@ -540,75 +458,13 @@ def _init_from_list(
                          clip_settings)
 
 
-class DatasetRecipe:
-    """A ``DATASET_REGISTRY`` entry: a records provider composed with :class:`ClipDataset`.
-
-    Called like every entry, as ``recipe(**dataset_kwargs(cfg, split)) -> ClipDataset``: the
-    list keywords go to the provider (a :class:`~zoo.data.lists.providers.ListSource`), the others
-    are :class:`ClipSettings` fields (an unknown keyword is a TypeError).
-
-    Args:
-        name: The registered name (``CONFIG.DATA.DATASET``).
-        provider: Reads the records.
-        fixed: Settings this source always uses, whatever the config says (images are one-frame
-            clips read by the "image" decoder); :class:`ClipSettings` field names.
-    """
-
-    def __init__(self, name: str, provider: RecordsProvider,
-                 fixed: Optional[Mapping[str, Any]] = None) -> None:
-        names = {f.name for f in dataclasses.fields(ClipSettings)}
-        unknown = sorted(set(fixed or {}) - names)
-        if unknown:
-            raise TypeError(f"{name}: {', '.join(unknown)} are not ClipSettings fields")
-        self.__name__ = name
-        self.provider = provider
-        self.fixed = dict(fixed or {})
-
-    def __call__(self, anno_path: str, data_path: str, split: str, *, list_format: str = "auto",
-                 official_split: int = 1, **settings: Any) -> ClipDataset:
-        clip_settings = ClipSettings(**{**settings, **self.fixed})
-        source = ListSource(anno_path, data_path, split, list_format, official_split,
-                            clip_settings.decoder)
-        return ClipDataset(self.provider.read(source), split, clip_settings)
-
-    def __repr__(self) -> str:
-        return f"DatasetRecipe({self.__name__!r}, {self.provider!r}, fixed={self.fixed})"
+# Names that moved to zoo.data.dataset_recipes, importable from here for one more release.
+_MOVED = ("DatasetRecipe", "VideoListDataset", "register_dataset")
 
 
-def register_dataset(name: str, provider: Union[RecordsProvider, Type[RecordsProvider], None]
-                     = None, **fixed: Any) -> Any:
-    """Register ``provider`` + :class:`ClipDataset` in ``DATASET_REGISTRY`` as ``name``.
-
-    Works as a decorator on a :class:`~zoo.data.lists.providers.RecordsProvider` subclass (built
-    with no arguments) or called with a provider (an instance, for a provider with options)::
-
-        @register_dataset("MyDataset")
-        class MyRecords(RecordsProvider):
-            def read(self, source): ...
-
-        register_dataset("MyFrames", AnnotationListRecords(), decoder="frames")
-
-    Args:
-        name: What ``CONFIG.DATA.DATASET`` names.
-        provider: The provider; None = return a decorator.
-        **fixed: :class:`ClipSettings` this dataset always uses (see :class:`DatasetRecipe`).
-
-    Returns:
-        The provider (so the decorator leaves the class as it is).
-    """
-    def register(p: Union[RecordsProvider, Type[RecordsProvider]]) -> Any:
-        instance = p() if isinstance(p, type) else p
-        if not isinstance(instance, RecordsProvider):
-            raise TypeError(f"register_dataset({name!r}): {p!r} is not a RecordsProvider")
-        DATASET_REGISTRY.register(DatasetRecipe(name, instance, fixed), name=name)
-        return p
-
-    return register if provider is None else register(provider)
-
-
-# A text list in ``list_format`` (gluoncv ``path num_frames label``, MMAction2, PySlowFast), a CSV
-# with a header (``path,label[,start,end]``) or a folder of class sub-folders; class names from
-# ``classes.txt`` beside the list. With ``decoder="frames"`` the list's paths are folders of
-# extracted frames (the gluoncv / MMAction2 "rawframes" layout, files named by ``frame_template``).
-register_dataset("VideoListDataset", AnnotationListRecords())
-VideoListDataset: DatasetRecipe = DATASET_REGISTRY.get("VideoListDataset")
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        warnings.warn(f"zoo.data.video_dataset.{name} moved to zoo.data.dataset_recipes.{name} "
+                      "(or import it from zoo.data)", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(".dataset_recipes", __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

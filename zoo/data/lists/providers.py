@@ -7,7 +7,7 @@ A dataset is composed of two parts (see ``docs/datasets.md``):
   :class:`~zoo.data.lists.annotations.VideoRecord` per video (path relative to a root folder, label,
   frame count, optional start/end seconds and frame offset) and the class names;
 * one clip dataset (:class:`zoo.data.video_dataset.ClipDataset`) samples, decodes and transforms
-  clips from those records, with typed settings (:class:`zoo.data.video_dataset.ClipSettings`).
+  clips from those records, with typed settings (:class:`zoo.data.clip_settings.ClipSettings`).
 
 A provider is told what to read by a :class:`ListSource` (the list, the data root, the split and
 the list options of ``CONFIG.DATA``). Providers hold no state beyond their own options and never
@@ -84,7 +84,7 @@ class VideoList:
 class RecordsProvider:
     """Reads one split's videos; subclasses implement :meth:`read`.
 
-    Register a provider as a dataset with :func:`zoo.data.video_dataset.register_dataset`.
+    Register a provider as a dataset with :func:`zoo.data.dataset_recipes.register_dataset`.
     """
 
     def read(self, source: ListSource) -> VideoList:
