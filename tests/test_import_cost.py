@@ -1,5 +1,5 @@
 """What a training or test process imports: every rank, loader worker and tool imports zoo, so a
-heavy import costs every one of them. torchvision's import pulls in ``torch._dynamo`` (2-3 s of
+heavy import costs every one of them. torchvision's import pulls in ``torch._dynamo`` (3-4 s of
 CPU per process on a 2-core VM); zoo imports it only where it is used (stochastic depth, Swin3D,
 colour jitter, torchvision's own models)."""
 

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import logging
 import os
-import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ..utils.moved import moved_attributes
 from . import clip_augment, sampling, transforms
 from .batch_memory import BatchMemory, WrittenItems, batch_tensor
 from .clip_settings import ClipSettings
@@ -459,12 +458,5 @@ def _init_from_list(
 
 
 # Names that moved to zoo.data.dataset_recipes, importable from here for one more release.
-_MOVED = ("DatasetRecipe", "VideoListDataset", "register_dataset")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        warnings.warn(f"zoo.data.video_dataset.{name} moved to zoo.data.dataset_recipes.{name} "
-                      "(or import it from zoo.data)", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(".dataset_recipes", __package__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved_attributes(__name__, {name: "zoo.data.dataset_recipes" for name in (
+    "DatasetRecipe", "VideoListDataset", "register_dataset")})

@@ -5,20 +5,11 @@ zoo.accel (zoo/utils/moved.py has the table). ``from zoo.engine import Trainer``
 
 from __future__ import annotations
 
-import importlib
-import warnings
+from ..utils.moved import moved_attributes
 
 # Name -> the module that defines it now.
-_NAMES = {
+__getattr__ = moved_attributes(__name__, {
     "HookBase": "zoo.train.hooks", "Trainer": "zoo.train.trainer",
     "train_worker": "zoo.train.trainer", "LaunchError": "zoo.launch.topology",
     "launch": "zoo.launch.launch", "test_worker": "zoo.infer.tester",
-}
-
-
-def __getattr__(name: str) -> object:
-    if name not in _NAMES:
-        raise AttributeError(f"module 'zoo.engine' has no attribute {name!r}")
-    warnings.warn(f"zoo.engine.{name} is deprecated: import it from {_NAMES[name]} (zoo.engine "
-                  f"goes in the next release)", DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(_NAMES[name]), name)
+})

@@ -45,9 +45,9 @@ def drop_path_module(p: float) -> nn.Module:
     """Per-sample stochastic depth of probability ``p`` (torchvision's ``StochasticDepth`` in
     "row" mode), or ``nn.Identity`` for 0; neither has state-dict entries.
 
-    torchvision is imported here, not with this module: importing it costs every process (each
-    rank, each tool) 2-3 s of CPU, as it imports ``torch._dynamo``, and models without stochastic
-    depth never need it.
+    torchvision is imported here, not with this module: importing it imports ``torch._dynamo``
+    (3-4 s of CPU on a 2-core VM), which the launcher, the tools and processes without DDP
+    otherwise never need.
     """
     if p <= 0.0:
         return nn.Identity()

@@ -169,7 +169,7 @@ class SwinBlock3d(nn.Module):
         self.norm1 = nn.LayerNorm(dim)
         self.attn = WindowAttention3d(dim, num_heads, window, shift, attention_dropout, dropout)
         # torchvision's module tree (and its module even at 0); imported here, not with this
-        # module, as importing torchvision costs every process 2-3 s (see blockwise.py)
+        # module, for the reason drop_path_module gives (blockwise.py)
         from torchvision.ops import StochasticDepth
 
         self.stochastic_depth = StochasticDepth(drop_path, "row")

@@ -3,6 +3,7 @@
 ``import zoo.engine.trainer`` (or ``from zoo.data.decoders import open_video``) gives the module
 at its new place, ``zoo.train.trainer``, and a ``DeprecationWarning`` naming it. The table is
 also the list of old -> new module paths (docs/architecture.md, "Where things moved").
+:func:`moved_attributes` does the same for names that moved out of a module that stays.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import warnings
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 # Old module path -> where it lives now.
 MOVED: Dict[str, str] = {
@@ -102,3 +103,20 @@ def install() -> None:
     """
     if not any(isinstance(f, MovedModuleFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, MovedModuleFinder())
+
+
+def moved_attributes(module: str, names: Dict[str, str]) -> Callable[[str], object]:
+    """A module ``__getattr__`` (PEP 562) for names that moved out of ``module``: each of
+    ``names`` (name -> the module that defines it now) is imported from its new module, with a
+    ``DeprecationWarning`` naming it; any other name is an AttributeError."""
+
+    def __getattr__(name: str) -> object:
+        if name not in names:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        new = names[name]
+        warnings.warn(f"{module}.{name} is deprecated: it moved to {new}.{name}; import it from "
+                      f"there (the old path goes in the next release)", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(importlib.import_module(new), name)
+
+    return __getattr__
