@@ -60,7 +60,7 @@ def cmd_train(args) -> list:
     machine = common.machine_info(device)
     kwargs = dict(zip(args.kwargs[0::2], [_literal(v) for v in args.kwargs[1::2]]))
     if args.act_checkpoint_memory:
-        return _train_memory(args, kwargs, machine)
+        return _train_memory(args, kwargs, machine, device)
     rows = train_throughput(args.model, args.frames, args.size, args.batch, args.precision,
                             args.memory_format, args.warmup, args.runs, device, args.num_classes,
                             kwargs, args.compile, peak=args.gemm_size >= 0,
@@ -86,14 +86,16 @@ def cmd_train(args) -> list:
     return paths + [png]
 
 
-def _train_memory(args, kwargs, machine) -> list:
+def _train_memory(args, kwargs, machine, device) -> list:
     from .train_memory import train_step_memory
 
     rows = train_step_memory(args.model, args.frames, args.size, args.batch,
                              num_classes=args.num_classes, model_kwargs=kwargs,
-                             threads=args.threads or available_cpus())
-    columns = ["act_checkpoint", "rss_before_mb", "peak_rss_mb", "step_rise_mb", "step_s",
-               "loss"]
+                             threads=args.threads or available_cpus(), device=str(device))
+    columns = ["act_checkpoint", "device", "rss_before_mb", "peak_rss_mb", "step_rise_mb",
+               "step_s", "loss"]
+    if rows and "peak_cuda_mb" in rows[0]:
+        columns += ["cuda_before_mb", "peak_cuda_mb", "step_rise_cuda_mb"]
     return _finish(args, "train_memory", rows, machine, columns)
 
 
@@ -315,7 +317,8 @@ def cmd_gpu(args) -> list:
     from .gpu_check import markdown_table, run_gpu_check
 
     out = args.out or os.path.join("output", "gpu_check", time.strftime("%Y%m%d-%H%M%S"))
-    rows = run_gpu_check(out, args.device, args.quick, args.steps, args.step_timeout)
+    rows = run_gpu_check(out, args.device, args.quick, args.steps, args.step_timeout,
+                         args.budget)
     args.table = markdown_table(rows)
     args.failed = any(r["status"] == "FAILED" for r in rows)
     return sorted(os.path.join(out, name) for name in os.listdir(out)

@@ -127,15 +127,22 @@ def repeat_video(part: str, path: str, copies: int) -> str:
     return path
 
 
-def generate(folder: str, count: int, gop: int) -> str:
-    """``count`` 10-second 340x256 videos and a gluoncv list of them; returns the list path."""
+def generate(folder: str, count: int, gop: int, processes: int = 1) -> str:
+    """``count`` 10-second 340x256 videos and a gluoncv list of them; returns the list path.
+    ``processes`` > 1 encodes that many videos at a time (each in a forked process)."""
+    import multiprocessing
+
     os.makedirs(folder, exist_ok=True)
-    lines = []
-    for i in range(count):
-        name = f"clip_{i:03d}.mp4"
-        if not os.path.isfile(os.path.join(folder, name)):
-            write_video(os.path.join(folder, name), 10, 256, 340, gop, seed=i)
-        lines.append(f"{name} 250 0\n")
+    names = [f"clip_{i:03d}.mp4" for i in range(count)]
+    todo = [(os.path.join(folder, name), 10, 256, 340, gop, i) for i, name in enumerate(names)
+            if not os.path.isfile(os.path.join(folder, name))]
+    if processes > 1 and len(todo) > 1:
+        with multiprocessing.get_context("fork").Pool(min(processes, len(todo))) as pool:
+            pool.starmap(write_video, todo)
+    else:
+        for job in todo:
+            write_video(*job)
+    lines = [f"{name} 250 0\n" for name in names]
     path = os.path.join(folder, "list.txt")
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(lines)

@@ -1,29 +1,36 @@
 """``zoo-benchmark gpu``: the GPU path checked in one command on a fresh machine.
 
-Six steps, each but the last a child process, each with its own log under ``out``; a failed step
-does not stop the others:
+Nine steps, each but the last a child process, each with its own log under ``out``; a failed
+step does not stop the others:
 
 1. ``cuda_tests``: ``pytest -m cuda tests`` (the tests marked ``cuda``).
 2. ``quickstart``: train and test configs/quickstart/slowfast_tiny_motion.yaml (val / test top-1).
 3. ``train_step``: ``zoo-benchmark train`` of SlowFast-R50 8x8 in fp32 and bf16 (clips/s and
-   percent of the device's measured matmul peak in the same precision); on a GPU (not
-   ``quick``) also the bf16 step compiled (``--compile``: CUDA graphs, its first step's seconds)
-   and ``zoo-benchmark compare --compile`` (zoo's compiled bf16 step against PyTorchVideo's
-   at the same settings).
-4. ``loader``: ``zoo-benchmark data`` on the videos of the next step with its settings and
+   percent of the device's measured matmul peak in the same precision).
+4. ``compiled_step``: on a GPU at full sizes, the bf16 step compiled as the trainer compiles it
+   (``--compile``: inductor + CUDA graphs, its first step's seconds) and ``zoo-benchmark compare
+   --compile`` (zoo's compiled bf16 step against PyTorchVideo's at the same settings); skipped
+   on a CPU or with ``quick``, where compiling takes longer than the rest of the check.
+5. ``loader``: ``zoo-benchmark data`` on the videos of the next step with its settings and
    cores - 2 workers: the loader's clips/s alone (and per worker).
-5. ``real_decoding``: SlowFast-R50 8x8 trained in bf16 on generated 10-s 340x256 H.264 videos
+6. ``real_decoding``: SlowFast-R50 8x8 trained in bf16 on generated 10-s 340x256 H.264 videos
    (Kinetics-like, GOP 250, CRF 23) with cores - 2 loader workers: clips/s after the first epoch,
    the GPU's busy percent over the same iterations (sampled by ``nvidia-smi`` every 200 ms) and
    the share of those epochs the training loop waited for data (``data_wait_share``).
-6. ``balance``: the figures side by side: model-only clips/s (``train_step``'s bf16 step at the
-   same sizes), loader-only clips/s, end-to-end clips/s, GPU busy, data wait, and which of model
-   and loader is the limit.
+7. ``real_decoding_compiled``: the same run with ``TRAIN.COMPILE True`` (the first epoch holds
+   the compile time); skipped where ``compiled_step`` is.
+8. ``memory``: ``zoo-benchmark train --act-checkpoint-memory``: the peak memory of one fp32 step
+   of SlowFast-R50 8x8 at batch 16 with and without activation checkpointing (the GPU's on a GPU).
+9. ``balance``: the figures side by side: model-only clips/s (``train_step``'s bf16 step at the
+   same sizes, and ``compiled_step``'s), loader-only clips/s, end-to-end clips/s, GPU busy, data
+   wait, and which of model and loader is the limit.
 
 ``quick`` shrinks every size (a tiny SlowFast, a few videos, short schedules) so the whole check
 runs in a minute or two on a CPU; with ``device`` "cpu" the children see no GPU
-(``CUDA_VISIBLE_DEVICES=""``) and the GPU's busy percent is n/a. Run from the checkout (configs/
-and tests/ are read from the current folder).
+(``CUDA_VISIBLE_DEVICES=""``) and the GPU's busy percent is n/a. ``budget_s`` bounds the whole
+check: a child is killed when the budget is spent, and the steps after it are skipped (each
+named in the table), so a check on a machine lent for a fixed time still prints its table. Run
+from the checkout (configs/ and tests/ are read from the current folder).
 """
 
 from __future__ import annotations
@@ -42,22 +49,39 @@ from zoo.utils.env import available_cpus
 from . import child_env
 
 QUICKSTART = "configs/quickstart/slowfast_tiny_motion.yaml"
-STEPS = ("cuda_tests", "quickstart", "train_step", "loader", "real_decoding", "balance")
+STEPS = ("cuda_tests", "quickstart", "train_step", "compiled_step", "loader", "real_decoding",
+         "real_decoding_compiled", "memory", "balance")
+# Steps that start no child process: they run whatever is left of the budget.
+NO_CHILD = ("balance",)
 
 
 class Check:
     """One run of the check: where its logs go, which device, which sizes."""
 
-    def __init__(self, out: str, device: str, quick: bool, timeout_s: float) -> None:
+    def __init__(self, out: str, device: str, quick: bool, timeout_s: float,
+                 budget_s: Optional[float] = None) -> None:
         self.out, self.device, self.quick, self.timeout_s = out, device, quick, timeout_s
+        # time.monotonic() at which the whole check must end; None = no bound
+        self.deadline = None if budget_s is None else time.monotonic() + budget_s
         self.results: Dict[str, Dict[str, object]] = {}  # each step's figures, for "balance"
         self.env = dict(child_env(os.environ), PYTHONUNBUFFERED="1")
         if device == "cpu":
             self.env["CUDA_VISIBLE_DEVICES"] = ""
 
+    def left_s(self) -> float:
+        """Seconds left of the budget (infinite without one)."""
+        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
+
+    @property
+    def full_gpu(self) -> bool:
+        """A CUDA device at full sizes: where the compiled steps run."""
+        return self.device == "cuda" and not self.quick
+
     def run(self, name: str, cmd: List[str], on_line: Optional[Callable] = None) -> int:
         """Run ``cmd``, its output appended to ``out/name.log``; ``on_line(t, line)`` sees each
-        line as it comes. Returns the exit status (124 when it ran past the timeout)."""
+        line as it comes. Returns the exit status (124 when it ran past the step timeout or the
+        check's budget)."""
+        timeout_s = max(1.0, min(self.timeout_s, self.left_s()))
         log_path = os.path.join(self.out, f"{name}.log")
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(f"$ {' '.join(cmd)}\n")
@@ -70,7 +94,7 @@ class Check:
                 killed.append(True)
                 proc.kill()
 
-            timer = threading.Timer(self.timeout_s, kill)
+            timer = threading.Timer(timeout_s, kill)
             timer.start()
             try:
                 for line in proc.stdout:
@@ -82,7 +106,7 @@ class Check:
             finally:
                 timer.cancel()
             if killed:
-                log.write(f"killed after {self.timeout_s:.0f} s\n")
+                log.write(f"killed after {timeout_s:.0f} s\n")
                 return 124
             return rc
 
@@ -181,31 +205,35 @@ def train_step(c: Check) -> Tuple[bool, str]:
     if rows:
         batch = rows[0]["batch"]
         parts.append(f"{rows[0]['step_gflop'] / batch:.4g} GFLOP/clip")
-    ok = rc == 0 and len(rows) == 2
-    if c.device == "cuda" and not c.quick:
-        compiled_ok, compiled = _compiled_step(c, out, sizes)
-        ok, parts = ok and compiled_ok, parts + compiled
-    return ok, "; ".join(parts) or "no results"
+    return rc == 0 and len(rows) == 2, "; ".join(parts) or "no results"
 
 
-def _compiled_step(c: Check, out: str, sizes: List[str]) -> Tuple[bool, List[str]]:
-    """The bf16 step compiled (the trainer's GPU settings), and zoo's compiled step against
-    PyTorchVideo's (``compare --compile``, batch 16)."""
-    rc = c.run("train_step", [sys.executable, "-m", "benchmarks.run", "train", "--out",
+def compiled_step(c: Check) -> Tuple[object, str]:
+    """The bf16 step of ``train_step`` compiled (the trainer's GPU settings), and zoo's compiled
+    step against PyTorchVideo's (``compare --compile``, batch 16). GPU and full sizes only."""
+    if not c.full_gpu:
+        return "skipped", "needs a CUDA device and full sizes (compiling takes minutes)"
+    out = os.path.join(c.out, "train_step")
+    sizes = ["--model", "slowfast_8x8_resnet50", "--frames", "32", "--size", "224", "--batch",
+             "16", "--warmup", "3", "--runs", "10"]
+    rc = c.run("compiled_step", [sys.executable, "-m", "benchmarks.run", "train", "--out",
                               os.path.join(out, "compiled"), "--device", c.device, "--precision",
                               "bf16", "--compile", *sizes])
     rows = (_json(os.path.join(out, "compiled", "train.json")) or {}).get("rows", [])
     parts = [f"bf16 compiled ({r['compile_mode']}) {r['clips_per_s']:.1f} clips/s "
              f"({r['peak_pct']:.1f}% of bf16 peak, first step {r['first_step_s']:.0f} s)"
              for r in rows]
-    rc2 = c.run("train_step", [sys.executable, "-m", "benchmarks.run", "compare", "--out",
+    if rows:
+        c.results["compiled_step"] = {"bf16": rows[0]["clips_per_s"]}
+    rc2 = c.run("compiled_step", [sys.executable, "-m", "benchmarks.run", "compare", "--out",
                                os.path.join(out, "compare"), "--device", c.device, "--batch",
                                "16", "--no-ablation", "--compile"])
     ratios = (_json(os.path.join(out, "compare", "compare.json")) or {}).get("ratios", {})
     if ratios:
         parts.append(f"compiled zoo bf16 / PyTorchVideo bf16 {ratios['zoo_bf16_vs_ptv_bf16']:.2f}x "
                      f"(loss relative difference {ratios['loss_rel_diff_bf16_vs_ptv_bf16']:.2g})")
-    return rc == 0 and rc2 == 0 and len(rows) == 1 and bool(ratios), parts
+    ok = rc == 0 and rc2 == 0 and len(rows) == 1 and bool(ratios)
+    return ok, "; ".join(parts) or "no results"
 
 
 def _video_list(c: Check, count: int, repeats: int, classes: int) -> Tuple[str, str]:
@@ -213,7 +241,7 @@ def _video_list(c: Check, count: int, repeats: int, classes: int) -> Tuple[str, 
     from . import data
 
     folder = os.path.join(c.out, "videos")
-    data.generate(folder, count, gop=250)
+    data.generate(folder, count, gop=250, processes=available_cpus())
     lines = [f"clip_{i:03d}.mp4 250 {i % classes}\n" for i in range(count)] * repeats
     path = os.path.join(folder, "train_list.txt")
     with open(path, "w", encoding="utf-8") as f:
@@ -265,14 +293,26 @@ def real_decoding(c: Check) -> Tuple[bool, str]:
     """SlowFast-R50 8x8 in bf16 on generated videos with cores - 2 workers: clips/s, GPU busy and
     the loop's data wait after the first epoch (the first holds the start-up: workers, cuDNN's
     choices)."""
+    return _real_decoding(c, "real_decoding", [])
+
+
+def real_decoding_compiled(c: Check) -> Tuple[object, str]:
+    """``real_decoding`` with the model compiled (``TRAIN.COMPILE True``, the trainer's mode for
+    one GPU: inductor + CUDA graphs); the first epoch, untimed, holds the compile."""
+    if not c.full_gpu:
+        return "skipped", "needs a CUDA device and full sizes (compiling takes minutes)"
+    return _real_decoding(c, "real_decoding_compiled", ["TRAIN.COMPILE", "True"])
+
+
+def _real_decoding(c: Check, name: str, extra: List[str]) -> Tuple[bool, str]:
     real = _real_data(c)
     workers, batch, epochs = int(real["workers"]), int(real["batch"]), int(real["epochs"])
     list_path = str(real["list"])
-    run_dir = os.path.join(c.out, "real_decoding")
+    run_dir = os.path.join(c.out, name)
     args = ["--config-file", QUICKSTART, *real["opts"], "TRAIN.EPOCH_NUM", str(epochs),
             "TRAIN.PRECISION", "bf16", "DDP_CONFIG.NUM_CPU_PROCS", "1",
             "LOG.BASE_PATH", run_dir, "LOG.EXP_NAME", "run", "LOG.PROGRESS_BAR", "False",
-            "LOG.DISPLAY_FREQ", "10"]
+            "LOG.DISPLAY_FREQ", "10", *extra]
     marks: Dict[str, float] = {}
 
     def on_line(t: float, line: str) -> None:
@@ -282,9 +322,9 @@ def real_decoding(c: Check) -> Tuple[bool, str]:
             marks.setdefault("epoch1", t)
             marks["end"] = t
 
-    busy = GpuBusy(c.device == "cuda", os.path.join(c.out, "real_decoding_gpu_busy.txt"))
+    busy = GpuBusy(c.device == "cuda", os.path.join(c.out, f"{name}_gpu_busy.txt"))
     try:
-        rc = c.run("real_decoding", [sys.executable, "-m", "zoo.cli.train", *args], on_line)
+        rc = c.run(name, [sys.executable, "-m", "zoo.cli.train", *args], on_line)
     finally:
         busy.stop()
     epochs_done = [r for r in _records(os.path.join(run_dir, "run"))
@@ -293,6 +333,8 @@ def real_decoding(c: Check) -> Tuple[bool, str]:
     clips = (len(open(list_path).readlines()) // batch) * batch
     figures = [f"{workers} workers, batch {batch}"]
     result: Dict[str, object] = {}
+    if epochs_done:
+        figures.append(f"epoch 1 {epochs_done[0]['time_s']:.1f} s")
     if timed:
         seconds = sum(r["time_s"] for r in timed)
         result["clips_per_s"] = speed = clips * len(timed) / seconds
@@ -305,16 +347,43 @@ def real_decoding(c: Check) -> Tuple[bool, str]:
     pct = busy.mean(start, marks["end"]) if start and "end" in marks else None
     result["gpu_busy"] = pct
     figures.append(f"GPU busy {pct:.0f}%" if pct is not None else "GPU busy n/a")
-    c.results["real_decoding"] = result
+    c.results[name] = result
     return rc == 0 and len(epochs_done) == epochs, ", ".join(figures)
+
+
+def memory(c: Check) -> Tuple[bool, str]:
+    """Peak memory of one fp32 training step with and without activation checkpointing
+    (``zoo-benchmark train --act-checkpoint-memory``): the GPU's on a GPU, the process's RSS on
+    a CPU."""
+    out = os.path.join(c.out, "memory")
+    sizes = (["--model", "slowfast_tiny_resnet18", "--frames", "16", "--size", "64", "--batch",
+              "2"] if c.quick else
+             ["--model", "slowfast_8x8_resnet50", "--frames", "32", "--size", "224", "--batch",
+              "16"])
+    rc = c.run("memory", [sys.executable, "-m", "benchmarks.run", "train", "--out", out,
+                          "--device", c.device, "--act-checkpoint-memory", *sizes])
+    rows = (_json(os.path.join(out, "train_memory.json")) or {}).get("rows", [])
+    key, where = (("step_rise_cuda_mb", "GPU") if rows and "step_rise_cuda_mb" in rows[0]
+                  else ("step_rise_mb", "RSS"))
+    by = {bool(r["act_checkpoint"]): r for r in rows}
+    if len(by) != 2:
+        return False, "no results"
+    off, on = by[False][key], by[True][key]
+    peak = "peak_cuda_mb" if where == "GPU" else "peak_rss_mb"
+    figures = (f"one fp32 step's {where} rise {off:.0f} MB without, {on:.0f} MB with "
+               f"activation checkpointing ({on / off:.2f}x); peak {by[False][peak]:.0f} / "
+               f"{by[True][peak]:.0f} MB; step {by[False]['step_s']:.2f} / "
+               f"{by[True]['step_s']:.2f} s (first step, untimed warm-up)")
+    return rc == 0, figures
 
 
 def balance(c: Check) -> Tuple[object, str]:
     """Model-only, loader-only and end-to-end clips/s side by side, with GPU busy and data wait,
     from the steps run before it; names the slower of model and loader as the limit."""
-    model = c.results.get("train_step", {}).get("bf16")
+    compiled = "compiled_step" in c.results and "real_decoding_compiled" in c.results
+    model = c.results.get("compiled_step" if compiled else "train_step", {}).get("bf16")
     feed = c.results.get("loader", {}).get("clips_per_s")
-    real = c.results.get("real_decoding", {})
+    real = c.results.get("real_decoding_compiled" if compiled else "real_decoding", {})
     both = real.get("clips_per_s")
     if model is None and feed is None and both is None:
         return "skipped", "needs train_step, loader and real_decoding"
@@ -323,7 +392,7 @@ def balance(c: Check) -> Tuple[object, str]:
         return f"{value:.1f} clips/s" if value is not None else "n/a"
 
     busy, wait = real.get("gpu_busy"), real.get("data_wait")
-    figures = [f"model-only {speed(model)}",
+    figures = [("compiled: " if compiled else "") + f"model-only {speed(model)}",
                f"loader-only {speed(feed)} ({c.results.get('loader', {}).get('workers', '?')} "
                "workers)",
                f"end-to-end {speed(both)}",
@@ -340,20 +409,28 @@ def balance(c: Check) -> Tuple[object, str]:
 
 
 CHECKS = {"cuda_tests": cuda_tests, "quickstart": quickstart, "train_step": train_step,
-          "loader": loader, "real_decoding": real_decoding, "balance": balance}
+          "compiled_step": compiled_step, "loader": loader, "real_decoding": real_decoding,
+          "real_decoding_compiled": real_decoding_compiled, "memory": memory, "balance": balance}
 
 
 def run_gpu_check(out: str, device: str = "cuda", quick: bool = False,
-                  steps: Optional[List[str]] = None,
-                  timeout_s: float = 600) -> List[Dict[str, object]]:
+                  steps: Optional[List[str]] = None, timeout_s: float = 600,
+                  budget_s: Optional[float] = None) -> List[Dict[str, object]]:
     """Run the steps (all by default) in order; returns one row per step: ``step``, ``status``
-    ("ok", "FAILED", or "skipped" for the cuda tests on a CPU), ``figures`` and ``seconds``.
-    A step that raises is a failed step; each child process is killed after ``timeout_s``."""
+    ("ok", "FAILED", or "skipped": the cuda tests on a CPU, a compiled step on a CPU or with
+    ``quick``, a step that would start after ``budget_s`` was spent), ``figures`` and
+    ``seconds``. A step that raises is a failed step; each child process is killed after
+    ``timeout_s`` or when the budget is spent."""
     os.makedirs(out, exist_ok=True)
-    check = Check(out, device, quick, timeout_s)
+    check = Check(out, device, quick, timeout_s, budget_s)
     rows = []
     for name in steps or STEPS:
         start = time.perf_counter()
+        if check.left_s() < 5 and name not in NO_CHILD:
+            rows.append({"step": name, "status": "skipped",
+                         "figures": f"not started: the budget of {budget_s:.0f} s was spent",
+                         "seconds": 0.0})
+            continue
         try:
             ok, figures = CHECKS[name](check)  # ok: True, False or "skipped"
         except Exception as e:  # the step failed; the others still run
@@ -364,8 +441,8 @@ def run_gpu_check(out: str, device: str = "cuda", quick: bool = False,
         status = ok if isinstance(ok, str) else "ok" if ok else "FAILED"
         rows.append({"step": name, "status": status, "figures": figures,
                      "seconds": round(time.perf_counter() - start, 1)})
-    with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump({"device": device, "quick": quick, "rows": rows}, f, indent=2)
+        with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as f:
+            json.dump({"device": device, "quick": quick, "rows": rows}, f, indent=2)
     return rows
 
 

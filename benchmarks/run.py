@@ -195,7 +195,8 @@ def _add_gpu(sub) -> None:
     from .gpu_check import STEPS
 
     g = sub.add_parser("gpu", help="the GPU check: cuda tests, quick start, SlowFast-R50 step "
-                       "fp32/bf16, real-decoding training (see docs/benchmarks.md)")
+                       "fp32/bf16 (eager and compiled), real-decoding training, activation-"
+                       "checkpointing memory (see docs/benchmarks.md)")
     g.add_argument("--out", default="", help="folder for every step's log and summary.json "
                    "(default output/gpu_check/<date-time>)")
     g.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
@@ -206,6 +207,9 @@ def _add_gpu(sub) -> None:
                    help="the steps to run, in this order")
     g.add_argument("--step-timeout", type=float, default=600,
                    help="seconds after which a step's child process is killed")
+    g.add_argument("--budget", type=float, default=None,
+                   help="seconds for the whole check: a child still running then is killed "
+                   "and the steps not yet started are skipped (the table still comes last)")
     g.set_defaults(func=commands.cmd_gpu)
 
 
