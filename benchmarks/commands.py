@@ -136,17 +136,14 @@ def cmd_compare(args) -> list:
     rows, ratios = compare_pytorchvideo(args.frames, args.size, args.batch, args.width,
                                         args.num_classes, args.warmup, args.runs, device,
                                         ablation=not args.no_ablation,
-                                        execution=_execution(args, device))
+                                        execution=_execution(args, device),
+                                        bf16_only=args.bf16_only)
+    against = "ptv_bf16" if args.bf16_only else "ptv_fp32"
     paths = _finish(args, "compare", rows, machine, ["variant", "precision", "channels_last",
-                    "input", "median_s", "clips_per_s", "speedup_vs_ptv_fp32", "first_loss",
-                    "loss_rel_diff_vs_ptv_fp32"], {"ratios": ratios})
-    print(f"zoo fp32 / PyTorchVideo fp32: {ratios['zoo_fp32_vs_ptv_fp32']:.2f}x (loss relative "
-          f"difference {ratios['loss_rel_diff_fp32']:.2g})")
-    print(f"zoo defaults ({ratios['zoo_defaults_precision']}) / PyTorchVideo defaults (fp32): "
-          f"{ratios['zoo_defaults_vs_ptv_defaults']:.2f}x (loss relative difference "
-          f"{ratios['loss_rel_diff_defaults']:.2g})")
-    print(f"zoo defaults / PyTorchVideo with the same settings: "
-          f"{ratios['zoo_defaults_vs_ptv_same_settings']:.2f}x")
+                    "input", "median_s", "clips_per_s", f"speedup_vs_{against}", "first_loss",
+                    f"loss_rel_diff_vs_{against}"], {"ratios": ratios})
+    if not args.bf16_only:
+        _print_fp32_ratios(ratios)
     print(f"zoo bf16 + channels-last / PyTorchVideo bf16 + channels-last: "
           f"{ratios['zoo_bf16_vs_ptv_bf16']:.2f}x (median of the per-round ratios "
           f"{ratios['zoo_bf16_vs_ptv_bf16_paired']:.2f}x; loss relative difference "
@@ -161,9 +158,19 @@ def cmd_compare(args) -> list:
                     f"batch {args.batch}, {args.frames}x{args.size}², "
                     f"{torch.get_num_threads()} threads, same process, same weights",
                     "clips/s (higher is better)",
-                    notes=[f"{r['speedup_vs_ptv_fp32']:.2f}x" for r in rows],
+                    notes=[f"{r[f'speedup_vs_{against}']:.2f}x" for r in rows],
                     footer=plots.machine_footer(machine))
     return paths + [png]
+
+
+def _print_fp32_ratios(ratios) -> None:
+    print(f"zoo fp32 / PyTorchVideo fp32: {ratios['zoo_fp32_vs_ptv_fp32']:.2f}x (loss relative "
+          f"difference {ratios['loss_rel_diff_fp32']:.2g})")
+    print(f"zoo defaults ({ratios['zoo_defaults_precision']}) / PyTorchVideo defaults (fp32): "
+          f"{ratios['zoo_defaults_vs_ptv_defaults']:.2f}x (loss relative difference "
+          f"{ratios['loss_rel_diff_defaults']:.2g})")
+    print(f"zoo defaults / PyTorchVideo with the same settings: "
+          f"{ratios['zoo_defaults_vs_ptv_same_settings']:.2f}x")
 
 
 def cmd_scaling(args) -> list:

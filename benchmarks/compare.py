@@ -54,6 +54,7 @@ VARIANTS: List[Tuple[str, str, str, str, Union[bool, str]]] = [
 ABLATION = {1, 2, 7}
 STEMS_IN_BF16 = 7
 SAME_AS_PTV_BF16 = 6  # timed only where zoo's defaults are not already bf16 + channels-last
+PTV_BF16 = 4
 
 
 def build_pair(width: int, frames: int, size: int, num_classes: int,
@@ -122,7 +123,8 @@ def ptv_step(model: nn.Module, device: torch.device, precision: str, channels_la
 def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, width: int = 64,
                          num_classes: int = 400, warmup: int = 2, runs: int = 5,
                          device: Optional[torch.device] = None, ablation: bool = True,
-                         seed: int = 0, execution: Optional[Execution] = None
+                         seed: int = 0, execution: Optional[Execution] = None,
+                         bf16_only: bool = False
                          ) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """Time every variant of :data:`VARIANTS` and compare them.
 
@@ -137,17 +139,21 @@ def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, widt
         execution: zoo's GPU step settings (compile, stem padding, cuDNN benchmark), as
             :func:`~benchmarks.train.zoo_step` takes them; cuDNN's benchmark mode is global, so
             PyTorchVideo's steps run with it too.
+        bf16_only: Time only PyTorchVideo's and zoo's bf16 + channels-last steps (the base is
+            then PyTorchVideo bf16): half the model copies, and one compile instead of two.
 
     Returns:
         ``(rows, ratios)``: one row per variant (times, clips/s, first loss, its relative
-        difference from PyTorchVideo fp32's) and the speed-ups of zoo over PyTorchVideo.
+        difference from the base's: PyTorchVideo fp32, or bf16 with ``bf16_only``) and the
+        speed-ups of zoo over PyTorchVideo.
     """
     device = device or torch.device("cpu")
     clips, labels = random_batch(batch, frames, size, num_classes, seed, device=device)
     fns, first, meta = _variant_steps(width, frames, size, num_classes, device, clips, labels,
-                                      ablation, seed, execution)
+                                      ablation, seed, execution, bf16_only)
     times = time_interleaved(fns, warmup, runs, device)
-    base = VARIANTS[0][0]
+    base = VARIANTS[PTV_BF16 if bf16_only else 0][0]
+    against = "ptv_bf16" if bf16_only else "ptv_fp32"
     rows = []
     for name, ts in times.items():
         stats = summary(ts)
@@ -157,25 +163,29 @@ def compare_pytorchvideo(frames: int = 32, size: int = 224, batch: int = 1, widt
             "frames": frames, "size": size,
             "width": width, "threads": torch.get_num_threads(), **stats,
             "clips_per_s": round(batch / stats["median_s"], 4),
-            "speedup_vs_ptv_fp32": round(times_ratio(times, base, name), 3),
+            f"speedup_vs_{against}": round(times_ratio(times, base, name), 3),
             "first_loss": round(first[name], 6),
-            "loss_rel_diff_vs_ptv_fp32": float(f"{rel:.3g}"),
+            f"loss_rel_diff_vs_{against}": float(f"{rel:.3g}"),
         })
-    return rows, _ratios(times, rows)
+    return rows, (_bf16_ratios(times, rows) if bf16_only else _ratios(times, rows))
 
 
 def _variant_steps(width: int, frames: int, size: int, num_classes: int, device: torch.device,
                    clips: torch.Tensor, labels: torch.Tensor, ablation: bool, seed: int,
-                   execution: Optional[Execution] = None):
+                   execution: Optional[Execution] = None, bf16_only: bool = False):
     """``(fns, first, meta)``: a recording train step per variant (its own model copy, the same
-    weights), the dict its first loss goes to, and its settings."""
+    weights), the dict its first loss goes to, and its settings; with ``bf16_only`` the two
+    bf16 + channels-last variants only."""
     ptv_model, state = build_pair(width, frames, size, num_classes, seed)  # reused once
     ptv_state = ptv_model.state_dict()
     fns, first, meta = {}, {}, {}
     for i, (name, side, precision, fmt, route) in enumerate(VARIANTS):
-        if i in ABLATION and not ablation:
+        if bf16_only:
+            if i not in (PTV_BF16, SAME_AS_PTV_BF16):
+                continue
+        elif i in ABLATION and not ablation:
             continue
-        if i == SAME_AS_PTV_BF16 and _defaults_are_bf16_channels_last(device):
+        elif i == SAME_AS_PTV_BF16 and _defaults_are_bf16_channels_last(device):
             continue
         if side == "ptv":
             model, ptv_model = ptv_model or build_pair(width, frames, size, num_classes)[0], None
@@ -226,6 +236,16 @@ def _ratios(times: Dict[str, List[float]], rows: List[Dict[str, Any]]) -> Dict[s
         ratios["zoo_fp32_stems_vs_bf16_stems_paired"] = round(
             paired_ratio(times, stems_bf16, zoo_bf16), 3)
     return ratios
+
+
+def _bf16_ratios(times: Dict[str, List[float]], rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The bf16-only comparison's speed-ups (zoo bf16 + channels-last over PyTorchVideo's) and
+    its loss check."""
+    ptv, zoo = VARIANTS[PTV_BF16][0], VARIANTS[SAME_AS_PTV_BF16][0]
+    by_name = {r["variant"]: r for r in rows}
+    return {"zoo_bf16_vs_ptv_bf16": round(times_ratio(times, ptv, zoo), 3),
+            "zoo_bf16_vs_ptv_bf16_paired": round(paired_ratio(times, ptv, zoo), 3),
+            "loss_rel_diff_bf16_vs_ptv_bf16": by_name[zoo]["loss_rel_diff_vs_ptv_bf16"]}
 
 
 def times_ratio(times: Dict[str, List[float]], slow: str, fast: str) -> float:

@@ -227,7 +227,7 @@ def compiled_step(c: Check) -> Tuple[object, str]:
         c.results["compiled_step"] = {"bf16": rows[0]["clips_per_s"]}
     rc2 = c.run("compiled_step", [sys.executable, "-m", "benchmarks.run", "compare", "--out",
                                os.path.join(out, "compare"), "--device", c.device, "--batch",
-                               "16", "--no-ablation", "--compile"])
+                               "16", "--bf16-only", "--compile"])
     ratios = (_json(os.path.join(out, "compare", "compare.json")) or {}).get("ratios", {})
     if ratios:
         parts.append(f"compiled zoo bf16 / PyTorchVideo bf16 {ratios['zoo_bf16_vs_ptv_bf16']:.2f}x "

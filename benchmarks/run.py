@@ -112,6 +112,9 @@ def _add_compare(sub) -> None:
     c.add_argument("--width", type=int, default=64, help="slow stem width (64 = R50)")
     c.add_argument("--no-ablation", action="store_true",
                    help="skip the zoo fp32 variants that only explain the fp32 gain")
+    c.add_argument("--bf16-only", action="store_true",
+                   help="time only PyTorchVideo's and zoo's bf16 + channels-last steps (with "
+                   "--compile: one compile instead of two)")
     _execution_args(c, " (zoo's variants; cuDNN benchmark applies to both sides)")
     c.set_defaults(func=commands.cmd_compare)
 
