@@ -254,7 +254,7 @@ def _real_data(c: Check) -> Dict[str, object]:
     ``workers`` (cores - 2), ``batch``, ``epochs``, ``list``, and ``opts`` (config overrides:
     model, clip sizes, the list, workers, batch)."""
     workers = max(0, available_cpus() - 2)
-    count, repeats, batch, epochs = (4, 2, 2, 2) if c.quick else (48, 10, 16, 3)
+    count, repeats, batch, epochs = (4, 2, 2, 2) if c.quick else (48, 16, 16, 3)
     list_path, folder = _video_list(c, count, repeats, classes=8)
     model = (["MODEL.NAME", "slowfast_tiny_resnet18", "DATA.CLIP_LEN", "16", "DATA.CROP_SIZE",
               "64", "DATA.SHORT_SIDE_SIZE", "72", "DATA.TRAIN_SHORT_SIDE_RANGE", "[72, 90]"]
@@ -338,7 +338,16 @@ def _real_decoding(c: Check, name: str, extra: List[str]) -> Tuple[bool, str]:
     if timed:
         seconds = sum(r["time_s"] for r in timed)
         result["clips_per_s"] = speed = clips * len(timed) / seconds
-        figures.append(f"{speed:.1f} clips/s (epochs {timed[0]['epoch']}-{timed[-1]['epoch']})")
+        span = f"epochs {timed[0]['epoch']}-{timed[-1]['epoch']}"
+        if len(epochs_done) > 1 and "epoch1" in marks and marks["end"] > marks["epoch1"]:
+            # wall clock from the end of epoch 1 to the end of the last: the boundaries (and
+            # what runs there: checkpoint snapshots, the next epoch's first batches) count too
+            wall = clips * len(timed) / (marks["end"] - marks["epoch1"])
+            result["clips_per_s"] = wall
+            figures.append(f"{wall:.1f} clips/s over {span} by the wall clock ({speed:.1f} "
+                           "within them)")
+        else:
+            figures.append(f"{speed:.1f} clips/s ({span})")
         if all("data_wait_share" in r for r in timed):
             wait = sum(r["data_wait_share"] * r["time_s"] for r in timed) / seconds
             result["data_wait"] = wait

@@ -82,6 +82,23 @@ def test_train_and_compare(tmp_path):
         assert row["loss_rel_diff_vs_ptv_fp32"] < (1e-4 if row["precision"] == "fp32" else 0.15)
     assert (out / "compare.png").stat().st_size > 0
 
+    # --bf16-only: the two bf16 + channels-last steps, PyTorchVideo's the base
+    r = run_tool("benchmark.py", [
+        "compare", "--bf16-only", "--frames", "16", "--size", "64", "--width", "16",
+        "--num-classes", "5", "--warmup", "1", "--runs", "1", "--threads", "1",
+        "--out", str(out / "bf16")], timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "zoo fp32 / PyTorchVideo fp32" not in r.stdout
+    assert "zoo bf16 + channels-last / PyTorchVideo bf16 + channels-last" in r.stdout
+    rows, data = _read(out / "bf16", "compare")
+    assert [(row["side"], row["precision"], row["channels_last"]) for row in data["rows"]] == [
+        ("ptv", "bf16", True), ("zoo", "bf16", True)]
+    assert data["rows"][0]["speedup_vs_ptv_bf16"] == 1.0
+    assert set(data["ratios"]) == {"zoo_bf16_vs_ptv_bf16", "zoo_bf16_vs_ptv_bf16_paired",
+                                   "loss_rel_diff_bf16_vs_ptv_bf16"}
+    assert data["ratios"]["loss_rel_diff_bf16_vs_ptv_bf16"] == \
+        data["rows"][1]["loss_rel_diff_vs_ptv_bf16"] < 0.15
+
 
 def test_step_benchmarks_flush_subnormals():
     from benchmarks.commands import _steady_numbers
@@ -361,5 +378,6 @@ def test_train_act_checkpoint_memory(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     rows, _ = _read(out, "train_memory")
     assert [row["act_checkpoint"] for row in rows] == ["False", "True"]
+    assert {row["device"] for row in rows} == {"cpu"} and "peak_cuda_mb" not in rows[0]
     assert rows[0]["loss"] == rows[1]["loss"]
     assert all(float(row["peak_rss_mb"]) >= float(row["rss_before_mb"]) > 0 for row in rows)

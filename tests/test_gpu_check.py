@@ -12,7 +12,9 @@ from helpers import ROOT
 
 from zoo.cli import benchmark
 
-STEPS = ["cuda_tests", "quickstart", "train_step", "loader", "real_decoding", "balance"]
+STEPS = ["cuda_tests", "quickstart", "train_step", "compiled_step", "loader", "real_decoding",
+         "real_decoding_compiled", "memory", "balance"]
+COMPILED = ("compiled_step", "real_decoding_compiled")  # GPU only
 
 
 @pytest.mark.slow
@@ -28,20 +30,26 @@ def test_gpu_check_script_runs_every_step_on_the_cpu(tmp_path):
     rows = {line.split(" | ")[0].strip("| "): line for line in table[2:]}
     assert list(rows) == STEPS
     assert "| skipped |" in rows["cuda_tests"] and " skipped" in rows["cuda_tests"]
+    for step in COMPILED:
+        assert "| skipped | needs a CUDA device" in rows[step], rows[step]
     for step in STEPS[1:]:
-        assert "| ok |" in rows[step], rows[step]
+        if step not in COMPILED:
+            assert "| ok |" in rows[step], rows[step]
     assert "val top-1" in rows["quickstart"] and "test top-1" in rows["quickstart"]
     assert "fp32" in rows["train_step"] and "bf16" in rows["train_step"]
     assert "% of bf16 peak" in rows["train_step"] and "% of fp32 peak" in rows["train_step"]
     assert "input uint8;" in rows["train_step"]
-    assert "clips/s" in rows["real_decoding"] and "GPU busy n/a" in rows["real_decoding"]
+    assert "clips/s over epochs 2-2 by the wall clock" in rows["real_decoding"]
+    assert "GPU busy n/a" in rows["real_decoding"]
+    assert "activation checkpointing" in rows["memory"] and "RSS rise" in rows["memory"]
     assert "data wait " in rows["real_decoding"]
     assert "clips/s with 0 workers" in rows["loader"] or "per worker" in rows["loader"]
     for figure in ("model-only", "loader-only", "end-to-end", "GPU busy n/a", "data wait",
                    "limit: the "):
         assert figure in rows["balance"], rows["balance"]
     for step in STEPS:
-        assert (out / f"{step}.log").stat().st_size > 0
+        if step not in COMPILED:
+            assert (out / f"{step}.log").stat().st_size > 0
     summary = json.loads((out / "summary.json").read_text())
     assert [r["step"] for r in summary["rows"]] == STEPS and summary["device"] == "cpu"
     assert "rank 0/1 on cpu" in (out / "quickstart" / "run" / "log_rank0.txt").read_text()
@@ -55,3 +63,24 @@ def test_a_failed_step_is_reported_and_fails_the_command(tmp_path, monkeypatch, 
     assert rc == 1
     assert lines[-1].startswith("| cuda_tests | FAILED | tests/ not found")
     assert lines[-3] == "| step | status | key figures | seconds |"
+
+
+def test_the_budget_skips_the_steps_it_cannot_start_and_the_table_still_comes(tmp_path,
+                                                                              capsys):
+    rc = benchmark.main(["gpu", "--device", "cpu", "--steps", "cuda_tests", "balance",
+                         "--budget", "0", "--out", str(tmp_path / "out")])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert rc == 0  # nothing failed: a step not started is skipped
+    assert lines[-2] == "| cuda_tests | skipped | not started: the budget of 0 s was spent | 0.0 |"
+    assert lines[-1].startswith("| balance | skipped | needs train_step")  # it needs no child
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [r["status"] for r in summary["rows"]] == ["skipped", "skipped"]
+
+
+def test_a_child_is_killed_when_the_budget_is_spent(tmp_path):
+    from benchmarks.gpu_check import Check
+
+    check = Check(str(tmp_path), "cpu", quick=True, timeout_s=600, budget_s=2)
+    rc = check.run("sleepy", [sys.executable, "-c", "import time; time.sleep(60)"])
+    assert rc == 124
+    assert (tmp_path / "sleepy.log").read_text().splitlines()[-1].startswith("killed after ")
