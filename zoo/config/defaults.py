@@ -186,7 +186,7 @@ _C.CONFIG.TRAIN.CPU_KERNELS = True
 # Older switch: True = MEMORY_FORMAT "channels_last" whatever MEMORY_FORMAT says.
 _C.CONFIG.TRAIN.CHANNELS_LAST = False
 # Compile the model with torch.compile: "auto", True or False. The first step takes minutes to
-# compile (the log says how long). "auto" = on for a CUDA GPU when an epoch has at least 1000
+# compile (the log says how long). "auto" = on for a CUDA GPU when an epoch has at least 3500
 # iterations per process, no MULTIGRID and no FSDP sharding (then compiling pays within the first
 # epoch); off on the CPU, where it did not pay (docs/benchmarks.md). See docs/training.md.
 _C.CONFIG.TRAIN.COMPILE = "auto"

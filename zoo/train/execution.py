@@ -33,10 +33,10 @@ __all__ = ["AUTO_COMPILE_MIN_ITERS", "CUDA_GRAPH_MODES", "COMPILE_MODES", "Compi
            "Execution", "resolve_execution", "switch"]
 
 # COMPILE auto: the epoch length (iterations per process) from which compiling is expected to pay
-# within the first epoch. Compiling SlowFast-R50 8x8 costs about 1-2 minutes of host time
-# (129 s on the 2-core VM, docs/benchmarks.md); saving ~0.1 s per step of a ~0.15-0.3 s step
-# pays that back in about 1000 steps.
-AUTO_COMPILE_MIN_ITERS = 1000
+# within the first epoch. Measured on one H200 (16 host cores, torch 2.11, docs/benchmarks.md
+# "GPU"): compiling SlowFast-R50 8x8's bf16 step at batch 16 cost 128 s (first step 152 s against
+# 24 s eager) and saved 37 ms per step (0.0996 -> 0.0622 s), so it paid back after ~3,400 steps.
+AUTO_COMPILE_MIN_ITERS = 3500
 
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune",
                  "max-autotune-no-cudagraphs")
