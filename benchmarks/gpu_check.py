@@ -53,6 +53,16 @@ STEPS = ("cuda_tests", "quickstart", "train_step", "compiled_step", "loader", "r
          "real_decoding_compiled", "memory", "balance")
 # Steps that start no child process: they run whatever is left of the budget.
 NO_CHILD = ("balance",)
+# why the compiled steps skip a CPU or a ``quick`` check
+NEEDS_FULL_GPU = "needs a CUDA device and full sizes (compiling takes minutes)"
+# ``zoo-benchmark train`` arguments of the step benchmarks (train_step, compiled_step, memory):
+# the model and sizes, then the timed steps, at full sizes and with ``quick``
+STEP_SIZES = {False: ["--model", "slowfast_8x8_resnet50", "--frames", "32", "--size", "224",
+                      "--batch", "16"],
+              True: ["--model", "slowfast_tiny_resnet18", "--frames", "16", "--size", "64",
+                     "--batch", "2"]}
+STEP_TIMING = {False: ["--warmup", "3", "--runs", "10"],
+               True: ["--warmup", "1", "--runs", "2", "--gemm-size", "512"]}
 
 
 class Check:
@@ -71,6 +81,11 @@ class Check:
     def left_s(self) -> float:
         """Seconds left of the budget (infinite without one)."""
         return float("inf") if self.deadline is None else self.deadline - time.monotonic()
+
+    def step_args(self, timed: bool = True) -> List[str]:
+        """The step benchmarks' model and sizes (:data:`STEP_SIZES`) for this check's sizes, with
+        the timed steps (:data:`STEP_TIMING`) when ``timed``."""
+        return STEP_SIZES[self.quick] + (STEP_TIMING[self.quick] if timed else [])
 
     @property
     def full_gpu(self) -> bool:
@@ -190,12 +205,9 @@ def quickstart(c: Check) -> Tuple[bool, str]:
 def train_step(c: Check) -> Tuple[bool, str]:
     """``zoo-benchmark train`` of SlowFast-R50 8x8 (quick: the tiny SlowFast), fp32 and bf16."""
     out = os.path.join(c.out, "train_step")
-    sizes = (["--model", "slowfast_tiny_resnet18", "--frames", "16", "--size", "64", "--batch",
-              "2", "--warmup", "1", "--runs", "2", "--gemm-size", "512"] if c.quick else
-             ["--model", "slowfast_8x8_resnet50", "--frames", "32", "--size", "224", "--batch",
-              "16", "--warmup", "3", "--runs", "10"])
     rc = c.run("train_step", [sys.executable, "-m", "benchmarks.run", "train", "--out", out,
-                              "--device", c.device, "--precision", "fp32", "bf16", *sizes])
+                              "--device", c.device, "--precision", "fp32", "bf16",
+                              *c.step_args()])
     rows = (_json(os.path.join(out, "train.json")) or {}).get("rows", [])
     parts = [f"{r['precision']} {r['clips_per_s']:.1f} clips/s ({r['peak_pct']:.1f}% of "
              f"{r['math_mode']} peak)" for r in rows]
@@ -212,13 +224,11 @@ def compiled_step(c: Check) -> Tuple[object, str]:
     """The bf16 step of ``train_step`` compiled (the trainer's GPU settings), and zoo's compiled
     step against PyTorchVideo's (``compare --compile``, batch 16). GPU and full sizes only."""
     if not c.full_gpu:
-        return "skipped", "needs a CUDA device and full sizes (compiling takes minutes)"
+        return "skipped", NEEDS_FULL_GPU
     out = os.path.join(c.out, "train_step")
-    sizes = ["--model", "slowfast_8x8_resnet50", "--frames", "32", "--size", "224", "--batch",
-             "16", "--warmup", "3", "--runs", "10"]
     rc = c.run("compiled_step", [sys.executable, "-m", "benchmarks.run", "train", "--out",
-                              os.path.join(out, "compiled"), "--device", c.device, "--precision",
-                              "bf16", "--compile", *sizes])
+                                 os.path.join(out, "compiled"), "--device", c.device,
+                                 "--precision", "bf16", "--compile", *c.step_args()])
     rows = (_json(os.path.join(out, "compiled", "train.json")) or {}).get("rows", [])
     parts = [f"bf16 compiled ({r['compile_mode']}) {r['clips_per_s']:.1f} clips/s "
              f"({r['peak_pct']:.1f}% of bf16 peak, first step {r['first_step_s']:.0f} s)"
@@ -226,8 +236,8 @@ def compiled_step(c: Check) -> Tuple[object, str]:
     if rows:
         c.results["compiled_step"] = {"bf16": rows[0]["clips_per_s"]}
     rc2 = c.run("compiled_step", [sys.executable, "-m", "benchmarks.run", "compare", "--out",
-                               os.path.join(out, "compare"), "--device", c.device, "--batch",
-                               "16", "--bf16-only", "--compile"])
+                                  os.path.join(out, "compare"), "--device", c.device, "--batch",
+                                  "16", "--bf16-only", "--compile"])
     ratios = (_json(os.path.join(out, "compare", "compare.json")) or {}).get("ratios", {})
     if ratios:
         parts.append(f"compiled zoo bf16 / PyTorchVideo bf16 {ratios['zoo_bf16_vs_ptv_bf16']:.2f}x "
@@ -300,7 +310,7 @@ def real_decoding_compiled(c: Check) -> Tuple[object, str]:
     """``real_decoding`` with the model compiled (``TRAIN.COMPILE True``, the trainer's mode for
     one GPU: inductor + CUDA graphs); the first epoch, untimed, holds the compile."""
     if not c.full_gpu:
-        return "skipped", "needs a CUDA device and full sizes (compiling takes minutes)"
+        return "skipped", NEEDS_FULL_GPU
     return _real_decoding(c, "real_decoding_compiled", ["TRAIN.COMPILE", "True"])
 
 
@@ -365,12 +375,9 @@ def memory(c: Check) -> Tuple[bool, str]:
     (``zoo-benchmark train --act-checkpoint-memory``): the GPU's on a GPU, the process's RSS on
     a CPU."""
     out = os.path.join(c.out, "memory")
-    sizes = (["--model", "slowfast_tiny_resnet18", "--frames", "16", "--size", "64", "--batch",
-              "2"] if c.quick else
-             ["--model", "slowfast_8x8_resnet50", "--frames", "32", "--size", "224", "--batch",
-              "16"])
     rc = c.run("memory", [sys.executable, "-m", "benchmarks.run", "train", "--out", out,
-                          "--device", c.device, "--act-checkpoint-memory", *sizes])
+                          "--device", c.device, "--act-checkpoint-memory",
+                          *c.step_args(timed=False)])
     rows = (_json(os.path.join(out, "train_memory.json")) or {}).get("rows", [])
     key, where = (("step_rise_cuda_mb", "GPU") if rows and "step_rise_cuda_mb" in rows[0]
                   else ("step_rise_mb", "RSS"))
