@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
 
 import pytest
@@ -183,3 +184,24 @@ def test_the_background_writer_runs_one_write_at_a_time_and_raises_its_error_onc
     with pytest.raises(OSError):
         writes.submit(lambda: done.append("never"))  # the next save surfaces it too
     assert "never" not in done
+
+
+def test_polling_the_background_writer_never_blocks_and_raises_a_finished_write_error(tmp_path):
+    writes = BackgroundWriter()
+    release = threading.Event()
+    writes.submit(lambda: release.wait(10))
+    start = time.perf_counter()
+    assert writes.poll() is True  # still in flight: poll returns at once
+    assert time.perf_counter() - start < 1.0
+    release.set()
+    writes._thread.join()
+    assert writes.poll() is False and not writes.pending
+
+    def fail():
+        raise OSError(f"could not write {os.path.join(tmp_path, 'epoch_2.pth')}")
+
+    writes.submit(fail)
+    writes._thread.join()
+    with pytest.raises(OSError, match="epoch_2.pth"):
+        writes.poll()
+    assert writes.poll() is False  # raised once

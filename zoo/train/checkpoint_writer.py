@@ -2,10 +2,11 @@
 CPU memory), then serialised and written to its file in a thread while the next steps run.
 
 The trainer holds one :class:`BackgroundWriter`. A write still in flight is waited for before the
-next one starts, at the step after the one that began it (so a checkpoint is complete on disk
-once the following step is done, as it was when writes blocked), before a preemption checkpoint
-and at the end of training. A write that failed raises its error (a one-line
-:class:`~zoo.utils.checkpoint_io.CheckpointWriteError`) at that wait, on the training thread.
+next one starts, before a preemption checkpoint and at the end of training; between those, each
+step only looks whether it is done (:meth:`BackgroundWriter.poll`), so the device never waits for
+the disk. A write that failed raises its error (a one-line
+:class:`~zoo.utils.checkpoint_io.CheckpointWriteError`) at the first step or wait that sees it,
+on the training thread.
 """
 
 from __future__ import annotations
@@ -81,6 +82,13 @@ class BackgroundWriter:
 
         self._thread = threading.Thread(target=run, name="zoo-checkpoint-write")
         self._thread.start()
+
+    def poll(self) -> bool:
+        """Collect the write in flight if it is done (raising its error), without blocking.
+        Returns whether a write is still in flight."""
+        if self._thread is not None and not self._thread.is_alive():
+            self.wait()
+        return self.pending
 
     def wait(self) -> Any:
         """Block until the write in flight is done; raise its error, once. Returns what the

@@ -296,9 +296,9 @@ class Checkpointer(HookBase):
 
     With the trainer's ``checkpoint_writes`` (a
     :class:`~zoo.train.checkpoint_writer.BackgroundWriter`) rank 0 copies the state and writes it
-    in a thread while training goes on; the write is waited for after the next step (so the file
-    is complete once that step is done), before the next save, a preemption checkpoint and the
-    end of training. Without one it writes in place.
+    in a thread while training goes on; each step collects it once it is done (raising a failed
+    write's error) without waiting for it, and it is waited for before the next save, a
+    preemption checkpoint and the end of training. Without one it writes in place.
 
     Args:
         save_dir: The checkpoint folder.
@@ -343,8 +343,8 @@ class Checkpointer(HookBase):
 
     def after_step(self) -> None:
         writes = getattr(self.trainer, "checkpoint_writes", None)
-        if writes is not None and writes.pending:
-            writes.wait()
+        if writes is not None:
+            writes.poll()
 
 
 def reports_checkpoints(trainer) -> bool:
