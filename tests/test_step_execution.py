@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import zoo
 from benchmarks.train import zoo_step
@@ -140,10 +141,63 @@ def test_padded_stem_equals_the_3_channel_conv_in_fp32(layout):
     g = torch.randn_like(ya)
     ya.backward(g)
     yb.backward(g)
-    torch.testing.assert_close(padded.weight.grad, conv.weight.grad, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-5, atol=1e-6)
+    # channels-last: the 2-D fold sums the weight gradient in another order
+    torch.testing.assert_close(padded.weight.grad, conv.weight.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-5, atol=1e-5)
     assert padded.weight.grad.shape == (8, 3, 5, 7, 7)
     assert yb.is_contiguous(memory_format=layout)
+
+
+STEM_CASES = [  # (clip shape, out channels, kernel, stride, padding)
+    ((2, 3, 8, 32, 32), 8, (5, 7, 7), (1, 2, 2), (2, 3, 3)),  # SlowFast's fast stem
+    ((2, 3, 4, 32, 32), 16, (1, 7, 7), (1, 2, 2), (0, 3, 3)),  # its slow stem
+    ((1, 3, 6, 33, 31), 8, (3, 7, 7), (1, 2, 2), (1, 3, 3)),  # odd sizes
+    ((1, 3, 5, 29, 35), 8, (5, 5, 5), (1, 2, 2), (2, 2, 2)),  # crop on the right
+    ((1, 3, 6, 30, 30), 8, (3, 3, 3), (1, 1, 1), (1, 1, 1)),  # no spatial stride
+]
+
+
+@pytest.mark.parametrize("s2d", [False, True])
+@pytest.mark.parametrize("case", STEM_CASES, ids=lambda c: "x".join(map(str, c[2])))
+def test_the_folded_stem_is_the_3d_conv_in_float64(case, s2d):
+    from zoo.accel.stem_fold import stem_conv2d
+
+    shape, cout, kernel, stride, padding = case
+    torch.manual_seed(0)
+    x = torch.randn(shape, dtype=torch.float64).contiguous(memory_format=CL3D)
+    w = torch.randn(cout, 3, *kernel, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(cout, dtype=torch.float64, requires_grad=True)
+    want = F.conv3d(x, w, b, stride, padding)
+    got = stem_conv2d(x, w, b, stride, padding, s2d)
+    assert got.shape == want.shape and got.is_contiguous(memory_format=CL3D)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-10)
+    g = torch.randn_like(want)
+    grads_want = torch.autograd.grad(want, (w, b), g)
+    grads_got = torch.autograd.grad(got, (w, b), g)
+    for a, e in zip(grads_got, grads_want):
+        assert a.shape == e.shape
+        torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-10)
+
+
+def test_a_channels_last_padded_stem_takes_the_2d_fold(monkeypatch):
+    from zoo.accel import stem_pad
+
+    conv, padded = _stem_pair()
+    x = torch.randn(2, 3, 4, 16, 16).contiguous(memory_format=CL3D)
+    calls = []
+    monkeypatch.setattr(stem_pad, "stem_conv2d", lambda *a: _record(calls, a))
+    padded(x)
+    assert len(calls) == 1
+    monkeypatch.setattr(stem_pad, "FOLD_TAPS", False)
+    padded(x)
+    assert len(calls) == 1  # the padded 3-D conv
+
+
+def _record(calls, args):
+    from zoo.accel.stem_fold import stem_conv2d
+
+    calls.append(args)
+    return stem_conv2d(*args)
 
 
 def test_padded_stem_within_bf16_rounding():

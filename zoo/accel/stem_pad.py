@@ -25,10 +25,15 @@ import torch.nn.functional as F
 
 from ..models.blocks3d import Stem
 from .cpu_stem import MAX_IN_CHANNELS
+from .stem_fold import PAD_TO, foldable_stem, stem_conv2d
 
 __all__ = ["PAD_TO", "PaddedConv2d", "PaddedConv3d", "pad_stems", "stem_convs"]
 
-PAD_TO = 8  # channels a tensor-core convolution wants (bf16/fp16: 8 elements = 16 bytes)
+# A 3-D stem fed a channels-last clip is computed as one 2-D conv (zoo/accel/stem_fold.py:
+# temporal taps as channels and, with SPACE_TO_DEPTH, a spatial stride of 2 as space to depth);
+# False keeps the padded 3-D conv.
+FOLD_TAPS = True
+SPACE_TO_DEPTH = True
 
 
 def _padded(t: torch.Tensor, extra: int) -> torch.Tensor:
@@ -41,6 +46,11 @@ class _PadChannels:
 
     def _conv_forward(self, x: torch.Tensor, weight: torch.Tensor,
                       bias: Optional[torch.Tensor]) -> torch.Tensor:
+        if (FOLD_TAPS and x.dim() == 5 and weight.dim() == 5 and self.padding_mode == "zeros"
+                and x.is_contiguous(memory_format=torch.channels_last_3d)
+                and foldable_stem(self.kernel_size, self.stride, self.padding, self.dilation,
+                                  self.groups)):
+            return stem_conv2d(x, weight, bias, self.stride, self.padding, SPACE_TO_DEPTH)
         extra = PAD_TO - weight.shape[1]
         if extra > 0 and x.dim() == weight.dim() and x.shape[1] == weight.shape[1]:
             x, weight = _padded(x, extra), _padded(weight, extra)
