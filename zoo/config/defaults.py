@@ -199,9 +199,10 @@ _C.CONFIG.TRAIN.COMPILE_MODE = "auto"
 # for a CUDA GPU without MULTIGRID, whose shapes are static), True or False (bitwise-repeatable
 # runs want False). No effect on the CPU.
 _C.CONFIG.TRAIN.CUDNN_BENCHMARK = "auto"
-# Pad the 3-channel (RGB) stem convolutions' input to 8 channels with zeros, so that cuDNN runs
-# them on tensor cores: "auto" (on for a CUDA GPU, never on the CPU), True or False. The same
-# math; weights and checkpoints keep 3 input channels.
+# Run the 3-channel (RGB) stem convolutions on tensor cores: a 3-D stem fed a channels-last clip
+# as one 2-D conv (temporal taps stacked as channels, space to depth, channels padded to 8),
+# others with their input padded to 8 channels with zeros: "auto" (on for a CUDA GPU, never on
+# the CPU), True or False. The same sums; weights and checkpoints keep 3 input channels.
 _C.CONFIG.TRAIN.STEM_PAD_CHANNELS = "auto"
 # Accumulate gradients over this many iterations before each optimizer step.
 _C.CONFIG.TRAIN.ACCUM_STEPS = 1
