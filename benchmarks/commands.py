@@ -126,6 +126,19 @@ def cmd_profile(args) -> list:
     return paths
 
 
+def cmd_stems(args) -> list:
+    from .stems import stem_rows
+
+    device = _device(args)
+    torch.set_num_threads(args.threads or available_cpus())
+    machine = common.machine_info(device)
+    rows = stem_rows(args.model, args.frames, args.size, args.batch, device, args.warmup,
+                     args.runs)
+    return _finish(args, "stems", rows, machine,
+                   ["stem", "input", "kernel", "out_channels", "way", "dtype", "ms",
+                    "speedup_vs_padded_3d", "max_rel_diff"])
+
+
 def cmd_compare(args) -> list:
     from .compare import compare_pytorchvideo
 

@@ -5,6 +5,7 @@ loader speed, time to start.
     zoo-benchmark scaling --procs 1 2      # quick-start model, 1 and 2 processes
     zoo-benchmark scaling --nodes 2 --compression none bf16   # two netns nodes, 1 Gbit/s (root)
     zoo-benchmark profile --precision bf16 # per-operator time of a SlowFast-R50 train step
+    zoo-benchmark stems --batch 16         # the RGB stems: padded 3-D conv vs 2-D folds
     zoo-benchmark train --model slowfast_tiny_resnet18 --frames 16 --size 56 \\
         --batch 8 --precision fp32 bf16 --memory-format contiguous channels_last
     zoo-benchmark data --workers 0 2       # loader clips/s of the quick start
@@ -103,6 +104,14 @@ def _add_profile(sub) -> None:
     p.add_argument("--top", type=int, default=25, help="operators printed (all are saved)")
     _execution_args(p)
     p.set_defaults(func=commands.cmd_profile)
+
+
+def _add_stems(sub) -> None:
+    s = sub.add_parser("stems", help="a model's RGB stem convs: padded 3-D vs the 2-D folds "
+                       "(forward + weight gradient)")
+    _step_args(s, warmup=3, runs=10, frames=32, size=224, batch=16)
+    s.add_argument("--model", default="slowfast_8x8_resnet50")
+    s.set_defaults(func=commands.cmd_stems)
 
 
 def _add_compare(sub) -> None:
@@ -219,8 +228,8 @@ def _add_gpu(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = tool_parser(DESCRIPTION, __doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    for add in (_add_train, _add_profile, _add_compare, _add_scaling, _add_data, _add_startup,
-                _add_gpu):
+    for add in (_add_train, _add_profile, _add_stems, _add_compare, _add_scaling, _add_data,
+                _add_startup, _add_gpu):
         add(sub)
     return p
 

@@ -148,6 +148,26 @@ def test_profile_splits_a_step_into_operators_and_categories(tmp_path):
     assert "convolution backward" in r.stdout
 
 
+def test_stems_times_each_rgb_stem_three_ways_with_the_same_output(tmp_path):
+    out = tmp_path / "s"
+    r = run_tool("benchmark.py", [
+        "stems", "--model", "slowfast_tiny_resnet18", "--frames", "8", "--size", "32",
+        "--batch", "1", "--warmup", "1", "--runs", "2", "--threads", "1", "--out", str(out)],
+        timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows, _ = _read(out, "stems")
+    assert len(rows) == 6  # SlowFast: a slow and a fast stem, each three ways
+    assert {row["kernel"] for row in rows} == {"1x7x7", "5x7x7"}
+    frames = {row["kernel"]: row["input"].split("x")[2] for row in rows}
+    assert frames == {"1x7x7": "2", "5x7x7": "8"}  # each pathway's own frames
+    for row in rows:
+        assert float(row["max_rel_diff"]) < 1e-5, row  # float32 on the CPU: the same sums
+        assert float(row["ms"]) > 0
+        if row["way"] == "padded 3-D":
+            assert float(row["speedup_vs_padded_3d"]) == 1.0
+    assert "space to depth" in r.stdout
+
+
 @pytest.mark.slow
 def test_scaling_data_startup(tmp_path, synth_root):
     out = tmp_path / "b"
