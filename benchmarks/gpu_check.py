@@ -1,27 +1,29 @@
 """``zoo-benchmark gpu``: the GPU path checked in one command on a fresh machine.
 
-Nine steps, each but the last a child process, each with its own log under ``out``; a failed
+Ten steps, each but the last a child process, each with its own log under ``out``; a failed
 step does not stop the others:
 
 1. ``cuda_tests``: ``pytest -m cuda tests`` (the tests marked ``cuda``).
 2. ``quickstart``: train and test configs/quickstart/slowfast_tiny_motion.yaml (val / test top-1).
 3. ``train_step``: ``zoo-benchmark train`` of SlowFast-R50 8x8 in fp32 and bf16 (clips/s and
    percent of the device's measured matmul peak in the same precision).
-4. ``compiled_step``: on a GPU at full sizes, the bf16 step compiled as the trainer compiles it
+4. ``stems``: ``zoo-benchmark stems`` at the step's sizes: each RGB stem conv as the padded 3-D
+   conv and as the two 2-D folds the trainer can use (forward + weight gradient).
+5. ``compiled_step``: on a GPU at full sizes, the bf16 step compiled as the trainer compiles it
    (``--compile``: inductor + CUDA graphs, its first step's seconds) and ``zoo-benchmark compare
    --compile`` (zoo's compiled bf16 step against PyTorchVideo's at the same settings); skipped
    on a CPU or with ``quick``, where compiling takes longer than the rest of the check.
-5. ``loader``: ``zoo-benchmark data`` on the videos of the next step with its settings and
+6. ``loader``: ``zoo-benchmark data`` on the videos of the next step with its settings and
    cores - 2 workers: the loader's clips/s alone (and per worker).
-6. ``real_decoding``: SlowFast-R50 8x8 trained in bf16 on generated 10-s 340x256 H.264 videos
+7. ``real_decoding``: SlowFast-R50 8x8 trained in bf16 on generated 10-s 340x256 H.264 videos
    (Kinetics-like, GOP 250, CRF 23) with cores - 2 loader workers: clips/s after the first epoch,
    the GPU's busy percent over the same iterations (sampled by ``nvidia-smi`` every 200 ms) and
    the share of those epochs the training loop waited for data (``data_wait_share``).
-7. ``real_decoding_compiled``: the same run with ``TRAIN.COMPILE True`` (the first epoch holds
+8. ``real_decoding_compiled``: the same run with ``TRAIN.COMPILE True`` (the first epoch holds
    the compile time); skipped where ``compiled_step`` is.
-8. ``memory``: ``zoo-benchmark train --act-checkpoint-memory``: the peak memory of one fp32 step
+9. ``memory``: ``zoo-benchmark train --act-checkpoint-memory``: the peak memory of one fp32 step
    of SlowFast-R50 8x8 at batch 16 with and without activation checkpointing (the GPU's on a GPU).
-9. ``balance``: the figures side by side: model-only clips/s (``train_step``'s bf16 step at the
+10. ``balance``: the figures side by side: model-only clips/s (``train_step``'s bf16 step at the
    same sizes, and ``compiled_step``'s), loader-only clips/s, end-to-end clips/s, GPU busy, data
    wait, and which of model and loader is the limit.
 
@@ -49,8 +51,8 @@ from zoo.utils.env import available_cpus
 from . import child_env
 
 QUICKSTART = "configs/quickstart/slowfast_tiny_motion.yaml"
-STEPS = ("cuda_tests", "quickstart", "train_step", "compiled_step", "loader", "real_decoding",
-         "real_decoding_compiled", "memory", "balance")
+STEPS = ("cuda_tests", "quickstart", "train_step", "stems", "compiled_step", "loader",
+         "real_decoding", "real_decoding_compiled", "memory", "balance")
 # Steps that start no child process: they run whatever is left of the budget.
 NO_CHILD = ("balance",)
 # why the compiled steps skip a CPU or a ``quick`` check
@@ -218,6 +220,25 @@ def train_step(c: Check) -> Tuple[bool, str]:
         batch = rows[0]["batch"]
         parts.append(f"{rows[0]['step_gflop'] / batch:.4g} GFLOP/clip")
     return rc == 0 and len(rows) == 2, "; ".join(parts) or "no results"
+
+
+def stems(c: Check) -> Tuple[bool, str]:
+    """``zoo-benchmark stems`` at the step benchmarks' model and sizes: per stem, the padded 3-D
+    conv's milliseconds against the faster 2-D fold's."""
+    out = os.path.join(c.out, "stems")
+    warmup, runs = ("1", "2") if c.quick else ("3", "10")
+    rc = c.run("stems", [sys.executable, "-m", "benchmarks.run", "stems", "--out", out,
+                         "--device", c.device, *c.step_args(timed=False), "--warmup", warmup,
+                         "--runs", runs])
+    rows = (_json(os.path.join(out, "stems.json")) or {}).get("rows", [])
+    parts = []
+    for stem in sorted({r["stem"] for r in rows}):
+        ways = [r for r in rows if r["stem"] == stem]
+        base = next(r for r in ways if r["way"] == "padded 3-D")
+        best = max(ways, key=lambda r: r["speedup_vs_padded_3d"])
+        parts.append(f"{base['kernel']} stem {base['ms']:.3g} ms padded 3-D, {best['ms']:.3g} ms "
+                     f"{best['way']} ({best['speedup_vs_padded_3d']:.2f}x)")
+    return rc == 0 and bool(rows), "; ".join(parts) or "no results"
 
 
 def compiled_step(c: Check) -> Tuple[object, str]:
@@ -425,7 +446,8 @@ def balance(c: Check) -> Tuple[object, str]:
 
 
 CHECKS = {"cuda_tests": cuda_tests, "quickstart": quickstart, "train_step": train_step,
-          "compiled_step": compiled_step, "loader": loader, "real_decoding": real_decoding,
+          "stems": stems, "compiled_step": compiled_step, "loader": loader,
+          "real_decoding": real_decoding,
           "real_decoding_compiled": real_decoding_compiled, "memory": memory, "balance": balance}
 
 

@@ -12,8 +12,8 @@ from helpers import ROOT
 
 from zoo.cli import benchmark
 
-STEPS = ["cuda_tests", "quickstart", "train_step", "compiled_step", "loader", "real_decoding",
-         "real_decoding_compiled", "memory", "balance"]
+STEPS = ["cuda_tests", "quickstart", "train_step", "stems", "compiled_step", "loader",
+         "real_decoding", "real_decoding_compiled", "memory", "balance"]
 COMPILED = ("compiled_step", "real_decoding_compiled")  # GPU only
 
 
@@ -39,6 +39,8 @@ def test_gpu_check_script_runs_every_step_on_the_cpu(tmp_path):
     assert "fp32" in rows["train_step"] and "bf16" in rows["train_step"]
     assert "% of bf16 peak" in rows["train_step"] and "% of fp32 peak" in rows["train_step"]
     assert "input uint8;" in rows["train_step"]
+    assert "1x7x7 stem" in rows["stems"] and "5x7x7 stem" in rows["stems"], rows["stems"]
+    assert "padded 3-D" in rows["stems"]
     assert "clips/s over epochs 2-2 by the wall clock" in rows["real_decoding"]
     assert "GPU busy n/a" in rows["real_decoding"]
     assert "activation checkpointing" in rows["memory"] and "RSS rise" in rows["memory"]
