@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check on a fresh, offline machine: installs what is missing from a folder of wheels,
 # then runs `zoo-benchmark gpu` (cuda tests, quick start, SlowFast-R50 step fp32/bf16 eager, its
-# RGB stems as 3-D and 2-D convs, the step compiled against PyTorchVideo, the loader alone, real-decoding training eager and compiled,
-# activation-checkpointing memory, and model / loader / end-to-end clips/s with GPU busy and data
+# RGB stems as 3-D and 2-D convs, the step compiled against PyTorchVideo, the loader alone,
+# real-decoding training eager and compiled, activation-checkpointing memory, and model / loader / end-to-end clips/s with GPU busy and data
 # wait side by side). Every step's log goes to --out; a markdown table is printed last;
 # the exit status is non-zero when a step failed.
 set -u

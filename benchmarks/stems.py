@@ -4,13 +4,14 @@ padded to 8 channels, and the 2-D fold of zoo/accel/stem_fold.py with and withou
 Each stem of the model (:func:`~zoo.accel.stem_pad.stem_convs`: SlowFast has one per pathway)
 runs on a random clip of its pathway's shape (the frames each stem sees are read off one small
 forward pass), forward + weight gradient (the clip needs no gradient), in bf16 on CUDA and
-float32 on the CPU, channels-last. The rows give the median milliseconds, the ratio against the
-padded 3-D conv and the largest difference of the outputs from it, relative to its largest value.
+float32 on the CPU, channels-last, the three ways timed in turn (``common.time_interleaved``).
+The rows give the median milliseconds, the ratio against the padded 3-D conv and the largest
+difference of the outputs from it, relative to its largest value.
 """
 
 from __future__ import annotations
 
-import time
+import statistics
 from typing import Any, Dict, List
 
 import torch
@@ -18,10 +19,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from zoo.accel.stem_fold import PAD_TO, foldable_stem, stem_conv2d
-from zoo.accel.stem_pad import stem_convs
+from zoo.accel.stem_pad import pad_channels, stem_convs
 from zoo.models import create_model
 
-from .common import sync
+from .common import time_interleaved
 
 CL3D = torch.channels_last_3d
 
@@ -48,21 +49,7 @@ def stem_frames(model: nn.Module, frames: int) -> List[int]:
 
 def _padded_conv3d(x, w, stride, padding):
     extra = -x.shape[1] % PAD_TO
-    pad = (0, 0, 0, 0, 0, 0, 0, extra)
-    return F.conv3d(F.pad(x, pad), F.pad(w, pad), None, stride, padding)
-
-
-def _median_ms(fn, device: torch.device, warmup: int, runs: int) -> float:
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append((time.perf_counter() - start) * 1000)
-    return sorted(times)[len(times) // 2]
+    return F.conv3d(pad_channels(x, extra), pad_channels(w, extra), None, stride, padding)
 
 
 def stem_rows(model_name: str, frames: int, size: int, batch: int, device: torch.device,
@@ -91,17 +78,17 @@ def stem_rows(model_name: str, frames: int, size: int, batch: int, device: torch
         }
         with torch.no_grad():
             ref = ways["padded 3-D"]().float()
+            diffs = {way: float((fn().float() - ref).abs().max() / ref.abs().max())
+                     for way, fn in ways.items()}
         grad = torch.randn(ref.shape, generator=g).to(device, dtype)
-        base = None
-        for way, fn in ways.items():
-            with torch.no_grad():
-                diff = float((fn().float() - ref).abs().max() / ref.abs().max())
-            ms = _median_ms(lambda fn=fn: fn().backward(grad), device, warmup, runs)
-            base = base or ms
+        times = time_interleaved({way: lambda fn=fn: fn().backward(grad)
+                                  for way, fn in ways.items()}, warmup, runs, device)
+        ms = {way: statistics.median(ts) * 1000 for way, ts in times.items()}
+        for way, diff in diffs.items():
             rows.append({"stem": index, "input": "x".join(map(str, x.shape)),
                          "kernel": "x".join(map(str, conv.kernel_size)),
                          "out_channels": conv.out_channels, "way": way,
-                         "dtype": str(dtype).replace("torch.", ""), "ms": round(ms, 3),
-                         "speedup_vs_padded_3d": round(base / ms, 3),
+                         "dtype": str(dtype).replace("torch.", ""), "ms": round(ms[way], 3),
+                         "speedup_vs_padded_3d": round(ms["padded 3-D"] / ms[way], 3),
                          "max_rel_diff": float(f"{diff:.2e}")})
     return rows

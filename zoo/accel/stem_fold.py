@@ -16,8 +16,9 @@ become a 2-D conv with many input channels:
 
 Only zeros are added and every product of the original conv is computed once, so the output
 and the weight gradient are those of the 3-D conv up to the order of the sums (tests compare
-them in float32). The weight stays the 5-D parameter: its rearrangement is part of the forward,
-and autograd takes its gradient back to the original shape.
+them in float64: tests/test_step_execution.py). The weight stays the 5-D parameter: its
+rearrangement is part of the forward, and autograd takes its gradient back to the original
+shape.
 """
 
 from __future__ import annotations

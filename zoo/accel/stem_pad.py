@@ -1,4 +1,5 @@
-"""RGB stem convolutions on tensor-core kernels: their input channels padded from 3 to 8.
+"""RGB stem convolutions on tensor-core kernels: their input channels padded from 3 to 8, and a
+3-D stem fed a channels-last clip computed as one 2-D conv (zoo/accel/stem_fold.py).
 
 cuDNN runs a bf16/fp16 (or TF32) convolution on tensor cores when its input channels are a
 multiple of 8; a 3-channel stem (every video net's first conv, the largest activation of the
@@ -27,7 +28,8 @@ from ..models.blocks3d import Stem
 from .cpu_stem import MAX_IN_CHANNELS
 from .stem_fold import PAD_TO, foldable_stem, stem_conv2d
 
-__all__ = ["PAD_TO", "PaddedConv2d", "PaddedConv3d", "pad_stems", "stem_convs"]
+__all__ = ["PAD_TO", "PaddedConv2d", "PaddedConv3d", "pad_channels", "pad_stems",
+           "stem_convs"]
 
 # A 3-D stem fed a channels-last clip is computed as one 2-D conv (zoo/accel/stem_fold.py:
 # temporal taps as channels and, with SPACE_TO_DEPTH, a spatial stride of 2 as space to depth);
@@ -36,7 +38,7 @@ FOLD_TAPS = True
 SPACE_TO_DEPTH = True
 
 
-def _padded(t: torch.Tensor, extra: int) -> torch.Tensor:
+def pad_channels(t: torch.Tensor, extra: int) -> torch.Tensor:
     """``t`` with ``extra`` zero channels appended along dim 1 (its memory format kept)."""
     return F.pad(t, (0, 0) * (t.dim() - 2) + (0, extra))
 
@@ -53,7 +55,7 @@ class _PadChannels:
             return stem_conv2d(x, weight, bias, self.stride, self.padding, SPACE_TO_DEPTH)
         extra = PAD_TO - weight.shape[1]
         if extra > 0 and x.dim() == weight.dim() and x.shape[1] == weight.shape[1]:
-            x, weight = _padded(x, extra), _padded(weight, extra)
+            x, weight = pad_channels(x, extra), pad_channels(weight, extra)
         return super()._conv_forward(x, weight, bias)
 
 
