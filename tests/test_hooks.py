@@ -400,6 +400,9 @@ class _SleepStep:
         time.sleep(0.03)
         return torch.tensor(1.0)
 
+    def settle(self):
+        pass
+
 
 def _data_wait_of_an_epoch(tmp_path, seconds_per_item):
     tmp_path.mkdir()

@@ -6,10 +6,10 @@ model waits for the loader (more ``DATA.NUM_WORKERS``, a cheaper decode, or shor
 intervals help; see docs/benchmarks.md). Two clock readings per step, no device sync.
 
 On CUDA this is host time: the step queues its kernels and returns, so while the loop blocks on
-the loader the GPU may still be finishing queued work. With ``CONFIG.TRAIN.NONFINITE`` set (the
-default "stop") every optimizer step waits for the device once before its update, so at most
-the update's kernels overlap the wait: the share is then close to the GPU's idle time for want
-of data, and never less.
+the loader the GPU may still be finishing queued work, and the share can exceed the GPU's idle
+time for want of data. Where ``CONFIG.TRAIN.NONFINITE`` reads its verdict before the update (see
+zoo/train/nonfinite.py) every optimizer step waits for the device once, so at most the update's
+kernels overlap the wait and the share is close to that idle time.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -26,11 +27,24 @@ class ModelEMA:
             p.requires_grad_(False)
 
     @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
+    def update(self, model: nn.Module, unless: Optional[torch.Tensor] = None) -> None:
+        """Move the average towards ``model``'s weights and copy its buffers.
+
+        Args:
+            unless: A boolean tensor on the device: where it is True the average and its buffers
+                stay as they are (a step skipped on the device, without a host-device sync).
+        """
+        if unless is None:
+            for ema_p, p in zip(self.module.parameters(), model.parameters()):
+                ema_p.lerp_(p.detach(), 1.0 - self.decay)
+            for ema_b, b in zip(self.module.buffers(), model.buffers()):
+                ema_b.copy_(b)
+            return
+        weight = torch.where(unless, 0.0, 1.0 - self.decay)
         for ema_p, p in zip(self.module.parameters(), model.parameters()):
-            ema_p.lerp_(p.detach(), 1.0 - self.decay)
+            ema_p.lerp_(p.detach(), weight.to(ema_p.dtype))
         for ema_b, b in zip(self.module.buffers(), model.buffers()):
-            ema_b.copy_(b)
+            ema_b.copy_(torch.where(unless, ema_b, b))
 
     def state_dict(self) -> dict:
         return self.module.state_dict()

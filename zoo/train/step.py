@@ -11,11 +11,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..data.transforms import normalize_batch
-from ..utils import comm
-from ..utils.errors import NonFiniteLoss
 from .checkpoint import unwrap
 from .ema import ModelEMA
 from .mixup import MixupCutmix
+from .nonfinite import NonFiniteCheck, full, local
 from .precision import autocast, grad_scaler, memory_format, resolve_precision
 
 logger = logging.getLogger(__name__)
@@ -37,8 +36,8 @@ class TrainStep:
         label_smoothing: Cross-entropy label smoothing.
         mixup_alpha, cutmix_alpha: Mixup/CutMix strengths (0 = off).
         ema_decay: EMA of the weights (0 = off).
-        nonfinite: "stop" or "skip" (``CONFIG.TRAIN.NONFINITE``, see :meth:`_finite_step`), or
-            None for no check (benchmarks that time the bare step).
+        nonfinite: "stop" or "skip" (``CONFIG.TRAIN.NONFINITE``, see :mod:`zoo.train.nonfinite`
+            and :meth:`settle`), or None for no check (benchmarks that time the bare step).
         normalization: ``(mean, std)`` (0..1 scale) for uint8 batches, which are normalised here
             after the move to ``device`` (``CONFIG.DATA.NORMALIZE_ON "device"``); float batches
             are taken as they are.
@@ -71,6 +70,9 @@ class TrainStep:
         self.ema: Optional[ModelEMA] = ModelEMA(unwrap(model), ema_decay) if ema_decay > 0 else None
         self.micro = 0  # calls since the last optimizer step
         self.nonfinite = nonfinite
+        self.check = NonFiniteCheck(nonfinite, model, device) if nonfinite is not None else None
+        self._on_device_ok: Optional[bool] = None  # see _verdict_on_device
+        self._buffers_ready = False
         self.steps = 0  # optimizer steps taken or skipped (the trainer sets it on resume)
         self.skipped = 0  # optimizer steps skipped for a non-finite loss or gradient
         self._loss_acc: Optional[torch.Tensor] = None  # sum of this step's micro-batch losses
@@ -130,15 +132,32 @@ class TrainStep:
             self._optimizer_step()
         return loss.detach()
 
+    def settle(self) -> None:
+        """Act on the verdict of the last optimizer step if it was left on the device (see
+        :mod:`zoo.train.nonfinite`): count it in :attr:`skipped`, or raise under "stop". The
+        trainer calls it before anything reads :attr:`skipped` or saves the weights (the end of
+        an epoch, a preemption checkpoint); the next optimizer step calls it too.
+
+        Raises:
+            NonFiniteLoss: "stop" and that step saw a non-finite value.
+        """
+        if self.check is not None and self.check.collect():
+            self.skipped += 1
+
     def _optimizer_step(self) -> None:
+        self.settle()
+        loss, self._loss_acc = self._loss_acc, None
+        if self.check is not None and self._verdict_on_device():
+            self._update_unless_nonfinite(loss)
+            return
         norm = None
         if self.clip_grad_norm > 0:
             if self.scaler is not None:
                 self.scaler.unscale_(self.optimizer)
-            params = [p for g in self.optimizer.param_groups for p in g["params"]]
-            norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self._params(), self.clip_grad_norm)
         self.steps += 1
-        if self.nonfinite is not None and not self._finite_step(norm):
+        if self.check is not None and not self.check.decide(
+                self.steps, self.check.codes(loss, self._grad_norm(norm)), loss):
             self.skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
             if self.scaler is not None and self.clip_grad_norm > 0:
@@ -160,79 +179,65 @@ class TrainStep:
             self.ema.update(unwrap(self.model))
         self.micro = 0
 
-    def _finite_step(self, norm: Optional[torch.Tensor]) -> bool:
-        """Whether this optimizer step's loss and gradients are finite on every rank.
+    def _update_unless_nonfinite(self, loss: torch.Tensor) -> None:
+        """The optimizer step with its verdict left on the device: the fused kernel skips the
+        update where the codes say so, the EMA keeps its average, and the host reads the verdict
+        at the next :meth:`settle`. The same update as the checked-at-once step, bit for bit."""
+        params = [p for p in self._params() if p.grad is not None]
+        norms = torch.stack(torch._foreach_norm([p.grad for p in params])) if params else None
+        if self.clip_grad_norm > 0:  # after the norms: they name a bad gradient, unclipped
+            torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
+        self.steps += 1
+        codes = self.check.codes(loss, None if norms is None else norms.sum())
+        skip = codes.any()
+        self.optimizer.found_inf = skip.float()  # read by fused kernels, as GradScaler sets it
+        try:
+            self.optimizer.step()
+        finally:
+            del self.optimizer.found_inf
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()  # the schedule follows iterations, skipped or not
+        if self.ema is not None:
+            self.ema.update(unwrap(self.model), unless=skip)
+        self.check.defer(self.steps, codes, loss, params, norms)
+        self.micro = 0
 
-        Costs one host-device sync per optimizer step (plus, under DDP, one all-reduce of a
-        ``world``-long flag vector, so that every rank takes the same decision): the loss is
-        already a tensor, and the gradients' global norm comes from CLIP_GRAD_NORM when it is
-        on, else from one ``torch._foreach_norm`` pass. A non-finite gradient makes that norm
-        non-finite, so this catches every NaN/inf gradient. Under fp16 with a GradScaler a
-        non-finite gradient is the scaler's to handle (it skips the step and lowers the scale):
-        only the loss is checked then.
+    def _verdict_on_device(self) -> bool:
+        """Whether this step's update can be skipped on the device: the optimizer is fused
+        (torch's fused kernels take a ``found_inf`` tensor), no fp16 GradScaler owns that
+        tensor, no parameter is sharded, and, for SGD with momentum, the momentum buffers exist
+        (the fused first step fills fresh ones, garbage when the update is skipped): its first
+        step is checked at once."""
+        if self._on_device_ok is None:
+            self._on_device_ok = (
+                self.scaler is None
+                and getattr(self.optimizer, "_step_supports_amp_scaling", False)
+                and not any(hasattr(p, "to_local") for p in self._params()))
+        if not self._on_device_ok:
+            return False
+        if not self._buffers_ready:  # SGD's fused step fills buffers when none exists yet
+            opt = self.optimizer
+            self._buffers_ready = (
+                not isinstance(opt, torch.optim.SGD)
+                or all(g["momentum"] == 0 for g in opt.param_groups)
+                or any(s.get("momentum_buffer") is not None for s in opt.state.values()))
+        return self._buffers_ready
 
-        Returns:
-            True to step; False to skip (NONFINITE "skip").
+    def _params(self) -> list:
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
 
-        Raises:
-            NonFiniteLoss: NONFINITE "stop" and some rank saw a non-finite value; every rank
-            raises the same one-line message, naming the iteration, the first bad rank and its
-            first non-finite tensor.
+    def _grad_norm(self, clip_norm: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """A norm of this rank's gradients for the check, or None to check the loss alone.
+
+        It comes from CLIP_GRAD_NORM when it is on (computed anyway), else from one
+        ``torch._foreach_norm`` pass; a non-finite gradient makes it non-finite. Under fp16 a
+        non-finite gradient is the GradScaler's to handle (it skips the step and lowers the
+        scale), so only the loss is checked then.
         """
-        loss, self._loss_acc = self._loss_acc, None
-        loss_bad = ~torch.isfinite(loss).all()
-        grad_bad = torch.zeros((), dtype=torch.bool, device=loss.device)
-        if self.scaler is None:
-            if norm is None:
-                # a sharded (FSDP2) gradient: this rank's shard; the flags are all-reduced below
-                grads = [_local(p.grad) for g in self.optimizer.param_groups
-                         for p in g["params"] if p.grad is not None]
-                if grads:
-                    norm = torch.stack(torch._foreach_norm(grads)).sum()
-            if norm is not None:
-                grad_bad = ~torch.isfinite(_full(norm))
-        # 2: this rank's own loss is non-finite (a root cause: DDP's all-reduce spreads one
-        # rank's NaN gradients to every rank); 1: only its gradients are.
-        world, rank = comm.get_world_size(), comm.get_rank()
-        bad = torch.zeros(world, device=self.device)
-        bad[rank] = torch.where(loss_bad, 2.0, torch.where(grad_bad, 1.0, 0.0))
-        bad = comm.all_reduce_sum(bad).cpu()  # the one sync
-        if not bool(bad.any()):
-            return True
-        first = int(torch.argmax(bad))  # the lowest rank with the highest code
-        what = comm.all_gather_object(self._first_nonfinite(loss) if rank == first else None)[first]
-        text = (f"non-finite value at iteration {self.steps} on rank {first}: {what} "
-                f"(CONFIG.TRAIN.NONFINITE {self.nonfinite})")
-        if self.nonfinite == "stop":
-            raise NonFiniteLoss(
-                text + "; no checkpoint was saved from this state. Lower CONFIG.TRAIN.LR, set "
-                "CONFIG.TRAIN.CLIP_GRAD_NORM, or set CONFIG.TRAIN.NONFINITE skip"
-            )
-        if comm.is_main_process():
-            logger.warning("%s: optimizer step skipped", text)
-        return False
-
-    def _first_nonfinite(self, loss: torch.Tensor) -> str:
-        """Names the first non-finite tensor: a parameter (it would poison everything after it),
-        else the loss, else a gradient. Runs only when a step was found non-finite."""
-        named = list(unwrap(self.model).named_parameters())
-        for name, p in named:
-            if not bool(torch.isfinite(_local(p.detach())).all()):
-                return f"parameter {name!r} is non-finite"
-        if not bool(torch.isfinite(loss).all()):
-            return f"the loss is {float(loss.float().sum()):g}"
-        for name, p in named:
-            if p.grad is not None and not bool(torch.isfinite(_local(p.grad)).all()):
-                return f"the gradient of {name!r} is non-finite"
-        return "a gradient is non-finite"
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """This rank's shard of a sharded (FSDP2 DTensor) tensor; a plain tensor as it is."""
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
-def _full(t: torch.Tensor) -> torch.Tensor:
-    """A sharded (DTensor) result as one plain tensor, the same on every rank (a collective when
-    it is sharded or partial); a plain tensor as it is."""
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
+        if self.scaler is not None:
+            return None
+        if clip_norm is not None:
+            return full(clip_norm)
+        # a sharded (FSDP2) gradient: this rank's shard; the codes are all-reduced
+        grads = [local(p.grad) for p in self._params() if p.grad is not None]
+        return torch.stack(torch._foreach_norm(grads)).sum() if grads else None

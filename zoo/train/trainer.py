@@ -390,6 +390,7 @@ class Trainer:
             if (self.preemption is not None and self.step.micro == 0
                     and self.preemption.should_stop()):
                 self.stop_for_preemption()
+        self.step.settle()  # the last step's non-finite verdict, before the epoch is reported
         self._call("after_epoch")
         comm.synchronize()
 
@@ -423,6 +424,7 @@ class Trainer:
         """Every rank, after the agreed step: rank 0 writes the mid-epoch checkpoint, all wait for
         it, then raise :class:`Preempted` (the process exits 75)."""
         self.wait_for_checkpoint()  # an epoch's checkpoint still being written comes first
+        self.step.settle()  # "stop" ends here rather than save a step it would have refused
         watch, done = self.preemption, self.inner_iter + 1
         rng = gather_rng_states()  # every rank takes part; rank 0 writes
         written = True
