@@ -20,7 +20,7 @@ from zoo.data.epoch_stream import EpochStream, set_loader_epoch
 from zoo.data.multigrid import MultigridBatchSampler
 from zoo.data.robust import GuardedLoader, TooManyBadVideos
 from zoo.solver.multigrid import MultigridPlan
-from zoo.train.checkpoint_writer import BackgroundWriter, snapshot
+from zoo.train.checkpoint_writer import BackgroundWriter, Staging, snapshot
 
 
 class Keys(Dataset):
@@ -134,26 +134,78 @@ def test_a_loader_that_cannot_span_epochs_opens_no_stream():
     assert EpochStream.open([1, 2], 0, 2, 0, lambda e: 1) is None
 
 
-def test_a_snapshot_is_a_copy_training_cannot_change():
+def _state():
     model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    state = {"model": model.state_dict(), "rng": [{"torch": [1, 2]}], "epoch": 3,
-             "pair": (torch.ones(2), "x")}
-    copy = snapshot(state)
-    with torch.no_grad():  # training goes on: the live tensors change in place
-        for p in model.parameters():
-            p.add_(1.0)
-        model[1].running_mean.add_(1.0)
-    state["rng"][0]["torch"].append(3)
-    assert copy["model"].keys() == before.keys()
-    for key, value in copy["model"].items():
-        assert torch.equal(value, before[key]), key
-    assert copy["rng"] == [{"torch": [1, 2]}] and copy["epoch"] == 3
-    assert isinstance(copy["model"], OrderedDict)
-    assert copy["model"]._metadata == state["model"]._metadata  # what load_state_dict reads
-    assert copy["pair"][1] == "x" and torch.equal(copy["pair"][0], torch.ones(2))
-    channels_last = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
-    assert snapshot({"w": channels_last})["w"].stride() == channels_last.stride()
+    return model, {"model": model.state_dict(), "rng": [{"torch": [1, 2]}], "epoch": 3,
+                   "pair": (torch.ones(2), "x"),
+                   "w": torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+                   "empty": torch.zeros(0, 3), "flag": torch.tensor([True, False])}
+
+
+# staging: the tensors go through one reused host buffer, as a CUDA model's do ("cpu" here, so
+# that the buffer's layout, strides and reuse are checked on any machine)
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_snapshot_is_a_copy_training_cannot_change(staged):
+    staging = Staging(devices=("cpu",)) if staged else None
+    for _ in range(2):  # the second time through the same buffer
+        model, state = _state()
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        w = state["w"].clone()
+        snap = snapshot(state, staging)
+        with torch.no_grad():  # training goes on: the live tensors change in place
+            for p in model.parameters():
+                p.add_(1.0)
+            model[1].running_mean.add_(1.0)
+            state["w"].add_(1.0)
+        state["rng"][0]["torch"].append(3)
+        copy = snap.wait()
+        assert copy["model"].keys() == before.keys()
+        for key, value in copy["model"].items():
+            assert torch.equal(value, before[key]), key
+        assert copy["rng"] == [{"torch": [1, 2]}] and copy["epoch"] == 3
+        assert isinstance(copy["model"], OrderedDict)
+        assert copy["model"]._metadata == state["model"]._metadata  # what load_state_dict reads
+        assert copy["pair"][1] == "x" and torch.equal(copy["pair"][0], torch.ones(2))
+        assert torch.equal(copy["w"], w) and copy["w"].stride() == w.stride()
+        assert copy["empty"].shape == (0, 3) and copy["flag"].tolist() == [True, False]
+        # every tensor in storage of its own: torch.save writes nothing of another tensor's
+        storages = [t.untyped_storage() for t in (copy["w"], *copy["model"].values())]
+        assert all(s.nbytes() == t.numel() * t.element_size()
+                   for s, t in zip(storages, (copy["w"], *copy["model"].values())))
+    if staged:
+        assert staging._buffer is not None and staging._buffer.numel() % 64 == 0
+
+
+def test_a_written_snapshot_loads_as_the_state_it_copied(tmp_path):
+    model, state = _state()
+    torch.save(snapshot(state, Staging(devices=("cpu",))).wait(), tmp_path / "s.pth")
+    loaded = torch.load(tmp_path / "s.pth", weights_only=True)
+    for key, value in state["model"].items():
+        assert torch.equal(loaded["model"][key], value)
+    assert torch.equal(loaded["w"], state["w"]) and loaded["w"].stride() == state["w"].stride()
+    # one storage per tensor: the file is the size of the tensors, not of the buffer
+    size = sum(t.numel() * t.element_size() for t in (*state["model"].values(), state["w"]))
+    assert (tmp_path / "s.pth").stat().st_size < size + 20_000
+
+
+@pytest.mark.cuda
+def test_a_cuda_snapshot_is_queued_behind_the_step_and_changes_nothing_after():
+    """The copies are queued on the stream without waiting; a kernel queued after them (the next
+    step's update) does not reach the snapshot."""
+    device = torch.device("cuda")
+    weights = torch.randn(4096, 4096, device=device)
+    work = torch.randn(4096, 4096, device=device)
+    for _ in range(8):  # the step still running when the snapshot is taken
+        work = torch.tanh(work @ work)
+    weights.add_(work.mean() * 0)  # the weights depend on that step
+    want = weights.cpu()
+    writes = BackgroundWriter()
+    snap = writes.snapshot({"w": weights, "n": 1})
+    weights.add_(1.0)  # the next update, queued behind the copies
+    got = snap.wait()
+    assert torch.equal(got["w"], want) and got["n"] == 1
+    again = writes.snapshot({"w": weights, "n": 2})  # the same staging buffer
+    assert torch.equal(again.wait()["w"], want + 1.0)
 
 
 def test_the_background_writer_runs_one_write_at_a_time_and_raises_its_error_once(tmp_path):

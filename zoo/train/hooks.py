@@ -27,7 +27,6 @@ TensorBoard), :class:`PreciseBN`, :class:`Validation` (of the EMA weights when E
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from typing import Any, Dict, List, Optional
@@ -42,7 +41,6 @@ from ..infer.metrics import show_progress
 from ..utils import comm
 from ..utils.env import load_user_module
 from .checkpoint import gather_rng_states, is_sharded, save_checkpoint, training_state, unwrap
-from .checkpoint_writer import snapshot
 from .data_wait import DataWait
 from .precise_bn import recompute_bn_stats
 
@@ -331,9 +329,9 @@ class Checkpointer(HookBase):
 
             if writes is None:
                 path = write(state)
-            else:
-                writes.wait()  # the write before (one snapshot in memory at a time)
-                writes.submit(functools.partial(write, snapshot(state)))
+            else:  # after the write before (one snapshot in memory at a time)
+                copied = writes.snapshot(state)
+                writes.submit(lambda: write(copied.wait()))
         if not reports_checkpoints(t):
             return
         # A hook reports the checkpoint (e.g. to Ray Train): the file must be complete first.
