@@ -68,6 +68,8 @@ class Snapshot:
             event.synchronize()
         self._events = []
         staged, self._staged = self._staged, set()
+        if not staged:
+            return self._state
         return _map_tensors(self._state, lambda t: t.clone() if id(t) in staged else t)
 
 
@@ -127,7 +129,7 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
     elif isinstance(obj, dict):
         for value in obj.values():
             yield from _tensors(value)
-    elif isinstance(obj, (list, tuple)):
+    elif isinstance(obj, list) or type(obj) is tuple:  # the containers _map_tensors rebuilds
         for value in obj:
             yield from _tensors(value)
 

@@ -34,17 +34,13 @@ class ModelEMA:
             unless: A boolean tensor on the device: where it is True the average and its buffers
                 stay as they are (a step skipped on the device, without a host-device sync).
         """
-        if unless is None:
-            for ema_p, p in zip(self.module.parameters(), model.parameters()):
-                ema_p.lerp_(p.detach(), 1.0 - self.decay)
-            for ema_b, b in zip(self.module.buffers(), model.buffers()):
-                ema_b.copy_(b)
-            return
-        weight = torch.where(unless, 0.0, 1.0 - self.decay)
+        weight = 1.0 - self.decay
+        if unless is not None:
+            weight = torch.where(unless, 0.0, weight)
         for ema_p, p in zip(self.module.parameters(), model.parameters()):
-            ema_p.lerp_(p.detach(), weight.to(ema_p.dtype))
+            ema_p.lerp_(p.detach(), weight if unless is None else weight.to(ema_p.dtype))
         for ema_b, b in zip(self.module.buffers(), model.buffers()):
-            ema_b.copy_(torch.where(unless, ema_b, b))
+            ema_b.copy_(b if unless is None else torch.where(unless, ema_b, b))
 
     def state_dict(self) -> dict:
         return self.module.state_dict()

@@ -148,7 +148,6 @@ class NonFiniteCheck:
                 return f"parameter {name!r} is non-finite"
         if not bool(torch.isfinite(loss).all()):
             return f"the loss is {float(loss.float().sum()):g}"
-        names = {id(p): name for name, p in named}
         if params is None:
             for name, p in named:
                 if p.grad is not None and not bool(torch.isfinite(local(p.grad)).all()):
@@ -156,6 +155,7 @@ class NonFiniteCheck:
         elif norms is not None:
             bad = torch.nonzero(~torch.isfinite(norms)).flatten().tolist()
             if bad:
+                names = {id(p): name for name, p in named}
                 return f"the gradient of {names.get(id(params[bad[0]]), '?')!r} is non-finite"
         return "a gradient is non-finite"
 
