@@ -2,6 +2,7 @@
 node."""
 
 import json
+import multiprocessing
 import socket
 
 import pytest
@@ -50,7 +51,8 @@ def _report_layout(cfg, folder):
     with open(f"{folder}/rank{comm.get_rank()}.json", "w") as f:
         json.dump({"comm": [comm.get_world_size(), comm.get_rank(), comm.get_device_index()],
                    "cfg": [cfg.DDP_CONFIG.GPU_WORLD_SIZE, cfg.DDP_CONFIG.GPU_WORLD_RANK],
-                   "recorded": [rec.GPU_WORLD_SIZE, rec.GPU_WORLD_RANK, rec.GPU]}, f)
+                   "recorded": [rec.GPU_WORLD_SIZE, rec.GPU_WORLD_RANK, rec.GPU],
+                   "start_method": multiprocessing.get_start_method()}, f)
 
 
 @pytest.mark.slow
@@ -68,6 +70,9 @@ def test_two_cpu_workers_get_their_ranks_from_comm_not_from_the_config(tmp_path)
         assert g["comm"] == [n, rank, device]
         assert g["cfg"] == [8, 5]
         assert g["recorded"] == [n, rank, device]
+        # The ranks' DataLoader workers start as in a process the user started (fork on Linux up
+        # to Python 3.13), not with the "spawn" the ranks themselves were started with.
+        assert g["start_method"] == multiprocessing.get_all_start_methods()[0]
 
 
 def test_topology_for_cpu_processes():

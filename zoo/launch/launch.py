@@ -40,6 +40,7 @@ from __future__ import annotations
 import datetime
 import inspect
 import logging
+import multiprocessing
 import os
 import re
 import signal
@@ -198,6 +199,11 @@ def _worker(local_rank: int, main_func: Callable, topo: JobSpec, session: str,
             args: tuple) -> None:
     """Entry point of a spawned worker process."""
     _die_with_launcher()
+    # A process started with "spawn" keeps it as its default start method, so each of its
+    # DataLoader workers would start a fresh interpreter and import torch and zoo again (seconds
+    # apiece, for every worker of every rank). Back to the platform's default, as in a process
+    # torchrun or the user started: fork on Linux up to Python 3.13, forkserver from 3.14.
+    multiprocessing.set_start_method(None, force=True)
     rank = topo.rank_offset + local_rank
     os.environ.update(LOCAL_RANK=str(local_rank), RANK=str(rank), WORLD_SIZE=str(topo.world_size))
     store = worker_store(topo.dist_url, session, topo.init_timeout_s)
