@@ -1,6 +1,6 @@
 """Shared fixtures: a tiny generated dataset, a toy model file, a loopback weights server and a
-private ZOO_HOME, two network namespaces (helpers are in helpers.py), and the skip of
-``cuda``-marked tests where no CUDA GPU is visible."""
+private ZOO_HOME, two network namespaces (helpers are in helpers.py), the skip of
+``cuda``-marked tests where no CUDA GPU is visible, and the worker count of ``pytest -n auto``."""
 
 import hashlib
 import logging
@@ -12,6 +12,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from helpers import TOY_MODEL
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist; without it pytest never calls this
+def pytest_xdist_auto_num_workers(config):
+    """``pytest -n auto`` (pytest-xdist): one worker per core this process may run on (its
+    affinity mask, as zoo's launcher counts them, not every core of the host), and no more than
+    one per 2 GiB of available memory, so a small machine with many cores does not swap."""
+    from zoo.utils.env import available_cpus
+
+    workers = available_cpus()
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        workers = min(workers, int(fields["MemAvailable"].split()[0]) // (2 * 1024 ** 2))
+    except (OSError, KeyError, ValueError):  # not Linux: the cores alone
+        pass
+    return max(1, workers)
 
 
 def pytest_collection_modifyitems(config, items):
