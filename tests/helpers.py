@@ -559,15 +559,19 @@ KILL_AT = {kill_at}
 class KillAt(HookBase):
     def after_step(self):
         if self.trainer.iteration == KILL_AT and comm.is_main_process():
+            # The kill comes once the checkpoint write in flight (if any) is on disk, so that
+            # the run always resumes from the same checkpoint; a write cut short by the kill is
+            # tested apart.
+            self.trainer.checkpoint_writes.wait()
             os.killpg(os.getpgrp(), signal.SIGKILL)
 """
 
 
 def train_killed_at(tmp_path, args, kill_at: int, exp: str = "killed", timeout: float = 240):
     """Run ``tools/train_ddp.py ARGS LOG.EXP_NAME exp`` (LOG.BASE_PATH = ``tmp_path`` in ARGS)
-    and SIGKILL the launcher and its workers after optimizer step ``kill_at``, from a hook; the
-    job runs in its own session, so the kill reaches it and nothing else. Returns the run's
-    folder."""
+    and SIGKILL the launcher and its workers after optimizer step ``kill_at`` and the checkpoint
+    write in flight then, from a hook; the job runs in its own session, so the kill reaches it
+    and nothing else. Returns the run's folder."""
     import signal
 
     hook_file = tmp_path / "kill_hook.py"

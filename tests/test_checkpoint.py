@@ -1,5 +1,6 @@
-"""Checkpoints: atomic writes survive a kill mid-write, unsafe pickles are refused, keep-last/best,
-and a checkpoint from another config is refused naming the keys."""
+"""Checkpoints: atomic writes survive a kill mid-write and the next run removes what it left,
+unsafe pickles are refused, keep-last/best (a second name of the best epoch's file), and a
+checkpoint from another config is refused naming the keys."""
 
 import os
 import signal
@@ -12,11 +13,14 @@ import torch
 
 from zoo.config import cfg_to_yaml, load_config
 from zoo.train.checkpoint import (
+    CheckpointWriteError,
+    atomic_link,
     atomic_save,
     config_differences,
     epoch_checkpoints,
     latest_checkpoint,
     load_checkpoint,
+    remove_partial_writes,
     save_checkpoint,
 )
 
@@ -47,8 +51,13 @@ def test_kill_during_write_leaves_previous_checkpoint_loadable(tmp_path):
     assert tmp_files, "the writer never started writing; nothing was tested"
     state = load_checkpoint(str(path))
     assert state["epoch"] == 1 and torch.equal(state["model"]["w"], torch.ones(3))
-    # The half-written temporary file is never taken for a checkpoint.
+    # The half-written temporary file is never taken for a checkpoint...
     assert latest_checkpoint(str(tmp_path)) == str(path)
+    # ...and the next run removes it (and only it).
+    (tmp_path / "notes.txt.tmp.7").write_text("a user's file")
+    size = os.path.getsize(tmp_path / tmp_files[0])
+    assert remove_partial_writes(str(tmp_path)) == [(f"epoch_1.pth.tmp.{proc.pid}", size)]
+    assert sorted(os.listdir(tmp_path)) == ["epoch_1.pth", "notes.txt.tmp.7"]
 
 
 class _Exploit:
@@ -74,6 +83,40 @@ def test_keep_last_and_best(tmp_path):
     names = [os.path.basename(p) for p in epoch_checkpoints(str(tmp_path))]
     assert names == ["epoch_4.pth", "epoch_5.pth"]
     assert load_checkpoint(str(tmp_path / "best.pth"))["epoch"] == 2
+
+
+def test_best_is_a_second_name_of_the_epoch_file_and_outlives_it(tmp_path):
+    save_checkpoint(str(tmp_path), {"epoch": 1}, 1, is_best=True)
+    assert os.path.samefile(tmp_path / "epoch_1.pth", tmp_path / "best.pth")  # written once
+    save_checkpoint(str(tmp_path), {"epoch": 2}, 2, is_best=False)
+    save_checkpoint(str(tmp_path), {"epoch": 3}, 3, is_best=True)
+    assert os.path.samefile(tmp_path / "epoch_3.pth", tmp_path / "best.pth")
+    atomic_save({"epoch": 30}, str(tmp_path / "epoch_3.pth"))  # a new file: best.pth keeps 3
+    os.remove(tmp_path / "epoch_3.pth")
+    assert load_checkpoint(str(tmp_path / "best.pth"))["epoch"] == 3
+    assert sorted(os.listdir(tmp_path)) == ["best.pth", "epoch_1.pth", "epoch_2.pth"]
+
+
+def test_best_is_copied_where_the_filesystem_has_no_hard_links(tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    save_checkpoint(str(tmp_path), {"epoch": 1}, 1, is_best=True)
+    assert not os.path.samefile(tmp_path / "epoch_1.pth", tmp_path / "best.pth")
+    assert load_checkpoint(str(tmp_path / "best.pth"))["epoch"] == 1
+    assert sorted(os.listdir(tmp_path)) == ["best.pth", "epoch_1.pth"]
+
+
+def test_a_failed_link_names_the_file_and_keeps_the_previous_best(tmp_path):
+    atomic_save({"epoch": 1}, str(tmp_path / "best.pth"))
+    with pytest.raises(CheckpointWriteError) as e:
+        atomic_link(str(tmp_path / "epoch_9.pth"), str(tmp_path / "best.pth"))  # no such file
+    msg = str(e.value)
+    assert f"could not write checkpoint {tmp_path / 'best.pth'}" in msg and "\n" not in msg
+    assert "previous checkpoint is intact" in msg
+    assert load_checkpoint(str(tmp_path / "best.pth"))["epoch"] == 1
+    assert os.listdir(tmp_path) == ["best.pth"]
 
 
 def test_config_differences_name_the_keys():

@@ -231,13 +231,17 @@ def test_sigkill_then_auto_resume_from_a_second_folder(tmp_path, synth_root, toy
     train_killed_at(tmp_path, args, kill_at=3, exp="job")
     run = tmp_path / "runs" / "job"
     assert sorted(os.listdir(ckpt)) == ["best.pth", "epoch_1.pth"]
+    # What a kill during a checkpoint write leaves: the next run removes it and says so.
+    (ckpt / "epoch_2.pth.tmp.4242").write_bytes(bytes(1000))
     from helpers import run_tool
 
     r = run_tool("train_ddp.py", [*args, "LOG.EXP_NAME", "job"])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     log = (run / "log_rank0.txt").read_text()
+    assert (f"removed epoch_2.pth.tmp.4242 (1000 B) from {ckpt}: a checkpoint write cut short "
+            "when an earlier run of this job was killed") in log
     assert f"resumed from {ckpt / 'epoch_1.pth'}: continuing at epoch 2" in log
-    assert "epoch_2.pth" in os.listdir(ckpt)
+    assert sorted(os.listdir(ckpt)) == ["best.pth", "epoch_1.pth", "epoch_2.pth"]
     # The logs, metrics and config stay in BASE_PATH/EXP_NAME; no checkpoint is written there.
     assert {"config.yaml", "metrics.jsonl", "log_rank0.txt", "log_rank1.txt"} <= set(
         os.listdir(run))

@@ -35,8 +35,13 @@ from zoo.utils import comm
 
 class KillOnce(HookBase):
     def after_step(self):
-        if (self.trainer.iteration == {kill_at} and comm.get_rank() == {victim}
-                and not os.path.exists({marker!r})):
+        if self.trainer.iteration != {kill_at} or os.path.exists({marker!r}):
+            return
+        # Rank 0's checkpoint write of epoch 1 is on disk before the kill, so that every run
+        # resumes from it.
+        self.trainer.checkpoint_writes.wait()
+        comm.synchronize()
+        if comm.get_rank() == {victim}:
             open({marker!r}, "w").close()
             if {whole_node}:
                 os.killpg(os.getpgrp(), signal.SIGKILL)  # the launcher and its workers

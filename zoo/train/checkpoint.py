@@ -5,9 +5,11 @@ with the checkpoint converter) and are re-exported here. A training checkpoint a
 ``best_top1`` and, with EMA, ``ema`` to the standard keys; ``rng`` holds one entry per rank.
 :func:`load_training_state` is the resume: it restores everything a checkpoint holds.
 
-Files: ``epoch_N.pth`` after N epochs (and ``best.pth``); ``preempt_epoch{E}_iter{N}.pth`` when a
-preemption signal stopped epoch E after N optimizer steps (it also holds ``epoch_iter``, the
-batches of epoch E trained). :func:`latest_checkpoint` orders them by where training was.
+Files: ``epoch_N.pth`` after N epochs (and ``best.pth``, a hard link to the best epoch's file);
+``preempt_epoch{E}_iter{N}.pth`` when a preemption signal stopped epoch E after N optimizer steps
+(it also holds ``epoch_iter``, the batches of epoch E trained). :func:`latest_checkpoint` orders
+them by where training was. A write cut short leaves ``NAME.tmp.PID``, never taken for a
+checkpoint and removed by the next run (:func:`remove_partial_writes`).
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from ..utils.checkpoint_io import (  # noqa: F401  (re-exported: the training ch
     PREEMPT_NAME,
     CheckpointError,
     CheckpointWriteError,
+    atomic_link,
     atomic_save,
     checkpoint_position,
     epoch_checkpoints,
     latest_checkpoint,
     load_checkpoint,
     make_checkpoint,
+    remove_partial_writes,
     write_failure,
 )
 from . import sharding
@@ -81,7 +85,8 @@ def save_checkpoint(
     keep_last: int = 0,
     is_best: bool = False,
 ) -> Optional[str]:
-    """Rank 0 writes ``save_dir/epoch_{epoch}.pth`` (and ``best.pth`` when ``is_best``).
+    """Rank 0 writes ``save_dir/epoch_{epoch}.pth``; when ``is_best``, ``best.pth`` becomes a
+    second name of that file (see :func:`~zoo.utils.checkpoint_io.atomic_link`: written once).
 
     ``keep_last`` > 0 deletes older epoch files beyond the newest ``keep_last``; ``best.pth`` is
     never deleted by that. Other ranks return None without writing.
@@ -95,7 +100,7 @@ def save_checkpoint(
         raise write_failure(path, e) from e
     atomic_save(state, path)
     if is_best:
-        atomic_save(state, os.path.join(save_dir, "best.pth"))
+        atomic_link(path, os.path.join(save_dir, "best.pth"))
     if keep_last > 0:
         for old in epoch_checkpoints(save_dir)[:-keep_last]:
             os.remove(old)

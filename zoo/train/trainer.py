@@ -24,12 +24,14 @@ from ..launch.setup import checkpoint_dir, job_config, this_process, with_job_la
 from ..models import build_model
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
+from ..utils.checkpoint_io import size_in_words
 from .checkpoint import (
     CheckpointError,
     find_resume_checkpoint,
     gather_rng_states,
     is_sharded,
     load_training_state,
+    remove_partial_writes,
     save_preempt_checkpoint,
     training_state,
     unwrap,
@@ -311,7 +313,14 @@ class Trainer:
             self.is_last_epoch() or (freq > 0 and (self.epoch + 1) % freq == 0))
 
     def resume(self) -> None:
-        """Restore the checkpoint ``CONFIG.TRAIN.RESUME_EPOCH`` / ``AUTO_RESUME`` names, if any."""
+        """Restore the checkpoint ``CONFIG.TRAIN.RESUME_EPOCH`` / ``AUTO_RESUME`` names, if any,
+        after rank 0 removed the partial files of checkpoint writes an earlier run was killed
+        in (before this run writes any)."""
+        if comm.is_main_process():
+            for name, size in remove_partial_writes(self.save_dir):
+                self.logger.info("removed %s (%s) from %s: a checkpoint write cut short when an "
+                                 "earlier run of this job was killed", name, size_in_words(size),
+                                 self.save_dir)
         path = find_resume_checkpoint(self.cfg, self.save_dir, self.logger)
         if not path:
             return

@@ -20,7 +20,7 @@ import glob
 import os
 import re
 import shutil
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import UserError
 
@@ -69,6 +69,15 @@ def make_checkpoint(model_state: Dict[str, Any], cfg_yaml: str, *, optimizer=Non
     return state
 
 
+def size_in_words(nbytes: float) -> str:
+    """``nbytes`` as B, KiB, MiB or GiB with one decimal (whole bytes below 1 KiB)."""
+    for unit in ("B", "KiB", "MiB"):
+        if nbytes < 1024:
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:.1f} GiB"
+
+
 def _free_space(folder: str) -> str:
     """Free space of the disk holding ``folder`` (or its nearest existing parent), in words."""
     while folder and not os.path.isdir(folder) and os.path.dirname(folder) != folder:
@@ -77,11 +86,7 @@ def _free_space(folder: str) -> str:
         free = shutil.disk_usage(folder or ".").free
     except OSError:
         return "free space unknown"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if free < 1024 or unit == "GiB":
-            return f"{free:.0f} {unit} free" if unit == "B" else f"{free:.1f} {unit} free"
-        free /= 1024
-    return ""
+    return f"{size_in_words(free)} free"
 
 
 def write_failure(path: str, e: BaseException, hint: str = RESUME_HINT) -> CheckpointWriteError:
@@ -125,6 +130,66 @@ def atomic_save(obj: Any, path: str, hint: str = RESUME_HINT) -> None:
         except OSError:
             pass  # never created, or the folder is read-only
         raise write_failure(path, e, hint) from e
+
+
+def atomic_link(src: str, dst: str, hint: str = RESUME_HINT) -> None:
+    """Give the complete file ``src`` the second name ``dst``, atomically (through a temporary
+    name and a rename, as :func:`atomic_save`): a hard link, so nothing is serialised or
+    written twice, or a copy where the filesystem has no hard links.
+
+    The two names then stay one file until one is replaced or deleted; zoo never changes a
+    checkpoint file in place (every write is a new file renamed over the old name), so a later
+    write of ``src`` or the removal of ``src`` leaves ``dst`` as it was.
+
+    Raises:
+        CheckpointWriteError: neither a link nor a copy could be made; any previous file at
+            ``dst`` is untouched.
+    """
+    tmp = f"{dst}.tmp.{os.getpid()}"
+    try:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+        try:
+            os.link(src, tmp)
+        except OSError:  # no hard links on this filesystem (some network and FUSE mounts)
+            with open(src, "rb") as fin, open(tmp, "wb") as fout:
+                shutil.copyfileobj(fin, fout, 16 << 20)
+                fout.flush()
+                os.fsync(fout.fileno())
+        os.replace(tmp, dst)
+    except OSError as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass  # never created, or the folder is read-only
+        raise write_failure(dst, e, hint) from e
+
+
+# The temporary name of a training checkpoint being written by atomic_save or atomic_link: the
+# final name, ".tmp.", the writer's process id.
+PARTIAL_RE = re.compile(r"(?:epoch_\d+|best|preempt_epoch\d+_iter\d+)\.pth\.tmp\.\d+")
+
+
+def remove_partial_writes(folder: str) -> List[Tuple[str, int]]:
+    """Delete the temporary files of training checkpoint writes cut short in ``folder`` (a
+    process killed while writing leaves one, as large as the checkpoint it was writing), and
+    return their ``(name, size in bytes)``. Call it only where no other process writes
+    checkpoints to ``folder``: at the start of a run, before its first write."""
+    removed = []
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        if PARTIAL_RE.fullmatch(name):
+            path = os.path.join(folder, name)
+            try:
+                size = os.path.getsize(path)
+                os.remove(path)
+            except FileNotFoundError:
+                continue
+            removed.append((name, size))
+    return removed
 
 
 def load_checkpoint(path: str) -> Dict[str, Any]:
