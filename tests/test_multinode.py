@@ -289,6 +289,26 @@ def test_busy_port_on_node_0(tmp_path):
             env={"ZOO_NODE_RANK": "0"}, expect=[f"port {port} on node 0 is already in use"])
 
 
+def test_a_one_node_store_takes_a_free_port_when_its_port_was_taken_meanwhile():
+    """Two one-node jobs started at the same moment both find the default port free; the one
+    that binds second listens elsewhere (nothing outside the node has to find it), while a
+    multi-node job's node 0 stops naming the port."""
+    from zoo.launch.rendezvous import open_store
+    from zoo.launch.topology import LaunchError
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        store, url = open_store(f"tcp://127.0.0.1:{port}", True, 5, any_port=True)
+        assert url != f"tcp://127.0.0.1:{port}" and url == f"tcp://127.0.0.1:{store.port}"
+        store.set("k", "v")
+        assert store.get("k") == b"v"
+        del store
+        with pytest.raises(LaunchError, match=f"port {port} on node 0 is already in use"):
+            open_store(f"tcp://127.0.0.1:{port}", True, 5)
+
+
 def test_nodes_with_different_configs_stop_naming_the_keys(tmp_path, synth_root):
     start = time.monotonic()
     procs = two_nodes_here(toy_args(tmp_path, synth_root), free_port(),

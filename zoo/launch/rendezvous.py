@@ -83,8 +83,14 @@ def _wait_for_port(host: str, port: int, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
-def open_store(url: str, host_it: bool, timeout_s: float) -> Tuple[dist.Store, str]:
-    """Host (node 0) or connect to the store at ``url``; returns ``(store, url with real port)``."""
+def open_store(url: str, host_it: bool, timeout_s: float,
+               any_port: bool = False) -> Tuple[dist.Store, str]:
+    """Host (node 0) or connect to the store at ``url``; returns ``(store, url with real port)``.
+
+    ``any_port`` (a one-node job, which no other node has to find): when the port is taken by
+    the time the store listens (another job started at the same moment took it since the
+    launcher found it free), the store listens on a free port instead of failing.
+    """
     timeout = datetime.timedelta(seconds=timeout_s)
     if url.startswith("file://"):
         path = file_url_path(url)
@@ -111,7 +117,12 @@ def open_store(url: str, host_it: bool, timeout_s: float) -> Tuple[dist.Store, s
         store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timeout)
     except (RuntimeError, OSError) as e:
         text = str(e)
-        if "EADDRINUSE" in text or "already in use" in text:
+        in_use = "EADDRINUSE" in text or "already in use" in text
+        if in_use and any_port and port:
+            logger.info("port %d was taken as the job started; one node, so using a free port",
+                        port)
+            return open_store(f"tcp://{net.format_hostport(host, 0)}", True, timeout_s)
+        if in_use:
             raise LaunchError(
                 f"DDP_CONFIG.DIST_URL = {url!r}: port {port} on node 0 is already in use (another "
                 "job, or a process left from an earlier run); stop it or choose another port "
@@ -155,7 +166,7 @@ class NodeRendezvous:
         self._joined: Optional[str] = None  # node 0's identity when it differs from ours
         self.nonce = uuid.uuid4().hex
         self.store, url = open_store(spec.dist_url, host_it=spec.node_rank == 0,
-                                     timeout_s=self.timeout_s)
+                                     timeout_s=self.timeout_s, any_port=spec.num_nodes == 1)
         self.topology = dataclasses.replace(spec, dist_url=url)
         self.session = ""
         self.plan: dict = {}
