@@ -205,8 +205,10 @@ def test_error_in_a_worker_is_one_line_with_the_traceback_in_the_rank_log(data, 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["one", "two"])
 def test_a_bug_says_where_its_traceback_is(data, tmp_path, mode):
+    temp = tmp_path / "temp"  # the job's temporary folder: what it leaves there is seen
+    temp.mkdir()
     r = run_tool("train_ddp.py", [*args_for(data, tmp_path, model="toy_buggy", module="buggy.py"),
-                                  *launch_mode(mode)])
+                                  *launch_mode(mode)], env={"TMPDIR": str(temp)})
     line = assert_one_error_line(r, "unexpected KeyError", "no such key",
                                  "full traceback in")
     log_path = line.split("full traceback in ")[1].rstrip(")")
@@ -214,6 +216,9 @@ def test_a_bug_says_where_its_traceback_is(data, tmp_path, mode):
     with open(log_path) as f:
         log = f.read()
     assert "Traceback" in log and "in forward" in log
+    # torch hands each spawned worker a file to write its traceback to; the launcher, which
+    # reported it, removes it.
+    assert [p.name for p in temp.iterdir() if p.name.startswith("pytorch-errorfile-")] == []
 
 
 # --------------------------------------------------------------- torchrun and Slurm job steps

@@ -263,6 +263,24 @@ def _spawn(main_func: Callable, topo: JobSpec, rdzv: NodeRendezvous, args: tuple
                              args=(main_func, topo, rdzv.session, args),
                              start_method="spawn", join=False)
     try:
+        _join(ctx, topo, rdzv)
+    finally:
+        _remove_error_files(ctx)
+
+
+def _remove_error_files(ctx: mp.ProcessContext) -> None:
+    """Delete the temporary files torch gives each worker to write its traceback to: join()
+    read them and the failure is reported from there; torch leaves them in the temp folder."""
+    for path in getattr(ctx, "error_files", ()):
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass  # written only by a worker that raised
+
+
+def _join(ctx: mp.ProcessContext, topo: JobSpec, rdzv: NodeRendezvous) -> None:
+    """Wait for the workers of ``ctx`` (see :func:`_spawn`, which raises what this raises)."""
+    try:
         while not ctx.join(timeout=1.0, **_JOIN_GRACE):
             # A worker stuck outside any collective would only notice a dead peer at its next
             # collective; a failure another node has posted stops this node right away.
