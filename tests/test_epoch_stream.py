@@ -238,6 +238,18 @@ def test_the_background_writer_runs_one_write_at_a_time_and_raises_its_error_onc
     assert "never" not in done
 
 
+def test_the_background_writer_returns_what_the_write_returned_however_early_it_ended():
+    writes = BackgroundWriter()
+    release = threading.Event()
+    writes.submit(lambda: release.wait(10) and "epoch_1.pth")
+    release.set()
+    assert writes.wait() == "epoch_1.pth"  # waited for while in flight, or done by then
+    writes.submit(lambda: "epoch_2.pth")
+    writes._thread.join()  # the write ended before anyone waited
+    assert writes.wait() == "epoch_2.pth"
+    assert writes.wait() is None  # returned once
+
+
 def test_polling_the_background_writer_never_blocks_and_raises_a_finished_write_error(tmp_path):
     writes = BackgroundWriter()
     release = threading.Event()

@@ -202,7 +202,7 @@ class BackgroundWriter:
     def wait(self) -> Any:
         """Block until the write in flight is done; raise its error, once. Returns what the
         write returned (None when no write was in flight)."""
-        result, self._result = None, None
+        result = None
         if self._thread is not None:
             self._thread.join()
             self._thread = None
