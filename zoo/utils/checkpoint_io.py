@@ -102,6 +102,24 @@ def write_failure(path: str, e: BaseException, hint: str = RESUME_HINT) -> Check
     )
 
 
+# A checkpoint being written is at a temporary name, renamed to its final name once complete:
+# the final name, ".tmp.", the writer's process id. PARTIAL_RE matches those of training
+# checkpoints (what remove_partial_writes deletes).
+PARTIAL_RE = re.compile(r"(?:epoch_\d+|best|preempt_epoch\d+_iter\d+)\.pth\.tmp\.\d+")
+
+
+def _temporary_name(path: str) -> str:
+    return f"{path}.tmp.{os.getpid()}"
+
+
+def _discard(tmp: str) -> None:
+    """Remove the temporary file of a failed write, if there is one."""
+    try:
+        os.remove(tmp)
+    except OSError:
+        pass  # never created, or the folder is read-only
+
+
 def atomic_save(obj: Any, path: str, hint: str = RESUME_HINT) -> None:
     """Write ``obj`` to ``path`` through a temporary file and a rename, so a crash mid-write
     leaves any previous file at ``path`` intact.
@@ -117,7 +135,7 @@ def atomic_save(obj: Any, path: str, hint: str = RESUME_HINT) -> None:
     """
     import torch
 
-    tmp = f"{path}.tmp.{os.getpid()}"
+    tmp = _temporary_name(path)
     try:
         with open(tmp, "wb") as f:
             torch.save(obj, f)
@@ -125,10 +143,7 @@ def atomic_save(obj: Any, path: str, hint: str = RESUME_HINT) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass  # never created, or the folder is read-only
+        _discard(tmp)
         raise write_failure(path, e, hint) from e
 
 
@@ -145,7 +160,7 @@ def atomic_link(src: str, dst: str, hint: str = RESUME_HINT) -> None:
         CheckpointWriteError: neither a link nor a copy could be made; any previous file at
             ``dst`` is untouched.
     """
-    tmp = f"{dst}.tmp.{os.getpid()}"
+    tmp = _temporary_name(dst)
     try:
         if os.path.lexists(tmp):
             os.remove(tmp)
@@ -158,16 +173,8 @@ def atomic_link(src: str, dst: str, hint: str = RESUME_HINT) -> None:
                 os.fsync(fout.fileno())
         os.replace(tmp, dst)
     except OSError as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass  # never created, or the folder is read-only
+        _discard(tmp)
         raise write_failure(dst, e, hint) from e
-
-
-# The temporary name of a training checkpoint being written by atomic_save or atomic_link: the
-# final name, ".tmp.", the writer's process id.
-PARTIAL_RE = re.compile(r"(?:epoch_\d+|best|preempt_epoch\d+_iter\d+)\.pth\.tmp\.\d+")
 
 
 def remove_partial_writes(folder: str) -> List[Tuple[str, int]]:
