@@ -14,6 +14,14 @@ import pytest
 from helpers import TOY_MODEL
 
 
+def pytest_addoption(parser):
+    """pytest before 7.3 has no ``tmp_path_retention_policy`` (pyproject.toml sets it): declare it
+    there, unused, so that the oldest pytest zoo supports reads the file without a warning."""
+    major, minor = (int(part) for part in pytest.__version__.split(".")[:2])
+    if (major, minor) < (7, 3):
+        parser.addini("tmp_path_retention_policy", "unused before pytest 7.3", default="all")
+
+
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist; without it pytest never calls this
 def pytest_xdist_auto_num_workers(config):
     """``pytest -n auto`` (pytest-xdist): :func:`auto_workers` of this machine."""
