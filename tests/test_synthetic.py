@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import filecmp
 import json
+import logging
+import multiprocessing
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -59,6 +62,35 @@ def test_parallel_generation_writes_the_same_files(tmp_path):
     assert synthetic._pool_size(2, 64) == (2 if sys.platform.startswith("linux") else 1)
     records = read_annotations(serial["train_list"]) + read_annotations(serial["val_list"])
     assert len(records) == 64
+    for record in records:
+        a, b = (os.path.join(d["root"], record.path) for d in (serial, parallel))
+        assert filecmp.cmp(a, b, shallow=False), record.path
+
+
+@pytest.mark.parametrize("fault", ["killed", "stuck"])
+def test_a_killed_or_stuck_encoding_process_does_not_hang_the_dataset(tmp_path, monkeypatch, caplog,
+                                                                    fault):
+    """A pool never hears of a worker that died, and waits forever for one that hangs: after
+    STALL_SECONDS without a finished batch, the rest is written here, and the files are the same."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("videos are written in several processes on Linux only")
+    settings = dict(num_classes=2, train_per_class=24, val_per_class=8, num_frames=8, size=32)
+    serial = synthetic.generate(str(tmp_path / "serial"), workers=1, **settings)
+    write_video = synthetic.write_video
+
+    def faulty(path, video):
+        if multiprocessing.parent_process() is not None and path.endswith("left/0003.mp4"):
+            if fault == "killed":
+                os._exit(1)
+            time.sleep(3600)
+        write_video(path, video)
+
+    monkeypatch.setattr(synthetic, "write_video", faulty)
+    monkeypatch.setattr(synthetic, "STALL_SECONDS", 2.0)
+    with caplog.at_level(logging.WARNING, logger="zoo.data.synthetic"):
+        parallel = synthetic.generate(str(tmp_path / "parallel"), workers=2, **settings)
+    assert "no encoding process finished a batch of videos in 2 s" in caplog.text
+    records = read_annotations(serial["train_list"]) + read_annotations(serial["val_list"])
     for record in records:
         a, b = (os.path.join(d["root"], record.path) for d in (serial, parallel))
         assert filecmp.cmp(a, b, shallow=False), record.path

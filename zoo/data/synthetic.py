@@ -99,10 +99,56 @@ def _result(out_dir: str, manifest: Dict[str, Any], seconds: float, cached: bool
     }
 
 
-def _write_one(job: Tuple[str, int, str, int, int, int, int]) -> None:
+_Job = Tuple[str, int, str, int, int, int, int]  # path, seed, split, label, index, frames, size
+
+
+def _write_one(job: _Job) -> None:
     """Render and encode one video; ``job`` = (path, seed, split, label, index, frames, size)."""
     path, seed, split, label, index, num_frames, size = job
     write_video(path, render(video_spec(seed, split, label, index, num_frames, size)))
+
+
+def _write_many(jobs: List[_Job]) -> None:
+    for job in jobs:
+        _write_one(job)
+
+
+# Seconds in which no process finishing a batch of videos means a worker is stuck or was killed (a
+# pool never learns that a worker died, and would wait for its batch forever); a batch takes well
+# under a second on one core.
+STALL_SECONDS = 120.0
+_BATCH = 16
+
+
+def _write_in_processes(jobs: List[_Job], processes: int) -> None:
+    """Write ``jobs`` in ``processes`` forked processes, batch by batch. If none finishes a batch
+    for :data:`STALL_SECONDS`, the workers are stopped and the unfinished batches are written in
+    this process: every file depends on its job alone, so the dataset is the same either way."""
+    batches = [jobs[i:i + _BATCH] for i in range(0, len(jobs), _BATCH)]
+    pool = multiprocessing.get_context("fork").Pool(processes)
+    try:
+        pending = {i: pool.apply_async(_write_many, (batch,)) for i, batch in enumerate(batches)}
+        progress = time.monotonic()
+        while pending:
+            done = [i for i, result in pending.items() if result.ready()]
+            for i in done:
+                pending.pop(i).get()  # a worker's exception is raised here
+            if done:
+                progress = time.monotonic()
+            elif time.monotonic() - progress > STALL_SECONDS:
+                break
+            else:
+                next(iter(pending.values())).wait(0.2)
+    finally:
+        pool.terminate()
+        pool.join()
+    if pending:
+        left = [job for i in sorted(pending) for job in batches[i]]
+        logger.warning(
+            "synthetic dataset: no encoding process finished a batch of videos in %.0f s (one is "
+            "stuck or was killed); writing the %d videos left in this process",
+            STALL_SECONDS, len(left))
+        _write_many(left)
 
 
 def _pool_size(workers: int, num_videos: int) -> int:
@@ -136,13 +182,9 @@ def _write_dataset(tmp: str, settings: Dict[str, int], workers: int = 0) -> Dict
     # thread, so the files are the same byte for byte whatever the number of processes.
     processes = _pool_size(workers, len(jobs))
     if processes == 1:
-        for job in jobs:
-            _write_one(job)
+        _write_many(jobs)
     else:
-        context = multiprocessing.get_context("fork")
-        with context.Pool(processes) as pool:
-            for _ in pool.imap_unordered(_write_one, jobs, chunksize=16):
-                pass
+        _write_in_processes(jobs, processes)
     with open(os.path.join(tmp, "classes.txt"), "w", encoding="utf-8") as f:
         f.writelines(f"{name}\n" for name in classes)
     manifest = {
