@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny generated dataset, a toy model file, a loopback weights server and a
 private ZOO_HOME, two network namespaces (helpers are in helpers.py), the skip of
-``cuda``-marked tests where no CUDA GPU is visible, and the worker count of ``pytest -n auto``."""
+``cuda``-marked tests where no CUDA GPU is visible, the worker count of ``pytest -n auto`` and
+each worker's torch threads."""
 
 import hashlib
 import logging
@@ -48,6 +49,20 @@ def auto_workers(cpus: int, meminfo: str) -> int:
     return max(1, workers)
 
 
+def pytest_configure(config):
+    """In a pytest-xdist worker, torch's intra-op threads are the worker's share of the cores (the
+    workers run side by side; with torch's default of one thread per core each, 2 workers on 2
+    cores took the fast tier 175-219 s instead of 130-138 s). Jobs the tests launch as
+    subprocesses choose their own threads, as zoo's launcher does."""
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if workers:
+        import torch
+
+        from zoo.utils.env import available_cpus
+
+        torch.set_num_threads(max(1, available_cpus() // int(workers)))
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``cuda`` are skipped, with the reason, where ``torch.cuda.is_available()`` is
     False (the mark is added at collection, so their fixtures never run there)."""
@@ -80,6 +95,28 @@ def _restore_loggers():
         logger.handlers[:] = handlers
         logger.propagate, logger.level = propagate, level
     logging.captureWarnings(False)
+
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """A test that runs a command's ``main`` in this process sets torch's threads and the
+    ``*_NUM_THREADS`` variables for the whole process (``zoo.utils.env.set_num_threads``): put
+    them back, so later tests, and the jobs they start, do not inherit them."""
+    import torch
+
+    threads = torch.get_num_threads()
+    saved = {var: os.environ.get(var) for var in _THREAD_VARS}
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    for var, value in saved.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
 
 
 @pytest.fixture(scope="session")
