@@ -97,9 +97,6 @@ def _restore_loggers():
     logging.captureWarnings(False)
 
 
-_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
 @pytest.fixture(autouse=True)
 def _restore_threads():
     """A test that runs a command's ``main`` in this process sets torch's threads and the
@@ -107,8 +104,10 @@ def _restore_threads():
     them back, so later tests, and the jobs they start, do not inherit them."""
     import torch
 
+    from zoo.utils.env import THREAD_VARS
+
     threads = torch.get_num_threads()
-    saved = {var: os.environ.get(var) for var in _THREAD_VARS}
+    saved = {var: os.environ.get(var) for var in THREAD_VARS}
     yield
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)

@@ -43,13 +43,18 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+# The variables that set the threads of the common native libraries (and of the processes started
+# from this one).
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
 def set_num_threads(threads: int) -> None:
     """Set intra-op threads for torch and the common native libraries of this process."""
     import torch
 
     threads = max(1, int(threads))
     torch.set_num_threads(threads)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    for var in THREAD_VARS:
         os.environ[var] = str(threads)
 
 
