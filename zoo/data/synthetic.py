@@ -120,35 +120,36 @@ STALL_SECONDS = 120.0
 _BATCH = 16
 
 
+def _write_batch(numbered: Tuple[int, List[_Job]]) -> int:
+    """Write one numbered batch of videos; its number."""
+    index, batch = numbered
+    _write_many(batch)
+    return index
+
+
 def _write_in_processes(jobs: List[_Job], processes: int) -> None:
     """Write ``jobs`` in ``processes`` forked processes, batch by batch. If none finishes a batch
     for :data:`STALL_SECONDS`, the workers are stopped and the unfinished batches are written in
     this process: every file depends on its job alone, so the dataset is the same either way."""
     batches = [jobs[i:i + _BATCH] for i in range(0, len(jobs), _BATCH)]
+    left = set(range(len(batches)))
     pool = multiprocessing.get_context("fork").Pool(processes)
     try:
-        pending = {i: pool.apply_async(_write_many, (batch,)) for i, batch in enumerate(batches)}
-        progress = time.monotonic()
-        while pending:
-            done = [i for i, result in pending.items() if result.ready()]
-            for i in done:
-                pending.pop(i).get()  # a worker's exception is raised here
-            if done:
-                progress = time.monotonic()
-            elif time.monotonic() - progress > STALL_SECONDS:
-                break
-            else:
-                next(iter(pending.values())).wait(0.2)
+        finished = pool.imap_unordered(_write_batch, enumerate(batches))
+        while left:  # a worker's exception is raised by next()
+            left.discard(finished.next(timeout=STALL_SECONDS))
+    except multiprocessing.TimeoutError:
+        pass  # the batches still in `left` are written below
     finally:
         pool.terminate()
         pool.join()
-    if pending:
-        left = [job for i in sorted(pending) for job in batches[i]]
+    if left:
+        rest = [job for i in sorted(left) for job in batches[i]]
         logger.warning(
             "synthetic dataset: no encoding process finished a batch of videos in %.0f s (one is "
             "stuck or was killed); writing the %d videos left in this process",
-            STALL_SECONDS, len(left))
-        _write_many(left)
+            STALL_SECONDS, len(rest))
+        _write_many(rest)
 
 
 def _pool_size(workers: int, num_videos: int) -> int:
