@@ -200,12 +200,16 @@ def test_a_cuda_snapshot_is_queued_behind_the_step_and_changes_nothing_after():
     weights.add_(work.mean() * 0)  # the weights depend on that step
     want = weights.cpu()
     writes = BackgroundWriter()
+    assert writes.reserve({"w": weights}) == weights.numel() * 4  # made ahead, pinned
+    buffer = writes._staging._buffer
+    assert buffer.is_pinned()
     snap = writes.snapshot({"w": weights, "n": 1})
     weights.add_(1.0)  # the next update, queued behind the copies
     got = snap.wait()
     assert torch.equal(got["w"], want) and got["n"] == 1
     again = writes.snapshot({"w": weights, "n": 2})  # the same staging buffer
     assert torch.equal(again.wait()["w"], want + 1.0)
+    assert writes._staging._buffer is buffer
 
 
 def test_the_background_writer_runs_one_write_at_a_time_and_raises_its_error_once(tmp_path):
@@ -269,3 +273,21 @@ def test_polling_the_background_writer_never_blocks_and_raises_a_finished_write_
     with pytest.raises(OSError, match="epoch_2.pth"):
         writes.poll()
     assert writes.poll() is False  # raised once
+
+
+def test_a_reserved_staging_buffer_serves_every_snapshot_that_fits():
+    staging = Staging(devices=("cpu",))
+    assert staging.reserve({"n": 1, "t": torch.ones(3, device="meta")}) == 0
+    assert staging._buffer is None  # nothing on its devices: nothing made
+    model, state = _state()
+    nbytes = staging.reserve(state)
+    buffer = staging._buffer
+    assert nbytes > 0 and buffer.numel() == nbytes and nbytes % 64 == 0
+    copy = snapshot(state, staging).wait()
+    assert staging._buffer is buffer and torch.equal(copy["w"], state["w"])
+    smaller = {"w": state["w"]}
+    assert torch.equal(snapshot(smaller, staging).wait()["w"], state["w"])
+    assert staging._buffer is buffer  # a smaller state takes a view of it
+    larger = dict(state, extra=torch.zeros(nbytes))
+    assert torch.equal(snapshot(larger, staging).wait()["extra"], larger["extra"])
+    assert staging._buffer is not buffer and staging._buffer.numel() > nbytes  # outgrown

@@ -427,3 +427,35 @@ def test_the_epoch_record_says_how_long_the_loop_waited_for_data(tmp_path, caplo
     assert f"data wait {100 * slow:.1f}% of it" in caplog.text
     fast = _data_wait_of_an_epoch(tmp_path / "fast", 0.0)
     assert fast < 0.2
+
+
+def test_the_checkpoint_staging_buffer_is_made_at_the_first_optimizer_step_and_reused(tmp_path):
+    """The pinned buffer of the snapshots is made once the optimizer has state (not at the
+    first epoch boundary, where the device would wait for it), and the epoch's snapshot goes
+    through that same buffer ("cpu" staging here: the path a CUDA model's state takes)."""
+    from zoo.train.checkpoint_writer import BackgroundWriter, Staging
+
+    t = FakeTrainer(tmp_path, epochs=1)
+    t.optimizer = torch.optim.SGD(t.model.parameters(), lr=0.1, momentum=0.9)
+    t.step.micro = 1  # mid-accumulation: the optimizer has not stepped
+    t.checkpoint_writes = BackgroundWriter()
+    t.checkpoint_writes._staging = staging = Staging(devices=("cpu",))
+    hook = _attach(H.Checkpointer(str(tmp_path / "ckpt"), save_freq=1), t)
+    hook.after_step()
+    assert staging._buffer is None
+    t.model(torch.randn(2, 4)).sum().backward()
+    t.optimizer.step()  # momentum buffers: the state the snapshot copies too
+    t.step.micro = 0
+    hook.after_step()
+    buffer = staging._buffer
+    # weight 3x4 and bias 3, each with a momentum buffer, 64-byte aligned
+    assert buffer is not None and buffer.numel() == 2 * (64 + 64)
+    hook.after_step()  # once only
+    assert staging._buffer is buffer
+    hook.after_epoch()
+    t.checkpoint_writes.wait()
+    assert staging._buffer is buffer  # the snapshot fitted: no new buffer at the boundary
+    ckpt = load_checkpoint(str(tmp_path / "ckpt" / "epoch_1.pth"))
+    assert torch.equal(ckpt["model"]["weight"], t.model.weight)
+    momentum = ckpt["optimizer"]["state"][0]["momentum_buffer"]
+    assert torch.equal(momentum, t.optimizer.state[t.model.weight]["momentum_buffer"])

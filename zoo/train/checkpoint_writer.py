@@ -27,8 +27,10 @@ class Staging:
     A snapshot of a CUDA model copies every tensor (~1,000 for SlowFast-R50's model and
     optimizer state) to the host. Each into pinned memory of its own would cost a pinned
     allocation per tensor on the first snapshot (~0.4 s on an H200 host); here they all go into
-    one pinned buffer, allocated once and reused while the state keeps its size, and the
-    training thread queues the copies without waiting for them.
+    one pinned buffer, kept and reused while the state fits in it, and the training thread
+    queues the copies without waiting for them. :meth:`reserve` makes the buffer ahead of the
+    first snapshot (the trainer does it at the first step), so that no epoch boundary pays for
+    pinning it.
 
     Args:
         devices: The device types whose tensors go through the buffer (tests pass "cpu").
@@ -39,13 +41,21 @@ class Staging:
         self._buffer: Optional[torch.Tensor] = None
 
     def take(self, nbytes: int) -> torch.Tensor:
-        """A uint8 host buffer of ``nbytes`` (pinned where CUDA is), the same one while the
-        size is."""
-        if self._buffer is None or self._buffer.numel() != nbytes:
+        """A uint8 host buffer of ``nbytes`` (pinned where CUDA is): a view of the kept one
+        while it is large enough, else a new one that is kept instead."""
+        if self._buffer is None or self._buffer.numel() < nbytes:
             self._buffer = None  # freed before its successor is made
             pin = "cuda" in self.devices and torch.cuda.is_available()
             self._buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
-        return self._buffer
+        return self._buffer[:nbytes]
+
+    def reserve(self, state: Any) -> int:
+        """Make the buffer a snapshot of ``state`` needs (its tensors on :attr:`devices`), now.
+        Returns its size in bytes (0 when ``state`` has no such tensor)."""
+        nbytes = _layout([t for t in _tensors(state) if t.device.type in self.devices])[1]
+        if nbytes:
+            self.take(nbytes)
+        return nbytes
 
 
 class Snapshot:
@@ -88,18 +98,11 @@ def snapshot(state: Any, staging: Optional[Staging] = None) -> Snapshot:
     to_stage = [t for t in _tensors(state) if t.device.type in devices]
     views: Dict[int, torch.Tensor] = {}
     if to_stage:
-        layout, offset = [], 0
-        for t in to_stage:
-            if id(t) in views:
-                continue
-            views[id(t)] = t
-            strides = torch.empty_like(t, device="meta").stride()  # t's where it is dense
-            layout.append((t, offset, strides))
-            offset += -(-t.numel() * t.element_size() // ALIGN) * ALIGN
-        buffer = staging.take(offset)
+        layout, nbytes = _layout(to_stage)
+        buffer = staging.take(nbytes)
         for t, start, strides in layout:
-            nbytes = t.numel() * t.element_size()
-            view = buffer[start:start + nbytes].view(t.dtype).as_strided(t.size(), strides)
+            size = t.numel() * t.element_size()
+            view = buffer[start:start + size].view(t.dtype).as_strided(t.size(), strides)
             views[id(t)] = view.copy_(t.detach(), non_blocking=True)
     on_device = set()
 
@@ -119,6 +122,22 @@ def snapshot(state: Any, staging: Optional[Staging] = None) -> Snapshot:
     out = _map_tensors(state, copy_of, copy_other=True)
     staged = [views[id(t)] for t in to_stage]
     return Snapshot(out, staged, sorted(on_device, key=str))
+
+
+def _layout(tensors: List[torch.Tensor]) -> Tuple[List[Tuple[torch.Tensor, int, Tuple[int, ...]]],
+                                              int]:
+    """Where each distinct tensor of ``tensors`` goes in a staging buffer: ``(tensor, byte
+    offset, strides)`` in order (the strides are the tensor's where it is dense), and the
+    buffer's size in bytes. Each starts at a multiple of :data:`ALIGN`."""
+    layout, offset, seen = [], 0, set()
+    for t in tensors:
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        strides = torch.empty_like(t, device="meta").stride()
+        layout.append((t, offset, strides))
+        offset += -(-t.numel() * t.element_size() // ALIGN) * ALIGN
+    return layout, offset
 
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
@@ -173,6 +192,11 @@ class BackgroundWriter:
         :func:`snapshot` ``state`` through that buffer."""
         self.wait()
         return snapshot(state, self._staging)
+
+    def reserve(self, state: Any) -> int:
+        """Make the staging buffer a snapshot of ``state`` (a checkpoint dict) will need, now
+        rather than at the first snapshot (see :meth:`Staging.reserve`). Returns its bytes."""
+        return self._staging.reserve(state)
 
     @property
     def pending(self) -> bool:

@@ -296,7 +296,9 @@ class Checkpointer(HookBase):
     :class:`~zoo.train.checkpoint_writer.BackgroundWriter`) rank 0 copies the state and writes it
     in a thread while training goes on; each step collects it once it is done (raising a failed
     write's error) without waiting for it, and it is waited for before the next save, a
-    preemption checkpoint and the end of training. Without one it writes in place.
+    preemption checkpoint and the end of training. Rank 0 has the snapshots' staging buffer made
+    at the first optimizer step, so that no epoch boundary waits for it. Without a writer it
+    writes in place.
 
     Args:
         save_dir: The checkpoint folder.
@@ -308,6 +310,7 @@ class Checkpointer(HookBase):
         self.save_dir = save_dir
         self.save_freq = save_freq
         self.keep_last = keep_last
+        self.reserved = False  # whether the snapshots' staging buffer was made
 
     def after_epoch(self) -> None:
         t = self.trainer
@@ -340,9 +343,18 @@ class Checkpointer(HookBase):
         t.notify("after_checkpoint", path)
 
     def after_step(self) -> None:
-        writes = getattr(self.trainer, "checkpoint_writes", None)
-        if writes is not None:
-            writes.poll()
+        t = self.trainer
+        writes = getattr(t, "checkpoint_writes", None)
+        if writes is None:
+            return
+        writes.poll()
+        if not self.reserved and t.step.micro == 0:  # the optimizer's state exists from here
+            self.reserved = True
+            if comm.is_main_process() and not is_sharded(t.model):
+                # The snapshot's pinned buffer, made now: the first epoch boundary would
+                # otherwise wait for it with the device idle (no collective: rank 0 alone).
+                writes.reserve(training_state(t.model, t.optimizer, t.scheduler, t.step.scaler,
+                                              t.step.ema, 0, 0, "", [], 0.0))
 
 
 def reports_checkpoints(trainer) -> bool:
