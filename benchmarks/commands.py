@@ -77,7 +77,9 @@ def cmd_train(args) -> list:
               f"{r['median_s']:.4g} s/step, {r['step_gflop']:.4g} GFLOP/step -> "
               f"{r['achieved_gflops']:.4g} GFLOP/s = {r['peak_pct']:.1f}% of a "
               f"{r['peak_gemm_size']}² {r['math_mode']} GEMM "
-              f"({r['peak_gflops']:.4g} GFLOP/s)")
+              f"({r['peak_gflops']:.4g} GFLOP/s)"
+              + ("" if r["peak_pct"] <= 100 else ", which ran slower than the step: no peak "
+                 "on this device"))
     png = os.path.join(args.out, "train.png")
     plots.bar_chart(png, [f"zoo {r['precision']} / {r['memory_format']}" for r in rows],
                     [r["clips_per_s"] for r in rows],

@@ -211,8 +211,8 @@ def train_step(c: Check) -> Tuple[bool, str]:
                               "--device", c.device, "--precision", "fp32", "bf16",
                               *c.step_args()])
     rows = (_json(os.path.join(out, "train.json")) or {}).get("rows", [])
-    parts = [f"{r['precision']} {r['clips_per_s']:.1f} clips/s ({r['peak_pct']:.1f}% of "
-             f"{r['math_mode']} peak)" for r in rows]
+    parts = [f"{r['precision']} {r['clips_per_s']:.1f} clips/s ({r['peak_words']})"
+             for r in rows]
     if rows:
         parts.insert(0, f"input {rows[0]['input']}")
         c.results["train_step"] = {r["precision"]: r["clips_per_s"] for r in rows}
@@ -252,7 +252,7 @@ def compiled_step(c: Check) -> Tuple[object, str]:
                                  "--precision", "bf16", "--compile", *c.step_args()])
     rows = (_json(os.path.join(out, "compiled", "train.json")) or {}).get("rows", [])
     parts = [f"bf16 compiled ({r['compile_mode']}) {r['clips_per_s']:.1f} clips/s "
-             f"({r['peak_pct']:.1f}% of bf16 peak, first step {r['first_step_s']:.0f} s)"
+             f"({r['peak_words']}, first step {r['first_step_s']:.0f} s)"
              for r in rows]
     if rows:
         c.results["compiled_step"] = {"bf16": rows[0]["clips_per_s"]}

@@ -134,7 +134,7 @@ def matmul_peak(mode: str, device: torch.device, n: int, repeats: int = 5) -> fl
 def add_percent_of_peak(rows: List[Dict[str, Any]], fwd_flops: float, device: torch.device,
                         gemm_size: Optional[int] = None, repeats: int = 5) -> Dict[str, float]:
     """Add ``math_mode``, ``step_gflop``, ``achieved_gflops``, ``peak_gemm_size``,
-    ``peak_gflops`` and ``peak_pct`` to each row.
+    ``peak_gflops``, ``peak_pct`` and ``peak_words`` (the percent in words) to each row.
 
     Args:
         rows: Rows of :func:`~benchmarks.train.train_throughput` (``resolved_precision`` and
@@ -164,7 +164,19 @@ def add_percent_of_peak(rows: List[Dict[str, Any]], fwd_flops: float, device: to
                     "peak_gemm_size": sizes[mode],
                     "peak_gflops": round(peaks[mode], 3),
                     "peak_pct": float(f"{100.0 * achieved / peaks[mode]:.4g}")})
+        row["peak_words"] = _peak_words(row)
     return peaks
+
+
+def _peak_words(row: Dict[str, Any]) -> str:
+    """A row's ``peak_pct`` in words: "12.3% of bf16 peak", or, where the step beat the GEMM
+    (a CPU that emulates bf16 runs a small GEMM slower than the step's convolutions), the
+    figure with the reason it is no share of a peak."""
+    pct, mode = row["peak_pct"], row["math_mode"]
+    if pct <= 100.0:
+        return f"{pct:.1f}% of {mode} peak"
+    return (f"{pct:.1f}% of the {row['peak_gemm_size']}² {mode} GEMM, which ran slower than "
+            "the step: no peak on this device")
 
 
 def _unique(values: Sequence[str]) -> List[str]:

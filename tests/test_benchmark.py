@@ -302,6 +302,14 @@ def test_percent_of_peak_compares_like_with_like(monkeypatch):
     assert timed == ["tf32", "bf16"] and set(peaks) == {"tf32", "bf16"}
     assert [r["math_mode"] for r in rows] == ["tf32", "bf16"]
     assert rows[0]["peak_pct"] == pytest.approx(100 * 3e9 / 1e12)
+    assert rows[0]["peak_words"] == "0.3% of tf32 peak"
+    # A step faster than the GEMM (a CPU emulating bf16 at a small GEMM): no share of a peak.
+    monkeypatch.setattr(peak, "matmul_peak", lambda mode, device, n, repeats: 1e9)
+    rows = [{"resolved_precision": "bf16", "median_s": 1.0}]
+    peak.add_percent_of_peak(rows, 1e9, cuda, gemm_size=8)
+    assert rows[0]["peak_pct"] == 300.0
+    assert rows[0]["peak_words"] == ("300.0% of the 8² bf16 GEMM, which ran slower than the step: "
+                                     "no peak on this device")
 
 
 def test_train_reports_percent_of_peak():

@@ -4,6 +4,7 @@ makes the exit status non-zero."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -37,7 +38,9 @@ def test_gpu_check_script_runs_every_step_on_the_cpu(tmp_path):
             assert "| ok |" in rows[step], rows[step]
     assert "val top-1" in rows["quickstart"] and "test top-1" in rows["quickstart"]
     assert "fp32" in rows["train_step"] and "bf16" in rows["train_step"]
-    assert "% of bf16 peak" in rows["train_step"] and "% of fp32 peak" in rows["train_step"]
+    for mode in ("bf16", "fp32"):  # a CPU that emulates bf16 names its GEMM as no peak
+        assert re.search(rf"% of ({mode} peak|the \d+² {mode} GEMM, which ran slower than the "
+                         "step: no peak on this device)", rows["train_step"]), rows["train_step"]
     assert "input uint8;" in rows["train_step"]
     assert "1x7x7 stem" in rows["stems"] and "5x7x7 stem" in rows["stems"], rows["stems"]
     assert "padded 3-D" in rows["stems"]
