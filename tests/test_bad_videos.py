@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 from videos_for_tests import bad_videos, ramp_frames, write
 
 from zoo.data import TooManyBadVideos
+from zoo.data.build import worker_context
 from zoo.data.dataset_recipes import VideoListDataset
 from zoo.data.decode.base import DecodeTimeout, check_deadline, time_limit
 from zoo.data.decode.registry import PyAVReader
@@ -145,7 +146,8 @@ def test_hanging_decode_in_a_loader_worker(media):
         f.write(f"{media['bad']['hang']} 16 1\n" + "".join(
             f"{g} 16 0\n" for g in media["good"][:3]))
     ds = _dataset(anno, media["root"], split="val", decoder="sleepy", decode_timeout=0.5)
-    loader = DataLoader(ds, batch_size=2, num_workers=1)
+    loader = DataLoader(ds, batch_size=2, num_workers=1,
+                        multiprocessing_context=worker_context("auto"))  # as zoo's loaders
     start = time.monotonic()
     n_bad = sum(int(batch[3].sum()) for batch in loader)
     assert n_bad == 1 and time.monotonic() - start < 20

@@ -136,3 +136,44 @@ def test_a_hook_name_the_file_lacks_fails_in_one_line(tmp_path, toy_model_file):
     assert len(lines) == 1, r.stdout + r.stderr
     assert "CONFIG.TRAIN.HOOKS entry" in lines[0] and "my_extensions.py:RecordStep" in lines[0]
     assert "hook classes there: RecordSteps" in lines[0] and "internal error" not in lines[0]
+
+
+# A script that reads the user's dataset through loader workers with Python 3.14's default start
+# method (forkserver) set, as on any Python 3.14 on Linux.
+_WORKER_SCRIPT = '''
+import multiprocessing
+import sys
+
+multiprocessing.set_start_method("forkserver", force=True)
+from zoo.config import load_config
+from zoo.data import build_loader
+from zoo.utils.env import import_extra_modules
+
+cfg = load_config(None, sys.argv[1:])
+import_extra_modules(cfg.CONFIG.EXTRA_MODULES)  # as every zoo process does
+loader = build_loader(cfg, "val")
+print(loader.multiprocessing_context.get_start_method(), sum(len(b[2]) for b in loader))
+'''
+
+
+@pytest.mark.parametrize("method", ["auto", "forkserver"])
+def test_loader_workers_serve_a_dataset_from_a_user_file_under_python_3_14_defaults(tmp_path,
+                                                                                    method):
+    """"auto" starts the workers with fork on Linux whatever Python's default: a class from an
+    EXTRA_MODULES file reaches them. With forkserver (3.14's default) a worker must import it
+    by module name, which a file has not: the run stops, naming the module."""
+    import subprocess
+    import sys
+
+    args = _args(tmp_path, "", [])
+    args = [a for a in args[args.index("DDP_CONFIG.NUM_CPU_PROCS"):] if a != "TRAIN.HOOKS"][:-1]
+    args = ["CONFIG.EXTRA_MODULES", str([str(tmp_path / "my_extensions.py")]), *args,
+            "DATA.NUM_WORKERS", "1", "DATA.WORKER_START_METHOD", method,
+            "DATA.LOADER_TIMEOUT", "10"]
+    r = subprocess.run([sys.executable, "-c", _WORKER_SCRIPT, *args], capture_output=True,
+                       text=True, timeout=120)
+    if method == "auto":
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.stdout.split() == ["fork", str(NUM_VAL)]
+    else:
+        assert r.returncode != 0 and "No module named 'zoo_user_my_extensions_" in r.stderr

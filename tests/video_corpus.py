@@ -19,7 +19,9 @@ turned upright by the stream's display matrix the way players do. It shares no c
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -322,11 +324,20 @@ def reference_frames(path: str) -> np.ndarray:
     return np.stack(out)
 
 
+@functools.lru_cache(maxsize=None)
+def _fps_mode_option() -> str:
+    """The ``ffmpeg`` option that sets frame-rate conversion: ``-fps_mode`` from FFmpeg 5.1 (and
+    in builds without a release number), ``-vsync`` before (FFmpeg 9 no longer has it)."""
+    first = subprocess.run(["ffmpeg", "-version"], capture_output=True, text=True).stdout
+    found = re.match(r"ffmpeg version n?(\d+)\.(\d+)", first)
+    return "-vsync" if found and (int(found[1]), int(found[2])) < (5, 1) else "-fps_mode"
+
+
 def ffmpeg_frames(path: str, shape) -> np.ndarray:
     """Every frame from the ``ffmpeg`` command (its own FFmpeg build, auto-rotation, no frame-rate
     conversion) as RGB ``(N, H, W, 3)``: a second, independent decode."""
     h, w = shape
     cmd = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-i", path, "-map", "0:v:0",
-           "-vsync", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"]
+           _fps_mode_option(), "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"]
     raw = subprocess.run(cmd, capture_output=True, check=True).stdout
     return np.frombuffer(raw, np.uint8).reshape(-1, h, w, 3)

@@ -322,6 +322,12 @@ _C.CONFIG.DATA.MEAN = []
 _C.CONFIG.DATA.STD = []
 # DataLoader worker processes per training process (0 = load in the main process).
 _C.CONFIG.DATA.NUM_WORKERS = 2
+# How loader worker processes start: "auto" = "fork" on Linux (what every Python before 3.14
+# used there, and what zoo is tested with), else the platform's default; or "fork", "forkserver",
+# "spawn". Python 3.14 made "forkserver" Linux's default: such a worker imports torch again, and
+# the dataset it is sent (decoders, transforms) must be importable by module name, so code from
+# an EXTRA_MODULES .py file can be used there only when it is given as a module on PYTHONPATH.
+_C.CONFIG.DATA.WORKER_START_METHOD = "auto"
 # Training batch buffers each loader worker keeps in shared memory and fills again once the
 # training process has freed every tensor that views one (0 = new shared memory for every batch,
 # as PyTorch's default collate). New memory costs a page fault per 4 KB on first use (~1.6 ms per

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 from typing import Any, Callable, List, Tuple
 
@@ -9,6 +10,9 @@ from yacs.config import CfgNode
 
 from ..utils.errors import UserError
 from .tree import lookup_key
+
+# The start methods this platform has, for loader workers (CONFIG.DATA.WORKER_START_METHOD).
+START_METHODS = tuple(multiprocessing.get_all_start_methods())
 
 
 class ConfigError(UserError, ValueError):
@@ -157,6 +161,8 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
         "3 numbers > 0, or [] = the model's",
     ),
     ("CONFIG.DATA.NUM_WORKERS", _non_negative, "an integer >= 0"),
+    ("CONFIG.DATA.WORKER_START_METHOD", lambda v: v == "auto" or v in START_METHODS,
+     "auto or a start method of this platform: " + ", ".join(START_METHODS)),
     ("CONFIG.DATA.BATCH_BUFFERS_PER_WORKER", _non_negative, "an integer >= 0"),
     (
         "CONFIG.DATA.SAMPLING",

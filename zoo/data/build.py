@@ -44,9 +44,11 @@ import inspect
 import itertools
 import logging
 import math
+import multiprocessing
 import os
 import random
 import signal
+import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -410,6 +412,16 @@ def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0,
             signal.signal(sig, outlive)
 
 
+def worker_context(method: str) -> Optional[multiprocessing.context.BaseContext]:
+    """The multiprocessing context loader workers start in (``CONFIG.DATA.WORKER_START_METHOD``):
+    "auto" = fork on Linux, as every Python before 3.14 did there (3.14's default, forkserver,
+    would import torch again in every worker and needs every object the dataset holds importable
+    by module name), else None (the platform's default)."""
+    if method == "auto":
+        method = "fork" if sys.platform.startswith("linux") else ""
+    return multiprocessing.get_context(method) if method else None
+
+
 def worker_threads(decode_threads: int, num_workers: int) -> Dict[str, Any]:
     """Threads of each of ``num_workers`` loader workers: ``decoder`` (the readers' count for
     ``DATA.DECODE_THREADS`` = ``decode_threads``: that value when > 0, FFmpeg's own choice for
@@ -549,6 +561,7 @@ def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0) -> DataLoa
                                       memory=memory) if clips_per_video > 1
                     else functools.partial(collate_train, memory=memory) if train else None),
         num_workers=num_workers,
+        multiprocessing_context=worker_context(data.WORKER_START_METHOD) if num_workers else None,
         persistent_workers=num_workers > 0,
         worker_init_fn=functools.partial(
             _seed_worker, base_seed=seed + rank * 1000,

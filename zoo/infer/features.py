@@ -101,15 +101,19 @@ def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
         ``{"output": folder, "written": count, "dim": D, "unreadable": [paths]}``.
     """
     from ..data import build_dataset
+    from ..data.build import worker_context
     from ..models import build_model
 
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out_dir = feature_dir(cfg, output)
     dataset = build_dataset(cfg, "val")
     model = build_model(cfg).to(device).eval()
+    workers = cfg.CONFIG.DATA.NUM_WORKERS
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=batch_size or cfg.CONFIG.VAL.BATCH_SIZE, shuffle=False,
-        num_workers=cfg.CONFIG.DATA.NUM_WORKERS)
+        num_workers=workers,
+        multiprocessing_context=worker_context(cfg.CONFIG.DATA.WORKER_START_METHOD)
+        if workers else None)
     written, dim, unreadable, start = 0, 0, [], 0
     for clips, _labels, indices, _bad in loader:
         feats = pooled_features(model, clips.to(device)).cpu().numpy()
