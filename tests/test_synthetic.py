@@ -7,7 +7,9 @@ import json
 import logging
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -67,13 +69,36 @@ def test_parallel_generation_writes_the_same_files(tmp_path):
         assert filecmp.cmp(a, b, shallow=False), record.path
 
 
-@pytest.mark.parametrize("fault", ["killed", "stuck"])
-def test_a_killed_or_stuck_encoding_process_does_not_hang_the_dataset(tmp_path, monkeypatch, caplog,
-                                                                    fault):
-    """A pool never hears of a worker that died, and waits forever for one that hangs: after
-    STALL_SECONDS without a finished batch, the rest is written here, and the files are the same."""
+def test_parallel_generation_ends_under_a_sigterm_handler_that_does_not_end_the_process(
+        tmp_path, request):
+    """The launcher's preemption guard handles SIGTERM; its pool workers inherit the handler
+    through fork. Generation still ends, its workers with it."""
     if not sys.platform.startswith("linux"):
         pytest.skip("videos are written in several processes on Linux only")
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    request.addfinalizer(lambda: signal.signal(signal.SIGTERM, previous))
+    settings = dict(num_classes=2, train_per_class=24, val_per_class=8, num_frames=8, size=32)
+    done = []
+    run = threading.Thread(target=lambda: done.append(synthetic.generate(
+        str(tmp_path / "d"), workers=2, **settings)), daemon=True)
+    run.start()
+    run.join(120)
+    assert done, "generation still running after 120 s: the pool is waiting for its workers"
+    assert not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize("fault", ["killed", "stuck", "stuck, SIGTERM handled"])
+def test_a_killed_or_stuck_encoding_process_does_not_hang_the_dataset(tmp_path, monkeypatch, caplog,
+                                                                    request, fault):
+    """A pool never hears of a worker that died, and waits forever for one that hangs: after
+    STALL_SECONDS without a finished batch, the rest is written here, and the files are the same.
+    "SIGTERM handled": the calling process handles SIGTERM without ending (as the launcher's
+    preemption guard may), which the workers inherit through fork: the pool still stops them."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("videos are written in several processes on Linux only")
+    if "SIGTERM" in fault:
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        request.addfinalizer(lambda: signal.signal(signal.SIGTERM, previous))
     settings = dict(num_classes=2, train_per_class=24, val_per_class=8, num_frames=8, size=32)
     serial = synthetic.generate(str(tmp_path / "serial"), workers=1, **settings)
     write_video = synthetic.write_video

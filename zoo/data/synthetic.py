@@ -32,6 +32,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -127,13 +128,23 @@ def _write_batch(numbered: Tuple[int, List[_Job]]) -> int:
     return index
 
 
+def _end_on_stop_signals() -> None:
+    """Pool initializer: SIGTERM and SIGUSR1 end a worker again (their default action). The
+    handlers a launcher installs for preemption come through fork, and run only when the
+    worker's main thread wakes: one asleep on the pool's queue (or delivered the signal on
+    another of its threads) would outlive :meth:`multiprocessing.pool.Pool.terminate`, and the
+    pool's join would wait for it forever."""
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _write_in_processes(jobs: List[_Job], processes: int) -> None:
     """Write ``jobs`` in ``processes`` forked processes, batch by batch. If none finishes a batch
     for :data:`STALL_SECONDS`, the workers are stopped and the unfinished batches are written in
     this process: every file depends on its job alone, so the dataset is the same either way."""
     batches = [jobs[i:i + _BATCH] for i in range(0, len(jobs), _BATCH)]
     left = set(range(len(batches)))
-    pool = multiprocessing.get_context("fork").Pool(processes)
+    pool = multiprocessing.get_context("fork").Pool(processes, _end_on_stop_signals)
     try:
         finished = pool.imap_unordered(_write_batch, enumerate(batches))
         while left:  # a worker's exception is raised by next()
@@ -141,7 +152,10 @@ def _write_in_processes(jobs: List[_Job], processes: int) -> None:
     except multiprocessing.TimeoutError:
         pass  # the batches still in `left` are written below
     finally:
-        pool.terminate()
+        if left:  # stalled, or a worker failed: stop the workers where they are
+            pool.terminate()
+        else:  # all written: the workers leave their loop at the pool's end-of-work marker
+            pool.close()
         pool.join()
     if left:
         rest = [job for i in sorted(left) for job in batches[i]]
