@@ -8,8 +8,8 @@ import logging
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -69,22 +69,37 @@ def test_parallel_generation_writes_the_same_files(tmp_path):
         assert filecmp.cmp(a, b, shallow=False), record.path
 
 
+# A process that generates the dataset in its main thread with a SIGTERM handler that does not
+# end it, as the launcher's preemption guard is.
+_UNDER_HANDLER = """
+import signal
+import sys
+
+signal.signal(signal.SIGTERM, lambda signum, frame: None)
+from zoo.data import synthetic
+
+synthetic.generate(sys.argv[1], workers=2, num_classes=2, train_per_class=24, val_per_class=8,
+                   num_frames=8, size=32)
+print("done")
+"""
+
+
 def test_parallel_generation_ends_under_a_sigterm_handler_that_does_not_end_the_process(
-        tmp_path, request):
-    """The launcher's preemption guard handles SIGTERM; its pool workers inherit the handler
-    through fork. Generation still ends, its workers with it."""
+        tmp_path):
+    """The launcher handles SIGTERM; its pool workers inherit the handler through fork.
+    Generation still ends, its workers with it."""
     if not sys.platform.startswith("linux"):
         pytest.skip("videos are written in several processes on Linux only")
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    request.addfinalizer(lambda: signal.signal(signal.SIGTERM, previous))
-    settings = dict(num_classes=2, train_per_class=24, val_per_class=8, num_frames=8, size=32)
-    done = []
-    run = threading.Thread(target=lambda: done.append(synthetic.generate(
-        str(tmp_path / "d"), workers=2, **settings)), daemon=True)
-    run.start()
-    run.join(120)
-    assert done, "generation still running after 120 s: the pool is waiting for its workers"
-    assert not multiprocessing.active_children()
+    proc = subprocess.Popen([sys.executable, "-c", _UNDER_HANDLER, str(tmp_path / "d")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the process and the workers it left
+        proc.communicate()
+        pytest.fail("generation still running after 120 s: the pool is waiting for its workers")
+    assert proc.returncode == 0 and out.split() == ["done"], err[-2000:]
 
 
 @pytest.mark.parametrize("fault", ["killed", "stuck", "stuck, SIGTERM handled"])
