@@ -16,6 +16,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from ..utils.device_constants import device_constant
 from . import clip_augment
 
 Box = Tuple[int, int, int, int]  # top, left, height, width in decoded-frame pixels
@@ -115,9 +116,11 @@ def normalize_batch(clips: torch.Tensor, mean: Sequence[float],
     uint8 clips (``CONFIG.DATA.NORMALIZE_ON "device"``) gives the model the same numbers.
     """
     shape = (1, -1) + (1,) * (clips.dim() - 2)
-    scale = torch.tensor([1.0 / (255.0 * s) for s in std]).view(shape).to(clips.device)
-    shift = torch.tensor([m / s for m, s in zip(mean, std)]).view(shape).to(clips.device)
-    return clips.to(torch.float32).mul_(scale).sub_(shift)
+    # Made on the batch's device without a copy from the host, which would wait for the device
+    # in every training step (see zoo/utils/device_constants.py).
+    scale = device_constant([1.0 / (255.0 * s) for s in std], clips.device, torch.float32)
+    shift = device_constant([m / s for m, s in zip(mean, std)], clips.device, torch.float32)
+    return clips.to(torch.float32).mul_(scale.view(shape)).sub_(shift.view(shape))
 
 
 def color_jitter(clip: torch.Tensor, strength: Sequence[float],

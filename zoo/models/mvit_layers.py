@@ -68,12 +68,13 @@ def _resize_table(table: torch.Tensor, size: int) -> torch.Tensor:
     return resized.squeeze(0).t()
 
 
-def _distances(q: int, k: int) -> torch.Tensor:
+def _distances(q: int, k: int, device: torch.device) -> torch.Tensor:
     """Row index of each (query, key) pair in a table of ``2 * max(q, k) - 1`` offsets, the
-    coarser grid's coordinates stretched to the finer one's."""
+    coarser grid's coordinates stretched to the finer one's. Computed on ``device``: made on the
+    CPU, its copy to a GPU would wait for the GPU, in every attention layer of every step."""
     q_ratio, k_ratio = max(k / q, 1.0), max(q / k, 1.0)
-    dist = (torch.arange(q)[:, None] * q_ratio - torch.arange(k)[None, :] * k_ratio
-            + (k - 1) * k_ratio)
+    dist = (torch.arange(q, device=device)[:, None] * q_ratio
+            - torch.arange(k, device=device)[None, :] * k_ratio + (k - 1) * k_ratio)
     return dist.long()
 
 
@@ -87,13 +88,13 @@ def _rel_pos_bias(q: torch.Tensor, q_thw: Thw, k_thw: Thw, tables: Sequence[torc
     bias = q.new_zeros(b, heads, qt, qh, qw, kt, kh, kw)
     if spatial:
         table_h, table_w = tables[0], tables[1]
-        rh = _resize_table(table_h, 2 * max(qh, kh) - 1)[_distances(qh, kh).to(q.device)]
-        rw = _resize_table(table_w, 2 * max(qw, kw) - 1)[_distances(qw, kw).to(q.device)]
+        rh = _resize_table(table_h, 2 * max(qh, kh) - 1)[_distances(qh, kh, q.device)]
+        rw = _resize_table(table_w, 2 * max(qw, kw) - 1)[_distances(qw, kw, q.device)]
         rel_h = torch.einsum("bnthwc,hkc->bnthwk", r_q, rh)
         rel_w = torch.einsum("bnthwc,wkc->bnthwk", r_q, rw)
         bias = bias + rel_h[:, :, :, :, :, None, :, None] + rel_w[:, :, :, :, :, None, None, :]
     if temporal:
-        rt = _resize_table(tables[-1], 2 * max(qt, kt) - 1)[_distances(qt, kt).to(q.device)]
+        rt = _resize_table(tables[-1], 2 * max(qt, kt) - 1)[_distances(qt, kt, q.device)]
         rel_t = torch.einsum("bnthwc,tkc->bnthwk", r_q, rt)
         bias = bias + rel_t[:, :, :, :, :, :, None, None]
     return bias.reshape(b, heads, qt * qh * qw, kt * kh * kw)

@@ -42,6 +42,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 
+from ..utils.device_constants import device_constant
 from .blocks3d import STAGE_BLOCKS, Bottleneck, Stem, block_kernels, init_3d_weights, make_stage
 from .blockwise import StageLayersMixin
 from .classifier import ClassifierMixin
@@ -248,12 +249,13 @@ class SlowFast(StageLayersMixin, ClassifierMixin, nn.Module):
             raise ValueError(f"clip has {t} frames; SlowFast with alpha={self.alpha} needs at "
                              f"least {self.alpha} (T // alpha slow frames)")
         # Indices are computed on the CPU from the (static) frame count, so an exported graph
-        # holds them as a constant (ONNX's linspace with one step would divide by zero).
+        # holds them as a constant (ONNX's linspace with one step would divide by zero), and
+        # written on the clip's device without a copy that would wait for it.
         if self.slow_index == "stride":
             index = list(range(0, t, self.alpha))
         else:
             index = torch.linspace(0, t - 1, t // self.alpha).long().tolist()
-        index_t = torch.tensor(index, device=clip.device)
+        index_t = device_constant(index, clip.device, torch.long)
         if clip.is_contiguous(memory_format=torch.channels_last_3d) and not clip.is_contiguous():
             # Select on the (B, T, H, W, C) view, so the slow clip comes out channels-last too
             # (index_select makes a contiguous tensor, which the slow stem would convert back).
