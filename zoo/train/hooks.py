@@ -5,7 +5,8 @@ A hook subclasses :class:`HookBase` and overrides any of its methods; the
 
     before_train
       before_epoch
-        before_step   (trainer.batch holds the batch, trainer.inner_iter its index in the epoch)
+        before_step   (trainer.batch holds the batch, its clips already on the GPU when training
+                       on one; trainer.inner_iter its index in the epoch)
         after_step    (trainer.loss holds its loss; trainer.iteration counts optimizer steps)
       after_epoch
         after_validation(metrics)  (from inside Validation's after_epoch, when it validated)

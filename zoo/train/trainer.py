@@ -37,6 +37,7 @@ from .checkpoint import (
     unwrap,
 )
 from .checkpoint_writer import BackgroundWriter
+from .device_staging import DeviceStaging
 from .execution import (
     CompileTimer,
     Execution,
@@ -204,6 +205,7 @@ class Trainer:
     execution = Execution()  # eager, as a trainer built without __init__ runs
     train_stream: Optional[EpochStream] = None
     checkpoint_writes: Optional[BackgroundWriter] = None
+    staging: Optional[DeviceStaging] = None
 
     def __init__(self, cfg, hooks: Sequence[HookBase] = ()) -> None:
         self.cfg = cfg
@@ -230,6 +232,8 @@ class Trainer:
         else:
             self.steps_per_epoch = _check_steps(self.iters_per_epoch, train.ACCUM_STEPS)
         self._build_step()
+        # On a GPU each batch's clips are copied one batch ahead, beside the step before.
+        self.staging = DeviceStaging(self.device) if self.device.type == "cuda" else None
         log = cfg.CONFIG.LOG
         self.save_dir, source = checkpoint_dir(cfg)
         if source:
@@ -389,7 +393,10 @@ class Trainer:
         self.is_best = False
         self._call("before_epoch")
         last = self.steps_per_epoch * self.cfg.CONFIG.TRAIN.ACCUM_STEPS
-        for self.inner_iter, self.batch in enumerate(self._epoch_batches(skip), start=skip):
+        batches = self._epoch_batches(skip)
+        if self.staging is not None:
+            batches = self.staging(batches)
+        for self.inner_iter, self.batch in enumerate(batches, start=skip):
             if self.inner_iter >= last:
                 break  # a partial accumulation at the epoch's end is dropped
             self._call("before_step")
