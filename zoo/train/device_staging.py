@@ -3,9 +3,9 @@
 A batch copied at the start of its own step (``clips.to(device, non_blocking=True)`` on the
 compute stream) is queued behind the previous step's kernels, and the step's kernels behind it:
 the GPU's compute units idle for the copy, every step. For SlowFast-R50 8x8 at batch 16 that is
-77 MB of uint8 pixels, 1.5-3 ms over PCIe against a compiled step of ~45 ms. Here each batch is
-copied on a stream of its own one batch ahead, so the copy runs beside the step before it; the
-compute stream waits for it on the device (an event), never the host.
+77 MB of uint8 pixels, 1.5-3 ms at PCIe's 25-50 GB/s, against a compiled step of ~45 ms. Here
+each batch is copied on a stream of its own one batch ahead, so the copy runs beside the step
+before it; the compute stream waits for it on the device (an event), never the host.
 
 torch has no loader-side device prefetch; timm's ``PrefetchLoader`` does this for its image
 batches, with its own normalisation and input layout, so zoo keeps a small one for its batches
