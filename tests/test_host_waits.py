@@ -24,6 +24,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import zoo
+from zoo.accel import pad_stems
 from zoo.data.transforms import normalize_batch
 from zoo.models import model_facts
 from zoo.solver.lr_scheduler import WarmupScheduler
@@ -132,9 +133,10 @@ def test_device_constant_waits_for_nothing():
 def test_a_training_step_on_a_device_waits_for_nothing(name):
     """The trainer's step as it runs on a GPU: a uint8 batch copied and normalised on the
     device, channels-last, Mixup/CutMix, label smoothing, gradient clipping, EMA, the optimizer
-    and the LR schedule; three steps."""
+    and the LR schedule, the RGB stems folded and padded; three steps."""
     with META:
         model = zoo.create_model(name, num_classes=5, **STEP_MODELS[name])
+    assert pad_stems(model) >= 1  # as the trainer does on a GPU (STEM_PAD_CHANNELS auto)
     # The fused kernels have no meta implementation (nor, on torch 2.3, AdamW's multi-tensor
     # ones); on a GPU the fused step is checked by the cuda test below and test_nonfinite.py.
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4,
