@@ -17,8 +17,10 @@ step does not stop the others:
    cores - 2 workers: the loader's clips/s alone (and per worker).
 7. ``real_decoding``: SlowFast-R50 8x8 trained in bf16 on generated 10-s 340x256 H.264 videos
    (Kinetics-like, GOP 250, CRF 23) with cores - 2 loader workers: clips/s after the first epoch,
-   the GPU's busy percent over the same iterations (sampled by ``nvidia-smi`` every 200 ms) and
-   the share of those epochs the training loop waited for data (``data_wait_share``).
+   the GPU's busy percent over the same iterations (sampled by ``nvidia-smi`` every 200 ms), the
+   share of those epochs the training loop waited for data (``data_wait_share``) and, on a GPU,
+   the calls that made the host wait for the GPU there, by source line (torch's sync debug mode,
+   counted by the hook in benchmarks/host_waits.py).
 8. ``real_decoding_compiled``: the same run with ``TRAIN.COMPILE True`` (the first epoch holds
    the compile time); skipped where ``compiled_step`` is.
 9. ``memory``: ``zoo-benchmark train --act-checkpoint-memory``: the peak memory of one fp32 step
@@ -48,13 +50,16 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zoo.infer.plots import read_metrics
 from zoo.utils.env import available_cpus
 
-from . import child_env
+from . import child_env, host_waits
 
 QUICKSTART = "configs/quickstart/slowfast_tiny_motion.yaml"
 STEPS = ("cuda_tests", "quickstart", "train_step", "stems", "compiled_step", "loader",
          "real_decoding", "real_decoding_compiled", "memory", "balance")
 # Steps that start no child process: they run whatever is left of the budget.
 NO_CHILD = ("balance",)
+# the real-decoding runs' hook that counts the host's waits for the GPU (benchmarks/host_waits.py)
+WAIT_HOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "host_waits.py") + (
+    ":HostWaitCount")
 # why the compiled steps skip a CPU or a ``quick`` check
 NEEDS_FULL_GPU = "needs a CUDA device and full sizes (compiling takes minutes)"
 # ``zoo-benchmark train`` arguments of the step benchmarks (train_step, compiled_step, memory):
@@ -343,7 +348,7 @@ def _real_decoding(c: Check, name: str, extra: List[str]) -> Tuple[bool, str]:
     args = ["--config-file", QUICKSTART, *real["opts"], "TRAIN.EPOCH_NUM", str(epochs),
             "TRAIN.PRECISION", "bf16", "DDP_CONFIG.NUM_CPU_PROCS", "1",
             "LOG.BASE_PATH", run_dir, "LOG.EXP_NAME", "run", "LOG.PROGRESS_BAR", "False",
-            "LOG.DISPLAY_FREQ", "10", *extra]
+            "LOG.DISPLAY_FREQ", "10", "TRAIN.HOOKS", f"['{WAIT_HOOK}']", *extra]
     marks: Dict[str, float] = {}
 
     def on_line(t: float, line: str) -> None:
@@ -387,6 +392,9 @@ def _real_decoding(c: Check, name: str, extra: List[str]) -> Tuple[bool, str]:
     pct = busy.mean(start, marks["end"]) if start and "end" in marks else None
     result["gpu_busy"] = pct
     figures.append(f"GPU busy {pct:.0f}%" if pct is not None else "GPU busy n/a")
+    waits = host_waits.summary(os.path.join(run_dir, "run", "host_waits.json"))
+    if waits:  # a GPU run: where the host waited for the GPU after epoch 1
+        figures.append(waits)
     c.results[name] = result
     return rc == 0 and len(epochs_done) == epochs, ", ".join(figures)
 

@@ -48,6 +48,10 @@ def test_gpu_check_script_runs_every_step_on_the_cpu(tmp_path):
     assert "GPU busy n/a" in rows["real_decoding"]
     assert "activation checkpointing" in rows["memory"] and "RSS rise" in rows["memory"]
     assert "data wait " in rows["real_decoding"]
+    # The host-wait hook ran in the training process; on a CPU it has nothing to count.
+    waits = json.loads((out / "real_decoding" / "run" / "host_waits.json").read_text())
+    assert waits == {"device": "cpu", "steps": 0, "waits": []}
+    assert "host waits" not in rows["real_decoding"]
     assert "clips/s with 0 workers" in rows["loader"] or "per worker" in rows["loader"]
     for figure in ("model-only", "loader-only", "end-to-end", "GPU busy n/a", "data wait",
                    "limit: the "):
@@ -89,3 +93,36 @@ def test_a_child_is_killed_when_the_budget_is_spent(tmp_path):
     rc = check.run("sleepy", [sys.executable, "-c", "import time; time.sleep(60)"])
     assert rc == 124
     assert (tmp_path / "sleepy.log").read_text().splitlines()[-1].startswith("killed after ")
+
+
+def test_the_wait_counter_counts_sync_warnings_by_line_and_thread(tmp_path):
+    """torch's sync debug mode warns at each call that waits for the GPU; the counter counts
+    those warnings by source line and thread, and lets other warnings through."""
+    import threading
+    import warnings
+
+    from benchmarks.host_waits import SYNC_WARNING, WaitCounter, summary
+
+    def wait_here():
+        warnings.warn(f"{SYNC_WARNING} (Triggered internally at CUDAFunctions.cpp)")
+
+    line = wait_here.__code__.co_firstlineno + 1
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with WaitCounter() as counter:
+            for _ in range(3):
+                wait_here()
+            writer = threading.Thread(target=wait_here, name="checkpoint-writer")
+            writer.start()
+            writer.join()
+            warnings.warn("something else")
+    assert [str(w.message) for w in shown] == ["something else"]
+    where = f"tests/test_gpu_check.py:{line}"
+    assert counter.table() == [{"where": where, "thread": "MainThread", "count": 3},
+                               {"where": where, "thread": "checkpoint-writer", "count": 1}]
+    path = tmp_path / "host_waits.json"
+    path.write_text(json.dumps({"device": "cuda", "steps": 96, "waits": counter.table()}))
+    assert summary(str(path)) == (f"host waits after epoch 1: 4 in 96 steps, main thread 3 "
+                                  f"({where} 3)")
+    path.write_text(json.dumps({"device": "cpu", "steps": 0, "waits": []}))
+    assert summary(str(path)) == "" and summary(str(tmp_path / "missing.json")) == ""
