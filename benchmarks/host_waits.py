@@ -90,8 +90,8 @@ class HostWaitCount(HookBase):
         t = self.trainer
         if self.counter is not None:
             self.steps += 1
-        elif (t.epoch == t.start_epoch and t.inner_iter + 1 == t.iters_per_epoch
-              and self._on_cuda()):
+        elif (t.epoch == t.start_epoch and self._on_cuda()
+              and t.inner_iter + 1 >= t.steps_per_epoch * t.cfg.CONFIG.TRAIN.ACCUM_STEPS):
             self.counter = WaitCounter().__enter__()
             torch.cuda.set_sync_debug_mode("warn")
 
