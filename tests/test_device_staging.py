@@ -1,5 +1,6 @@
-"""The next batch's clips go to the GPU one batch ahead (zoo/train/device_staging.py): the order
-and the look-ahead on any device, the copy itself on a GPU (``cuda``)."""
+"""The next batch's clips go to the GPU one batch ahead (zoo/data/device_staging.py), in training
+and in evaluation: the order and the look-ahead on any device, the copy itself on a GPU
+(``cuda``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import List
 import pytest
 import torch
 
-from zoo.train.device_staging import DeviceStaging, one_ahead
+from zoo.data.device_staging import DeviceStaging, one_ahead
 
 
 def _run(n: int, stop_after: int = -1) -> List[str]:
@@ -94,3 +95,27 @@ def test_a_step_fed_staged_batches_trains_as_one_fed_the_loader():
         assert losses(True) == losses(False)
     finally:
         torch.backends.cudnn.deterministic = False
+
+
+@pytest.mark.cuda
+def test_evaluation_fed_staged_batches_scores_as_the_model_does():
+    """run_inference stages its batches on a GPU: the scores are the model's own on each batch."""
+    import zoo
+    from zoo.infer.evaluator import run_inference
+
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    model = zoo.create_model("slowfast_tiny_resnet18", num_classes=5, width=8).to(device).eval()
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(2, 3, 8, 32, 32, generator=g).pin_memory(), torch.tensor([i, 4]),
+                torch.tensor([2 * i, 2 * i + 1]), torch.tensor(0)) for i in range(3)]
+    torch.backends.cudnn.deterministic = True
+    try:
+        out = run_inference(model, batches, device)
+        with torch.no_grad():
+            expected = torch.cat([torch.softmax(model(c.to(device)).float(), dim=1).cpu()
+                                  for c, *_ in batches])
+    finally:
+        torch.backends.cudnn.deterministic = False
+    assert torch.equal(out["index"], torch.arange(6))
+    assert torch.equal(out["probs"], expected)

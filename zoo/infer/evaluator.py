@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..data.device_staging import DeviceStaging
 from ..utils import comm
 from .metrics import classification_metrics, show_progress
 
@@ -38,6 +39,8 @@ def run_inference(model: nn.Module, loader, device: torch.device,
         from tqdm import tqdm
 
         iterator = tqdm(loader, desc="eval", leave=False, dynamic_ncols=True)
+    if device.type == "cuda":  # each batch's copy beside the forward of the one before
+        iterator = DeviceStaging(device)(iterator)
     for clips, target, index, bad in iterator:
         clips = clips.to(device, non_blocking=True)
         if clips.dim() == 6:

@@ -15,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ..accel import apply_cpu_kernels, pad_stems, register_compression
 from ..config import ConfigError, cfg_to_yaml
 from ..data import build_loader, normalization
+from ..data.device_staging import DeviceStaging
 from ..data.epoch_stream import EpochStream, set_loader_epoch
 from ..infer.metrics import MetricsWriter
 from ..launch.heartbeat import note_step
@@ -37,7 +38,6 @@ from .checkpoint import (
     unwrap,
 )
 from .checkpoint_writer import BackgroundWriter
-from .device_staging import DeviceStaging
 from .execution import (
     CompileTimer,
     Execution,

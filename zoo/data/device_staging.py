@@ -1,4 +1,5 @@
-"""The next batch's clips copied to the GPU while the current step computes.
+"""The next batch's clips copied to the GPU while the current step computes (the trainer's loop,
+and the evaluator's).
 
 A batch copied at the start of its own step (``clips.to(device, non_blocking=True)`` on the
 compute stream) is queued behind the previous step's kernels, and the step's kernels behind it:
@@ -6,6 +7,9 @@ the GPU's compute units idle for the copy, every step. For SlowFast-R50 8x8 at b
 77 MB of uint8 pixels, 1.5-3 ms at PCIe's 25-50 GB/s, against a compiled step of ~45 ms. Here
 each batch is copied on a stream of its own one batch ahead, so the copy runs beside the step
 before it; the compute stream waits for it on the device (an event), never the host.
+
+Validation batches are float32 (the loader normalises them), four times the bytes: there the
+copy is a larger share of a forward than of a training step.
 
 torch has no loader-side device prefetch; timm's ``PrefetchLoader`` does this for its image
 batches, with its own normalisation and input layout, so zoo keeps a small one for its batches
