@@ -3,7 +3,8 @@
 Ten steps, each but the last a child process, each with its own log under ``out``; a failed
 step does not stop the others:
 
-1. ``cuda_tests``: ``pytest -m cuda tests`` (the tests marked ``cuda``).
+1. ``cuda_tests``: ``pytest -m cuda tests -v`` (the tests marked ``cuda``; cut short, the
+   failures logged so far are named).
 2. ``quickstart``: train and test configs/quickstart/slowfast_tiny_motion.yaml (val / test top-1).
 3. ``train_step``: ``zoo-benchmark train`` of SlowFast-R50 8x8 in fp32 and bf16 (clips/s and
    percent of the device's measured matmul peak in the same precision).
@@ -39,6 +40,7 @@ from the checkout (configs/ and tests/ are read from the current folder).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -172,17 +174,39 @@ class GpuBusy:
 
 
 def cuda_tests(c: Check) -> Tuple[object, str]:
-    """``pytest -m cuda``: passes when none fails and some ran; on the CPU they all skip."""
+    """``pytest -m cuda``: passes when none fails and some ran; on the CPU they all skip. Each
+    test's outcome is logged as it ends (``-v``; 4 pytest-xdist workers on a GPU where xdist is
+    installed), so a run cut short by the budget still names the tests that failed."""
     if not os.path.isdir("tests"):
         return False, "tests/ not found: run from the checkout"
-    rc = c.run("cuda_tests", [sys.executable, "-m", "pytest", "-m", "cuda", "tests", "-q",
-                              "-p", "no:cacheprovider", "-o", "addopts=-ra"])
+    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "tests", "-v", "-p", "no:cacheprovider",
+           "-o", "addopts=-ra"]
+    if c.device == "cuda" and importlib.util.find_spec("xdist") is not None:
+        cmd += ["-n", "4"]
+    rc = c.run("cuda_tests", cmd)
     tail = open(os.path.join(c.out, "cuda_tests.log"), encoding="utf-8").read().splitlines()
     summary = next((ln.strip("= ") for ln in reversed(tail) if " in " in ln and (
-        "passed" in ln or "skipped" in ln or "failed" in ln or "error" in ln)), "no summary")
+        "passed" in ln or "skipped" in ln or "failed" in ln or "error" in ln)), None)
+    if summary is None:  # cut short: the outcomes logged so far
+        summary = "no summary (cut short): " + outcomes_so_far(tail)
     if rc == 0 and "passed" not in summary and c.device == "cpu":
         return "skipped", summary
     return rc == 0 and "passed" in summary, summary
+
+
+def outcomes_so_far(lines: List[str], top: int = 3) -> str:
+    """``"12 passed, 2 failed (tests/a.py::x, ...)"`` from ``pytest -v`` lines."""
+    ends = {"PASSED": [], "FAILED": [], "ERROR": [], "SKIPPED": []}
+    for line in lines:
+        words = line.split()
+        for word, found in ends.items():
+            if word in words:
+                test = next((w for w in words if "::" in w), "?")
+                found.append(test)
+                break
+    failed = ends["FAILED"] + ends["ERROR"]
+    text = f"{len(ends['PASSED'])} passed, {len(failed)} failed"
+    return text + (f" ({', '.join(failed[:top])})" if failed else "")
 
 
 def _train_and_test(c: Check, name: str, args: List[str]) -> int:

@@ -126,3 +126,18 @@ def test_the_wait_counter_counts_sync_warnings_by_line_and_thread(tmp_path):
                                   f"({where} 3)")
     path.write_text(json.dumps({"device": "cpu", "steps": 0, "waits": []}))
     assert summary(str(path)) == "" and summary(str(tmp_path / "missing.json")) == ""
+
+
+def test_a_cut_short_cuda_run_still_names_its_failures():
+    """The cuda tests log each outcome as it ends (-v): a run the budget kills before pytest's
+    summary still says which tests failed, with or without xdist's worker prefix."""
+    from benchmarks.gpu_check import outcomes_so_far
+
+    lines = ["tests/test_a.py::test_x[cuda] PASSED                       [ 10%]",
+             "[gw1] [ 20%] FAILED tests/test_cuda.py::test_y[cuda] ",
+             "[gw0] [ 30%] PASSED tests/test_b.py::test_z",
+             "tests/test_c.py::test_w ERROR                               [ 40%]",
+             "[gw2] [ 50%] SKIPPED tests/test_d.py::test_s",
+             "bringing up nodes..."]
+    assert outcomes_so_far(lines) == ("2 passed, 2 failed (tests/test_cuda.py::test_y[cuda], "
+                                      "tests/test_c.py::test_w)")
