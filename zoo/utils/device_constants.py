@@ -3,7 +3,7 @@
 ``torch.tensor(values, device="cuda")`` and ``cpu_tensor.to("cuda")`` copy from pageable host
 memory, and CUDA starts such a copy only after all the work already queued on the stream: the
 host waits for the device. In a training step that is one wait per call, and the GPU then idles
-while the host launches the next kernels (the host can no longer run ahead). Here each value is
+while the host launches the next kernels (the host cannot run ahead of it). Here each value is
 written on the device by a fill kernel, which takes the value as an argument and copies nothing.
 """
 
