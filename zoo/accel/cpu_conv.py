@@ -30,6 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..utils.env import cpu_has_bf16
+from ..utils.tracing import capturing
 
 
 def takes_slow_conv3d(x_shape: Sequence[int], w_shape: Sequence[int], stride: Sequence[int],
@@ -65,13 +66,6 @@ def _cpu_autocast_dtype() -> torch.dtype:
 def cpu_bf16_autocast() -> bool:
     """True inside CPU autocast to bf16."""
     return _cpu_autocast_on() and _cpu_autocast_dtype() == torch.bfloat16
-
-
-def capturing() -> bool:
-    """True while the call is traced, scripted, compiled or exported: a layer that picks its
-    kernel at run time must then run as its plain self."""
-    return (torch.jit.is_tracing() or torch.jit.is_scripting() or torch.compiler.is_compiling()
-            or torch.onnx.is_in_onnx_export())
 
 
 class CpuConv3d(nn.Conv3d):

@@ -31,7 +31,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..models.blocks3d import Stem
-from .cpu_conv import capturing, cpu_bf16_autocast
+from ..utils.tracing import capturing
+from .cpu_conv import cpu_bf16_autocast
 
 __all__ = ["CpuStem", "route_cpu_stems"]
 

@@ -13,13 +13,7 @@ from typing import Sequence, Union
 
 import torch
 
-
-def _traced() -> bool:
-    """Whether this call is being traced into a graph (TorchScript, ONNX, dynamo / export): there
-    ``torch.tensor`` becomes a constant of the graph, made once, and nothing waits."""
-    compiling = getattr(torch.compiler, "is_compiling", None)
-    return bool(torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
-                or (compiling is not None and compiling()))
+from .tracing import capturing
 
 
 def device_constant(values: Sequence[Union[int, float]], device: torch.device,
@@ -30,7 +24,8 @@ def device_constant(values: Sequence[Union[int, float]], device: torch.device,
     Meant for a handful of values (channel statistics, frame indices) made in every step.
     """
     device = torch.device(device)
-    if device.type == "cpu" or _traced():
+    # Captured into a graph, torch.tensor becomes a constant of it, made once: nothing waits.
+    if device.type == "cpu" or capturing():
         return torch.tensor(values, dtype=dtype, device=device)
     return _filled(values, device, dtype)
 
