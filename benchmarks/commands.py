@@ -266,24 +266,26 @@ def cmd_data(args) -> list:
     import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
     rows = loader_throughput(cfg, args.workers, args.batches, args.warmup, args.split,
                              args.clips_per_video, args.rounds, args.clips_window,
-                             args.batch_buffers, args.decode_threads)
+                             args.batch_buffers, args.decode_threads, args.resize_on)
     summary = median_rows(rows)
     extra = {"config_file": os.path.relpath(args.config_file), "opts": opts, "summary": summary}
     if args.decoders is not None:
         extra["decoders"] = _decoder_benchmark(args.decoders)
     paths = _finish(args, "data", rows, machine, ["split", "num_workers", "clips_per_video",
-                    "clips_window", "batch_buffers", "decode_threads", "round", "batch",
+                    "clips_window", "batch_buffers", "decode_threads", "resize_on", "round",
+                    "batch",
                     "clip_shape", "clips_per_s", "clips_per_s_per_worker", "clips_per_cpu_s",
                     "skipped_videos"],
                     extra)
     print(common.format_table(summary, ["num_workers", "clips_per_video", "clips_window",
-                                        "batch_buffers", "decode_threads", "median_clips_per_s",
+                                        "batch_buffers", "decode_threads", "resize_on",
+                                        "median_clips_per_s",
                                         "per_worker", "clips_per_cpu_s", "rounds",
                                         "vs_1_clip"]))
     png = os.path.join(args.out, "data.png")
     plots.bar_chart(png, [f"{r['num_workers']} workers, {r['clips_per_video']} clips/video "
                           f"{r['clips_window']}, {r['batch_buffers']} buffers, decode threads "
-                          f"{r['decode_threads']}" for r in summary],
+                          f"{r['decode_threads']}, resize on {r['resize_on']}" for r in summary],
                     [r["median_clips_per_s"] for r in summary],
                     f"{os.path.basename(args.config_file)}: {args.split} loader",
                     "clips/s (higher is better)", footer=plots.machine_footer(machine))

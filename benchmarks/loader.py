@@ -63,22 +63,24 @@ def _time_loader(cfg, split: str, batches: int, warmup: int) -> Dict[str, Any]:
 
 def _settings(cfg, workers: Sequence[int], clips_per_video: Sequence[int],
               windows: Sequence[str], buffers: Sequence[int] = (),
-              decode_threads: Sequence[int] = ()) -> List[tuple]:
-    """(workers, clips per video, clips window, batch buffers per worker, decode threads) to time;
-    one window for 1 clip per video."""
+              decode_threads: Sequence[int] = (), resize_on: Sequence[str] = ()) -> List[tuple]:
+    """(workers, clips per video, clips window, batch buffers per worker, decode threads, resize
+    on) to time; one window for 1 clip per video."""
     values = [int(v) for v in clips_per_video] or [int(cfg.CONFIG.DATA.CLIPS_PER_VIDEO)]
     windows = list(windows) or [str(cfg.CONFIG.DATA.CLIPS_WINDOW)]
     buffers = [int(b) for b in buffers] or [int(cfg.CONFIG.DATA.BATCH_BUFFERS_PER_WORKER)]
     threads = [int(t) for t in decode_threads] or [int(cfg.CONFIG.DATA.DECODE_THREADS)]
-    return [(int(n), v, w, b, d) for n in workers for b in buffers for v in values
-            for w in (windows if v > 1 else windows[:1]) for d in threads]
+    places = list(resize_on) or [str(cfg.CONFIG.DATA.RESIZE_ON)]
+    return [(int(n), v, w, b, d, r) for n in workers for b in buffers for v in values
+            for w in (windows if v > 1 else windows[:1]) for d in threads for r in places]
 
 
 def loader_throughput(cfg, workers: Sequence[int] = (0, 2), batches: int = 20, warmup: int = 3,
                       split: str = "train", clips_per_video: Sequence[int] = (),
                       rounds: int = 1, windows: Sequence[str] = (),
                       buffers: Sequence[int] = (),
-                      decode_threads: Sequence[int] = ()) -> List[Dict[str, Any]]:
+                      decode_threads: Sequence[int] = (),
+                      resize_on: Sequence[str] = ()) -> List[Dict[str, Any]]:
     """Clips/s of the ``split`` loader for each ``DATA.NUM_WORKERS`` x ``DATA.CLIPS_PER_VIDEO``.
 
     The first ``warmup`` batches (worker start-up, first decodes) are not timed. The loader is
@@ -99,14 +101,19 @@ def loader_throughput(cfg, workers: Sequence[int] = (0, 2), batches: int = 20, w
         buffers: ``DATA.BATCH_BUFFERS_PER_WORKER`` values to time (empty = the config's).
         decode_threads: ``DATA.DECODE_THREADS`` values to time (empty = the config's; -1 is
             FFmpeg's one thread per core in every worker).
+        resize_on: ``DATA.RESIZE_ON`` values to time (empty = the config's). With "device" the
+            loader hands over unresized cuts: the resize is left to the training step, and is not
+            in the figures.
 
     Returns:
         One row per setting and round (``round`` from 1).
     """
-    settings = _settings(cfg, workers, clips_per_video, windows, buffers, decode_threads)
+    settings = _settings(cfg, workers, clips_per_video, windows, buffers, decode_threads,
+                         resize_on)
     rows = []
     for r in range(rounds):
-        for n, per_video, window, kept, threads in (settings if r % 2 == 0 else settings[::-1]):
+        for n, per_video, window, kept, threads, place in (settings if r % 2 == 0
+                                                           else settings[::-1]):
             c = cfg.clone()
             c.defrost()
             c.CONFIG.DATA.NUM_WORKERS = n
@@ -114,10 +121,11 @@ def loader_throughput(cfg, workers: Sequence[int] = (0, 2), batches: int = 20, w
             c.CONFIG.DATA.CLIPS_WINDOW = window
             c.CONFIG.DATA.BATCH_BUFFERS_PER_WORKER = kept
             c.CONFIG.DATA.DECODE_THREADS = threads
+            c.CONFIG.DATA.RESIZE_ON = place
             c.freeze()
             row = {"split": split, "num_workers": n, "clips_per_video": per_video,
                    "clips_window": window if per_video > 1 else "", "batch_buffers": kept,
-                   "decode_threads": threads, "round": r + 1}
+                   "decode_threads": threads, "resize_on": place, "round": r + 1}
             row.update(_time_loader(c, split, batches, warmup))
             row["clips_per_s_per_worker"] = round(row["clips_per_s"] / max(1, n), 2)
             row["decoder"] = cfg.CONFIG.DATA.DECODER
@@ -126,25 +134,27 @@ def loader_throughput(cfg, workers: Sequence[int] = (0, 2), batches: int = 20, w
 
 
 def median_rows(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Per (workers, batch buffers, clips per video, window, decode threads): the median clips/s
-    over rounds (and per worker), every round's figure, and the ratio to CLIPS_PER_VIDEO 1 with
-    the same workers, buffers and decode threads (when it was measured)."""
+    """Per (workers, batch buffers, clips per video, window, decode threads, resize on): the
+    median clips/s over rounds (and per worker), every round's figure, and the ratio to
+    CLIPS_PER_VIDEO 1 with the same workers, buffers, decode threads and resize place (when it was
+    measured)."""
     groups: Dict[tuple, List[float]] = {}
     per_cpu: Dict[tuple, List[float]] = {}
     for row in rows:
         key = (row["num_workers"], row.get("batch_buffers", ""), row["clips_per_video"],
-               row.get("clips_window", ""), row.get("decode_threads", ""))
+               row.get("clips_window", ""), row.get("decode_threads", ""),
+               row.get("resize_on", ""))
         groups.setdefault(key, []).append(row["clips_per_s"])
         if "clips_per_cpu_s" in row:
             per_cpu.setdefault(key, []).append(row["clips_per_cpu_s"])
     out = []
     for key, figures in groups.items():
-        n, kept, per_video, window, threads = key
+        n, kept, per_video, window, threads, place = key
         median = statistics.median(figures)
         base = next((v for k, v in groups.items()
-                     if k[:3] == (n, kept, 1) and k[4] == threads), None)
+                     if k[:3] == (n, kept, 1) and k[4:] == (threads, place)), None)
         out.append({"num_workers": n, "clips_per_video": per_video, "clips_window": window,
-                    "batch_buffers": kept, "decode_threads": threads,
+                    "batch_buffers": kept, "decode_threads": threads, "resize_on": place,
                     "median_clips_per_s": round(median, 2),
                     "per_worker": round(median / max(1, n), 2),
                     "clips_per_cpu_s": (round(statistics.median(per_cpu[key]), 2)

@@ -178,6 +178,10 @@ def _add_data(sub) -> None:
     d.add_argument("--decode-threads", type=int, nargs="+", default=[],
                    help="DATA.DECODE_THREADS values to compare (0 = each worker's share of the "
                    "cores, -1 = FFmpeg's one per core; default: the config's)")
+    d.add_argument("--resize-on", nargs="+", default=[], choices=["loader", "device"],
+                   help="DATA.RESIZE_ON values to compare (device: the workers hand over "
+                   "unresized cuts, the resize is left to the training step; default: the "
+                   "config's)")
     d.add_argument("--rounds", type=int, default=1,
                    help="measurements per setting, in alternating order (A B B A ...)")
     d.add_argument("--generate", type=int, default=0, metavar="N",

@@ -205,3 +205,16 @@ def test_a_cuda_training_step_waits_for_nothing(name):
         torch.cuda.set_sync_debug_mode("default")
     step.settle()
     assert torch.isfinite(loss) and step.steps == 6 and step.skipped == 0
+
+
+def test_crops_resized_on_a_device_wait_for_nothing():
+    """A batch of cuts (``CONFIG.DATA.RESIZE_ON "device"``) resized, flipped and normalised on
+    the device: the geometry is read on the host, nothing is copied from it."""
+    from zoo.data.device_crops import CropGeometry, resize_cuts
+
+    cuts = torch.zeros(3, 3, 8, 40, 40, dtype=torch.uint8).to(META, non_blocking=True)
+    geometry = CropGeometry(torch.tensor([[36, 1, 32], [32, 0, 32], [28, 1, 32]]))
+    with HostWaits() as waits:
+        clips = normalize_batch(resize_cuts(cuts, geometry), MEAN, STD)
+    assert waits.seen == []
+    assert clips.shape == (3, 3, 8, 32, 32) and clips.device == META

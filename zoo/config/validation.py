@@ -172,6 +172,7 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("CONFIG.DATA.NUM_SEGMENT", _positive, "an integer >= 1"),
     ("CONFIG.DATA.CLIPS_PER_VIDEO", _positive, "an integer >= 1"),
     ("CONFIG.DATA.NORMALIZE_ON", lambda v: v in ("device", "loader"), "device or loader"),
+    ("CONFIG.DATA.RESIZE_ON", lambda v: v in ("loader", "device"), "loader or device"),
     ("CONFIG.DATA.CLIPS_WINDOW", lambda v: v in ("independent", "shared"),
      "independent or shared"),
     (
@@ -256,12 +257,32 @@ def validate_config(cfg: CfgNode) -> None:
             f"CONFIG.DATA.CLIPS_PER_VIDEO = {data.CLIPS_PER_VIDEO}: the batch counts clips, "
             f"{data.CLIPS_PER_VIDEO} from each video; make BATCH_SIZE a multiple of it"
         )
+    if data.RESIZE_ON == "device":
+        _check_resize_on_device(data)
     if data.CROP_SIZE > data.TRAIN_SHORT_SIDE_RANGE[0]:
         raise ConfigError(
             f"CONFIG.DATA.CROP_SIZE = {data.CROP_SIZE} is larger than CONFIG.DATA."
             f"TRAIN_SHORT_SIDE_RANGE[0] = {data.TRAIN_SHORT_SIDE_RANGE[0]}: raise the range's "
             "minimum"
         )
+
+
+def _check_resize_on_device(data: CfgNode) -> None:
+    """What DATA.RESIZE_ON device cannot be combined with (one line each): what needs the
+    loader's resized crop."""
+    conflicts = [
+        ("NORMALIZE_ON", data.NORMALIZE_ON != "device", "device"),
+        ("COLOR_JITTER", any(data.COLOR_JITTER), "[0, 0, 0, 0]"),
+        ("RAND_AUGMENT", bool(data.RAND_AUGMENT), '""'),
+        ("RANDOM_ERASE", data.RANDOM_ERASE > 0, "0"),
+    ]
+    for key, conflict, fix in conflicts:
+        if conflict:
+            raise ConfigError(
+                f"CONFIG.DATA.RESIZE_ON = 'device' but CONFIG.DATA.{key} = "
+                f"{getattr(data, key)!r} works on the crop the loader resizes: set {key} {fix} or "
+                "RESIZE_ON loader"
+            )
 
 
 def _check_strategy(cfg: CfgNode) -> None:

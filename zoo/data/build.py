@@ -20,7 +20,8 @@
   "shared"; both only for "train" when ``CLIPS_PER_VIDEO`` > 1), ``rand_augment`` (a timm
   policy string) and ``random_erase`` (a probability), each only for "train" when set, and
   ``uint8_train_clips`` (True; only for "train" with ``NORMALIZE_ON`` "device" and no
-  ``RANDOM_ERASE``, and only to entries that accept it).
+  ``RANDOM_ERASE``, and only to entries that accept it), with ``resize_on_device`` (True, when
+  ``RESIZE_ON`` is "device" too; an entry that does not accept it is a ConfigError).
 
 Every built-in entry is a records provider composed with the one ``ClipDataset``
 (``zoo.data.dataset_recipes.register_dataset``); an unknown keyword is a TypeError there. A
@@ -33,8 +34,10 @@ Items must be ``(clip, label, index, n_bad)``: ``clip`` is float ``(C, T, H, W)`
 ``V = test_num_segment * test_num_crop`` for test (for train with ``clips_per_video`` N > 1, a
 tuple of N ``(C, T, H, W)`` clips, which :func:`collate_clips` makes a batch of clips of);
 ``label`` and ``index`` are ints; ``n_bad`` counts the unreadable videos skipped to produce the
-item. A dataset should also expose ``num_classes_found`` (largest label
-+ 1) so a too-small ``NUM_CLASSES`` is caught early.
+item. With ``resize_on_device`` a training item's clips are unresized cuts and the item ends with
+their :class:`~zoo.data.device_crops.CropGeometry`, which the batch ends with too. A dataset
+should also expose ``num_classes_found`` (largest label + 1) so a too-small ``NUM_CLASSES`` is
+caught early.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from ..utils.env import available_cpus, keep_freed_memory
 from . import dataset_recipes, source_datasets  # noqa: F401  (register the built-in datasets)
 from .batch_memory import REUSE_WORKS, BatchMemory, PooledBatch, WrittenItems, batch_tensor
 from .decode.threads import LIBRARY_CHOICE, set_auto_threads, threads_per_worker
+from .device_crops import CropGeometry, collate_geometry
 from .registry import DATASET_REGISTRY
 from .robust import GuardedLoader
 
@@ -218,6 +222,14 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False) -> 
         # handing over float clips, which the training step takes as they are. Random erasing
         # fills its box with noise in normalised units, so its clips are normalised here.
         kwargs["uint8_train_clips"] = True
+        if cfg.CONFIG.DATA.RESIZE_ON == "device":
+            if not _takes(entry, "resize_on_device"):
+                raise ConfigError(
+                    f"CONFIG.DATA.RESIZE_ON = 'device' but CONFIG.DATA.DATASET = "
+                    f"{cfg.CONFIG.DATA.DATASET!r} does not take resize_on_device (a ClipSettings "
+                    "field): set RESIZE_ON loader, or build the dataset on ClipDataset"
+                )
+            kwargs["resize_on_device"] = True
     dataset = entry(**kwargs)
     found = getattr(dataset, "num_classes_found", None)
     num_classes = cfg.CONFIG.DATA.NUM_CLASSES
@@ -349,7 +361,16 @@ def collate_train(batch: List[Tuple[Any, ...]], memory: Optional[BatchMemory] = 
     if not isinstance(batch[0][0], torch.Tensor):
         return default_collate(batch)
     clips, slot = _clips_batch(batch, [item[0] for item in batch], memory)
-    return _batch((clips, *default_collate([item[1:] for item in batch])), memory, slot)
+    rest, geometry = _geometry(batch)
+    return _batch((clips, *default_collate(rest), *geometry), memory, slot)
+
+
+def _geometry(batch: List[Tuple[Any, ...]]) -> Tuple[List[Tuple[Any, ...]], List[CropGeometry]]:
+    """The items without their clip, and the batch's crop geometry (``[]`` unless the items end
+    with one: ``CONFIG.DATA.RESIZE_ON "device"``, see :mod:`zoo.data.device_crops`)."""
+    if not isinstance(batch[0][-1], CropGeometry):
+        return [item[1:] for item in batch], []
+    return [item[1:-1] for item in batch], [collate_geometry([item[-1] for item in batch])]
 
 
 def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int,
@@ -379,8 +400,8 @@ def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int,
     labels, indices, n_bad = default_collate([item[1:4] for item in batch])
     bad = torch.zeros(len(n_bad) * n, dtype=n_bad.dtype)
     bad[::n] = n_bad
-    return _batch((clips, labels.repeat_interleave(n), indices.repeat_interleave(n), bad),
-                  memory, slot)
+    return _batch((clips, labels.repeat_interleave(n), indices.repeat_interleave(n), bad,
+                   *_geometry(batch)[1]), memory, slot)
 
 
 def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0,

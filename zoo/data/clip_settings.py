@@ -54,6 +54,10 @@ class ClipSettings:
             (``CONFIG.DATA.RAND_AUGMENT``).
         random_erase: Chance of erasing one box (the same in every frame) of a normalised
             training clip, 0 = off (``CONFIG.DATA.RANDOM_ERASE``; not with ``uint8_train_clips``).
+        resize_on_device: Hand over training clips as unresized cuts with their geometry, for
+            the training step to resize and flip on its device (``CONFIG.DATA.RESIZE_ON
+            "device"``, see :mod:`zoo.data.device_crops`); needs ``uint8_train_clips`` and no
+            colour jitter or RandAugment (they work on the resized crop).
     """
 
     clip_len: int
@@ -82,6 +86,7 @@ class ClipSettings:
     uint8_train_clips: bool = False
     rand_augment: str = ""
     random_erase: float = 0.0
+    resize_on_device: bool = False
 
     def __post_init__(self) -> None:
         # Sequences become tuples (the settings are shared by every loader worker, never edited).
@@ -93,3 +98,7 @@ class ClipSettings:
         if self.random_erase and self.uint8_train_clips:
             raise ValueError("random_erase erases normalised clips: it cannot be combined with "
                              "uint8_train_clips")
+        if self.resize_on_device and not (self.uint8_train_clips and not any(self.color_jitter)
+                                          and not self.rand_augment):
+            raise ValueError("resize_on_device needs uint8_train_clips and no color_jitter or "
+                             "rand_augment (they work on the resized crop)")

@@ -148,6 +148,21 @@ def color_jitter(clip: torch.Tensor, strength: Sequence[float],
         return jitter(clip.contiguous())
 
 
+def train_box(height: int, width: int, crop_size: int, short_side_range: Sequence[int],
+              random_flip: bool, generator: Optional[torch.Generator] = None) -> Tuple[Box, bool]:
+    """A training clip's random square cut of ``height`` x ``width`` frames and its flip: the short
+    side drawn uniformly from ``short_side_range``, the cut's place, then the flip (probability
+    0.5 with ``random_flip``), in that order from ``generator``. The cut becomes ``crop_size`` x
+    ``crop_size`` once resized."""
+    low, high = int(short_side_range[0]), int(short_side_range[1])
+    short_side = int(torch.randint(low, high + 1, (1,), generator=generator))
+    side = _source_side(height, width, crop_size, short_side)
+    top = int(torch.randint(0, height - side + 1, (1,), generator=generator))
+    left = int(torch.randint(0, width - side + 1, (1,), generator=generator))
+    flip = random_flip and bool(torch.rand(1, generator=generator) < 0.5)
+    return (top, left, side, side), flip
+
+
 def train_transform(
     frames: torch.Tensor,
     crop_size: int,
@@ -194,13 +209,8 @@ def train_transform(
     if random_erase and as_uint8:
         raise ValueError("random erasing works on normalised clips: not with as_uint8=True")
     clip = as_clip(frames)
-    height, width = clip.shape[-2:]
-    low, high = int(short_side_range[0]), int(short_side_range[1])
-    short_side = int(torch.randint(low, high + 1, (1,), generator=generator))
-    side = _source_side(height, width, crop_size, short_side)
-    top = int(torch.randint(0, height - side + 1, (1,), generator=generator))
-    left = int(torch.randint(0, width - side + 1, (1,), generator=generator))
-    flip = random_flip and bool(torch.rand(1, generator=generator) < 0.5)
+    (top, left, side, _), flip = train_box(*clip.shape[-2:], crop_size, short_side_range,
+                                           random_flip, generator)
     # The resize writes into out, unless colour changes come after it (their result is copied).
     recolour = any(jitter) or bool(rand_augment)
     planar = None if out is None else out.permute(0, 3, 1, 2)

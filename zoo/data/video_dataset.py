@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..utils.moved import moved_attributes
-from . import clip_augment, sampling, transforms
+from . import clip_augment, device_crops, sampling, transforms
 from .batch_memory import BatchMemory, WrittenItems, batch_tensor
 from .clip_settings import ClipSettings
 from .decode.base import DecodeError, OutputSize, one_line, time_limit
@@ -32,7 +32,8 @@ from .robust import BadVideoTable
 
 logger = logging.getLogger(__name__)
 
-Item = Tuple[torch.Tensor, int, int, int]
+# (clip, label, index, n_bad), with resize_on_device and the clips' CropGeometry last.
+Item = Tuple[Any, ...]
 # Test items: the view rows into the decoded frames, ``(test_num_segment, frames per view)``.
 Views = Optional[List[Optional[List[int]]]]
 
@@ -224,7 +225,9 @@ class ClipDataset(Dataset):
             if batch is None:
                 slot, batch = batch_tensor(self._batch_memory, (len(keys) * n, *shape),
                                            torch.uint8)
-            if tuple(batch.shape[1:]) != tuple(shape):
+            if self.settings.resize_on_device and _same_but_square(batch.shape[1:], shape):
+                pass  # cuts take the batch's square: write_cut resizes one that is larger
+            elif tuple(batch.shape[1:]) != tuple(shape):
                 raise ValueError(f"{self.anno_path}: clips of one batch differ in shape: "
                                  f"{tuple(batch.shape[1:])} and {tuple(shape)} (T, H, W, C)")
             return batch[position * n:(position + 1) * n]
@@ -262,6 +265,9 @@ class ClipDataset(Dataset):
                     failures.append(f"{self.paths[current]} ({self._report(current, e)})")
                 else:  # outside the try: an error in a transform is a bug, not a bad video
                     clip = self._transform(frames, views, generator, into)
+                    if isinstance(clip, _Cuts):
+                        return (clip.clips, self.labels[current], current,
+                                int(current != index), clip.geometry)
                     return clip, self.labels[current], current, int(current != index)
             current = self._replacement(index, attempt, generator)
             if current is None:
@@ -397,6 +403,8 @@ class ClipDataset(Dataset):
         s = self.settings
         if s.frame_size:
             frames = transforms.resize_frames(frames, *s.frame_size)
+        if self.split == "train" and s.resize_on_device:
+            return self._cuts(frames, views, generator, into)
         if self.split == "train":
             out = None
             if into is not None:
@@ -416,6 +424,32 @@ class ClipDataset(Dataset):
         return transforms.test_views(
             frames, views, s.crop_size, s.short_side_size, s.test_num_crop, s.mean, s.std,
         )
+
+    def _cuts(self, frames: torch.Tensor, views: Views, generator: torch.Generator,
+              into: Optional[Callable[[Tuple[int, ...]], torch.Tensor]] = None) -> "_Cuts":
+        """Training clips as unresized cuts in squares, and their geometry
+        (:mod:`zoo.data.device_crops`): the same random draws as :meth:`_train_clip`."""
+        s = self.settings
+        height, width, channels = frames.shape[1:]
+        length = len(views[0]) if views and views[0] is not None else len(frames)
+        if into is not None:  # the batch's square (its first clip's), else this clip's
+            side = device_crops.cut_side(height, width, s.crop_size, s.train_short_side_range)
+            out = into((length, side, side, channels))
+        else:  # a clip on its own: the square the settings allow for frames of any size
+            side = device_crops.cut_side(s.train_short_side_range[1], s.train_short_side_range[1],
+                                         s.crop_size, s.train_short_side_range)
+            out = torch.empty((1 if views is None else len(views), length, side, side, channels),
+                              dtype=torch.uint8)
+        clips, rows = [], []
+        for k, picked in enumerate([None] if views is None else views):
+            box, flip = transforms.train_box(height, width, s.crop_size,
+                                             s.train_short_side_range, s.random_flip, generator)
+            rows.append(device_crops.write_cut(
+                frames, box, flip, s.crop_size, out[k],
+                None if picked is None else torch.as_tensor(picked)))
+            clips.append(out[k].permute(3, 0, 1, 2))  # (C, T, S, S) view, as clips are handed
+        geometry = device_crops.CropGeometry(torch.stack(rows))
+        return _Cuts(clips[0] if views is None else tuple(clips), geometry)
 
     def _train_clip(self, frames: torch.Tensor, generator: torch.Generator,
                     rows: Optional[torch.Tensor] = None,
@@ -439,6 +473,19 @@ class ClipDataset(Dataset):
         for label in self.labels:
             counts[label] += 1
         return counts
+
+
+class _Cuts:
+    """A training item's clip(s) as cuts in squares and their geometry."""
+
+    def __init__(self, clips: Any, geometry: device_crops.CropGeometry) -> None:
+        self.clips, self.geometry = clips, geometry
+
+
+def _same_but_square(batch_shape: Sequence[int], shape: Sequence[int]) -> bool:
+    """Whether ``(T, S, S, C)`` clip shapes differ in the square's side only."""
+    return (len(batch_shape) == len(shape) == 4 and batch_shape[0] == shape[0]
+            and batch_shape[3] == shape[3])
 
 
 def _init_from_list(

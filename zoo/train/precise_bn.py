@@ -13,6 +13,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn as nn
 
+from ..data.device_crops import batch_geometry, resize_cuts
 from ..utils import comm
 
 
@@ -21,9 +22,10 @@ def recompute_bn_stats(model: nn.Module, loader, num_iters: int, device: torch.d
                        prepare: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> int:
     """Average the batch statistics of ``num_iters`` batches into every BN's running stats.
 
-    ``prepare`` makes a loader batch the model's input (the training step's
-    :meth:`~zoo.train.step.TrainStep.prepare`: to ``device``, normalised); default: moved to
-    ``device``. Statistics are averaged over ranks as well. Returns the number of batches used.
+    ``prepare`` makes a loader batch's clips the model's input (the training step's
+    :meth:`~zoo.train.step.TrainStep.prepare`: to ``device``, resized when the batch holds cuts
+    and their geometry, normalised); default: moved to ``device`` (cuts resized there).
+    Statistics are averaged over ranks as well. Returns the number of batches used.
     """
     was_training = model.training
     model.train()
@@ -39,8 +41,13 @@ def recompute_bn_stats(model: nn.Module, loader, num_iters: int, device: torch.d
     for bn in bns:
         bn.momentum = 1.0  # running stats = this batch's stats, collected after each forward
     n = 0
-    for clips, *_ in itertools.islice(loader, num_iters):
-        model(prepare(clips) if prepare is not None else clips.to(device))
+    for batch in itertools.islice(loader, num_iters):
+        clips, geometry = batch[0], batch_geometry(batch)
+        if prepare is not None:
+            model(prepare(clips, geometry) if geometry is not None else prepare(clips))
+        else:
+            model((resize_cuts(clips.to(device), geometry) if geometry is not None
+                   else clips.to(device)))
         for i, bn in enumerate(bns):
             means[i] += bn.running_mean
             variances[i] += bn.running_var

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..data.device_crops import CropGeometry, resize_cuts
 from ..data.transforms import normalize_batch
 from .checkpoint import unwrap
 from .ema import ModelEMA
@@ -77,9 +78,13 @@ class TrainStep:
         self.skipped = 0  # optimizer steps skipped for a non-finite loss or gradient
         self._loss_acc: Optional[torch.Tensor] = None  # sum of this step's micro-batch losses
 
-    def prepare(self, clips: torch.Tensor) -> torch.Tensor:
-        """A batch of clips as the model takes it: on the device, normalised, in its layout."""
+    def prepare(self, clips: torch.Tensor,
+                geometry: Optional[CropGeometry] = None) -> torch.Tensor:
+        """A batch of clips as the model takes it: on the device, resized (cuts with their
+        ``geometry``: ``CONFIG.DATA.RESIZE_ON "device"``), normalised, in its layout."""
         clips = clips.to(self.device, non_blocking=True)
+        if geometry is not None:
+            clips = resize_cuts(clips, geometry)
         if clips.dtype == torch.uint8:
             if self.normalization is None:
                 raise ValueError("a uint8 batch of clips reached a TrainStep built without "
@@ -95,12 +100,14 @@ class TrainStep:
             return torch.sum(-soft * F.log_softmax(logits, dim=1), dim=1).mean()
         return F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
 
-    def __call__(self, clips: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def __call__(self, clips: torch.Tensor, labels: torch.Tensor,
+                 geometry: Optional[CropGeometry] = None) -> torch.Tensor:
         """Forward and backward one batch; steps the optimizer every ``accum_steps`` calls.
+        ``geometry``: the clips are cuts to resize first (see :meth:`prepare`).
 
         Returns the (detached) loss of this batch; no host-device sync happens here.
         """
-        clips = self.prepare(clips)
+        clips = self.prepare(clips, geometry)
         labels = labels.to(self.device, non_blocking=True)
         soft = None
         if self.mix.enabled:

@@ -15,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ..accel import apply_cpu_kernels, pad_stems, register_compression
 from ..config import ConfigError, cfg_to_yaml
 from ..data import build_loader, normalization
+from ..data.device_crops import batch_geometry
 from ..data.device_staging import DeviceStaging
 from ..data.epoch_stream import EpochStream, set_loader_epoch
 from ..infer.metrics import MetricsWriter
@@ -484,7 +485,7 @@ class Trainer:
     def run_step(self) -> None:
         """Forward and backward one batch (the optimizer steps every ACCUM_STEPS of them)."""
         clips, labels = self.batch[0], self.batch[1]
-        self.loss = self.step(clips, labels)
+        self.loss = self.step(clips, labels, batch_geometry(self.batch))
         if self.step.micro == 0:
             self.iteration += 1
 
