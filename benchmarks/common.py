@@ -40,11 +40,28 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def threads_per_core() -> Optional[int]:
+    """Hardware threads sharing CPU 0's core (2 with SMT / hyper-threading), as the OS sees it
+    (a VM shows what its hypervisor tells it); None where sysfs does not say."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list",
+                  encoding="ascii") as f:
+            text = f.read().strip()
+        count = 0
+        for part in text.split(","):
+            first, _, last = part.partition("-")
+            count += int(last) - int(first) + 1 if last else 1
+        return count
+    except (OSError, ValueError):
+        return None
+
+
 def machine_info(device: torch.device) -> Dict[str, Any]:
     """Where the figures come from: CPU, cores, GPU, library versions, load average now."""
     info = {
         "cpu": _cpu_name(),
         "cores": available_cpus(),
+        "threads_per_core": threads_per_core(),
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "",
         "native_bf16": native_bf16(device),

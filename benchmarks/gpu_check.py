@@ -1,6 +1,6 @@
 """``zoo-benchmark gpu``: the GPU path checked in one command on a fresh machine.
 
-Ten steps, each but the last a child process, each with its own log under ``out``; a failed
+Eleven steps, each but the last a child process, each with its own log under ``out``; a failed
 step does not stop the others:
 
 1. ``cuda_tests``: ``pytest -m cuda tests -v`` (the tests marked ``cuda``; cut short, the
@@ -15,7 +15,9 @@ step does not stop the others:
    --compile`` (zoo's compiled bf16 step against PyTorchVideo's at the same settings); skipped
    on a CPU or with ``quick``, where compiling takes longer than the rest of the check.
 6. ``loader``: ``zoo-benchmark data`` on the videos of the next step with its settings and
-   cores - 2 workers: the loader's clips/s alone (and per worker).
+   cores - 2 workers, with the crops resized in the workers and left to the device
+   (``DATA.RESIZE_ON``): the loader's clips/s alone, per worker and per CPU second, and the
+   host's threads per core.
 7. ``real_decoding``: SlowFast-R50 8x8 trained in bf16 on generated 10-s 340x256 H.264 videos
    (Kinetics-like, GOP 250, CRF 23) with cores - 2 loader workers: clips/s after the first epoch,
    the GPU's busy percent over the same iterations (sampled by ``nvidia-smi`` every 200 ms), the
@@ -24,9 +26,11 @@ step does not stop the others:
    counted by the hook in benchmarks/host_waits.py).
 8. ``real_decoding_compiled``: the same run with ``TRAIN.COMPILE True`` (the first epoch holds
    the compile time); skipped where ``compiled_step`` is.
-9. ``memory``: ``zoo-benchmark train --act-checkpoint-memory``: the peak memory of one fp32 step
+9. ``real_decoding_resize_on_device``: the compiled run with ``DATA.RESIZE_ON device`` (the
+   workers decode and cut; the GPU resizes and flips); skipped where ``compiled_step`` is.
+10. ``memory``: ``zoo-benchmark train --act-checkpoint-memory``: the peak memory of one fp32 step
    of SlowFast-R50 8x8 at batch 16 with and without activation checkpointing (the GPU's on a GPU).
-10. ``balance``: the figures side by side: model-only clips/s (``train_step``'s bf16 step at the
+11. ``balance``: the figures side by side: model-only clips/s (``train_step``'s bf16 step at the
    same sizes, and ``compiled_step``'s), loader-only clips/s, end-to-end clips/s, GPU busy, data
    wait, and which of model and loader is the limit.
 
@@ -56,7 +60,8 @@ from . import child_env, host_waits
 
 QUICKSTART = "configs/quickstart/slowfast_tiny_motion.yaml"
 STEPS = ("cuda_tests", "quickstart", "train_step", "stems", "compiled_step", "loader",
-         "real_decoding", "real_decoding_compiled", "memory", "balance")
+         "real_decoding", "real_decoding_compiled", "real_decoding_resize_on_device", "memory",
+         "balance")
 # Steps that start no child process: they run whatever is left of the budget.
 NO_CHILD = ("balance",)
 # the real-decoding runs' hook that counts the host's waits for the GPU (benchmarks/host_waits.py)
@@ -332,21 +337,38 @@ def _real_data(c: Check) -> Dict[str, object]:
 
 def loader(c: Check) -> Tuple[bool, str]:
     """The training loader alone (``zoo-benchmark data``) on the real-decoding run's videos and
-    settings, with cores - 2 workers."""
+    settings, with cores - 2 workers, once with the crops resized in the workers and once with
+    them left to the device (``DATA.RESIZE_ON device``): clips/s, per worker, and clips per CPU
+    second of the loader's processes (below clips/s per worker: the workers did not get whole
+    cores)."""
     real = _real_data(c)
     workers = int(real["workers"])
     batches, warmup = (4, 1) if c.quick else (max(40, 3 * workers), max(4, workers))
     out = os.path.join(c.out, "loader")
     rc = c.run("loader", [sys.executable, "-m", "benchmarks.run", "data", "--out", out,
                           "--workers", str(workers), "--batches", str(batches), "--warmup",
-                          str(warmup), "--config-file", QUICKSTART, *real["opts"]])
-    summary = (_json(os.path.join(out, "data.json")) or {}).get("summary", [])
+                          str(warmup), "--resize-on", "loader", "device",
+                          "--config-file", QUICKSTART, *real["opts"]])
+    report = _json(os.path.join(out, "data.json")) or {}
+    summary = {row.get("resize_on", "loader"): row for row in report.get("summary", [])}
     if not summary:
         return False, "no results"
-    speed = summary[0]["median_clips_per_s"]
-    c.results["loader"] = {"clips_per_s": speed, "workers": workers}
-    per = f", {summary[0]['per_worker']:.1f} per worker" if workers else ""
-    return rc == 0, f"{speed:.1f} clips/s with {workers} workers{per}"
+    figures = []
+    for place, name in (("loader", "loader"), ("device", "loader_resize_on_device")):
+        if place not in summary:
+            continue
+        row = summary[place]
+        speed = row["median_clips_per_s"]
+        c.results[name] = {"clips_per_s": speed, "workers": workers}
+        per = f", {row['per_worker']:.1f} per worker" if workers else ""
+        cpu = f", {row['clips_per_cpu_s']:.1f} per CPU second" if row.get("clips_per_cpu_s") else ""
+        figures.append(f"resized in the {'workers' if place == 'loader' else 'step'}: "
+                       f"{speed:.1f} clips/s{per}{cpu}")
+    machine = report.get("machine", {})
+    threads = machine.get("threads_per_core")
+    host = f"{workers} workers on {machine.get('cores', '?')} cores" + (
+        f" ({threads} hardware thread{'s' if threads > 1 else ''} per core)" if threads else "")
+    return rc == 0 and len(figures) == 2, host + "; " + "; ".join(figures)
 
 
 def real_decoding(c: Check) -> Tuple[bool, str]:
@@ -362,6 +384,15 @@ def real_decoding_compiled(c: Check) -> Tuple[object, str]:
     if not c.full_gpu:
         return "skipped", NEEDS_FULL_GPU
     return _real_decoding(c, "real_decoding_compiled", ["TRAIN.COMPILE", "True"])
+
+
+def real_decoding_resize_on_device(c: Check) -> Tuple[object, str]:
+    """``real_decoding_compiled`` with the crops resized and flipped on the GPU
+    (``DATA.RESIZE_ON device``): the workers only decode and cut."""
+    if not c.full_gpu:
+        return "skipped", NEEDS_FULL_GPU
+    return _real_decoding(c, "real_decoding_resize_on_device",
+                          ["TRAIN.COMPILE", "True", "DATA.RESIZE_ON", "device"])
 
 
 def _real_decoding(c: Check, name: str, extra: List[str]) -> Tuple[bool, str]:
@@ -448,11 +479,18 @@ def memory(c: Check) -> Tuple[bool, str]:
 
 def balance(c: Check) -> Tuple[object, str]:
     """Model-only, loader-only and end-to-end clips/s side by side, with GPU busy and data wait,
-    from the steps run before it; names the slower of model and loader as the limit."""
-    compiled = "compiled_step" in c.results and "real_decoding_compiled" in c.results
-    model = c.results.get("compiled_step" if compiled else "train_step", {}).get("bf16")
-    feed = c.results.get("loader", {}).get("clips_per_s")
-    real = c.results.get("real_decoding_compiled" if compiled else "real_decoding", {})
+    from the steps run before it; names the slower of model and loader as the limit. Of the
+    end-to-end runs, the crops resized on the device when it ran (compiled), else the compiled
+    run, else the eager one, each with its own loader-only and model-only figures."""
+    pairs = (("real_decoding_resize_on_device", "loader_resize_on_device", "compiled_step",
+              "compiled, crops resized on the device: "),
+             ("real_decoding_compiled", "loader", "compiled_step", "compiled: "),
+             ("real_decoding", "loader", "train_step", ""))
+    run, fed, step, label = next((p for p in pairs if p[0] in c.results and p[2] in c.results),
+                                 pairs[-1])
+    model = c.results.get(step, {}).get("bf16")
+    feed = c.results.get(fed, {}).get("clips_per_s")
+    real = c.results.get(run, {})
     both = real.get("clips_per_s")
     if model is None and feed is None and both is None:
         return "skipped", "needs train_step, loader and real_decoding"
@@ -461,8 +499,8 @@ def balance(c: Check) -> Tuple[object, str]:
         return f"{value:.1f} clips/s" if value is not None else "n/a"
 
     busy, wait = real.get("gpu_busy"), real.get("data_wait")
-    figures = [("compiled: " if compiled else "") + f"model-only {speed(model)}",
-               f"loader-only {speed(feed)} ({c.results.get('loader', {}).get('workers', '?')} "
+    figures = [f"{label}model-only {speed(model)}",
+               f"loader-only {speed(feed)} ({c.results.get(fed, {}).get('workers', '?')} "
                "workers)",
                f"end-to-end {speed(both)}",
                f"GPU busy {busy:.0f}%" if busy is not None else "GPU busy n/a",
@@ -480,7 +518,9 @@ def balance(c: Check) -> Tuple[object, str]:
 CHECKS = {"cuda_tests": cuda_tests, "quickstart": quickstart, "train_step": train_step,
           "stems": stems, "compiled_step": compiled_step, "loader": loader,
           "real_decoding": real_decoding,
-          "real_decoding_compiled": real_decoding_compiled, "memory": memory, "balance": balance}
+          "real_decoding_compiled": real_decoding_compiled,
+          "real_decoding_resize_on_device": real_decoding_resize_on_device, "memory": memory,
+          "balance": balance}
 
 
 def run_gpu_check(out: str, device: str = "cuda", quick: bool = False,

@@ -14,8 +14,10 @@ from helpers import ROOT
 from zoo.cli import benchmark
 
 STEPS = ["cuda_tests", "quickstart", "train_step", "stems", "compiled_step", "loader",
-         "real_decoding", "real_decoding_compiled", "memory", "balance"]
-COMPILED = ("compiled_step", "real_decoding_compiled")  # GPU only
+         "real_decoding", "real_decoding_compiled", "real_decoding_resize_on_device", "memory",
+         "balance"]
+COMPILED = ("compiled_step", "real_decoding_compiled",
+            "real_decoding_resize_on_device")  # GPU only
 
 
 @pytest.mark.slow
@@ -52,7 +54,10 @@ def test_gpu_check_script_runs_every_step_on_the_cpu(tmp_path):
     waits = json.loads((out / "real_decoding" / "run" / "host_waits.json").read_text())
     assert waits == {"device": "cpu", "steps": 0, "waits": []}
     assert "host waits" not in rows["real_decoding"]
-    assert "clips/s with 0 workers" in rows["loader"] or "per worker" in rows["loader"]
+    # Both places of the resize, each with its clips per CPU second, and the host's cores.
+    assert re.search(r"\d+ workers on \d+ cores( \(\d hardware threads? per core\))?; resized "
+                     r"in the workers: [\d.]+ clips/s.*, [\d.]+ per CPU second; resized in the "
+                     r"step: [\d.]+ clips/s", rows["loader"]), rows["loader"]
     for figure in ("model-only", "loader-only", "end-to-end", "GPU busy n/a", "data wait",
                    "limit: the "):
         assert figure in rows["balance"], rows["balance"]
