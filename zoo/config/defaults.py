@@ -383,11 +383,11 @@ _C.CONFIG.DATA.DECODE_RESIZE = True
 _C.CONFIG.DATA.NORMALIZE_ON = "device"
 # Where training clips' random crops are resized to CROP_SIZE (the scale jitter) and flipped:
 # "loader" (the workers) or "device" (the workers copy each unresized cut, and the training step
-# resizes and flips it on its device after the copy: ~14% less worker CPU per clip on 340x256
-# H.264, for a GPU with time to spare while the loader is the limit; same picture up to one level
-# of rounding; docs/training.md). "device" needs NORMALIZE_ON device, no COLOR_JITTER,
-# RAND_AUGMENT or RANDOM_ERASE (they work on the resized crop in the loader), and a dataset built on
-# ClipDataset.
+# resizes and flips it on its device after the copy: 1.16x a worker's clips per CPU second on
+# 340x256 H.264, for a GPU with time to spare while the loader is the limit; the same picture up
+# to one level of rounding; docs/datasets.md, "Transforms"). "device" needs NORMALIZE_ON device,
+# no COLOR_JITTER, RAND_AUGMENT or RANDOM_ERASE (they work on the resized crop in the loader), and
+# a dataset built on ClipDataset.
 _C.CONFIG.DATA.RESIZE_ON = "loader"
 # Seconds allowed to open and decode one video (x TEST_NUM_SEGMENT at test time, x CLIPS_PER_VIDEO
 # in training); a video over it counts as unreadable. 0 = no limit.
