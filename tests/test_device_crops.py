@@ -247,3 +247,31 @@ def test_a_cuda_step_resizes_staged_cuts_without_waiting():
         torch.cuda.set_sync_debug_mode("default")
     step.settle()
     assert torch.isfinite(loss) and step.steps == 3
+
+
+def test_an_item_on_its_own_and_multigrid_shapes(mini, two_sizes):
+    """``dataset[i]`` (no batch to write into) takes the square the settings allow for any
+    frames; multigrid's smaller crops and shapes come out of the step as the loader's do."""
+    common = dict(anno_path=two_sizes["list"], data_path=two_sizes["root"], split="train",
+                  clip_len=4, frame_rate=2, crop_size=28, short_side_size=32,
+                  train_short_side_range=[32, 36], random_flip=True, mean=MEAN, std=STD,
+                  decoder="pyav", uint8_train_clips=True)
+    plain = VideoListDataset(**common)[(2, 1)]
+    item = VideoListDataset(**common, resize_on_device=True)[(2, 1)]
+    assert len(item) == 5 and item[1:4] == plain[1:4]
+    assert item[0].shape == (3, 4, 32, 32)  # cut_side(36, 36, 28, [32, 36]): 32
+    clip = resize_cuts(item[0][None], item[4])[0]
+    assert (clip.int() - plain[0].int()).abs().max() <= 1
+
+    extra = ["TRAIN.BATCH_SIZE", "1", "TRAIN.MULTIGRID", "short", "TRAIN.EPOCH_NUM", "4"]
+    batches = {}
+    for place in ("loader", "device"):
+        loader = build_loader(mini_clip_cfg(mini, *extra, "DATA.RESIZE_ON", place), "train")
+        loader.batch_sampler.set_epoch(0, 0)
+        batches[place] = [b for _, b in zip(range(2), loader)]
+    sizes = set()
+    for plain, cuts in zip(batches["loader"], batches["device"]):
+        clips = resize_cuts(cuts[0], batch_geometry(cuts))
+        assert clips.shape == plain[0].shape and (clips.int() - plain[0].int()).abs().max() <= 1
+        sizes.add(clips.shape[-1])
+    assert len(sizes) == 2  # two of the short cycle's crop sizes
