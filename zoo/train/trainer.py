@@ -485,7 +485,9 @@ class Trainer:
     def run_step(self) -> None:
         """Forward and backward one batch (the optimizer steps every ACCUM_STEPS of them)."""
         clips, labels = self.batch[0], self.batch[1]
-        self.loss = self.step(clips, labels, batch_geometry(self.batch))
+        geometry = batch_geometry(self.batch)  # cuts to resize on the device (RESIZE_ON device)
+        self.loss = (self.step(clips, labels) if geometry is None
+                     else self.step(clips, labels, geometry))
         if self.step.micro == 0:
             self.iteration += 1
 
