@@ -208,6 +208,8 @@ def test_training_with_crops_resized_on_the_device(tmp_path, synth_root, toy_mod
     for place in ("loader", "device"):
         r = run_tool("train_ddp.py", [*common, "LOG.EXP_NAME", place, "DATA.RESIZE_ON", place])
         assert r.returncode == 0, r.stdout[-3000:]
+        said = "resized and flipped by the training step on its device (DATA.RESIZE_ON device)"
+        assert (said in (tmp_path / place / "log_rank0.txt").read_text()) == (place == "device")
         records = [json.loads(line) for line in open(tmp_path / place / "metrics.jsonl")]
         losses[place] = [r["loss"] for r in records if r.get("split") == "train"]
     assert len(losses["device"]) == len(losses["loader"]) >= 8

@@ -230,6 +230,9 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False) -> 
                     "field): set RESIZE_ON loader, or build the dataset on ClipDataset"
                 )
             kwargs["resize_on_device"] = True
+            if comm.is_main_process():
+                logger.info("train crops: cut by the loader, resized and flipped by the training "
+                            "step on its device (DATA.RESIZE_ON device)")
     dataset = entry(**kwargs)
     found = getattr(dataset, "num_classes_found", None)
     num_classes = cfg.CONFIG.DATA.NUM_CLASSES
