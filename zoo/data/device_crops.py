@@ -1,7 +1,7 @@
 """Training crops resized on the training device (``CONFIG.DATA.RESIZE_ON "device"``).
 
 After decoding, a loader worker's work on a training clip is its random square cut, resized to
-``CROP_SIZE`` (the scale jitter), and its flip. The resize is most of it: about 14% of a worker's
+``CROP_SIZE`` (the scale jitter), and its flip. The resize is the larger part: 14% of a worker's
 CPU time on 340x256 H.264 clips (docs/benchmarks.md, "Crops resized on the device"). With
 ``RESIZE_ON "device"`` the worker copies the cut, unresized and unflipped, into the top-left
 corner of a square of side ``S`` (:func:`cut_side`) and records ``(side, flip, crop)`` for it
