@@ -19,7 +19,7 @@ from ..utils import comm
 
 @torch.no_grad()
 def recompute_bn_stats(model: nn.Module, loader, num_iters: int, device: torch.device,
-                       prepare: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> int:
+                       prepare: Optional[Callable[..., torch.Tensor]] = None) -> int:
     """Average the batch statistics of ``num_iters`` batches into every BN's running stats.
 
     ``prepare`` makes a loader batch's clips the model's input (the training step's
