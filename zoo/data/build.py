@@ -364,16 +364,17 @@ def collate_train(batch: List[Tuple[Any, ...]], memory: Optional[BatchMemory] = 
     if not isinstance(batch[0][0], torch.Tensor):
         return default_collate(batch)
     clips, slot = _clips_batch(batch, [item[0] for item in batch], memory)
-    rest, geometry = _geometry(batch)
+    geometry = _geometry(batch)
+    rest = [item[1:len(item) - len(geometry)] for item in batch]
     return _batch((clips, *default_collate(rest), *geometry), memory, slot)
 
 
-def _geometry(batch: List[Tuple[Any, ...]]) -> Tuple[List[Tuple[Any, ...]], List[CropGeometry]]:
-    """The items without their clip, and the batch's crop geometry (``[]`` unless the items end
-    with one: ``CONFIG.DATA.RESIZE_ON "device"``, see :mod:`zoo.data.device_crops`)."""
+def _geometry(batch: List[Tuple[Any, ...]]) -> List[CropGeometry]:
+    """The batch's crop geometry as a list of one, or ``[]`` unless the items end with one
+    (``CONFIG.DATA.RESIZE_ON "device"``, see :mod:`zoo.data.device_crops`)."""
     if not isinstance(batch[0][-1], CropGeometry):
-        return [item[1:] for item in batch], []
-    return [item[1:-1] for item in batch], [collate_geometry([item[-1] for item in batch])]
+        return []
+    return [collate_geometry([item[-1] for item in batch])]
 
 
 def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int,
@@ -404,7 +405,7 @@ def collate_clips(batch: List[Tuple[Any, ...]], clips_per_video: int,
     bad = torch.zeros(len(n_bad) * n, dtype=n_bad.dtype)
     bad[::n] = n_bad
     return _batch((clips, labels.repeat_interleave(n), indices.repeat_interleave(n), bad,
-                   *_geometry(batch)[1]), memory, slot)
+                   *_geometry(batch)), memory, slot)
 
 
 def _seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0,

@@ -408,7 +408,7 @@ class ClipDataset(Dataset):
         if self.split == "train":
             out = None
             if into is not None:
-                length = len(views[0]) if views and views[0] is not None else len(frames)
+                length = _clip_length(frames, views)
                 out = into((length, s.crop_size, s.crop_size, frames.shape[-1]))
             if views is None:
                 return self._train_clip(frames, generator, out=None if out is None else out[0])
@@ -431,7 +431,7 @@ class ClipDataset(Dataset):
         (:mod:`zoo.data.device_crops`): the same random draws as :meth:`_train_clip`."""
         s = self.settings
         height, width, channels = frames.shape[1:]
-        length = len(views[0]) if views and views[0] is not None else len(frames)
+        length = _clip_length(frames, views)
         if into is not None:  # the batch's square (its first clip's), else this clip's
             side = device_crops.cut_side(height, width, s.crop_size, s.train_short_side_range)
             out = into((length, side, side, channels))
@@ -473,6 +473,11 @@ class ClipDataset(Dataset):
         for label in self.labels:
             counts[label] += 1
         return counts
+
+
+def _clip_length(frames: torch.Tensor, views: Views) -> int:
+    """Frames in each training clip: a view's rows, else all the decoded frames."""
+    return len(views[0]) if views and views[0] is not None else len(frames)
 
 
 class _Cuts:

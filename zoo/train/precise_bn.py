@@ -44,10 +44,12 @@ def recompute_bn_stats(model: nn.Module, loader, num_iters: int, device: torch.d
     for batch in itertools.islice(loader, num_iters):
         clips, geometry = batch[0], batch_geometry(batch)
         if prepare is not None:
-            model(prepare(clips, geometry) if geometry is not None else prepare(clips))
+            inputs = prepare(clips) if geometry is None else prepare(clips, geometry)
         else:
-            model((resize_cuts(clips.to(device), geometry) if geometry is not None
-                   else clips.to(device)))
+            inputs = clips.to(device)
+            if geometry is not None:
+                inputs = resize_cuts(inputs, geometry)
+        model(inputs)
         for i, bn in enumerate(bns):
             means[i] += bn.running_mean
             variances[i] += bn.running_var
