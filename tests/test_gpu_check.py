@@ -146,3 +146,20 @@ def test_a_cut_short_cuda_run_still_names_its_failures():
              "bringing up nodes..."]
     assert outcomes_so_far(lines) == ("2 passed, 2 failed (tests/test_cuda.py::test_y[cuda], "
                                       "tests/test_c.py::test_w)")
+
+
+def test_the_real_decoding_runs_time_the_epochs_after_the_warm_ones():
+    """At full size the first two epochs are untimed (start-up, then the batches made ahead
+    meanwhile), and the wall clock runs from the second's end; shorter runs time what they can."""
+    from benchmarks.gpu_check import _timed_epochs
+
+    records = [{"epoch": e} for e in range(1, 7)]
+    ends = [100.0, 110.0, 113.0, 116.0, 119.0, 122.0]
+    timed, since, until = _timed_epochs(records, ends, warm=2)
+    assert [r["epoch"] for r in timed] == [3, 4, 5, 6] and (since, until) == (110.0, 122.0)
+    timed, since, until = _timed_epochs(records[:2], ends[:2], warm=2)  # cut short: epoch 2
+    assert [r["epoch"] for r in timed] == [2] and (since, until) == (100.0, 110.0)
+    timed, since, _ = _timed_epochs(records[:1], ends[:1], warm=2)  # one epoch: itself, no span
+    assert [r["epoch"] for r in timed] == [1] and since is None
+    _, since, _ = _timed_epochs(records, ends[:5], warm=2)  # a line missed: no wall clock
+    assert since is None
