@@ -21,10 +21,10 @@ step does not stop the others:
 7. ``real_decoding``: SlowFast-R50 8x8 trained in bf16 on generated 10-s 340x256 H.264 videos
    (Kinetics-like, GOP 250, CRF 23) with cores - 2 loader workers, 6 epochs: clips/s after the
    first two (start-up, then the batches made ahead meanwhile), the GPU's busy percent over the
-   same iterations (sampled by ``nvidia-smi`` every 200 ms), the
-   share of those epochs the training loop waited for data (``data_wait_share``) and, on a GPU,
-   the calls that made the host wait for the GPU there, by source line (torch's sync debug mode,
-   counted by the hook in benchmarks/host_waits.py).
+   same iterations (sampled by ``nvidia-smi`` every 200 ms), the share of those epochs the
+   training loop waited for data (``data_wait_share``) and, on a GPU, the calls that made the
+   host wait for the GPU there, by source line (torch's sync debug mode, counted by the hook in
+   benchmarks/host_waits.py).
 8. ``real_decoding_compiled``: the same run with ``TRAIN.COMPILE True`` (the first epoch holds
    the compile time); skipped where ``compiled_step`` is.
 9. ``real_decoding_resize_on_device``: the compiled run with ``DATA.RESIZE_ON device`` (the
