@@ -273,15 +273,12 @@ def cmd_data(args) -> list:
         extra["decoders"] = _decoder_benchmark(args.decoders)
     paths = _finish(args, "data", rows, machine, ["split", "num_workers", "clips_per_video",
                     "clips_window", "batch_buffers", "decode_threads", "resize_on", "round",
-                    "batch",
-                    "clip_shape", "clips_per_s", "clips_per_s_per_worker", "clips_per_cpu_s",
-                    "skipped_videos"],
-                    extra)
+                    "batch", "clip_shape", "clips_per_s", "clips_per_s_per_worker",
+                    "clips_per_cpu_s", "skipped_videos"], extra)
     print(common.format_table(summary, ["num_workers", "clips_per_video", "clips_window",
                                         "batch_buffers", "decode_threads", "resize_on",
-                                        "median_clips_per_s",
-                                        "per_worker", "clips_per_cpu_s", "rounds",
-                                        "vs_1_clip"]))
+                                        "median_clips_per_s", "per_worker", "clips_per_cpu_s",
+                                        "rounds", "vs_1_clip"]))
     png = os.path.join(args.out, "data.png")
     plots.bar_chart(png, [f"{r['num_workers']} workers, {r['clips_per_video']} clips/video "
                           f"{r['clips_window']}, {r['batch_buffers']} buffers, decode threads "

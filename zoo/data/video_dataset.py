@@ -440,15 +440,15 @@ class ClipDataset(Dataset):
                                          s.crop_size, s.train_short_side_range)
             out = torch.empty((1 if views is None else len(views), length, side, side, channels),
                               dtype=torch.uint8)
-        clips, rows = [], []
+        clips, geometry_rows = [], []
         for k, picked in enumerate([None] if views is None else views):
             box, flip = transforms.train_box(height, width, s.crop_size,
                                              s.train_short_side_range, s.random_flip, generator)
-            rows.append(device_crops.write_cut(
+            geometry_rows.append(device_crops.write_cut(
                 frames, box, flip, s.crop_size, out[k],
                 None if picked is None else torch.as_tensor(picked)))
             clips.append(out[k].permute(3, 0, 1, 2))  # (C, T, S, S) view, as clips are handed
-        geometry = device_crops.CropGeometry(torch.stack(rows))
+        geometry = device_crops.CropGeometry(torch.stack(geometry_rows))
         return _Cuts(clips[0] if views is None else tuple(clips), geometry)
 
     def _train_clip(self, frames: torch.Tensor, generator: torch.Generator,
