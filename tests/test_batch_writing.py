@@ -15,7 +15,7 @@ from helpers import mini_clip_cfg
 import zoo.data.batch_memory as batch_memory
 from zoo.data import build_dataset, build_loader, transforms
 from zoo.data.batch_memory import BatchMemory, WrittenItems
-from zoo.data.build import collate_clips, collate_train
+from zoo.data.collate import collate_clips, collate_train
 from zoo.data.synthetic import generate
 
 

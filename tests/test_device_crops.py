@@ -14,7 +14,7 @@ from helpers import TINY_DATA, mini_clip_cfg, run_tool
 
 from zoo.config import ConfigError
 from zoo.data import build_loader, transforms
-from zoo.data.build import collate_train
+from zoo.data.collate import collate_train
 from zoo.data.dataset_recipes import VideoListDataset
 from zoo.data.device_crops import (
     CropGeometry,

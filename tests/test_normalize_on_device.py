@@ -10,7 +10,8 @@ from helpers import mini_clip_cfg
 
 from zoo.config import ConfigError
 from zoo.data import build_loader, normalization, transforms
-from zoo.data.build import _takes, collate_train
+from zoo.data.build import _takes
+from zoo.data.collate import collate_train
 from zoo.data.synthetic import generate
 from zoo.train.step import TrainStep
 

@@ -1,5 +1,5 @@
 """A loader worker's batch: new shared memory whose pages are mapped in one call
-(zoo.utils.env.map_pages_now) before the clips are copied in (zoo.data.build.stack_clips), or a
+(zoo.utils.env.map_pages_now) before the clips are copied in (zoo.data.collate.stack_clips), or a
 buffer of zoo.data.batch_memory.BatchMemory that the training process has freed."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.batch_memory import REUSE_WORKS, BatchMemory, PooledBatch
-from zoo.data.build import collate_train
+from zoo.data.collate import collate_train
 from zoo.utils.env import map_pages_now
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),

@@ -62,7 +62,7 @@ class ClipDataset(Dataset):
     ``clips_per_video`` N > 1 a "train" clip is a tuple of N ``(C, T, H, W)`` clips, each with
     its own augmentation and (``clips_window`` "independent") its own random window, cut from one
     decode of the union of their frames
-    (:func:`zoo.data.build.collate_clips` flattens them into a batch of clips). A video that
+    (:func:`zoo.data.collate.collate_clips` flattens them into a batch of clips). A video that
     cannot be read (a :class:`~zoo.data.decode.base.DecodeError` from its reader: missing, empty,
     not a video, no video stream, an undecodable needed frame, far fewer frames than claimed, or
     slower than ``decode_timeout``) is replaced by another one: up to ``max_tries`` videos are
