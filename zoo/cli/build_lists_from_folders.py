@@ -18,8 +18,7 @@ import random
 import sys
 from typing import List, Optional
 
-from ..data.lists.records import VIDEO_EXTS
-from ..data.lists.sources import write_classes
+from ..data.lists.sources import class_folder_records, write_classes
 from ..utils.errors import UsageError
 from .command import command
 from .parser import tool_parser
@@ -43,19 +42,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise UsageError(f"--root {args.root!r} is not a folder")
     if not 0 <= args.val_fraction < 1:
         raise UsageError(f"--val-fraction {args.val_fraction} must be in [0, 1)")
-    classes = sorted(d for d in os.listdir(args.root) if os.path.isdir(os.path.join(args.root, d)))
-    if not classes:
-        raise UsageError(f"--root {args.root!r} has no class sub-folders")
+    # The same classes and files as training on the folder itself (CONFIG.DATA.TRAIN_ANNO_PATH
+    # = the folder): hidden folders and files are passed over.
+    records, classes = class_folder_records(args.root)
+    by_class: List[List[str]] = [[] for _ in classes]
+    for r in records:
+        by_class[r.label].append(r.path)
     rng = random.Random(args.seed)
     train, val = [], []
-    for label, name in enumerate(classes):
-        folder = os.path.join(args.root, name)
-        files = sorted(
-            os.path.relpath(os.path.join(dirpath, f), args.root)
-            for dirpath, _, names in os.walk(folder)
-            for f in names
-            if f.lower().endswith(VIDEO_EXTS)
-        )
+    for label, files in enumerate(by_class):
         rng.shuffle(files)
         n_val = int(round(len(files) * args.val_fraction))
         val += [(f, label) for f in files[:n_val]]

@@ -53,7 +53,7 @@ import os
 import random
 import signal
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -72,6 +72,7 @@ from . import dataset_recipes, source_datasets  # noqa: F401  (register the buil
 from .batch_memory import REUSE_WORKS, BatchMemory
 from .collate import collate_clips, collate_train
 from .decode.threads import LIBRARY_CHOICE, set_auto_threads, threads_per_worker
+from .lists.annotations import check_same_classes
 from .registry import DATASET_REGISTRY
 from .robust import GuardedLoader
 
@@ -195,8 +196,15 @@ def normalization(cfg: CfgNode) -> Tuple[List[float], List[float]]:
             [float(v) for v in (data.STD or DEFAULT_STD)])
 
 
-def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False) -> Dataset:
+def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False,
+                  classes: Sequence[str] = ()) -> Dataset:
     """Build ``CONFIG.DATA.DATASET`` for ``split`` ("train", "val" or "test").
+
+    ``classes``: the training data's class names (or a checkpoint's), for a validation or test
+    split. Sources whose labels are names (class folders, Kinetics CSVs) number their classes in
+    that order (:class:`~zoo.data.lists.providers.ListSource`), and the dataset's class names must
+    agree with them wherever both sides name an id (:func:`~zoo.data.lists.annotations.
+    check_same_classes`): a validation list whose ids mean other classes stops here.
 
     With ``uint8_train_clips`` (what :func:`build_loader` asks, for the training step to
     normalise), ``CONFIG.DATA.NORMALIZE_ON`` "device" and ``RANDOM_ERASE`` 0, training items
@@ -208,6 +216,7 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False) -> 
 
     Raises:
         ConfigError: A list path is empty or missing, or labels exceed ``NUM_CLASSES``.
+        AnnotationError: The split names a class id differently from ``classes``.
     """
     if cfg.CONFIG.DATA.SYNTHETIC.ENABLE:
         from .synthetic import prepare_synthetic  # late: see zoo/data/__init__.py
@@ -233,11 +242,15 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False) -> 
             if comm.is_main_process():
                 logger.info("train crops: cut by the loader, resized and flipped by the training "
                             "step on its device (DATA.RESIZE_ON device)")
+    if classes and _takes(entry, "classes"):
+        kwargs["classes"] = list(classes)
     dataset = entry(**kwargs)
+    key = _list_paths(cfg, split)["anno_key"]
+    if classes and getattr(dataset, "classes", None) is not None:
+        check_same_classes(dataset.classes, classes, f"{key} = {kwargs['anno_path']!r}")
     found = getattr(dataset, "num_classes_found", None)
     num_classes = cfg.CONFIG.DATA.NUM_CLASSES
     if found is not None and 0 < num_classes < found:
-        key = _list_paths(cfg, split)["anno_key"]
         raise ConfigError(
             f"{key} = {kwargs['anno_path']!r} has labels up to {found - 1} but "
             f"CONFIG.DATA.NUM_CLASSES = {num_classes}: raise NUM_CLASSES to at least {found}"
@@ -413,13 +426,17 @@ def _multigrid_batches(cfg: CfgNode, sampler: EpochSampler, clips_per_video: int
     return batches
 
 
-def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0) -> DataLoader:
+def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0,
+                 classes: Sequence[str] = ()) -> DataLoader:
     """A DataLoader for ``split``, sharded over ranks when a process group has several ranks.
 
     ``signal_grace`` > 0: a SIGTERM / SIGUSR1 that reaches the loader's worker processes does not
     end them at once; they keep serving batches for that many seconds (+5) so that the process
     reading them can finish what it does on such a signal (the trainer passes
     ``CONFIG.TRAIN.PREEMPT_GRACE``).
+
+    ``classes``: the training data's class names, for a validation or test loader (see
+    :func:`build_dataset`).
 
     ``CONFIG.TRAIN.BATCH_SIZE`` counts clips: with ``CONFIG.DATA.CLIPS_PER_VIDEO`` N > 1 a
     training batch holds ``BATCH_SIZE / N`` videos of N clips each
@@ -441,7 +458,7 @@ def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0) -> DataLoa
     :class:`~zoo.data.robust.TooManyBadVideos` (naming examples) when more than
     ``CONFIG.DATA.MAX_BAD_FRACTION`` of an epoch's videos on this rank could not be read.
     """
-    dataset = build_dataset(cfg, split, uint8_train_clips=True)
+    dataset = build_dataset(cfg, split, uint8_train_clips=True, classes=classes)
     train = split == "train"
     batch_size = {
         "train": cfg.CONFIG.TRAIN.BATCH_SIZE,

@@ -6,7 +6,7 @@ registered under a name ``CONFIG.DATA.DATASET`` can select; and the default entr
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional, Type, Union
+from typing import Any, Mapping, Optional, Sequence, Type, Union
 
 from .clip_settings import ClipSettings
 from .lists.providers import AnnotationListRecords, ListSource, RecordsProvider
@@ -41,10 +41,11 @@ class DatasetRecipe:
         self.fixed = dict(fixed or {})
 
     def __call__(self, anno_path: str, data_path: str, split: str, *, list_format: str = "auto",
-                 official_split: int = 1, **settings: Any) -> ClipDataset:
+                 official_split: int = 1, classes: Sequence[str] = (),
+                 **settings: Any) -> ClipDataset:
         clip_settings = ClipSettings(**{**settings, **self.fixed})
         source = ListSource(anno_path, data_path, split, list_format, official_split,
-                            clip_settings.decoder)
+                            clip_settings.decoder, tuple(classes))
         return ClipDataset(self.provider.read(source), split, clip_settings)
 
     def __repr__(self) -> str:

@@ -12,7 +12,7 @@ its class count from its classifier's shape.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch.nn as nn
 import yaml
@@ -111,17 +111,27 @@ def _check_fit(model: nn.Module, weights: Dict[str, Any], what: str) -> None:
         raise CheckpointError(f"{what}: " + "; ".join(problems))
 
 
-def model_from_checkpoint(cfg, path: str) -> Tuple[Any, nn.Module]:
-    """Build and load the model of checkpoint ``path``; returns ``(cfg, model)``.
+class CheckpointModel(NamedTuple):
+    """What :func:`checkpoint_model` returns."""
+
+    cfg: Any  # the config with the checkpoint's model name, kwargs and class count
+    model: nn.Module  # on the CPU, in train mode, with the checkpoint's (EMA) weights
+    classes: List[str]  # the training data's class names it recorded ([] when it has none)
+
+
+def checkpoint_model(cfg, path: str) -> CheckpointModel:
+    """Build and load the model of checkpoint ``path``, with the class names it recorded.
 
     The returned cfg carries the checkpoint's model name, kwargs and class count (see the module
-    docstring); the model is on the CPU, in train mode, with the checkpoint's (EMA) weights.
+    docstring).
 
     Raises:
         FileNotFoundError, CheckpointError: the file is missing, unreadable or does not fit.
     """
     state = load_checkpoint(path)
     cfg = config_for_checkpoint(cfg, state, path)
+    names = state.get("classes")
+    names = [str(c) for c in names] if isinstance(names, (list, tuple)) else []
     weights = _weights(state, path)
     del state
     model = build_model(cfg)
@@ -133,4 +143,10 @@ def model_from_checkpoint(cfg, path: str) -> Tuple[Any, nn.Module]:
         model = build_model(cfg)
     _check_fit(model, weights, f"{path} does not fit {cfg.CONFIG.MODEL.NAME}")
     model.load_state_dict(weights)
+    return CheckpointModel(cfg, model, names)
+
+
+def model_from_checkpoint(cfg, path: str) -> Tuple[Any, nn.Module]:
+    """``(cfg, model)`` of :func:`checkpoint_model`."""
+    cfg, model, _ = checkpoint_model(cfg, path)
     return cfg, model

@@ -12,15 +12,16 @@ import torch.nn.functional as F
 from ..data import build_dataset, fill_normalization
 from ..data.lists.annotations import read_class_names
 from ..models import model_facts
-from .checkpoint_model import model_from_checkpoint
+from .checkpoint_model import checkpoint_model
 
 
 class Predictor:
     """Loads a checkpoint once and scores videos with the config's test views.
 
     Args:
-        cfg: The run's config (crop and test view settings, class names from the training
-            list's classes.txt); the model name, kwargs and class count are the checkpoint's.
+        cfg: The run's config (crop and test view settings); the model name, kwargs and class
+            count are the checkpoint's. Class names are the ones the checkpoint recorded, else
+            those of the training list's classes.txt (or class folders).
         checkpoint: Path of a zoo checkpoint (its EMA weights are used when it has them).
         device: Where to run.
     """
@@ -28,14 +29,17 @@ class Predictor:
     def __init__(self, cfg, checkpoint: str, device: str = "cpu") -> None:
         # Model name, kwargs and class count come from the checkpoint (a warning names
         # differences); MODEL.PRETRAINED is not read.
-        cfg, self.model = model_from_checkpoint(cfg, checkpoint)
+        cfg, self.model, recorded = checkpoint_model(cfg, checkpoint)
         self.cfg = cfg = fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
         self.device = torch.device(device)
         self.model.to(self.device).eval()
         num_classes = cfg.CONFIG.DATA.NUM_CLASSES
         anno = cfg.CONFIG.DATA.TRAIN_ANNO_PATH or cfg.CONFIG.DATA.VAL_ANNO_PATH
-        self.classes = read_class_names(anno, num_classes) if anno else [
-            str(i) for i in range(num_classes)]
+        if recorded:  # the names the checkpoint's training data gave
+            self.classes = recorded + [str(i) for i in range(len(recorded), num_classes)]
+        else:
+            self.classes = read_class_names(anno, num_classes) if anno else [
+                str(i) for i in range(num_classes)]
 
     def _views(self, path: str) -> torch.Tensor:
         with tempfile.TemporaryDirectory() as tmp:

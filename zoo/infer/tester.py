@@ -10,7 +10,7 @@ from ..data import build_loader
 from ..launch.setup import checkpoint_dir, job_config, this_process, worker_setup
 from ..utils import comm
 from ..utils.checkpoint_io import latest_checkpoint
-from .checkpoint_model import model_from_checkpoint
+from .checkpoint_model import checkpoint_model
 from .evaluator import evaluate
 from .plots import confusion_matrix, write_confusion
 
@@ -85,10 +85,11 @@ def test_worker(cfg) -> None:
 def _test(cfg) -> dict:
     logger, device, out_dir = worker_setup(cfg, write_config=False)
     ckpt_path = find_test_checkpoint(cfg, out_dir)
-    # Model name, kwargs and class count come from the checkpoint (a warning names differences).
-    cfg, model = model_from_checkpoint(cfg, ckpt_path)
+    # Model name, kwargs and class count come from the checkpoint (a warning names differences);
+    # the test data's class ids follow the class names it recorded.
+    cfg, model, classes = checkpoint_model(cfg, ckpt_path)
     model.to(device)
-    loader = build_loader(cfg, "test")
+    loader = build_loader(cfg, "test", classes=classes)
     data = cfg.CONFIG.DATA
     views = data.TEST_NUM_SEGMENT * data.TEST_NUM_CROP
     logger.info("testing %s on %d videos x %d views", ckpt_path, len(loader.dataset), views)

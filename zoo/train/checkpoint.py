@@ -18,7 +18,7 @@ import glob
 import logging
 import os
 import random
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -139,15 +139,18 @@ def _remove_preempt_checkpoints(save_dir: str, before: tuple, keep: str = "") ->
 
 def training_state(model, optimizer, scheduler, scaler, ema, epoch: int, iteration: int,
                    cfg_yaml: str, rng: List[Dict[str, Any]], best_top1: float,
-                   epoch_iter: int = 0) -> Dict[str, Any]:
+                   epoch_iter: int = 0, classes: Sequence[str] = ()) -> Dict[str, Any]:
     """The training checkpoint dict (see :func:`zoo.utils.checkpoint_io.make_checkpoint`).
 
     ``epoch_iter`` > 0 marks a mid-epoch checkpoint: that many batches of epoch ``epoch + 1`` were
     trained (saved as the ``epoch_iter`` key; epoch-end checkpoints do not have it). For a model
     sharded with FSDP2 every rank must call it (the full state is gathered to rank 0, whose
-    result is the one to write).
+    result is the one to write). ``classes``: the training data's class names, kept as the
+    ``classes`` key when given.
     """
     extra: Dict[str, Any] = {"best_top1": best_top1}
+    if classes:
+        extra["classes"] = [str(c) for c in classes]
     if epoch_iter > 0:
         extra["epoch_iter"] = epoch_iter
     if ema is not None:

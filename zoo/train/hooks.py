@@ -320,7 +320,8 @@ class Checkpointer(HookBase):
         rng = gather_rng_states()  # every rank takes part; rank 0 writes
         if comm.is_main_process() or is_sharded(t.model):  # gathering shards: every rank
             state = training_state(t.model, t.optimizer, t.scheduler, t.step.scaler, t.step.ema,
-                                   t.epoch + 1, t.iteration, t.cfg_yaml, rng, t.best_top1)
+                                   t.epoch + 1, t.iteration, t.cfg_yaml, rng, t.best_top1,
+                                   classes=getattr(t, "classes", ()))
         path = None
         writes = getattr(t, "checkpoint_writes", None)
         if comm.is_main_process():

@@ -177,6 +177,9 @@ class Trainer:
         optimizer, scheduler, step: The optimizer, its per-step LR schedule and the train step
             (``step.ema`` is the EMA or None, ``step.scaler`` the fp16 grad scaler or None).
         train_loader, val_loader: The loaders (``val_loader`` None without a validation list).
+        classes: The training data's class names (entry ``i`` names class ``i``; the id itself
+            where nothing names it): the validation data's ids follow them, and checkpoints keep
+            them (``classes``) for testing and prediction.
         train_stream: The :class:`~zoo.data.epoch_stream.EpochStream` the epochs read: one pass
             of ``train_loader`` over the remaining epochs, so its workers make the next epoch's
             first batches while an epoch ends (None before the first epoch, or after a hook
@@ -216,7 +219,8 @@ class Trainer:
         # checkpoint (zoo/launch/preemption.py; it may come during validation too).
         grace = float(cfg.CONFIG.TRAIN.PREEMPT_GRACE)
         self.train_loader = build_loader(cfg, "train", signal_grace=grace)
-        self.val_loader = (build_loader(cfg, "val", signal_grace=grace)
+        self.classes = [str(c) for c in getattr(self.train_loader.dataset, "classes", [])]
+        self.val_loader = (build_loader(cfg, "val", signal_grace=grace, classes=self.classes)
                            if cfg.CONFIG.DATA.VAL_ANNO_PATH else None)
         self.iters_per_epoch = len(self.train_loader)
         train = cfg.CONFIG.TRAIN
@@ -449,7 +453,7 @@ class Trainer:
         if comm.is_main_process() or is_sharded(self.model):  # gathering shards: every rank
             state = training_state(self.model, self.optimizer, self.scheduler, self.step.scaler,
                                    self.step.ema, self.epoch, self.iteration, self.cfg_yaml, rng,
-                                   self.best_top1, epoch_iter=done)
+                                   self.best_top1, epoch_iter=done, classes=self.classes)
         if comm.is_main_process():
             try:
                 path = save_preempt_checkpoint(self.save_dir, state)

@@ -3,9 +3,10 @@
 A zoo checkpoint is a dict with ``model`` (a state dict without ``module.`` prefixes),
 ``optimizer``, ``scheduler``, ``scaler``, ``epoch`` (epochs completed), ``iteration``, ``cfg``
 (YAML text), ``rng`` (one entry per rank, so every rank resumes its own random streams), in that
-order, plus optional keys: ``best_top1`` and ``ema`` (training), ``converted_from`` (the
-converter). :func:`make_checkpoint` builds it, :func:`atomic_save` writes it and
-:func:`load_checkpoint` reads it with ``torch.load(weights_only=True)``.
+order, plus optional keys: ``best_top1``, ``ema`` and ``classes`` (training: the training
+data's class names, entry ``i`` naming class ``i``), ``converted_from`` (the converter).
+:func:`make_checkpoint` builds it, :func:`atomic_save` writes it and :func:`load_checkpoint`
+reads it with ``torch.load(weights_only=True)``.
 
 This module sits below ``zoo.models``, ``zoo.train`` and ``zoo.infer`` (the trainer and the
 converter both write through it; testing and prediction find and read checkpoints with it), and

@@ -23,7 +23,7 @@ import csv
 import logging
 import os
 import re
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from .formats import check_header, header_fields, parse_lines
 from .records import (  # noqa: F401  (AnnotationError, VideoRecord, list_lines re-exported)
@@ -151,6 +151,29 @@ def read_annotations(
     if not records:
         raise AnnotationError(f"annotation list {anno_path!r} has no videos in it")
     return records
+
+
+def check_same_classes(names: Sequence[str], training: Sequence[str], where: str) -> None:
+    """Stop when a split names a class id differently from the training data.
+
+    Only ids that both sides name count: a name that is just the id's number (no ``classes.txt``,
+    or a blank line in it) says nothing.
+
+    Args:
+        names: The split's class names, entry ``i`` naming id ``i``.
+        training: The training data's class names (or a checkpoint's).
+        where: The split's list, as the message names it (e.g. ``CONFIG.DATA.VAL_ANNO_PATH =
+            '...'``).
+
+    Raises:
+        AnnotationError: One line naming the first id named differently, both names and the fix.
+    """
+    for i, (name, want) in enumerate(zip(names, training)):
+        if name != want and name != str(i) and want != str(i):
+            raise AnnotationError(
+                f"{where}: class {i} is {name!r} there but {want!r} in the training data: the "
+                "labels of one split would mean other classes in the other. Give both the same "
+                "classes.txt and labels (the training list's), or the same class folders")
 
 
 def read_class_names(anno_path: str, num_classes: int) -> List[str]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Optional, Tuple
 
 from .annotations import image_list_records, read_annotations, read_class_names
 from .records import AnnotationError, VideoRecord
@@ -48,6 +48,10 @@ class ListSource:
         official_split: Which official split (1-3) of UCF101 / HMDB51.
         decoder: The reader the clips will be decoded with (``CONFIG.DATA.DECODER``); "frames"
             means the list's paths are folders of extracted frames.
+        classes: The training data's class names in id order, given for a validation or test
+            split: a source whose labels are names (class folders, a Kinetics CSV) numbers them
+            in this order, so every split's ids mean the same classes. Empty = the source's own
+            order.
     """
 
     anno_path: str
@@ -56,6 +60,7 @@ class ListSource:
     list_format: str = "auto"
     official_split: int = 1
     decoder: str = "pyav"
+    classes: Tuple[str, ...] = ()
 
     @property
     def frames(self) -> bool:
@@ -99,6 +104,11 @@ def _labelled(records: List[VideoRecord], anno_path: str, root: str) -> VideoLis
     return VideoList(records, classes, root, anno_path)
 
 
+def _given(source: ListSource) -> Optional[List[str]]:
+    """The class names ``source`` was given (the training data's), or None."""
+    return list(source.classes) or None
+
+
 def _require(records: List[VideoRecord], where: str) -> List[VideoRecord]:
     if not records:
         raise AnnotationError(f"{where}: no videos found")
@@ -114,7 +124,7 @@ class AnnotationListRecords(RecordsProvider):
     def read(self, source: ListSource) -> VideoList:
         if os.path.isdir(source.anno_path):
             kind = "frames" if source.frames else "videos"
-            records, classes = class_folder_records(source.anno_path, kind)
+            records, classes = class_folder_records(source.anno_path, kind, _given(source))
             return VideoList(records, classes, source.anno_path, source.anno_path)
         records = read_annotations(source.anno_path, source.list_format, source.data_path)
         return _labelled(records, source.anno_path, source.data_path)
@@ -128,7 +138,7 @@ class KineticsRecords(RecordsProvider):
 
     def read(self, source: ListSource) -> VideoList:
         anno, root = source.anno_path, source.data_path
-        records, classes, missing = kinetics_records(anno, root, frames=source.frames)
+        records, classes, missing = kinetics_records(anno, root, _given(source), source.frames)
         if missing:
             logger.warning(
                 "%s: %d of %d videos have no file under %s and are left out (e.g. %s)",
@@ -178,7 +188,7 @@ class ClassFolderRecords(RecordsProvider):
 
     def read(self, source: ListSource) -> VideoList:
         kind = self.kind or ("frames" if source.frames else "videos")
-        records, classes = class_folder_records(source.anno_path, kind)
+        records, classes = class_folder_records(source.anno_path, kind, _given(source))
         write_classes(source.anno_path, classes)
         return VideoList(records, classes, source.anno_path, source.anno_path)
 

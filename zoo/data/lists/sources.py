@@ -113,7 +113,10 @@ def kinetics_records(
     for line_no, row in enumerate(rows, start=2):
         name = row["label"].strip()
         if name not in label_ids:
-            raise AnnotationError(f"{csv_path}:{line_no}: label {name!r} is not a known class")
+            raise AnnotationError(
+                f"{csv_path}:{line_no}: label {name!r} is not among the {len(label_ids)} classes "
+                "(the training data's for a validation or test CSV, else classes.txt beside the "
+                "CSV or the CSV's own labels)")
         start, end = float(row["time_start"]), float(row["time_end"])
         stem = kinetics_stem(row["youtube_id"].strip(), start, end)
         if stem in index:
@@ -212,44 +215,72 @@ def hmdb51_records(split_dir: str, train: bool, split_id: int = 1) -> Records:
 
 
 def class_names_of_folder(root: str) -> List[str]:
-    """Sorted names of the sub-folders of ``root`` (the classes of a class-folder dataset)."""
+    """Sorted names of the sub-folders of ``root`` (the classes of a class-folder dataset); hidden
+    ones (``.ipynb_checkpoints``, ``.git``: a leading ".") are not classes."""
     return sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))
                   and not d.startswith("."))
 
 
-def class_folder_records(root: str, kind: str = "videos") -> Records:
-    """A folder with one sub-folder per class; class ids follow the sorted folder names.
+def class_folder_records(root: str, kind: str = "videos",
+                         classes: Optional[Sequence[str]] = None) -> Records:
+    """A folder with one sub-folder per class; class ids follow the sorted folder names, or
+    ``classes``.
+
+    Hidden files and folders (a leading ".": macOS's ``._clip.mp4`` resource forks, notebook
+    checkpoints) are passed over at every depth. A class folder without items keeps its id, with a
+    warning.
 
     Args:
         root: The folder.
         kind: "videos" (video files at any depth), "frames" (each folder of images is one video)
             or "images" (each image file is one item).
+        classes: The class names in id order, when they are known already (the training data's,
+            for a validation or test folder): each sub-folder's items get its name's id there, a
+            class may have no folder, and a folder whose name is not among them is an error.
+            None = the sorted sub-folder names.
 
     Returns:
         ``(records, classes)`` with paths relative to ``root``, sorted within each class.
     """
     if not os.path.isdir(root):
         raise AnnotationError(f"{root!r} is not a folder")
-    classes = class_names_of_folder(root)
-    if not classes:
+    folders = class_names_of_folder(root)
+    if not folders:
         raise AnnotationError(f"{root!r} has no class sub-folders")
+    if classes is None:
+        classes = folders
+    ids = {name: i for i, name in enumerate(classes)}
+    unknown = [name for name in folders if name not in ids]
+    if unknown:
+        raise AnnotationError(
+            f"{root!r}: the class folder(s) {', '.join(map(repr, unknown[:3]))} are not among the "
+            f"{len(ids)} classes of the training data ({', '.join(map(repr, list(ids)[:3]))}, "
+            "...): rename them to a training class, or move them out of the folder")
     records = []
     exts = IMAGE_EXTS if kind in ("images", "frames") else VIDEO_EXTS
-    for label, name in enumerate(classes):
+    empty = []
+    for name in folders:
         items = []
         for dirpath, dirnames, filenames in os.walk(os.path.join(root, name)):
-            dirnames.sort()
-            hits = [f for f in filenames if f.lower().endswith(exts)]
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            hits = [f for f in filenames if f.lower().endswith(exts) and not f.startswith(".")]
             if kind == "frames":
                 if hits:
                     items.append(os.path.relpath(dirpath, root))
                     dirnames.clear()  # a frame folder is a leaf
             else:
                 items += [os.path.relpath(os.path.join(dirpath, f), root) for f in hits]
-        records += [VideoRecord(path, -1, label) for path in sorted(items)]
+        if not items:
+            empty.append(name)
+        records += [VideoRecord(path, -1, ids[name]) for path in sorted(items)]
     if not records:
         raise AnnotationError(f"{root!r}: no {kind} found in its class sub-folders")
-    return records, classes
+    if empty:
+        logger.warning("%s: %d class folder(s) hold no %s (%s): their classes have no examples "
+                       "here (%s files count)", root, len(empty), kind,
+                       ", ".join(empty[:3]) + (", ..." if len(empty) > 3 else ""),
+                       ", ".join(exts))
+    return records, list(classes)
 
 
 def write_classes(folder: str, classes: Sequence[str], required: bool = False) -> Optional[str]:

@@ -1,0 +1,182 @@
+"""A class id means the same class in every split and after training: class folders (hidden
+entries, empty folders, a validation or test folder without some class), Kinetics CSVs, lists
+whose classes.txt disagree, and checkpoints that carry the training data's names to testing and
+prediction."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import logging
+import os
+
+import pytest
+import torch
+import yaml
+from helpers import ROOT, TOY_MODEL, run_tool
+from videos_for_tests import ramp_frames, write
+
+from zoo.config import load_config
+from zoo.data import build_dataset
+from zoo.data.lists.annotations import AnnotationError, check_same_classes
+from zoo.data.lists.sources import class_folder_records, kinetics_stem
+
+SMALL = ["DATA.CLIP_LEN", "4", "DATA.FRAME_RATE", "2", "DATA.CROP_SIZE", "28",
+         "DATA.SHORT_SIDE_SIZE", "32", "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]",
+         "DATA.TEST_NUM_SEGMENT", "1", "DATA.TEST_NUM_CROP", "1", "DATA.NUM_WORKERS", "0"]
+
+
+def _videos(root, names):
+    """One 8-frame video at each relative path in ``names`` under ``root``."""
+    for name in names:
+        path = os.path.join(root, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write(path, ramp_frames(8))
+
+
+def _cfg(train, val, *extra):
+    return load_config(None, ["DATA.TRAIN_ANNO_PATH", str(train), "DATA.VAL_ANNO_PATH", str(val),
+                              *SMALL, *extra])
+
+
+def _by_name(dataset):
+    """{file name: class name} of a dataset's videos."""
+    return {os.path.basename(p): dataset.classes[label]
+            for p, label in zip(dataset.paths, dataset.labels)}
+
+
+def test_hidden_folders_and_files_are_neither_classes_nor_videos(tmp_path):
+    root = tmp_path / "videos"
+    _videos(root, ["run/a.mp4", "walk/b.mp4", "walk/.cache/c.mp4", ".ipynb_checkpoints/d.mp4"])
+    (root / "run" / "._a.mp4").write_bytes(b"\0\5\26\7 AppleDouble resource fork")
+    records, classes = class_folder_records(str(root))
+    assert classes == ["run", "walk"]
+    assert [(r.path, r.label) for r in records] == [("run/a.mp4", 0), ("walk/b.mp4", 1)]
+
+    # The list maker sees the same classes and videos as training on the folder itself.
+    spec = importlib.util.spec_from_file_location(
+        "build_lists", os.path.join(ROOT, "datasets", "build_lists_from_folders.py"))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main(["--root", str(root), "--out", str(tmp_path / "lists"),
+                      "--val-fraction", "0"]) == 0
+    assert (tmp_path / "lists" / "classes.txt").read_text() == "run\nwalk\n"
+    assert (tmp_path / "lists" / "train.txt").read_text() == "run/a.mp4 -1 0\nwalk/b.mp4 -1 1\n"
+
+
+def test_an_empty_class_folder_keeps_its_id_and_is_named_in_a_warning(tmp_path, caplog):
+    root = tmp_path / "videos"
+    _videos(root, ["a/x.mp4", "c/y.mp4"])
+    (root / "b").mkdir()
+    (root / "b" / "clip.mts").write_bytes(b"not a listed extension")
+    with caplog.at_level(logging.WARNING):
+        records, classes = class_folder_records(str(root))
+    assert classes == ["a", "b", "c"] and [r.label for r in records] == [0, 2]
+    warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warning) == 1 and "1 class folder(s) hold no videos (b)" in warning[0], warning
+
+
+def test_a_validation_folder_without_a_class_keeps_the_training_ids(tmp_path):
+    _videos(tmp_path / "train", ["archery/t1.mp4", "bowling/t2.mp4", "cycling/t3.mp4"])
+    _videos(tmp_path / "val", ["archery/v1.mp4", "cycling/v3.mp4"])  # no bowling here
+    cfg = _cfg(tmp_path / "train", tmp_path / "val")
+    train = build_dataset(cfg, "train")
+    # Alone, the folder numbers cycling 1: bowling's id in training.
+    assert build_dataset(cfg, "val").labels == [0, 1] and train.classes[1] == "bowling"
+    val = build_dataset(cfg, "val", classes=train.classes)
+    assert _by_name(val) == {"v1.mp4": "archery", "v3.mp4": "cycling"}
+    assert val.labels == [0, 2] and val.classes == ["archery", "bowling", "cycling"]
+
+    # A folder the training data has no class for stops with one line naming it.
+    _videos(tmp_path / "val", ["darts/v4.mp4"])
+    with pytest.raises(AnnotationError, match=r"'darts' are not among the 3 classes") as e:
+        build_dataset(cfg, "val", classes=train.classes)
+    assert "\n" not in str(e.value)
+
+
+def test_a_kinetics_validation_csv_without_a_class_keeps_the_training_ids(tmp_path):
+    header = "label,youtube_id,time_start,time_end,split\n"
+    rows = {"train": [("abseiling", "a1"), ("bowling", "b1"), ("cycling", "c1")],
+            "val": [("abseiling", "a2"), ("cycling", "c2")]}
+    for split, videos in rows.items():
+        (tmp_path / split).mkdir()
+        (tmp_path / split / f"{split}.csv").write_text(
+            header + "".join(f"{label},{vid},0,10,{split}\n" for label, vid in videos))
+        _videos(tmp_path / split, [f"{kinetics_stem(vid, 0, 10)}.mp4" for _, vid in videos])
+    cfg = _cfg(tmp_path / "train" / "train.csv", tmp_path / "val" / "val.csv",
+               "DATA.DATASET", "KineticsDataset")
+    train = build_dataset(cfg, "train")
+    val = build_dataset(cfg, "val", classes=train.classes)
+    assert val.labels == [0, 2] and val.classes[2] == "cycling"
+
+
+def test_lists_whose_classes_txt_disagree_stop_with_one_line(tmp_path):
+    _videos(tmp_path, ["x.mp4", "y.mp4"])
+    for split, names in (("train", "cat\ndog\n"), ("val", "dog\ncat\n")):
+        (tmp_path / split).mkdir()
+        (tmp_path / split / "list.txt").write_text("../x.mp4 -1 0\n../y.mp4 -1 1\n")
+        (tmp_path / split / "classes.txt").write_text(names)
+    cfg = _cfg(tmp_path / "train" / "list.txt", tmp_path / "val" / "list.txt")
+    train = build_dataset(cfg, "train")
+    with pytest.raises(AnnotationError) as e:
+        build_dataset(cfg, "val", classes=train.classes)
+    assert str(e.value).startswith("CONFIG.DATA.VAL_ANNO_PATH = ") and "\n" not in str(e.value)
+    assert "class 0 is 'dog' there but 'cat' in the training data" in str(e.value)
+
+    # Without a classes.txt a list names no class: nothing to disagree with.
+    (tmp_path / "val" / "classes.txt").unlink()
+    assert build_dataset(cfg, "val", classes=train.classes).labels == [0, 1]
+
+
+def test_only_ids_both_sides_name_are_compared():
+    check_same_classes(["cat", "1", "bird"], ["cat", "dog", "2"], "val")  # numbers name nothing
+    check_same_classes(["cat"], ["cat", "dog"], "val")  # a split may have fewer classes
+    with pytest.raises(AnnotationError, match="class 1 is 'bird' there but 'dog'"):
+        check_same_classes(["cat", "bird"], ["cat", "dog"], "val")
+
+
+@pytest.mark.slow
+def test_a_trained_checkpoint_carries_its_class_names_to_testing_and_prediction(tmp_path):
+    """Training on class folders whose validation and test folders each lack a class: validation,
+    test and prediction all use the training ids and names, the test folder's through the
+    checkpoint alone (the training folder is gone by then)."""
+    _videos(tmp_path / "train", [f"{c}/t{i}.mp4" for c in ("a", "b", "c") for i in range(2)])
+    _videos(tmp_path / "val", ["a/v1.mp4", "c/v2.mp4"])
+    _videos(tmp_path / "test", ["b/s1.mp4", "c/s2.mp4"])
+    (tmp_path / "toy.py").write_text(TOY_MODEL)
+    config = {"CONFIG": {
+        "EXTRA_MODULES": [str(tmp_path / "toy.py")],
+        "MODEL": {"NAME": "toy_conv3d"},
+        "DATA": {"TRAIN_ANNO_PATH": str(tmp_path / "train"),
+                 "VAL_ANNO_PATH": str(tmp_path / "val"),
+                 "TEST_ANNO_PATH": str(tmp_path / "test"), "NUM_CLASSES": 0},
+        "TRAIN": {"BATCH_SIZE": 2, "EPOCH_NUM": 1}, "VAL": {"BATCH_SIZE": 2},
+        "TEST": {"BATCH_SIZE": 2},
+        "LOG": {"BASE_PATH": str(tmp_path / "runs"), "EXP_NAME": "ids"},
+    }}
+    yaml_path = tmp_path / "ids.yaml"
+    yaml_path.write_text(yaml.safe_dump(config))
+    args = ["--config-file", str(yaml_path), *SMALL, "DDP_CONFIG.DISTRIBUTED", "False"]
+    r = run_tool("train_ddp.py", args)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run = tmp_path / "runs" / "ids"
+    ckpt = run / "checkpoints" / "epoch_1.pth"
+    assert torch.load(ckpt, map_location="cpu", weights_only=True)["classes"] == ["a", "b", "c"]
+    val = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()
+           if json.loads(x).get("split") == "val"]
+    assert val[-1]["num_videos"] == 2
+
+    os.rename(tmp_path / "train", tmp_path / "train_gone")
+    r = run_tool("test_ddp.py", args)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(run / "predictions.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    truth = {os.path.basename(r["video"]): (r["label"], r["label_name"]) for r in rows}
+    assert truth == {"s1.mp4": ("1", "b"), "s2.mp4": ("2", "c")}, rows  # the training ids
+
+    r = run_tool("predict.py", [*args[:2], "--checkpoint", str(ckpt), "--json",
+                                str(tmp_path / "test" / "b" / "s1.mp4"), *args[2:]])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    names = {t["name"] for t in json.loads(r.stdout)[0]["top"]}
+    assert names == {"a", "b", "c"}, r.stdout
