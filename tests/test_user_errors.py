@@ -191,6 +191,20 @@ def test_label_above_num_classes(data, tmp_path):
     assert_one_error_line(r, "labels up to 2", "CONFIG.DATA.NUM_CLASSES = 2")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["one", "two"])
+def test_validation_classes_named_otherwise_than_training(data, tmp_path, mode):
+    for split, names in (("train", "a\nb\nc\n"), ("val", "a\nc\nb\n")):
+        (tmp_path / split).mkdir()
+        (tmp_path / split / "list.txt").write_text((data / "train.txt").read_text())
+        (tmp_path / split / "classes.txt").write_text(names)
+    args = args_for(data, tmp_path, train_list=tmp_path / "train" / "list.txt")
+    args[args.index("DATA.VAL_ANNO_PATH") + 1] = str(tmp_path / "val" / "list.txt")
+    r = run_tool("train_ddp.py", [*args, *launch_mode(mode)])
+    assert_one_error_line(r, "CONFIG.DATA.VAL_ANNO_PATH", "class 1 is 'c' there but 'b'")
+    assert not (tmp_path / "run").exists()  # found before any worker started
+
+
 # ------------------------------------------------------ errors inside the workers: log has them
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["one", "two"])

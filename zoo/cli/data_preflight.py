@@ -5,7 +5,8 @@ A wrong data path or list otherwise surfaces inside every worker (N tracebacks),
 names (so every list format and source it understands is understood here too) and checked:
 
 * the list exists and has videos, and parses (AnnotationError / ConfigError from the reader);
-* labels stay below ``CONFIG.DATA.NUM_CLASSES`` when it is > 0 (``build_dataset`` checks it);
+* labels stay below ``CONFIG.DATA.NUM_CLASSES`` when it is > 0, and validation's class ids mean
+  what training's do (``build_dataset`` checks both);
 * the data folder exists, and the first videos of the list are found in it;
 * the first video of the list decodes with ``CONFIG.DATA.DECODER`` (the next ones are tried when
   it is unreadable): a decoding library that does not work here (an API its installed release does
@@ -141,6 +142,7 @@ def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> No
 
         spec = resolve_job(cfg)
     processes = processes_at_least(spec)
+    train_classes: Sequence[str] = ()
     for split in splits:
         if split == "val" and not cfg.CONFIG.DATA.VAL_ANNO_PATH:
             continue
@@ -152,7 +154,11 @@ def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> No
             split_cfg.defrost()
             split_cfg.CONFIG.DATA.NUM_CLASSES = 0
             split_cfg.freeze()
-        dataset = build_dataset(split_cfg, split)
+        # Validation numbers its classes as training does (a mismatch stops here).
+        dataset = build_dataset(split_cfg, split,
+                                classes=train_classes if split == "val" else ())
+        if split == "train":
+            train_classes = [str(c) for c in getattr(dataset, "classes", [])]
         _check_videos_found(cfg, split, dataset, dataset_kwargs(cfg, split)["data_path"])
         if split == "train":
             check_batch_size(cfg, len(dataset), processes)

@@ -214,6 +214,12 @@ def hmdb51_records(split_dir: str, train: bool, split_id: int = 1) -> Records:
 # ----------------------------------------------------------------------------- class folders
 
 
+def _some(names: Sequence[str], quote: bool = True) -> str:
+    """The first three of ``names``, joined for a message ("..." when there are more)."""
+    shown = [repr(n) if quote else n for n in names[:3]]
+    return ", ".join(shown + (["..."] if len(names) > 3 else []))
+
+
 def class_names_of_folder(root: str) -> List[str]:
     """Sorted names of the sub-folders of ``root`` (the classes of a class-folder dataset); hidden
     ones (``.ipynb_checkpoints``, ``.git``: a leading ".") are not classes."""
@@ -253,9 +259,9 @@ def class_folder_records(root: str, kind: str = "videos",
     unknown = [name for name in folders if name not in ids]
     if unknown:
         raise AnnotationError(
-            f"{root!r}: the class folder(s) {', '.join(map(repr, unknown[:3]))} are not among the "
-            f"{len(ids)} classes of the training data ({', '.join(map(repr, list(ids)[:3]))}, "
-            "...): rename them to a training class, or move them out of the folder")
+            f"{root!r}: the class folder(s) {_some(unknown)} are not among the {len(ids)} "
+            f"classes of the training data ({_some(list(ids))}): rename them to a training "
+            "class, or move them out of the folder")
     records = []
     exts = IMAGE_EXTS if kind in ("images", "frames") else VIDEO_EXTS
     empty = []
@@ -277,8 +283,7 @@ def class_folder_records(root: str, kind: str = "videos",
         raise AnnotationError(f"{root!r}: no {kind} found in its class sub-folders")
     if empty:
         logger.warning("%s: %d class folder(s) hold no %s (%s): their classes have no examples "
-                       "here (%s files count)", root, len(empty), kind,
-                       ", ".join(empty[:3]) + (", ..." if len(empty) > 3 else ""),
+                       "here (%s files count)", root, len(empty), kind, _some(empty, quote=False),
                        ", ".join(exts))
     return records, list(classes)
 
