@@ -20,6 +20,7 @@ from zoo.data import DATASET_REGISTRY, build_dataset, transforms
 from zoo.data.clip_settings import ClipSettings
 from zoo.data.dataset_recipes import DatasetRecipe, VideoListDataset
 from zoo.data.decode.registry import PyAVReader
+from zoo.data.lists.annotations import AnnotationError
 from zoo.data.lists.providers import AnnotationListRecords, ListSource, RecordsProvider
 from zoo.data.video_dataset import ClipDataset
 from zoo.utils.env import import_extra_modules
@@ -113,6 +114,10 @@ def test_read_records_subclass_from_a_user_file_still_works(videos, tmp_path):
     assert [os.path.basename(p) for p in ds.paths] == sorted(videos["names"])
     assert ds.labels == [0, 0, 1, 1] and ds.classes == ["zero", "one"]
     assert ds.settings.clip_len == 4 and ds.anno_path == str(anno)
+    # Validation with the training classes: checked against its names, not passed to it.
+    assert build_dataset(cfg, "val", classes=ds.classes).classes == ["zero", "one"]
+    with pytest.raises(AnnotationError, match="class 0 is 'zero' there but 'null'"):
+        build_dataset(cfg, "val", classes=["null", "one"])
     clip, label, index, n_bad = ds[(0, 2)]
     assert clip.shape == (3, 4, 28, 28) and (label, index, n_bad) == (1, 2, 0)
     with pytest.raises(TypeError, match="clip_lenn"):

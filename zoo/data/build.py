@@ -242,7 +242,7 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False,
             if comm.is_main_process():
                 logger.info("train crops: cut by the loader, resized and flipped by the training "
                             "step on its device (DATA.RESIZE_ON device)")
-    if classes and _takes(entry, "classes"):
+    if classes and _takes(entry, "classes", by_name=True):  # not a ClipSettings field
         kwargs["classes"] = list(classes)
     dataset = entry(**kwargs)
     key = _list_paths(cfg, split)["anno_key"]
@@ -258,15 +258,16 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False,
     return dataset
 
 
-def _takes(entry: Any, keyword: str) -> bool:
-    """Whether the registry entry ``entry`` accepts ``keyword`` (by name or as ``**kwargs``)."""
+def _takes(entry: Any, keyword: str, by_name: bool = False) -> bool:
+    """Whether the registry entry ``entry`` accepts ``keyword``: by name, or (unless
+    ``by_name``) as ``**kwargs``, where a ClipDataset subclass's settings go."""
     if isinstance(entry, dataset_recipes.DatasetRecipe):
         return True
     try:
         params = inspect.signature(entry).parameters.values()
     except (TypeError, ValueError):
         return False
-    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in params)
+    return any(p.name == keyword or (p.kind is p.VAR_KEYWORD and not by_name) for p in params)
 
 
 class EpochSampler(Sampler):
