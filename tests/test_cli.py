@@ -153,6 +153,21 @@ def test_predict_takes_trailing_overrides(tmp_path, capsys):
     assert e.value.code == 2
 
 
+def test_predict_without_a_config_needs_one_recorded_in_the_checkpoint(tmp_path):
+    import torch
+
+    from zoo.cli.predict import recorded_config
+    from zoo.utils.errors import UsageError
+
+    torch.save({"model": {}, "cfg": "CONFIG:\n  DATA:\n    CLIP_LEN: 4\n"}, tmp_path / "run.pth")
+    path = recorded_config(str(tmp_path / "run.pth"), str(tmp_path))
+    assert open(path, encoding="utf-8").read().endswith("CLIP_LEN: 4\n")
+    torch.save({"state_dict": {}}, tmp_path / "published.pth")
+    with pytest.raises(UsageError, match="records no config .* give the run's config with "
+                                         "--config-file"):
+        recorded_config(str(tmp_path / "published.pth"), str(tmp_path))
+
+
 def _readme_commands():
     """``python tools/X.py ...`` / ``python datasets/X.py ...`` commands of README.md, from its
     code blocks and inline code, continuation lines joined, ``[--flag]`` read as ``--flag``."""

@@ -1,9 +1,12 @@
 """``zoo-predict`` (``tools/predict.py``): print the top-5 classes of video files with a trained
 checkpoint.
 
-The model (name, kwargs, class count) is the checkpoint's; MODEL.PRETRAINED is not read.
+The model (name, kwargs, class count) and the class names are the checkpoint's; MODEL.PRETRAINED
+is not read. Without ``--config-file`` the clip settings (frames, crop, test views, normalisation)
+are the config the checkpoint was trained with, which every zoo training checkpoint records.
 
-    zoo-predict --config-file x.yaml --checkpoint ckpt.pth a.mp4 b.mp4 [--json] [KEY VALUE ...]
+    zoo-predict --checkpoint ckpt.pth a.mp4 b.mp4 [--json] [KEY VALUE ...]
+    zoo-predict --config-file x.yaml --checkpoint ckpt.pth a.mp4 [KEY VALUE ...]
 
 The videos end at the first config key (``DATA.TEST_NUM_SEGMENT``: upper case, not an existing
 file); it and what follows are overrides, as in every other command. ``--opts KEY VALUE ...``
@@ -14,9 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from typing import List, Optional, Tuple
 
+from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
 from .command import command
 from .configure import setup_cfg
@@ -26,7 +32,7 @@ DESCRIPTION = "Print the top-5 classes of video files with a trained checkpoint.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = tool_parser(DESCRIPTION, __doc__, config=True, overrides=False, required=True)
+    p = tool_parser(DESCRIPTION, __doc__, config=True, overrides=False)
     p.spill_dest = "videos"
     p.add_argument("--checkpoint", required=True, help="zoo checkpoint (.pth)")
     p.add_argument("--topk", type=int, default=5, help="classes to show per video")
@@ -79,6 +85,21 @@ def _print_text(results: list) -> None:
             print(f"  {i}. {t['name']:<24} {t['prob']:.4f}")
 
 
+def recorded_config(checkpoint: str, folder: str) -> str:
+    """The config ``checkpoint`` was trained with, written into ``folder`` as a YAML file; its
+    path."""
+    from ..utils.checkpoint_io import load_checkpoint
+
+    text = load_checkpoint(checkpoint).get("cfg")
+    if not isinstance(text, str) or not text.strip():
+        raise UsageError(f"--checkpoint {checkpoint!r} records no config (converted or published "
+                         "weights): give the run's config with --config-file")
+    path = os.path.join(folder, "recorded_config.yaml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
 @command
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
@@ -86,7 +107,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     from ..data import prepare_synthetic
     from ..infer.predictor import Predictor
 
-    cfg = prepare_synthetic(setup_cfg(args))
+    with tempfile.TemporaryDirectory() as tmp:
+        if not args.config_file:
+            args.config_file = recorded_config(args.checkpoint, tmp)
+        cfg = prepare_synthetic(setup_cfg(args))
     results = Predictor(cfg, args.checkpoint, _device(args.device)).predict(
         args.videos, args.topk)
     if args.json:
