@@ -19,7 +19,7 @@ from videos_for_tests import ramp_frames, write
 
 from zoo.config import load_config
 from zoo.data import build_dataset
-from zoo.data.lists.annotations import AnnotationError, check_same_classes
+from zoo.data.lists.annotations import AnnotationError, check_same_classes, names_any_class
 from zoo.data.lists.sources import class_folder_records, kinetics_stem
 
 SMALL = ["DATA.CLIP_LEN", "4", "DATA.FRAME_RATE", "2", "DATA.CROP_SIZE", "28",
@@ -127,6 +127,19 @@ def test_lists_whose_classes_txt_disagree_stop_with_one_line(tmp_path):
     # Without a classes.txt a list names no class: nothing to disagree with.
     (tmp_path / "val" / "classes.txt").unlink()
     assert build_dataset(cfg, "val", classes=train.classes).labels == [0, 1]
+
+
+def test_training_classes_that_are_only_numbers_name_nothing(tmp_path):
+    """A training list without classes.txt: a validation folder numbers its own classes, as it
+    would alone (nothing says which folder is which number)."""
+    _videos(tmp_path / "videos", ["x.mp4", "y.mp4"])
+    (tmp_path / "train.txt").write_text("videos/x.mp4 -1 0\nvideos/y.mp4 -1 1\n")
+    _videos(tmp_path / "val", ["walk/v1.mp4", "run/v2.mp4"])
+    cfg = _cfg(tmp_path / "train.txt", tmp_path / "val")
+    train = build_dataset(cfg, "train")
+    assert train.classes == ["0", "1"] and not names_any_class(train.classes)
+    val = build_dataset(cfg, "val", classes=train.classes)
+    assert val.classes == ["run", "walk"] and _by_name(val) == {"v1.mp4": "walk", "v2.mp4": "run"}
 
 
 def test_only_ids_both_sides_name_are_compared():

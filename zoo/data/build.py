@@ -72,7 +72,7 @@ from . import dataset_recipes, source_datasets  # noqa: F401  (register the buil
 from .batch_memory import REUSE_WORKS, BatchMemory
 from .collate import collate_clips, collate_train
 from .decode.threads import LIBRARY_CHOICE, set_auto_threads, threads_per_worker
-from .lists.annotations import check_same_classes
+from .lists.annotations import check_same_classes, names_any_class
 from .registry import DATASET_REGISTRY
 from .robust import GuardedLoader
 
@@ -204,7 +204,8 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False,
     split. Sources whose labels are names (class folders, Kinetics CSVs) number their classes in
     that order (:class:`~zoo.data.lists.providers.ListSource`), and the dataset's class names must
     agree with them wherever both sides name an id (:func:`~zoo.data.lists.annotations.
-    check_same_classes`): a validation list whose ids mean other classes stops here.
+    check_same_classes`): a validation list whose ids mean other classes stops here. Names that
+    are only the ids' numbers (a training list without ``classes.txt``) are as none.
 
     With ``uint8_train_clips`` (what :func:`build_loader` asks, for the training step to
     normalise), ``CONFIG.DATA.NORMALIZE_ON`` "device" and ``RANDOM_ERASE`` 0, training items
@@ -242,6 +243,8 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False,
             if comm.is_main_process():
                 logger.info("train crops: cut by the loader, resized and flipped by the training "
                             "step on its device (DATA.RESIZE_ON device)")
+    if not names_any_class(classes):  # numbers only (lists without classes.txt): no names
+        classes = ()
     if classes and _takes(entry, "classes", by_name=True):  # not a ClipSettings field
         kwargs["classes"] = list(classes)
     dataset = entry(**kwargs)

@@ -18,6 +18,7 @@ from ..data import build_loader, normalization
 from ..data.device_crops import batch_geometry
 from ..data.device_staging import DeviceStaging
 from ..data.epoch_stream import EpochStream, set_loader_epoch
+from ..data.lists.annotations import names_any_class
 from ..infer.metrics import MetricsWriter
 from ..launch.heartbeat import note_step
 from ..launch.job import resume_config
@@ -178,8 +179,8 @@ class Trainer:
             (``step.ema`` is the EMA or None, ``step.scaler`` the fp16 grad scaler or None).
         train_loader, val_loader: The loaders (``val_loader`` None without a validation list).
         classes: The training data's class names (entry ``i`` names class ``i``; the id itself
-            where nothing names it): the validation data's ids follow them, and checkpoints keep
-            them (``classes``) for testing and prediction.
+            where nothing names it), or [] when it names none: the validation data's ids follow
+            them, and checkpoints keep them (``classes``) for testing and prediction.
         train_stream: The :class:`~zoo.data.epoch_stream.EpochStream` the epochs read: one pass
             of ``train_loader`` over the remaining epochs, so its workers make the next epoch's
             first batches while an epoch ends (None before the first epoch, or after a hook
@@ -219,7 +220,8 @@ class Trainer:
         # checkpoint (zoo/launch/preemption.py; it may come during validation too).
         grace = float(cfg.CONFIG.TRAIN.PREEMPT_GRACE)
         self.train_loader = build_loader(cfg, "train", signal_grace=grace)
-        self.classes = [str(c) for c in getattr(self.train_loader.dataset, "classes", [])]
+        names = [str(c) for c in getattr(self.train_loader.dataset, "classes", [])]
+        self.classes = names if names_any_class(names) else []
         self.val_loader = (build_loader(cfg, "val", signal_grace=grace, classes=self.classes)
                            if cfg.CONFIG.DATA.VAL_ANNO_PATH else None)
         self.iters_per_epoch = len(self.train_loader)

@@ -153,6 +153,12 @@ def read_annotations(
     return records
 
 
+def names_any_class(names: Sequence[str]) -> bool:
+    """Whether ``names`` (entry ``i`` naming class ``i``) names any class by more than its
+    number (``str(i)`` is what a list without ``classes.txt`` gets)."""
+    return any(name != str(i) for i, name in enumerate(names))
+
+
 def check_same_classes(names: Sequence[str], training: Sequence[str], where: str) -> None:
     """Stop when a split names a class id differently from the training data.
 
