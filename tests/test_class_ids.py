@@ -103,12 +103,16 @@ def test_a_kinetics_validation_csv_without_a_class_keeps_the_training_ids(tmp_pa
         (tmp_path / split).mkdir()
         (tmp_path / split / f"{split}.csv").write_text(
             header + "".join(f"{label},{vid},0,10,{split}\n" for label, vid in videos))
-        _videos(tmp_path / split, [f"{kinetics_stem(vid, 0, 10)}.mp4" for _, vid in videos])
+        _videos(tmp_path / split / "videos",
+                [f"{kinetics_stem(vid, 0, 10)}.mp4" for _, vid in videos])
+    # A deleted copy in a hidden trash folder, which a sorted walk would find first.
+    _videos(tmp_path / "val" / ".Trash-1000", [f"{kinetics_stem('a2', 0, 10)}.mp4"])
     cfg = _cfg(tmp_path / "train" / "train.csv", tmp_path / "val" / "val.csv",
                "DATA.DATASET", "KineticsDataset")
     train = build_dataset(cfg, "train")
     val = build_dataset(cfg, "val", classes=train.classes)
     assert val.labels == [0, 2] and val.classes[2] == "cycling"
+    assert all(os.sep + "videos" + os.sep in p for p in val.paths), val.paths
 
 
 def test_lists_whose_classes_txt_disagree_stop_with_one_line(tmp_path):

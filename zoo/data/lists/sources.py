@@ -51,16 +51,18 @@ def index_files(
     root: str, exts: Sequence[str] = VIDEO_EXTS, folders: bool = False
 ) -> Dict[str, str]:
     """Map file name stems (or, with ``folders``, leaf folder names) under ``root`` to their path
-    relative to ``root``. The first one found (sorted walk) wins for a stem seen twice."""
+    relative to ``root``. The first one found (sorted walk) wins for a stem seen twice. Hidden
+    files and folders (a leading ".": a trash folder, macOS's ``._`` resource forks) are passed
+    over."""
     found: Dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         rel_dir = os.path.relpath(dirpath, root)
         if folders:
             if not dirnames and dirpath != root:
                 found.setdefault(os.path.basename(dirpath), rel_dir)
             continue
-        for name in sorted(filenames):
+        for name in sorted(f for f in filenames if not f.startswith(".")):
             stem, ext = os.path.splitext(name)
             if ext.lower() in exts:
                 found.setdefault(stem, os.path.normpath(os.path.join(rel_dir, name)))
