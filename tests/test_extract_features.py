@@ -11,7 +11,8 @@ from videos_for_tests import noise_frames, write
 
 from zoo.config import load_config
 from zoo.data import build_dataset
-from zoo.infer.features import feature_path, pooled_features
+from zoo.data.lists.records import AnnotationError, VideoRecord
+from zoo.infer.features import feature_path, feature_paths, pooled_features
 
 WIDTH = 6
 
@@ -71,6 +72,21 @@ def test_pooled_features_are_the_classifier_input():
     clips = torch.randn(2, 3, 4, 16, 16)
     want = model[:-1](clips)  # everything before the Linear
     assert torch.allclose(pooled_features(model, clips), want)
+
+
+def test_parts_of_a_video_get_files_of_their_own_and_collisions_stop():
+    out = os.path.join("out")
+    records = [VideoRecord("a/x.mp4", -1, 0), VideoRecord("a/x.mp4", -1, 0, 12.5, 20.0),
+               VideoRecord("a/x.mp4", -1, 1, 20.0, -1.0), VideoRecord("a/x.mp4", -1, 1, -1, 4),
+               VideoRecord("f/dir", 30, 2, offset=10), VideoRecord("../y.mp4", -1, 0)]
+    names = [os.path.relpath(p, out) for p in feature_paths(out, records, "val.csv")]
+    assert names == [os.path.join("a", n) for n in (
+        "x.npy", "x@12.5s-20s.npy", "x@20s-end.npy", "x@0s-4s.npy")] + [
+        os.path.join("f", "dir@frames11-40.npy"), "y.npy"]
+    for twin in (VideoRecord("a/x.webm", -1, 0), VideoRecord("a/x.mp4", -1, 3)):
+        with pytest.raises(AnnotationError, match=r"val.csv: 'a/x.mp4' and '.*' would both "
+                                                  r"write .*x.npy"):
+            feature_paths(out, [records[0], twin], "val.csv")
 
 
 def test_frame_folding_models_average_their_frames():

@@ -10,7 +10,11 @@ classify frames one by one (TSN, 2D ResNets) fold time into the batch; their per
 are averaged, as their logits are.
 
 Layout: ``OUT/<the video's path in the list, extension replaced by .npy>``, a float32 array of
-shape ``(D,)``. ``OUT`` is ``--output``, else ``BASE_PATH/EXP_NAME/SAVE_DIR`` for a config with
+shape ``(D,)``. A list entry that is a part of its video gets the part in its name: a time range
+(CSV ``start``/``end``) ``clip@12.5s-20s.npy`` (``@0s-`` / ``-end`` for an open side), frames
+of a frame folder (MMAction2 rawframe offsets) ``clip@frames11-40.npy``. Two entries that would
+write the same file (a video listed twice, ``x.mp4`` beside ``x.webm``) stop the run before any
+is read. ``OUT`` is ``--output``, else ``BASE_PATH/EXP_NAME/SAVE_DIR`` for a config with
 ``INFERENCE.FEAT`` True (gluoncv's folder), else ``BASE_PATH/EXP_NAME/features``.
 """
 
@@ -19,12 +23,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.nn as nn
 
+from ..data.lists.records import AnnotationError, VideoRecord
 from ..models.classifier import find_classifier
 
 logger = logging.getLogger("zoo")
@@ -72,12 +77,38 @@ def feature_dir(cfg, output: Optional[str] = None) -> str:
     return os.path.join(log.BASE_PATH, log.EXP_NAME, sub)
 
 
-def feature_path(out_dir: str, rel_path: str) -> str:
-    """``out_dir/rel_path`` with the extension replaced by ``.npy`` (folders mirrored)."""
+def feature_path(out_dir: str, rel_path: str, record: Optional[VideoRecord] = None) -> str:
+    """``out_dir/rel_path`` with the extension replaced by ``.npy`` (folders mirrored), and the
+    part of the video ``record`` covers when it is one (see the module docstring)."""
     rel = os.path.normpath(rel_path).lstrip(os.sep)
     if rel.startswith(".."):
         rel = os.path.basename(rel)  # a path outside the data root: keep only its file name
-    return os.path.join(out_dir, os.path.splitext(rel)[0] + ".npy")
+    stem = os.path.splitext(rel)[0]
+    if record is not None and (record.start >= 0 or record.end >= 0):
+        end = f"{record.end:g}s" if record.end >= 0 else "end"
+        stem += f"@{max(record.start, 0.0):g}s-{end}"
+    elif record is not None and record.offset > 0:
+        stem += f"@frames{record.offset + 1}-{record.offset + max(record.num_frames, 0)}"
+    return os.path.join(out_dir, stem + ".npy")
+
+
+def feature_paths(out_dir: str, records: Sequence[VideoRecord], where: str) -> List[str]:
+    """Each record's feature file (:func:`feature_path`).
+
+    Raises:
+        AnnotationError: Two records would write the same file (one line naming both).
+    """
+    paths, first = [], {}
+    for record in records:
+        path = feature_path(out_dir, record.path, record)
+        if path in first:
+            raise AnnotationError(
+                f"{where}: {first[path]!r} and {record.path!r} would both write {path}: list "
+                "each video (or part of one) once, and rename videos whose names differ only "
+                "in their extension")
+        first[path] = record.path
+        paths.append(path)
+    return paths
 
 
 def _save(path: str, array: np.ndarray) -> None:
@@ -107,6 +138,8 @@ def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out_dir = feature_dir(cfg, output)
     dataset = build_dataset(cfg, "val")
+    targets = feature_paths(out_dir, dataset.records,
+                            f"CONFIG.DATA.VAL_ANNO_PATH = {cfg.CONFIG.DATA.VAL_ANNO_PATH!r}")
     model = build_model(cfg).to(device).eval()
     workers = cfg.CONFIG.DATA.NUM_WORKERS
     loader = torch.utils.data.DataLoader(
@@ -122,7 +155,7 @@ def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
             if returned != wanted:  # the loader stood another video in for an unreadable one
                 unreadable.append(dataset.paths[wanted])
                 continue
-            _save(feature_path(out_dir, dataset.records[wanted].path), feats[j])
+            _save(targets[wanted], feats[j])
             written, dim = written + 1, feats.shape[1]
         start += len(indices)
     logger.info("wrote %d feature files (%d floats each) under %s", written, dim, out_dir)
