@@ -115,6 +115,12 @@ def test_a_kinetics_validation_csv_without_a_class_keeps_the_training_ids(tmp_pa
     assert all(os.sep + "videos" + os.sep in p for p in val.paths), val.paths
 
 
+def test_a_class_name_for_two_ids_stops_data_that_labels_by_name(tmp_path):
+    _videos(tmp_path / "val", ["run/v1.mp4"])
+    with pytest.raises(AnnotationError, match=r"'run' stands for ids 1 and 2 \(lines 2 and 3"):
+        class_folder_records(str(tmp_path / "val"), classes=["walk", "run", "run"])
+
+
 def test_lists_whose_classes_txt_disagree_stop_with_one_line(tmp_path):
     _videos(tmp_path, ["x.mp4", "y.mp4"])
     for split, names in (("train", "cat\ndog\n"), ("val", "dog\ncat\n")):

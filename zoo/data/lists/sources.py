@@ -37,6 +37,23 @@ def _names_file(path: str) -> Optional[List[str]]:
     return names
 
 
+def class_ids(classes: Sequence[str], where: str) -> Dict[str, int]:
+    """``{name: id}`` of ``classes`` (entry ``i`` naming id ``i``), for data that labels by name.
+
+    Raises:
+        AnnotationError: A name stands for two ids (which of them a label means is unknowable).
+    """
+    ids: Dict[str, int] = {}
+    for i, name in enumerate(classes):
+        if name in ids:
+            raise AnnotationError(
+                f"{where}: the class name {name!r} stands for ids {ids[name]} and {i} (lines "
+                f"{ids[name] + 1} and {i + 1} of the classes.txt that names them): labels by name "
+                "need each name once")
+        ids[name] = i
+    return ids
+
+
 # ----------------------------------------------------------------------------- Kinetics
 
 
@@ -109,7 +126,7 @@ def kinetics_records(
                                            "classes.txt"))
     if classes is None:
         classes = sorted({row["label"].strip() for row in rows})
-    label_ids = {name: i for i, name in enumerate(classes)}
+    label_ids = class_ids(classes, csv_path)
     index = index_files(data_root, folders=frames)
     records, missing = [], []
     for line_no, row in enumerate(rows, start=2):
@@ -257,7 +274,7 @@ def class_folder_records(root: str, kind: str = "videos",
         raise AnnotationError(f"{root!r} has no class sub-folders")
     if classes is None:
         classes = folders
-    ids = {name: i for i, name in enumerate(classes)}
+    ids = class_ids(classes, root)
     unknown = [name for name in folders if name not in ids]
     if unknown:
         raise AnnotationError(
