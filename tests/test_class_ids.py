@@ -19,7 +19,7 @@ from videos_for_tests import ramp_frames, write
 
 from zoo.config import load_config
 from zoo.data import build_dataset
-from zoo.data.lists.annotations import AnnotationError, check_same_classes, names_any_class
+from zoo.data.lists.annotations import AnnotationError, check_same_classes, named_classes
 from zoo.data.lists.sources import class_folder_records, kinetics_stem
 
 SMALL = ["DATA.CLIP_LEN", "4", "DATA.FRAME_RATE", "2", "DATA.CROP_SIZE", "28",
@@ -147,13 +147,14 @@ def test_training_classes_that_are_only_numbers_name_nothing(tmp_path):
     _videos(tmp_path / "val", ["walk/v1.mp4", "run/v2.mp4"])
     cfg = _cfg(tmp_path / "train.txt", tmp_path / "val")
     train = build_dataset(cfg, "train")
-    assert train.classes == ["0", "1"] and not names_any_class(train.classes)
+    assert train.classes == ["0", "1"] and named_classes(train.classes) == []
     val = build_dataset(cfg, "val", classes=train.classes)
     assert val.classes == ["run", "walk"] and _by_name(val) == {"v1.mp4": "walk", "v2.mp4": "run"}
 
 
 def test_only_ids_both_sides_name_are_compared():
     check_same_classes(["cat", "1", "bird"], ["cat", "dog", "2"], "val")  # numbers name nothing
+    assert named_classes(["0", "dog"]) == ["0", "dog"] and named_classes([0, 1]) == []
     check_same_classes(["cat"], ["cat", "dog"], "val")  # a split may have fewer classes
     with pytest.raises(AnnotationError, match="class 1 is 'bird' there but 'dog'"):
         check_same_classes(["cat", "bird"], ["cat", "dog"], "val")

@@ -135,7 +135,7 @@ def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> No
     """
     from ..data import build_dataset
     from ..data.build import dataset_kwargs
-    from ..data.lists.annotations import names_any_class
+    from ..data.lists.annotations import named_classes
 
     if spec is None:
         # First: a topology that cannot work (WORLD_URLS, ranks) is the more basic error.
@@ -159,8 +159,7 @@ def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> No
         dataset = build_dataset(split_cfg, split,
                                 classes=train_classes if split == "val" else ())
         if split == "train":
-            names = [str(c) for c in getattr(dataset, "classes", [])]
-            train_classes = names if names_any_class(names) else ()
+            train_classes = named_classes(getattr(dataset, "classes", []))
         _check_videos_found(cfg, split, dataset, dataset_kwargs(cfg, split)["data_path"])
         if split == "train":
             check_batch_size(cfg, len(dataset), processes)

@@ -72,7 +72,7 @@ from . import dataset_recipes, source_datasets  # noqa: F401  (register the buil
 from .batch_memory import REUSE_WORKS, BatchMemory
 from .collate import collate_clips, collate_train
 from .decode.threads import LIBRARY_CHOICE, set_auto_threads, threads_per_worker
-from .lists.annotations import check_same_classes, names_any_class
+from .lists.annotations import check_same_classes, named_classes
 from .registry import DATASET_REGISTRY
 from .robust import GuardedLoader
 
@@ -243,8 +243,7 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False,
             if comm.is_main_process():
                 logger.info("train crops: cut by the loader, resized and flipped by the training "
                             "step on its device (DATA.RESIZE_ON device)")
-    if not names_any_class(classes):  # numbers only (lists without classes.txt): no names
-        classes = ()
+    classes = named_classes(classes)  # numbers only (lists without classes.txt): no names
     if classes and _takes(entry, "classes", by_name=True):  # not a ClipSettings field
         kwargs["classes"] = list(classes)
     dataset = entry(**kwargs)

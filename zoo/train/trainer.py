@@ -18,7 +18,7 @@ from ..data import build_loader, normalization
 from ..data.device_crops import batch_geometry
 from ..data.device_staging import DeviceStaging
 from ..data.epoch_stream import EpochStream, set_loader_epoch
-from ..data.lists.annotations import names_any_class
+from ..data.lists.annotations import named_classes
 from ..infer.metrics import MetricsWriter
 from ..launch.heartbeat import note_step
 from ..launch.job import resume_config
@@ -220,8 +220,7 @@ class Trainer:
         # checkpoint (zoo/launch/preemption.py; it may come during validation too).
         grace = float(cfg.CONFIG.TRAIN.PREEMPT_GRACE)
         self.train_loader = build_loader(cfg, "train", signal_grace=grace)
-        names = [str(c) for c in getattr(self.train_loader.dataset, "classes", [])]
-        self.classes = names if names_any_class(names) else []
+        self.classes = named_classes(getattr(self.train_loader.dataset, "classes", []))
         self.val_loader = (build_loader(cfg, "val", signal_grace=grace, classes=self.classes)
                            if cfg.CONFIG.DATA.VAL_ANNO_PATH else None)
         self.iters_per_epoch = len(self.train_loader)

@@ -23,7 +23,7 @@ import csv
 import logging
 import os
 import re
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from .formats import check_header, header_fields, parse_lines
 from .records import (  # noqa: F401  (AnnotationError, VideoRecord, list_lines re-exported)
@@ -153,10 +153,11 @@ def read_annotations(
     return records
 
 
-def names_any_class(names: Sequence[str]) -> bool:
-    """Whether ``names`` (entry ``i`` naming class ``i``) names any class by more than its
-    number (``str(i)`` is what a list without ``classes.txt`` gets)."""
-    return any(name != str(i) for i, name in enumerate(names))
+def named_classes(names: Sequence[Any]) -> List[str]:
+    """``names`` (entry ``i`` naming class ``i``) as strings when any of them names its class by
+    more than its number, else ``[]`` (``str(i)`` is what a list without ``classes.txt`` gets)."""
+    names = [str(name) for name in names]
+    return names if any(name != str(i) for i, name in enumerate(names)) else []
 
 
 def check_same_classes(names: Sequence[str], training: Sequence[str], where: str) -> None:
