@@ -69,12 +69,29 @@ def test_an_empty_class_folder_keeps_its_id_and_is_named_in_a_warning(tmp_path, 
     root = tmp_path / "videos"
     _videos(root, ["a/x.mp4", "c/y.mp4"])
     (root / "b").mkdir()
-    (root / "b" / "clip.mts").write_bytes(b"not a listed extension")
+    (root / "b" / "clip.xyz").write_bytes(b"not a listed extension")
     with caplog.at_level(logging.WARNING):
         records, classes = class_folder_records(str(root))
     assert classes == ["a", "b", "c"] and [r.label for r in records] == [0, 2]
     warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warning) == 1 and "1 class folder(s) hold no videos (b)" in warning[0], warning
+    assert len(warning) == 2 and "1 class folder(s) hold no videos (b)" in warning[0], warning
+    assert "1 file(s) in the class folders are not read as videos (.xyz x1; e.g. " \
+        "'b/clip.xyz')" in warning[1], warning
+
+
+def test_camcorder_phone_and_broadcast_files_count_and_other_files_are_named(tmp_path, caplog):
+    root = tmp_path / "videos"
+    _videos(root, ["a/x.MTS", "a/y.3gp", "b/z.m2ts", "b/w.mxf"])
+    for name in ("a/notes.txt", "b/readme.txt", "b/clip.xyz", "b/NOEXT"):
+        (root / name).write_text("not a video")
+    with caplog.at_level(logging.WARNING):
+        records, classes = class_folder_records(str(root))
+    assert [(r.path, r.label) for r in records] == [
+        ("a/x.MTS", 0), ("a/y.3gp", 0), ("b/w.mxf", 1), ("b/z.m2ts", 1)]
+    warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warning) == 1, warning
+    assert "4 file(s) in the class folders are not read as videos (.txt x2, " in warning[0]
+    assert ".xyz x1" in warning[0] and "no extension x1" in warning[0], warning
 
 
 def test_a_validation_folder_without_a_class_keeps_the_training_ids(tmp_path):

@@ -27,6 +27,9 @@ SPECS = {
     "h264_mkv": (".mkv", "libx264", "yuv420p", (32, 64), 40, {}, False),
     "mpeg4_avi": (".avi", "mpeg4", "yuv420p", (32, 64), 40, {"qscale": "2"}, False),
     "vp9_webm": (".webm", "libvpx-vp9", "yuv420p", (32, 64), 40, {}, False),
+    "h264_mpegts_mts": (".mts", "libx264", "yuv420p", (32, 64), 40, {}, False),  # camcorders
+    "h264_3gp": (".3gp", "libx264", "yuv420p", (32, 64), 40, {}, False),  # phones
+    "mpeg2_mxf": (".mxf", "mpeg2video", "yuv420p", (32, 64), 40, {"g": "12"}, False),  # broadcast
     "odd_size_mpeg4_avi": (".avi", "mpeg4", "yuv420p", (33, 47), 20, {"qscale": "2"}, False),
     "odd_size_h264_444_mp4": (".mp4", "libx264", "yuv444p", (33, 47), 20, {}, False),
     "one_frame_mp4": (".mp4", "libx264", "yuv420p", (32, 64), 1, {}, False),

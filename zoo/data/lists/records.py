@@ -12,7 +12,8 @@ from typing import Iterator, Tuple
 from ...utils.errors import UserError
 
 # File extensions of the videos and images zoo reads (lower case).
-VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv")
+VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv",
+              ".3gp", ".ts", ".mts", ".m2ts", ".ogv", ".mxf")
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
 

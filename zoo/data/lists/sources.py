@@ -283,18 +283,9 @@ def class_folder_records(root: str, kind: str = "videos",
             "class, or move them out of the folder")
     records = []
     exts = IMAGE_EXTS if kind in ("images", "frames") else VIDEO_EXTS
-    empty = []
+    empty, passed_over = [], []
     for name in folders:
-        items = []
-        for dirpath, dirnames, filenames in os.walk(os.path.join(root, name)):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            hits = [f for f in filenames if f.lower().endswith(exts) and not f.startswith(".")]
-            if kind == "frames":
-                if hits:
-                    items.append(os.path.relpath(dirpath, root))
-                    dirnames.clear()  # a frame folder is a leaf
-            else:
-                items += [os.path.relpath(os.path.join(dirpath, f), root) for f in hits]
+        items = _class_items(root, name, kind, exts, passed_over)
         if not items:
             empty.append(name)
         records += [VideoRecord(path, -1, ids[name]) for path in sorted(items)]
@@ -304,7 +295,42 @@ def class_folder_records(root: str, kind: str = "videos",
         logger.warning("%s: %d class folder(s) hold no %s (%s): their classes have no examples "
                        "here (%s files count)", root, len(empty), kind, _some(empty, quote=False),
                        ", ".join(exts))
+    if passed_over:
+        _warn_passed_over(root, kind, exts, passed_over)
     return records, list(classes)
+
+
+def _class_items(root: str, name: str, kind: str, exts: Sequence[str],
+                 passed_over: List[str]) -> List[str]:
+    """The items of class folder ``name`` (paths relative to ``root``); files that are not items
+    (neither hidden nor of ``exts``) are appended to ``passed_over``."""
+    items = []
+    for dirpath, dirnames, filenames in os.walk(os.path.join(root, name)):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        files = [f for f in filenames if not f.startswith(".")]
+        hits = [f for f in files if f.lower().endswith(exts)]
+        passed_over += [os.path.relpath(os.path.join(dirpath, f), root)
+                        for f in sorted(files) if f not in hits]
+        if kind == "frames":
+            if hits:
+                items.append(os.path.relpath(dirpath, root))
+                dirnames.clear()  # a frame folder is a leaf
+        else:
+            items += [os.path.relpath(os.path.join(dirpath, f), root) for f in hits]
+    return items
+
+
+def _warn_passed_over(root: str, kind: str, exts: Sequence[str], paths: List[str]) -> None:
+    """One warning naming the files of the class folders that are not read, by extension."""
+    counts: Dict[str, int] = {}
+    for path in paths:
+        ext = os.path.splitext(path)[1].lower() or "no extension"
+        counts[ext] = counts.get(ext, 0) + 1
+    by_ext = ", ".join(f"{ext} x{n}" for ext, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    logger.warning("%s: %d file(s) in the class folders are not read as %s (%s; e.g. %s): only "
+                   "%s files count; list other files in an annotation list, which reads any file "
+                   "the decoder opens", root, len(paths), kind, by_ext, _some(paths),
+                   ", ".join(exts))
 
 
 def write_classes(folder: str, classes: Sequence[str], required: bool = False) -> Optional[str]:
