@@ -38,18 +38,20 @@ BITS = 8  # blocks holding the frame number
 _SEED_PTS = [0, 40, 80, 100, 180, 190, 260, 300, 420, 430]  # VFR gaps (ms), repeated
 
 
-def frames(num: int = NUM, size=SIZE) -> np.ndarray:
-    """uint8 RGB ``(num, H, W, 3)``: frame ``t`` shows ``t`` in binary blocks and a moving bar."""
+def frames(num: int = NUM, size=SIZE, first: int = 0) -> np.ndarray:
+    """uint8 RGB ``(num, H, W, 3)``: frame ``t`` shows ``first + t`` (mod 256) in binary blocks
+    and a moving bar."""
     h, w = size
     out = np.zeros((num, h, w, 3), np.uint8)
     top = h * 2 // 3  # blocks in the top two thirds, the bar below
     cols = BITS // 2
     for t in range(num):
+        number = (first + t) % (1 << BITS)
         for b in range(BITS):
             r, c = divmod(b, cols)
             y0, y1 = r * top // 2, (r + 1) * top // 2
             x0, x1 = c * w // cols, (c + 1) * w // cols
-            out[t, y0:y1, x0:x1] = 235 if (t >> b) & 1 else 20
+            out[t, y0:y1, x0:x1] = 235 if (number >> b) & 1 else 20
         out[t, top:, :] = (40, 90, 160)
         x = (t * 5) % max(w - 8, 1)
         out[t, top:, x:x + 8] = (250, 200, 40)
@@ -100,15 +102,18 @@ def _pyav(path: str, codec: str, pix_fmt: str = "yuv420p", options=None, pts_ms=
             container.mux(packet)
 
 
-def _ffmpeg(path: str, args: List[str], audio: bool = False, size=SIZE, post=()) -> None:
-    """Pipe the frames as raw RGB into the ``ffmpeg`` command with ``args`` (+ a sine track)."""
+def _ffmpeg(path: str, args: List[str], audio: bool = False, size=SIZE, post=(),
+            data: Optional[np.ndarray] = None) -> None:
+    """Pipe the frames (``data``, else :func:`frames`) as raw RGB into the ``ffmpeg`` command with
+    ``args`` (+ a sine track)."""
     h, w = size
     cmd = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "rawvideo",
            "-pix_fmt", "rgb24", "-s", f"{w}x{h}", "-r", str(FPS), "-i", "-"]
     if audio:
         cmd += ["-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=22050:duration={NUM / FPS}"]
     cmd += ["-map", "0:v"] + (["-map", "1:a"] if audio else []) + list(args) + [path]
-    subprocess.run(cmd, input=frames(size=size).tobytes(), check=True, capture_output=True)
+    data = frames(size=size) if data is None else data
+    subprocess.run(cmd, input=data.tobytes(), check=True, capture_output=True)
     for step in post:
         step(path)
 
@@ -175,6 +180,18 @@ def _avi_from_mp4(path: str) -> None:
     subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-i", mp4, "-c", "copy",
                     path], check=True, capture_output=True)
     os.remove(mp4)
+
+
+def _cut_copy(path: str, cut: int = 20) -> None:
+    """The usual trim of a downloaded video, ``ffmpeg -ss <t> -i in.mp4 -c copy out.mp4``: the
+    packets from the keyframe before the cut are copied (frames 12-19 of the source here) and an
+    MP4 edit list hides them; the sample table still counts them. The source's frames are drawn
+    so that the first one shown after the cut carries 0."""
+    source = path + ".src.mp4"
+    _ffmpeg(source, _X264_CLI, data=frames(NUM + cut, first=-cut))
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-ss", str(cut / FPS),
+                    "-i", source, "-c", "copy", path], check=True, capture_output=True)
+    os.remove(source)
 
 
 def _rotated(degrees: int, audio: bool = False) -> Callable[[str], None]:
@@ -254,6 +271,9 @@ CASES: List[Case] = [
     Case("vfr_mkv", "vfr.mkv",
          lambda p: _pyav(p, "libx264", options=_X264, pts_ms=_vfr_pts()), "pyav",
          "variable frame rate in Matroska"),
+    Case("h264_mp4_cut_copy", "cut_copy.mp4", _cut_copy, "ffmpeg",
+         "MP4 cut without decoding (ffmpeg -ss -c copy): an edit list hides the frames from the "
+         "keyframe before the cut"),
     Case("h264_raw", "raw.h264", lambda p: _ffmpeg(p, _X264_CLI + ["-f", "h264"]), "ffmpeg",
          "raw H.264 elementary stream: no container, no timestamps"),
     Case("h264_mkv_broken_pts", "broken_pts.mkv", _broken_pts, "ffmpeg",

@@ -207,6 +207,11 @@ class PyAVReader(VideoReader):
         """The container's count, else the hint, else the number of video packets."""
         if self._num_frames is None:
             count = int(self._stream.frames or 0)
+            if count > 0 and not self._matroska:
+                # An MP4/MOV edit list (a cut with ``ffmpeg -ss ... -c copy``, a phone's trim)
+                # hides frames the sample table still counts; FFmpeg marks them and never outputs
+                # them.
+                count -= self._discarded_frames()
             if self._sequential:
                 # AVI's header counts empty "drop" chunks too (a remux from MP4 with B-frames
                 # claimed 500 frames for 250): its index, read at open, has the real ones.
@@ -222,7 +227,13 @@ class PyAVReader(VideoReader):
     def _indexed_frames(self) -> int:
         """Non-empty entries of the demuxer's index (no reading), 0 when it has none."""
         entries = self._stream.index_entries
-        return sum(1 for entry in entries if entry.size > 0) if entries else 0
+        return sum(1 for e in entries if e.size > 0 and not e.is_discard) if entries else 0
+
+    def _discarded_frames(self) -> int:
+        """Entries of the demuxer's index that an edit list leaves out (no reading; ~1.5 ms for
+        a 5-minute video's 7,500 entries)."""
+        entries = self._stream.index_entries
+        return sum(1 for e in entries if e.is_discard) if entries else 0
 
     def _packets(self):
         """The video packets from the start of the file (demuxing only); read errors wrapped."""
@@ -233,7 +244,7 @@ class PyAVReader(VideoReader):
         with PYAV.reading(self.path, "cannot read"):
             for packet in self._container.demux(self._stream):
                 check_deadline()
-                if packet.size:
+                if packet.size and not packet.is_discard:  # (discard: hidden by an edit list)
                     yield packet
 
     def _count_packets(self) -> int:
@@ -586,9 +597,12 @@ def _fit(image: np.ndarray, size: Sequence[int]) -> np.ndarray:
 def probe_seekable(path: str) -> bool:
     """Whether a frame-number seek by timestamp (as OpenCV's) finds frame ``i`` exactly in
     ``path``: the container stores presentation timestamps, they are trustworthy, and they sit on a
-    constant-rate grid. Read with PyAV, demuxing only (no decoding)."""
+    constant-rate grid. Read with PyAV, demuxing only (no decoding). An MP4/MOV whose edit list
+    hides frames is not: OpenCV's frame count and frame numbers include the hidden ones."""
     with PyAVReader(path) as video:
         if video._sequential or video._rate is None:
+            return False
+        if not video._matroska and video._discarded_frames():
             return False
         table = video._timestamps()
         if video._sequential:
