@@ -74,17 +74,72 @@ def test_ucf101_and_hmdb51_lists(tmp_path):
     assert (tmp_path / "h" / "classes.txt").read_text() == "climb\nwave\n"
 
 
-def test_lists_from_class_folders(tmp_path):
-    for cls in ("b", "a"):
-        for i in range(5):
-            (tmp_path / "v" / cls).mkdir(parents=True, exist_ok=True)
-            (tmp_path / "v" / cls / f"clip {i}.mp4").write_bytes(b"x")
+def _make_lists(tmp_path, *extra):
+    out = tmp_path / "l"
     rc = _script("datasets/build_lists_from_folders.py").main(
-        ["--root", str(tmp_path / "v"), "--out", str(tmp_path / "l"), "--val-fraction", "0.2"])
+        ["--root", str(tmp_path / "v"), "--out", str(out), *extra])
     assert rc == 0
+    return [{(r.path, r.label) for r in read_annotations(str(out / split))}
+            for split in ("train.txt", "val.txt")]
+
+
+def _touch(folder, names):
+    for name in names:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"x")
+
+
+def test_lists_from_class_folders(tmp_path):
+    _touch(tmp_path / "v", [f"{c}/clip {i}.mp4" for c in ("b", "a") for i in range(40)])
+    train, val = _make_lists(tmp_path, "--val-fraction", "0.2")
     assert (tmp_path / "l" / "classes.txt").read_text() == "a\nb\n"
-    val = read_annotations(str(tmp_path / "l" / "val.txt"))
-    assert len(val) == 2 and {r.label for r in val} == {0, 1} and " " in val[0].path
+    assert not train & val and len(train | val) == 80 and " " in next(iter(val))[0]
+    for label in (0, 1):  # about a fifth of each class (the draws are fixed by path and seed)
+        assert 3 <= sum(1 for _, lab in val if lab == label) <= 14
+    assert _make_lists(tmp_path, "--val-fraction", "0.2") == [train, val]  # deterministic
+    other_train, other_val = _make_lists(tmp_path, "--val-fraction", "0.2", "--seed", "1")
+    assert other_val != val
+
+
+def test_adding_videos_moves_no_other_video_between_train_and_val(tmp_path):
+    _touch(tmp_path / "v", [f"{c}/{i:03d}.mp4" for c in ("a", "b", "c") for i in range(30)])
+    train, val = _make_lists(tmp_path)
+    # More videos in every class, a new class sorted after the others (ids stay), one removed.
+    _touch(tmp_path / "v", [f"{c}/{i:03d}.mp4" for c in ("a", "b", "c", "d") for i in range(30, 60)]
+           + [f"d/{i:03d}.mp4" for i in range(30)])
+    (tmp_path / "v" / "b" / "007.mp4").unlink()
+    new_train, new_val = _make_lists(tmp_path)
+    old = train | val
+    assert {v for v in new_val if v in old} == val - {("b/007.mp4", 1)}
+    assert {v for v in new_train if v in old} == train - {("b/007.mp4", 1)}
+
+
+def test_a_group_stays_on_one_side_and_every_class_gets_both_sides(tmp_path):
+    # Three recordings per class, each cut into five clips, and a class of two videos.
+    _touch(tmp_path / "v", [f"{c}/cam{k}_clip{j}.mp4" for c in ("a", "b") for k in range(3)
+                            for j in range(5)] + ["tiny/x.mp4", "tiny/y.mp4", "solo/z.mp4"])
+    train, val = _make_lists(tmp_path, "--group", "^(.*)_clip[0-9]+")
+    recording = lambda path: path.split("_clip")[0]  # noqa: E731
+    assert not {recording(p) for p, _ in train} & {recording(p) for p, _ in val}
+    classes = (tmp_path / "l" / "classes.txt").read_text().split()
+    for name in ("a", "b", "tiny"):  # two groups or more: one on each side at least
+        label = classes.index(name)
+        assert any(lab == label for _, lab in train) and any(lab == label for _, lab in val)
+    # Without --group the clips of one recording are split up.
+    train, val = _make_lists(tmp_path, "--val-fraction", "0.5")
+    assert {recording(p) for p, _ in train} & {recording(p) for p, _ in val}
+
+
+def test_a_group_pattern_that_matches_nothing_or_does_not_compile_stops(tmp_path, capsys):
+    _touch(tmp_path / "v", ["a/x.mp4", "b/y.mp4"])
+    main = _script("datasets/build_lists_from_folders.py").main
+    for pattern, says in (("_clip[0-9]+", "matches none of the 2 video paths (e.g. 'a/x.mp4')"),
+                          ("(unclosed", "is not a regular expression")):
+        assert main(["--root", str(tmp_path / "v"), "--out", str(tmp_path / "l"),
+                     "--group", pattern]) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, err
+    assert not (tmp_path / "l").exists()  # nothing written
 
 
 def test_reencode_is_resumable(tmp_path, capsys):
