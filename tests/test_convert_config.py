@@ -71,7 +71,7 @@ def test_converted_kinetics_configs_build_pyslowfasts_model(tmp_path, variant):
         "Cosine", True, 34, 0.01)
     # 64 clips over 8 GPUs: 8 per process; the LR recipe is for a global batch of 64.
     assert (t.BATCH_SIZE, t.REFERENCE_BATCH, t.PRECISE_BN_ITERS) == (8, 64, 200)
-    assert (d.CLIP_LEN, d.FRAME_RATE, d.CROP_SIZE) == (32, 2, 224)
+    assert (d.CLIP_LEN, d.FRAME_RATE, d.CROP_SIZE, d.TARGET_FPS) == (32, 2, 224, 30)
     assert list(d.TRAIN_SHORT_SIDE_RANGE) == [256, 320] and d.SHORT_SIDE_SIZE == 256
     assert list(d.MEAN) == [0.45] * 3 and list(d.STD) == [0.225] * 3  # PySlowFast defaults
     assert (d.TEST_NUM_SEGMENT, d.TEST_NUM_CROP) == (10, 3)

@@ -33,6 +33,7 @@ _DEFAULTS: Dict[str, Any] = {
     "TRAIN.AUTO_RESUME": False, "TRAIN.ENABLE": True, "TEST.BATCH_SIZE": 8,
     "TEST.NUM_ENSEMBLE_VIEWS": 10,
     "TEST.NUM_SPATIAL_CROPS": 3, "DATA.NUM_FRAMES": 8, "DATA.SAMPLING_RATE": 8,
+    "DATA.TARGET_FPS": 30,
     "DATA.TRAIN_JITTER_SCALES": [256, 320], "DATA.TRAIN_CROP_SIZE": 224,
     "DATA.TEST_CROP_SIZE": 256, "DATA.MEAN": [0.45, 0.45, 0.45], "DATA.STD": [0.225, 0.225, 0.225],
     "SLOWFAST.ALPHA": 8, "SLOWFAST.BETA_INV": 8, "SLOWFAST.FUSION_CONV_CHANNEL_RATIO": 2,
@@ -100,7 +101,8 @@ def _data(v: Dict[str, Any], notes: List[str]) -> Dict[str, Any]:
     scales = [int(s) for s in v["DATA.TRAIN_JITTER_SCALES"]]
     data_out: Dict[str, Any] = {
         "NUM_CLASSES": int(v["MODEL.NUM_CLASSES"]), "CLIP_LEN": int(v["DATA.NUM_FRAMES"]),
-        "FRAME_RATE": int(v["DATA.SAMPLING_RATE"]), "CROP_SIZE": int(v["DATA.TRAIN_CROP_SIZE"]),
+        "FRAME_RATE": int(v["DATA.SAMPLING_RATE"]), "TARGET_FPS": float(v["DATA.TARGET_FPS"]),
+        "CROP_SIZE": int(v["DATA.TRAIN_CROP_SIZE"]),
         "TRAIN_SHORT_SIDE_RANGE": scales, "SHORT_SIDE_SIZE": int(v["DATA.TEST_CROP_SIZE"]),
         "MEAN": [float(x) for x in v["DATA.MEAN"]], "STD": [float(x) for x in v["DATA.STD"]],
         "TEST_NUM_SEGMENT": int(v["TEST.NUM_ENSEMBLE_VIEWS"]),

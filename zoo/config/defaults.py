@@ -295,6 +295,11 @@ _C.CONFIG.DATA.NUM_CLASSES = 400
 _C.CONFIG.DATA.CLIP_LEN = 32
 # Temporal stride between sampled frames (gluoncv name; PySlowFast calls it SAMPLING_RATE).
 _C.CONFIG.DATA.FRAME_RATE = 2
+# Frame rate the strides above count in. 0 = each video's own frames, whatever its rate (gluoncv,
+# MMAction2). 30 = PySlowFast's TARGET_FPS: a video of F fps is sampled FRAME_RATE * F / 30 of its
+# frames apart (frames repeat below 30 fps), so a clip spans the same seconds in a 25, 30 or 60 fps
+# video. Frame folders and images have no frame rate: their frames are FRAME_RATE apart.
+_C.CONFIG.DATA.TARGET_FPS = 0.0
 # Views per video at test time along time (evenly spaced clips).
 _C.CONFIG.DATA.TEST_NUM_SEGMENT = 10
 # Views per video at test time in space: 1 = centre crop, 3 = left/centre/right (or

@@ -143,6 +143,8 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("CONFIG.DATA.NUM_CLASSES", _non_negative, "an integer >= 1, or 0 to count the classes"),
     ("CONFIG.DATA.CLIP_LEN", _positive, "an integer >= 1"),
     ("CONFIG.DATA.FRAME_RATE", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.TARGET_FPS", _non_negative,
+     "frames per second >= 0 (0 = strides in each video's own frames)"),
     ("CONFIG.DATA.TEST_NUM_SEGMENT", _positive, "an integer >= 1"),
     ("CONFIG.DATA.TEST_NUM_CROP", lambda v: v in (1, 3), "1 or 3"),
     ("CONFIG.DATA.CROP_SIZE", _positive, "an integer >= 1"),

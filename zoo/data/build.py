@@ -16,7 +16,8 @@
   ``decode_threads``, ``decode_timeout`` (seconds, 0 = none), ``max_tries``, ``color_jitter``
   (4 floats), ``frame_template`` (frame file names of the "frames" decoder, e.g.
   ``img_{:05d}.jpg``), ``frame_size`` ([height, width], only when
-  ``KEEP_ASPECT_RATIO`` is False), and ``clips_per_video`` and ``clips_window`` ("independent" or
+  ``KEEP_ASPECT_RATIO`` is False), ``target_fps`` (frames per second the strides count in; only
+  when ``TARGET_FPS`` is set), and ``clips_per_video`` and ``clips_window`` ("independent" or
   "shared"; both only for "train" when ``CLIPS_PER_VIDEO`` > 1), ``rand_augment`` (a timm
   policy string) and ``random_erase`` (a probability), each only for "train" when set, and
   ``uint8_train_clips`` (True; only for "train" with ``NORMALIZE_ON`` "device" and no
@@ -158,6 +159,8 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
     if split == "train" and int(data.CLIPS_PER_VIDEO) > 1:
         kwargs["clips_per_video"] = int(data.CLIPS_PER_VIDEO)  # likewise
         kwargs["clips_window"] = str(data.CLIPS_WINDOW)
+    if float(data.TARGET_FPS) > 0:
+        kwargs["target_fps"] = float(data.TARGET_FPS)  # likewise
     if split == "train" and data.RAND_AUGMENT:
         kwargs["rand_augment"] = str(data.RAND_AUGMENT)  # likewise
     if split == "train" and float(data.RANDOM_ERASE) > 0:

@@ -18,6 +18,8 @@ class ClipSettings:
     Attributes:
         clip_len: Frames per clip ("dense", "uniform") or per snippet ("tsn").
         frame_rate: Stride between sampled frames.
+        target_fps: Frame rate ``frame_rate`` counts in; 0 = each video's own frames
+            (``CONFIG.DATA.TARGET_FPS``, see :func:`zoo.data.sampling.on_timeline`).
         crop_size: Side of the square crop.
         short_side_size: Short side for val/test crops.
         train_short_side_range: ``(min, max)`` short side for training (scale jitter).
@@ -87,6 +89,7 @@ class ClipSettings:
     rand_augment: str = ""
     random_erase: float = 0.0
     resize_on_device: bool = False
+    target_fps: float = 0.0
 
     def __post_init__(self) -> None:
         # Sequences become tuples (the settings are shared by every loader worker, never edited).
@@ -95,6 +98,7 @@ class ClipSettings:
             object.__setattr__(self, name, tuple(kind(v) for v in getattr(self, name)))
         object.__setattr__(self, "decode_timeout", float(self.decode_timeout))
         object.__setattr__(self, "random_erase", float(self.random_erase))
+        object.__setattr__(self, "target_fps", float(self.target_fps))
         if self.random_erase and self.uint8_train_clips:
             raise ValueError("random_erase erases normalised clips: it cannot be combined with "
                              "uint8_train_clips")

@@ -10,6 +10,11 @@
 * ``"uniform"``: ``clip_len`` frames, one from each of ``clip_len`` equal segments (TSN with
   one-frame snippets; MMAction2's UniformSample).
 
+Frame rates: the strides count in the video's own frames, unless ``CONFIG.DATA.TARGET_FPS`` names
+a rate: then the indices are drawn on the video's timeline at that rate and mapped back to its own
+frames (:func:`on_timeline`, :func:`to_source`), so a clip spans the same seconds whatever the
+video's rate.
+
 Short videos: a dense window longer than the video is squeezed onto it (``clip_len`` frames spread
 evenly from the first to the last frame, repeating frames as needed) rather than ending in a frozen
 run of the last frame; segment schemes on a video with fewer frames than segments repeat frames in
@@ -18,7 +23,7 @@ order. Every function returns int64 indices in ``[0, num_frames)``.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -36,6 +41,32 @@ def window_span(clip_len: int, stride: int) -> int:
 def frames_per_clip(clip_len: int, scheme: str, num_segment: int = 1) -> int:
     """Length ``T`` of the clips a scheme produces."""
     return clip_len * num_segment if scheme == "tsn" else clip_len
+
+
+def on_timeline(num_frames: int, fps: Optional[float], target_fps: float) -> Tuple[int, float]:
+    """The length of a video on a ``target_fps`` timeline, and the video's frames per step of it.
+
+    Args:
+        num_frames: The video's frames.
+        fps: Its frame rate; None or 0 = unknown (frame folders), which leaves it as it is.
+        target_fps: Rate of the timeline; 0 = the video's own frames.
+
+    Returns:
+        ``(frames on the timeline, scale)``: the indices sampled on the timeline are turned into
+        the video's by :func:`to_source` with ``scale`` (1.0 = the same frames).
+    """
+    if target_fps <= 0 or not fps or fps <= 0:
+        return num_frames, 1.0
+    scale = float(fps) / float(target_fps)
+    return max(1, int(np.floor(num_frames / scale + 0.5))), scale
+
+
+def to_source(indices: np.ndarray, scale: float, num_frames: int) -> np.ndarray:
+    """Indices on a :func:`on_timeline` timeline -> the nearest of the video's ``num_frames``
+    frames (a video slower than the timeline repeats frames)."""
+    if scale == 1.0:
+        return indices
+    return np.minimum(np.floor(indices * scale + 0.5), num_frames - 1).astype(np.int64)
 
 
 def _squeezed(num_frames: int, clip_len: int) -> np.ndarray:

@@ -144,6 +144,10 @@ class ClipDataset(Dataset):
                     "'frames' (or CONFIG.DATA.DATASET FrameFolderDataset)"
                 )
             return
+        if self.settings.target_fps > 0:
+            logger.warning("%s: CONFIG.DATA.TARGET_FPS %g does not apply to frame folders (they "
+                           "have no frame rate): their frames are sampled FRAME_RATE apart",
+                           self.anno_path, self.settings.target_fps)
         try:
             self._open(0).close()
         except FrameTemplateMismatch as e:
@@ -372,20 +376,24 @@ class ClipDataset(Dataset):
                 with self._open(index) as video:
                     num_frames = self._num_frames(index, video)
                     first, end = self._frame_range(index, video, num_frames)
+                    # Indices are drawn on the TARGET_FPS timeline (the video's own frames
+                    # when it is 0), then mapped to the video's frames.
+                    length, scale = sampling.on_timeline(end - first, video.fps, s.target_fps)
                     if self.split == "test":
-                        segments = self._test_segments(end - first) + first
+                        segments = self._test_segments(length)
                     else:
                         # One clip per item, or several: each with its own random window, or
                         # all from one window ("shared": only their augmentations differ).
                         count = self._clips()
                         windows = 1 if s.clips_window == "shared" else count
                         segments = np.stack([sampling.clip_indices(
-                            end - first, s.clip_len, s.frame_rate, s.sampling, s.num_segment,
+                            length, s.clip_len, s.frame_rate, s.sampling, s.num_segment,
                             train=self.split == "train", generator=generator,
-                        ) for _ in range(windows)]) + first
-                        if windows == 1:
-                            frames = video.decode(segments[0].tolist())
-                            return frames, (None if count == 1 else [None] * count)
+                        ) for _ in range(windows)])
+                    segments = sampling.to_source(segments, scale, end - first) + first
+                    if self.split != "test" and windows == 1:
+                        frames = video.decode(segments[0].tolist())
+                        return frames, (None if count == 1 else [None] * count)
                     # Decode the union of every view's frames once, then index rows of it.
                     union, rows = np.unique(segments, return_inverse=True)
                     views = rows.reshape(segments.shape).tolist()
