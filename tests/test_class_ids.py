@@ -216,10 +216,12 @@ def test_a_trained_checkpoint_carries_its_class_names_to_testing_and_prediction(
     truth = {os.path.basename(r["video"]): (r["label"], r["label_name"]) for r in rows}
     assert truth == {"s1.mp4": ("1", "b"), "s2.mp4": ("2", "c")}, rows  # the training ids
 
-    # Prediction needs the checkpoint alone: its config and its class names.
+    # Prediction needs the checkpoint alone: its config and its class names. A folder stands
+    # for the videos under it.
     os.remove(yaml_path)
-    r = run_tool("predict.py", ["--checkpoint", str(ckpt), "--json",
-                                str(tmp_path / "test" / "b" / "s1.mp4")])
+    r = run_tool("predict.py", ["--checkpoint", str(ckpt), "--json", str(tmp_path / "test")])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    names = {t["name"] for t in json.loads(r.stdout)[0]["top"]}
-    assert names == {"a", "b", "c"}, r.stdout
+    results = json.loads(r.stdout)
+    assert [os.path.relpath(x["video"], tmp_path / "test") for x in results] == [
+        os.path.join("b", "s1.mp4"), os.path.join("c", "s2.mp4")]
+    assert {t["name"] for t in results[0]["top"]} == {"a", "b", "c"}, r.stdout

@@ -153,6 +153,47 @@ def test_predict_takes_trailing_overrides(tmp_path, capsys):
     assert e.value.code == 2
 
 
+def test_predict_reads_the_videos_of_a_folder_and_stops_on_one_without_any(tmp_path):
+    from zoo.cli.predict import parse_args
+    from zoo.utils.errors import UsageError
+
+    for name in ("b/2.MTS", "b/1.mp4", "a.webm", "notes.txt", ".hidden/x.mp4", "b/._1.mp4"):
+        (tmp_path / "v" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "v" / name).write_bytes(b"")
+    (tmp_path / "empty").mkdir()
+    args = parse_args(["--checkpoint", "m.pth", str(tmp_path / "v"), "one.mp4", "DATA.CLIP_LEN",
+                       "8"])
+    folder = str(tmp_path / "v")
+    assert args.videos == [os.path.join(folder, "a.webm"), os.path.join(folder, "b", "1.mp4"),
+                           os.path.join(folder, "b", "2.MTS"), "one.mp4"]
+    assert args.opts == ["DATA.CLIP_LEN", "8"]
+    with pytest.raises(UsageError, match="the folder .*empty' holds no video file"):
+        parse_args(["--checkpoint", "m.pth", str(tmp_path / "empty")])
+
+
+def test_prediction_reports_an_unreadable_video_and_stops_on_a_bug(monkeypatch):
+    from zoo.data.decode.base import DecodeError
+    from zoo.infer.predictor import Predictor
+
+    predictor = Predictor.__new__(Predictor)  # the scoring loop alone, no checkpoint
+    monkeypatch.setattr(os.path, "isfile", lambda path: True)
+
+    def broken(path):
+        raise DecodeError(f"{path}: cannot open (not a video PyAV can read)", "open")
+
+    monkeypatch.setattr(predictor, "_views", broken)
+    result = predictor.predict(["x.mp4"])
+    assert result == [{"video": "x.mp4", "error": "x.mp4: cannot open (not a video PyAV can "
+                                                  "read)"}]
+
+    def bug(path):
+        raise TypeError("unsupported operand type(s)")
+
+    monkeypatch.setattr(predictor, "_views", bug)
+    with pytest.raises(TypeError):  # a bug is not reported as a bad video
+        predictor.predict(["x.mp4"])
+
+
 def test_predict_without_a_config_needs_one_recorded_in_the_checkpoint(tmp_path):
     import torch
 

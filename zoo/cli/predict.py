@@ -6,7 +6,11 @@ is not read. Without ``--config-file`` the clip settings (frames, crop, test vie
 are the config the checkpoint was trained with, which every zoo training checkpoint records.
 
     zoo-predict --checkpoint ckpt.pth a.mp4 b.mp4 [--json] [KEY VALUE ...]
+    zoo-predict --checkpoint ckpt.pth my_videos/ [--json]
     zoo-predict --config-file x.yaml --checkpoint ckpt.pth a.mp4 [KEY VALUE ...]
+
+A folder stands for the video files under it (any depth, sorted; hidden files and folders are
+passed over; the extensions of zoo.data.lists.records.VIDEO_EXTS count).
 
 The videos end at the first config key (``DATA.TEST_NUM_SEGMENT``: upper case, not an existing
 file); it and what follows are overrides, as in every other command. ``--opts KEY VALUE ...``
@@ -43,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opts", nargs="*", default=None, dest="old_opts", metavar="KEY VALUE",
                    help="deprecated: give KEY VALUE overrides after the videos instead")
     p.add_argument("videos", nargs="*", metavar="VIDEO [KEY VALUE ...]",
-                   help="video files, then KEY VALUE config overrides")
+                   help="video files or folders of them, then KEY VALUE config overrides")
     return p
 
 
@@ -64,7 +68,34 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         args.opts += args.old_opts
     if not args.videos:
         p.error("give at least one video file")
+    args.videos = videos_of(args.videos)
     return args
+
+
+def videos_of(paths: List[str]) -> List[str]:
+    """``paths`` with each folder replaced by the video files under it (sorted, hidden entries
+    passed over); files are kept as given.
+
+    Raises:
+        UsageError: A folder holds no video file.
+    """
+    from ..data.lists.records import VIDEO_EXTS
+
+    out = []
+    for path in paths:
+        if not os.path.isdir(path):
+            out.append(path)
+            continue
+        found = []
+        for folder, subfolders, files in os.walk(path):
+            subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+            found += [os.path.join(folder, f) for f in sorted(files)
+                      if f.lower().endswith(VIDEO_EXTS) and not f.startswith(".")]
+        if not found:
+            raise UsageError(f"the folder {path!r} holds no video file (these extensions count: "
+                             f"{' '.join(VIDEO_EXTS)})")
+        out += found
+    return out
 
 
 def _device(name: str) -> str:

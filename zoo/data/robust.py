@@ -33,6 +33,11 @@ class TooManyBadVideos(UserError, RuntimeError):
     """More than ``CONFIG.DATA.MAX_BAD_FRACTION`` of the videos read could not be decoded."""
 
 
+class NoReadableVideo(UserError, RuntimeError):
+    """An item found no readable video: its own and every replacement tried
+    (``CONFIG.DATA.MAX_TRIES``) could not be decoded."""
+
+
 class BadVideoTable:
     """Which videos of a dataset were found unreadable, shared by all its loader workers.
 

@@ -28,7 +28,7 @@ from .decode.frames import FrameFolderReader, FrameTemplateMismatch
 from .decode.registry import VideoReader, get_decoder
 from .lists.annotations import AnnotationError, VideoRecord
 from .lists.providers import VideoList
-from .robust import BadVideoTable
+from .robust import BadVideoTable, NoReadableVideo
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ class ClipDataset(Dataset):
             current = self._replacement(index, attempt, generator)
             if current is None:
                 break
-        raise RuntimeError(
+        raise NoReadableVideo(
             f"{len(failures)} videos in a row could not be read from {self.anno_path}: "
             + "; ".join(failures)
         )

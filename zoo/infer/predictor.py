@@ -11,7 +11,9 @@ import torch.nn.functional as F
 
 from ..data import build_dataset, fill_normalization
 from ..data.lists.annotations import read_class_names
+from ..data.robust import NoReadableVideo
 from ..models import model_facts
+from ..utils.errors import UserError
 from .checkpoint_model import checkpoint_model
 
 
@@ -58,8 +60,8 @@ class Predictor:
             cfg.CONFIG.DATA.TEST_DATA_PATH = "/"
             cfg.freeze()
             views, _, _, n_bad = build_dataset(cfg, "test")[0]
-        if n_bad:
-            raise RuntimeError(f"{path}: could not be decoded")
+        if n_bad:  # a replacement cannot come from a one-video list; kept as a guard
+            raise NoReadableVideo(f"{path}: could not be decoded")
         return views
 
     @torch.no_grad()
@@ -72,7 +74,7 @@ class Predictor:
                 continue
             try:
                 views = self._views(path)
-            except Exception as e:  # one bad file should not stop the others
+            except UserError as e:  # a video that cannot be read stops no other; a bug does
                 results.append({"video": path, "error": str(e).splitlines()[0]})
                 continue
             probs = F.softmax(self.model(views.to(self.device)).float(), dim=1).mean(dim=0)
