@@ -190,6 +190,38 @@ def test_benchmark_script_on_a_tiny_list(tmp_path, capsys):
         assert results[name]["peak_rss_mb"] > 0
 
 
+def test_reencode_lists_broken_sources_but_stops_on_output_errors_and_bugs(tmp_path, capsys,
+                                                                           monkeypatch):
+    from zoo.cli import reencode
+
+    src = tmp_path / "src"
+    src.mkdir()
+    write(str(src / "good.mp4"), ramp_frames(10, 32, 48))
+    (src / "broken.mp4").write_text("not a video")
+    args = ["--src", str(src), "--dst", str(tmp_path / "dst")]
+    real_replace = os.replace
+
+    def disk_full(a, b):
+        if str(b).endswith(".mp4"):
+            raise OSError(28, "No space left on device")
+        return real_replace(a, b)
+
+    monkeypatch.setattr(reencode.os, "replace", disk_full)
+    assert reencode.main(args) == 1
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln and "re-encoding:" not in ln]
+    assert len(lines) == 1, lines  # one line, not one failure per video
+    assert lines[0].startswith("error: cannot write") and "No space left on device" in lines[0]
+    monkeypatch.setattr(reencode.os, "replace", real_replace)
+
+    def bug(*a, **k):
+        raise TypeError("unsupported operand")
+
+    monkeypatch.setattr(reencode, "target_size", bug)
+    assert reencode.main(args) == 1  # a bug in zoo: its traceback, not a list of "broken" videos
+    assert "unexpected TypeError: unsupported operand" in capsys.readouterr().err
+    assert not (tmp_path / "dst" / "reencode_failed.txt").exists()
+
+
 @pytest.mark.parametrize("size, expected", [
     ((256, 340), (256, 340)), ((720, 1280), (256, 456)), ((1080, 608), (454, 256)),
     ((121, 161), (120, 160)),  # smaller than the target: kept, made even

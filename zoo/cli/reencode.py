@@ -15,7 +15,9 @@ loader per core"): the short side matters most.
   paths point at the new files is written to --dst.
 * Resumable: an output is written to a temporary name and renamed when complete, so a stopped run
   is simply started again; finished files are skipped.
-* Videos that fail (unreadable, no video stream) are listed in ``<dst>/reencode_failed.txt``.
+* Videos that fail (unreadable, no video stream) are listed in ``<dst>/reencode_failed.txt``
+  and the others go on; an output that cannot be written (a full disk, an FFmpeg without
+  libx264) stops the tool with one line, as every video would fail alike.
 * Frame rate: the source's average rate, constant (variable-rate sources keep every frame, evenly
   spaced). Audio is dropped. Sources with a short side at or below the target keep their size.
 """
@@ -29,6 +31,7 @@ from multiprocessing import Pool
 from typing import List, Optional, Tuple
 
 from ..data.lists.records import VIDEO_EXTS
+from ..utils.errors import UserError
 from .command import command
 from .parser import tool_parser
 
@@ -41,21 +44,38 @@ def target_size(height: int, width: int, short_side: int, upscale: bool = False)
     return max(2, round(height * scale / 2) * 2), max(2, round(width * scale / 2) * 2)
 
 
+class UnreadableSource(Exception):
+    """A source video that cannot be re-encoded: it does not open or decode, or holds no frame."""
+
+
 def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int = 23,
              preset: str = "veryfast", threads: int = 0, upscale: bool = False) -> int:
     """Re-encode one video; returns the number of frames written. The output appears only when
-    complete (written as ``<dst>.part.mp4`` first)."""
+    complete (written as ``<dst>.part.mp4`` first).
+
+    Raises:
+        UnreadableSource: ``src`` cannot be opened or decoded (a broken video: the caller lists
+            it and goes on).
+        UserError: The output cannot be written (no disk space, an FFmpeg without libx264):
+            every video would fail alike, so the caller stops.
+    """
     import av
 
     from ..data.decode.pyav import OPEN_OPTIONS
 
+    source_errors = (av.FFmpegError, OSError, UnicodeDecodeError)
     part = dst + ".part.mp4"
-    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    with _writing(dst):
+        os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
     frames = 0
     try:
-        with av.open(src, **OPEN_OPTIONS) as inp:
+        try:
+            inp = av.open(src, **OPEN_OPTIONS)
+        except source_errors as e:
+            raise UnreadableSource(f"cannot open: {_first_line(e)}") from None
+        with inp:
             if not inp.streams.video:
-                raise ValueError("no video stream")
+                raise UnreadableSource("no video stream")
             stream = inp.streams.video[0]
             stream.thread_type = "AUTO"
             rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
@@ -65,11 +85,11 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
                        "keyint_min": str(min(gop, 25))}
             if threads:
                 options["threads"] = str(threads)
-            with av.open(part, "w") as out:
+            with _writing(dst), av.open(part, "w") as out:
                 video = out.add_stream("libx264", rate=rate, options=options)
                 video.height, video.width, video.pix_fmt = height, width, "yuv420p"
                 video.codec_context.time_base = 1 / rate
-                for frame in inp.decode(stream):
+                for frame in _decoded(inp, stream, source_errors):
                     small = frame.reformat(width=width, height=height, format="yuv420p",
                                            interpolation="AREA")
                     small.pts, small.time_base = frames, video.codec_context.time_base
@@ -79,12 +99,51 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
                 for packet in video.encode():
                     out.mux(packet)
         if frames == 0:
-            raise ValueError("no frame could be decoded")
-        os.replace(part, dst)
+            raise UnreadableSource("no frame could be decoded")
+        with _writing(dst):
+            os.replace(part, dst)
     finally:
         if os.path.exists(part):
             os.remove(part)
     return frames
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else error.__class__.__name__
+
+
+def _decoded(container, stream, source_errors):
+    """The frames of ``stream``; a decoding error is the source's (:class:`UnreadableSource`)."""
+    frames = container.decode(stream)
+    while True:
+        try:
+            frame = next(frames)
+        except StopIteration:
+            return
+        except source_errors as e:
+            raise UnreadableSource(f"cannot decode: {_first_line(e)}") from None
+        yield frame
+
+
+class _writing:
+    """Turns an error writing ``dst`` (FFmpeg's or the file system's) into one UserError line."""
+
+    def __init__(self, dst: str) -> None:
+        self.dst = dst
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, tb) -> bool:
+        import av
+
+        unwritable = (av.FFmpegError, OSError, av.codec.codec.UnknownCodecError)
+        if isinstance(error, unwritable):
+            raise UserError(f"cannot write {self.dst}: {_first_line(error)} (every video would "
+                            "fail alike: free disk space, or use an FFmpeg with libx264)"
+                            ) from None
+        return False
 
 
 def output_path(rel: str) -> str:
@@ -96,9 +155,8 @@ def _job(task: Tuple[str, str, dict]) -> Tuple[str, Optional[str]]:
     try:
         reencode(src, dst, **options)
         return src, None
-    except Exception as e:  # one broken video must not stop the others
-        text = str(e).strip().splitlines()
-        return src, text[0] if text else e.__class__.__name__
+    except UnreadableSource as e:  # one broken video must not stop the others
+        return src, str(e)
 
 
 def _sources(src_root: str, list_path: str) -> List[str]:
