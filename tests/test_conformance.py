@@ -42,6 +42,7 @@ REFUSALS = {
        for case in ("mpeg4_xvid_avi_audio", "xvid_packed_avi", "h264_avi", "h264_avi_remuxed",
                     "mjpeg_avi")},
     ("torchcodec", "h264_raw"): "raw streams: not checked with torchcodec",
+    ("opencv", "h264_mkv_still_first"): "OpenCV reads the first video stream only",
     ("torchcodec", "h264_mkv_broken_pts"): "timestamps that do not increase",
     ("torchcodec", "h264_mp4_broken_pts"): "timestamps that do not increase",
 }

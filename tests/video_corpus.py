@@ -194,6 +194,19 @@ def _cut_copy(path: str, cut: int = 20) -> None:
     os.remove(source)
 
 
+def _still_first(path: str) -> None:
+    """H.264 in Matroska after a one-frame still image stream (MJPEG), as a tool that adds a
+    thumbnail as a stream writes it: the first video stream is not the one a player shows (the
+    H.264 one carries the "default" flag, the still does not)."""
+    video = path + ".video.mkv"
+    _ffmpeg(video, _X264_CLI)
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                    "color=c=red:s=64x48:d=0.04:r=25", "-i", video, "-map", "0:v", "-map", "1:v",
+                    "-c:v:0", "mjpeg", "-c:v:1", "copy", "-disposition:v:0", "0",
+                    "-disposition:v:1", "default", path], check=True, capture_output=True)
+    os.remove(video)
+
+
 def _rotated(degrees: int, audio: bool = False) -> Callable[[str], None]:
     """H.264 tagged the way phones tag it: a display matrix (written by a stream copy, as the
     ``rotate`` metadata is only turned into one there)."""
@@ -274,6 +287,8 @@ CASES: List[Case] = [
     Case("h264_mp4_cut_copy", "cut_copy.mp4", _cut_copy, "ffmpeg",
          "MP4 cut without decoding (ffmpeg -ss -c copy): an edit list hides the frames from the "
          "keyframe before the cut"),
+    Case("h264_mkv_still_first", "still_first.mkv", _still_first, "ffmpeg",
+         "H.264 in Matroska behind a one-frame still image stream (MJPEG) that comes first"),
     Case("h264_raw", "raw.h264", lambda p: _ffmpeg(p, _X264_CLI + ["-f", "h264"]), "ffmpeg",
          "raw H.264 elementary stream: no container, no timestamps"),
     Case("h264_mkv_broken_pts", "broken_pts.mkv", _broken_pts, "ffmpeg",
@@ -337,7 +352,7 @@ def reference_frames(path: str) -> np.ndarray:
     """Every frame of ``path`` from a sequential PyAV decode, RGB, upright."""
     out = []
     with av.open(path) as container:
-        stream = container.streams.video[0]
+        stream = container.streams.best("video")  # what a player shows: no still image
         stream.thread_type = "NONE"
         for frame in container.decode(stream):
             out.append(upright(frame.to_ndarray(format="rgb24"), frame.rotation or 0))
@@ -357,7 +372,8 @@ def ffmpeg_frames(path: str, shape) -> np.ndarray:
     """Every frame from the ``ffmpeg`` command (its own FFmpeg build, auto-rotation, no frame-rate
     conversion) as RGB ``(N, H, W, 3)``: a second, independent decode."""
     h, w = shape
-    cmd = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-i", path, "-map", "0:v:0",
+    # The ffmpeg command's own choice of video stream (the one a player shows), no audio.
+    cmd = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-i", path, "-an", "-sn", "-dn",
            _fps_mode_option(), "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"]
     raw = subprocess.run(cmd, capture_output=True, check=True).stdout
     return np.frombuffer(raw, np.uint8).reshape(-1, h, w, 3)

@@ -61,7 +61,7 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
     """
     import av
 
-    from ..data.decode.pyav import OPEN_OPTIONS
+    from ..data.decode.pyav import OPEN_OPTIONS, main_video_stream
 
     source_errors = (av.FFmpegError, OSError, UnicodeDecodeError)
     part = dst + ".part.mp4"
@@ -76,7 +76,7 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
         with inp:
             if not inp.streams.video:
                 raise UnreadableSource("no video stream")
-            stream = inp.streams.video[0]
+            stream = main_video_stream(inp)  # the one zoo's readers read
             stream.thread_type = "AUTO"
             rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
             height, width = target_size(stream.codec_context.height, stream.codec_context.width,

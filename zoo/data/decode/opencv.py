@@ -29,7 +29,28 @@ from .threads import decoder_threads
 _CV_SEEK_GAP = 32
 # Probe results per (path, size, mtime): a data-loader worker opens the same videos every epoch.
 _SEEKABLE: Dict[tuple, bool] = {}
+# Files whose first video stream is the main one (PyAV's probe, cached the same way).
+_MAIN_FIRST: Dict[tuple, bool] = {}
 _SEEKABLE_MAX = 100_000
+
+
+def _probed(cache: Dict[tuple, bool], path: str, probe: str, unreadable: bool) -> bool:
+    """``zoo.data.decode.pyav.<probe>(path)``, found once per file version (path, size, mtime) in
+    ``cache``; ``unreadable`` where PyAV cannot read the file (OpenCV then says what it can)."""
+    from . import pyav
+
+    stat = os.stat(path)
+    key = (path, stat.st_size, stat.st_mtime_ns)
+    if key not in cache:
+        try:
+            with pyav.PYAV.reading(path, "cannot open", "open"):
+                found = getattr(pyav, probe)(path)
+        except DecodeError:
+            found = unreadable
+        if len(cache) >= _SEEKABLE_MAX:
+            cache.clear()
+        cache[key] = found
+    return cache[key]
 
 
 def _quiet_cv2():
@@ -73,6 +94,11 @@ class OpenCVReader(VideoReader):
         self.path = path
         self._threads = threads
         check_file(path)
+        if not _probed(_MAIN_FIRST, path, "main_is_first_video_stream", True):
+            raise DecodeError(
+                f"{path}: its first video stream is not its main one (a still image or cover art "
+                "comes first), and OpenCV reads only the first: read it with CONFIG.DATA.DECODER "
+                "auto or pyav", "open")
         self._cap = cap = self._open()
         width, height = cap.get(cv2.CAP_PROP_FRAME_WIDTH), cap.get(cv2.CAP_PROP_FRAME_HEIGHT)
         if width <= 0 or height <= 0:
@@ -103,19 +129,7 @@ class OpenCVReader(VideoReader):
     def _can_seek(self) -> bool:
         """Whether OpenCV's frame-number seek is exact in this file (probed once, with PyAV)."""
         if self._seekable is None:
-            from .pyav import probe_seekable
-
-            stat = os.stat(self.path)
-            key = (self.path, stat.st_size, stat.st_mtime_ns)
-            if key not in _SEEKABLE:
-                try:
-                    seekable = probe_seekable(self.path)
-                except DecodeError:
-                    seekable = False
-                if len(_SEEKABLE) >= _SEEKABLE_MAX:
-                    _SEEKABLE.clear()
-                _SEEKABLE[key] = seekable
-            self._seekable = _SEEKABLE[key]
+            self._seekable = _probed(_SEEKABLE, self.path, "probe_seekable", False)
         return self._seekable
 
     @property

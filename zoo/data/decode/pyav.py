@@ -164,7 +164,7 @@ class PyAVReader(VideoReader):
         if not self._container.streams.video:
             self._container.close()
             raise DecodeError(f"{path}: no video stream", "no_video")
-        self._stream = stream = self._container.streams.video[0]
+        self._stream = stream = main_video_stream(self._container)
         context = stream.codec_context
         # FFmpeg's scaler runs on as many threads as the decoder (PyAV's default is one per core).
         big = (context.width or 0) * (context.height or 0) >= _THREADED_MIN_PIXELS
@@ -592,6 +592,21 @@ def _fit(image: np.ndarray, size: Sequence[int]) -> np.ndarray:
     import cv2
 
     return cv2.resize(image, (int(size[1]), int(size[0])), interpolation=cv2.INTER_AREA)
+
+
+def main_video_stream(container: "av.container.InputContainer") -> "av.VideoStream":
+    """The video stream a player shows: FFmpeg's best one (``av_find_best_stream``), which passes
+    over attached pictures (cover art) and prefers a moving stream to a still image, wherever
+    they sit in the file. The container must have a video stream."""
+    return container.streams.best("video")
+
+
+def main_is_first_video_stream(path: str) -> bool:
+    """Whether the first video stream of ``path`` is its main one (what readers that always take
+    the first one need); opens the file with PyAV, reads no packet."""
+    with av.open(path, **OPEN_OPTIONS) as container:
+        videos = container.streams.video
+        return len(videos) < 2 or main_video_stream(container).index == videos[0].index
 
 
 def probe_seekable(path: str) -> bool:
