@@ -112,6 +112,37 @@ def test_checkpoint_without_a_config_gives_its_class_count_from_the_classifier(t
     assert new_cfg.CONFIG.DATA.NUM_CLASSES == 7 and _same_weights(model, trained)
 
 
+def test_prediction_reads_the_checkpoint_once(tmp_path, monkeypatch, capsys):
+    import zoo.infer.checkpoint_model as checkpoint_module
+    import zoo.infer.predictor as predictor_module
+    import zoo.utils.checkpoint_io as checkpoint_io
+    from zoo.cli import predict
+
+    trained = ckpt_test_toy(num_classes=2)
+    saved_cfg = load_config(None, ["MODEL.NAME", "ckpt_test_toy", "DATA.NUM_CLASSES", "2"],
+                            validate=False)
+    ckpt = str(tmp_path / "epoch_1.pth")
+    _save(ckpt, trained, cfg_to_yaml(saved_cfg))
+    reads, real = [], checkpoint_io.load_checkpoint
+
+    def counted(path):
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(checkpoint_io, "load_checkpoint", counted)
+    monkeypatch.setattr(checkpoint_module, "load_checkpoint", counted)
+    built = []
+
+    class Scoring(predictor_module.Predictor):  # the real model loading, no video scoring
+        def predict(self, paths, topk=5):
+            built.append(self.model)
+            return [{"video": p, "top": []} for p in paths]
+
+    monkeypatch.setattr(predictor_module, "Predictor", Scoring)
+    assert predict.main(["--checkpoint", ckpt, "--device", "cpu", "a.mp4"]) == 0
+    assert reads == [ckpt] and _same_weights(built[0], trained)
+
+
 def test_weights_that_do_not_fit_are_one_checkpoint_error(tmp_path):
     ckpt = tmp_path / "other.pth"
     _save(ckpt, ckpt_test_toy(num_classes=2, width=8), None)

@@ -116,12 +116,14 @@ def _print_text(results: list) -> None:
             print(f"  {i}. {t['name']:<24} {t['prob']:.4f}")
 
 
-def recorded_config(checkpoint: str, folder: str) -> str:
+def recorded_config(checkpoint: str, folder: str, state: Optional[dict] = None) -> str:
     """The config ``checkpoint`` was trained with, written into ``folder`` as a YAML file; its
-    path."""
-    from ..utils.checkpoint_io import load_checkpoint
+    path. ``state``: the checkpoint's contents, when read already."""
+    if state is None:
+        from ..utils.checkpoint_io import load_checkpoint
 
-    text = load_checkpoint(checkpoint).get("cfg")
+        state = load_checkpoint(checkpoint)
+    text = state.get("cfg")
     if not isinstance(text, str) or not text.strip():
         raise UsageError(f"--checkpoint {checkpoint!r} records no config (converted or published "
                          "weights): give the run's config with --config-file")
@@ -137,13 +139,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     setup_logger(None, 0, stream=sys.stderr)  # stdout holds the results only
     from ..data import prepare_synthetic
     from ..infer.predictor import Predictor
+    from ..utils.checkpoint_io import load_checkpoint
 
+    state = load_checkpoint(args.checkpoint)  # read once: its config, classes and weights
     with tempfile.TemporaryDirectory() as tmp:
         if not args.config_file:
-            args.config_file = recorded_config(args.checkpoint, tmp)
+            args.config_file = recorded_config(args.checkpoint, tmp, state)
         cfg = prepare_synthetic(setup_cfg(args))
-    results = Predictor(cfg, args.checkpoint, _device(args.device)).predict(
-        args.videos, args.topk)
+    predictor = Predictor(cfg, args.checkpoint, _device(args.device), state)
+    del state  # the model holds its weights: the rest (optimizer state) is freed
+    results = predictor.predict(args.videos, args.topk)
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -119,16 +119,22 @@ class CheckpointModel(NamedTuple):
     classes: List[str]  # the training data's class names it recorded ([] when it has none)
 
 
-def checkpoint_model(cfg, path: str) -> CheckpointModel:
+def checkpoint_model(cfg, path: str, state: Optional[Dict[str, Any]] = None) -> CheckpointModel:
     """Build and load the model of checkpoint ``path``, with the class names it recorded.
 
     The returned cfg carries the checkpoint's model name, kwargs and class count (see the module
     docstring).
 
+    Args:
+        cfg: The config given to the command.
+        path: The checkpoint (named in messages).
+        state: Its contents when the caller has read them already (read from ``path`` if None).
+
     Raises:
         FileNotFoundError, CheckpointError: the file is missing, unreadable or does not fit.
     """
-    state = load_checkpoint(path)
+    if state is None:
+        state = load_checkpoint(path)
     cfg = config_for_checkpoint(cfg, state, path)
     names = state.get("classes")
     names = [str(c) for c in names] if isinstance(names, (list, tuple)) else []

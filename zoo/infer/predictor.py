@@ -26,12 +26,13 @@ class Predictor:
             those of the training list's classes.txt (or class folders).
         checkpoint: Path of a zoo checkpoint (its EMA weights are used when it has them).
         device: Where to run.
+        state: The checkpoint's contents when the caller has read them (None = read the file).
     """
 
-    def __init__(self, cfg, checkpoint: str, device: str = "cpu") -> None:
+    def __init__(self, cfg, checkpoint: str, device: str = "cpu", state=None) -> None:
         # Model name, kwargs and class count come from the checkpoint (a warning names
         # differences); MODEL.PRETRAINED is not read.
-        cfg, self.model, recorded = checkpoint_model(cfg, checkpoint)
+        cfg, self.model, recorded = checkpoint_model(cfg, checkpoint, state)
         self.cfg = cfg = fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
         self.device = torch.device(device)
         self.model.to(self.device).eval()
