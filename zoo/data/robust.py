@@ -35,7 +35,12 @@ class TooManyBadVideos(UserError, RuntimeError):
 
 class NoReadableVideo(UserError, RuntimeError):
     """An item found no readable video: its own and every replacement tried
-    (``CONFIG.DATA.MAX_TRIES``) could not be decoded."""
+    (``CONFIG.DATA.MAX_TRIES``) could not be decoded. ``failures`` holds one
+    ``"<path> (<why>)"`` per video tried."""
+
+    def __init__(self, message: str, failures: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.failures = list(failures)
 
 
 class BadVideoTable:

@@ -278,8 +278,7 @@ class ClipDataset(Dataset):
                 break
         raise NoReadableVideo(
             f"{len(failures)} videos in a row could not be read from {self.anno_path}: "
-            + "; ".join(failures)
-        )
+            + "; ".join(failures), failures)
 
     def _shaped_item(self, item: Tuple[int, ...],
                      into: Optional[Callable[[Tuple[int, ...]], torch.Tensor]] = None) -> Item:

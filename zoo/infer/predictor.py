@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data import build_dataset, fill_normalization
+from ..data.decode.base import DecodeError
 from ..data.lists.annotations import read_class_names
 from ..data.robust import NoReadableVideo
 from ..models import model_facts
@@ -59,8 +60,12 @@ class Predictor:
                 cfg.CONFIG.DATA.DECODER = "auto"  # trained on extracted frames; this is a file
             cfg.CONFIG.DATA.TEST_ANNO_PATH = lst
             cfg.CONFIG.DATA.TEST_DATA_PATH = "/"
+            cfg.CONFIG.DATA.MAX_TRIES = 1  # a one-video list: nothing to replace it with
             cfg.freeze()
-            views, _, _, n_bad = build_dataset(cfg, "test")[0]
+            try:
+                views, _, _, n_bad = build_dataset(cfg, "test")[0]
+            except NoReadableVideo as e:  # its reason alone, not the temporary list's name
+                raise DecodeError(e.failures[0] if e.failures else str(e), "other") from None
         if n_bad:  # a replacement cannot come from a one-video list; kept as a guard
             raise NoReadableVideo(f"{path}: could not be decoded")
         return views
