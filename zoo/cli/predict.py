@@ -141,11 +141,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     from ..infer.predictor import Predictor
     from ..utils.checkpoint_io import load_checkpoint
 
-    state = load_checkpoint(args.checkpoint)  # read once: its config, classes and weights
+    state = None  # the checkpoint, read once: its config, class names and weights
     with tempfile.TemporaryDirectory() as tmp:
         if not args.config_file:
+            state = load_checkpoint(args.checkpoint)
             args.config_file = recorded_config(args.checkpoint, tmp, state)
-        cfg = prepare_synthetic(setup_cfg(args))
+        cfg = prepare_synthetic(setup_cfg(args))  # a config given is checked first
+    if state is None:
+        state = load_checkpoint(args.checkpoint)
     predictor = Predictor(cfg, args.checkpoint, _device(args.device), state)
     del state  # the model holds its weights: the rest (optimizer state) is freed
     results = predictor.predict(args.videos, args.topk)
