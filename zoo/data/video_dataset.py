@@ -377,7 +377,8 @@ class ClipDataset(Dataset):
                     first, end = self._frame_range(index, video, num_frames)
                     # Indices are drawn on the TARGET_FPS timeline (the video's own frames
                     # when it is 0), then mapped to the video's frames.
-                    length, scale = sampling.on_timeline(end - first, video.fps, s.target_fps)
+                    fps = video.fps if s.target_fps > 0 else None  # (costs a demux in MKV)
+                    length, scale = sampling.on_timeline(end - first, fps, s.target_fps)
                     if self.split == "test":
                         segments = self._test_segments(length)
                     else:

@@ -107,7 +107,7 @@ class AutoReader(VideoReader):
                 if not self._left:
                     raise
                 continue
-            self.decoder, self.fps = name, self._reader.fps
+            self.decoder = name
             if self._output_size is not None:  # a reader taking over scales as asked too
                 self._reader.set_output_size(self._output_size)
             return
@@ -115,6 +115,10 @@ class AutoReader(VideoReader):
     @property
     def num_frames(self) -> int:
         return self._reader.num_frames
+
+    @property
+    def fps(self) -> Optional[float]:
+        return self._reader.fps
 
     @property
     def count_was_costly(self) -> bool:

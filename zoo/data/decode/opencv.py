@@ -105,11 +105,12 @@ class OpenCVReader(VideoReader):
             cap.release()
             raise DecodeError(f"{path}: no video stream", "no_video")
         fps = cap.get(cv2.CAP_PROP_FPS)
-        self.fps = float(fps) if fps and fps > 0 else None
+        self._fps = float(fps) if fps and fps > 0 else None
         self._count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
         self._hint = num_frames_hint
         self._next = 0  # index of the frame the next grab() returns
         self._counted = False
+        self._asked_pyav = False  # count and rate taken from PyAV (see _from_pyav)
         self._seekable: Optional[bool] = None  # probed before the first seek
 
     def _open(self):
@@ -139,11 +140,7 @@ class OpenCVReader(VideoReader):
     @property
     def num_frames(self) -> int:
         if self._count > 0 and not self._can_seek():
-            # OpenCV estimates the count from duration x fps where it cannot seek exactly.
-            from .pyav import PyAVReader
-
-            with PyAVReader(self.path, num_frames_hint=self._hint) as video:
-                self._count, self._counted = video.num_frames, video.count_was_costly
+            self._from_pyav()
         if self._count <= 0 and self._hint > 0:
             self._count = self._hint
         if self._count <= 0:
@@ -157,6 +154,28 @@ class OpenCVReader(VideoReader):
             if count == 0:
                 raise DecodeError(f"{self.path}: the video stream has no frames", "empty")
         return self._count
+
+    @property
+    def fps(self) -> Optional[float]:
+        """OpenCV's rate where it can seek exactly (a constant-rate grid), else PyAV's (see
+        :attr:`PyAVReader.fps`): OpenCV reports the declared rate, wrong for variable-rate WebM
+        or an MP4 stream-copied to AVI."""
+        if not self._can_seek():
+            self._from_pyav()
+        return self._fps
+
+    def _from_pyav(self) -> None:
+        """Where OpenCV cannot seek exactly, its count is duration x declared fps and its rate the
+        declared one: take both from PyAV, once."""
+        if self._asked_pyav:
+            return
+        self._asked_pyav = True
+        from .pyav import PyAVReader
+
+        with PyAVReader(self.path, num_frames_hint=self._hint) as video:
+            if self._count > 0:
+                self._count, self._counted = video.num_frames, video.count_was_costly
+            self._fps = video.fps
 
     def _rewind(self) -> None:
         """Back to frame 0 (opening the file again: exact in every container)."""

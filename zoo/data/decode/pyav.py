@@ -39,7 +39,9 @@ Needs PyAV and numpy only: ``decode_array`` returns a numpy array, and torch is 
 from __future__ import annotations
 
 import bisect
+import functools
 import gc
+import math
 import os
 import threading
 from fractions import Fraction
@@ -131,6 +133,7 @@ class PyAVReader(VideoReader):
         # Where timestamps cannot say a frame's position, frames are counted from the start.
         self._sequential = not formats & _PTS_FORMATS
         self._matroska = "matroska" in formats
+        self._avi = "avi" in formats
         self._stream_iter = None  # the running sequential decode, and the index it yields next
         self._next = 0
         self._ended = False  # the sequential decode reached the end of the stream
@@ -138,7 +141,7 @@ class PyAVReader(VideoReader):
         stream = self._stream
         rate = stream.average_rate or stream.guessed_rate
         self._rate: Optional[Fraction] = Fraction(rate) if rate else None
-        self.fps = float(self._rate) if self._rate else None
+        self._fps: Optional[float] = None  # measured on first use (see fps)
         self._start = stream.start_time or 0
         self._hint = num_frames_hint
         self._num_frames: Optional[int] = None
@@ -192,6 +195,30 @@ class PyAVReader(VideoReader):
         """Scale frames to ``size`` in the RGB conversion (FFmpeg's bilinear scaler, one pass)."""
         self._output_size = size
         return True
+
+    @property
+    def fps(self) -> Optional[float]:
+        """Average frames per second, from the frames the file holds where its declared rate can
+        be wrong: in Matroska/WebM the frames over the span of their timestamps (read once,
+        demuxing only; a variable-rate WebM declares its encoder's 30 for 24 shown); in AVI one
+        frame per step its index's frames all keep (an MP4 stream-copied to AVI declares 50 for
+        25, its frames two ticks apart); elsewhere the stream's average rate (MP4/MOV: frames
+        over duration). None when unknown."""
+        if self._fps is None:
+            self._fps = self._measured_fps() or (float(self._rate) if self._rate else 0.0)
+        return self._fps or None
+
+    def _measured_fps(self) -> Optional[float]:
+        time_base = self._stream.time_base
+        if self._matroska and time_base:
+            table = self._timestamps()
+            span = (table[-1] - table[0]) * Fraction(time_base) if len(table) > 1 else 0
+            return (len(table) - 1) / float(span) if span > 0 else None
+        if self._avi and time_base:
+            stamps = sorted(e.timestamp for e in self._stream.index_entries if e.size > 0)
+            step = functools.reduce(math.gcd, (b - a for a, b in zip(stamps, stamps[1:])), 0)
+            return 1.0 / float(step * Fraction(time_base)) if step > 1 else None
+        return None
 
     @property
     def stream_has_count(self) -> bool:
