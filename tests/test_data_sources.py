@@ -62,6 +62,13 @@ def test_gluoncv_list_with_spaces_and_csv_with_times(tmp_path, spy_indices):
         ds[0]
     assert all(10 <= i < 30 for call in spy_indices[1:] for i in call)
     assert read_annotations(str(tmp_path / "list.csv"))[0].start == 0.4
+    # A range that starts after the video's end (1.6 s at 25 fps) is an unreadable video, not
+    # a clip of its last frame repeated.
+    (tmp_path / "late.csv").write_text("path,label,start,end\nb.mp4,0,3.0,5.0\n")
+    ds = _make("VideoListDataset", str(tmp_path / "late.csv"), str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"time range starts at 3 s, after the video's end "
+                                           r"\(40 frames at 25 fps = 1.6 s\)"):
+        ds[0]
 
 
 def test_kinetics_csv(tmp_path, spy_indices):

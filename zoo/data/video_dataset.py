@@ -340,10 +340,20 @@ class ClipDataset(Dataset):
         return count
 
     def _frame_range(self, index: int, video: VideoReader, num_frames: int) -> Tuple[int, int]:
-        """[first, end) frames to sample from: the record's start/end seconds, else all."""
+        """[first, end) frames to sample from: the record's start/end seconds, else all.
+
+        Raises:
+            DecodeError: The range starts after the video's last frame (a truncated download,
+                or a file that is not the one the list means): never a clip of one frozen frame.
+        """
         record = self.records[index]
         if (record.start < 0 and record.end < 0) or not video.fps:
             return 0, num_frames
+        if int(record.start * video.fps) >= num_frames:
+            raise DecodeError(
+                f"{self.paths[index]}: the list's time range starts at {record.start:g} s, after "
+                f"the video's end ({num_frames} frames at {video.fps:.3g} fps = "
+                f"{num_frames / video.fps:.1f} s)", "short")
         first = min(max(int(record.start * video.fps), 0), num_frames - 1)
         end = int(round(record.end * video.fps)) if record.end > 0 else num_frames
         end = min(max(end, first + 1), num_frames)
