@@ -622,9 +622,9 @@ def _fit(image: np.ndarray, size: Sequence[int]) -> np.ndarray:
 
 
 def main_video_stream(container: "av.container.InputContainer") -> "av.VideoStream":
-    """The video stream a player shows: FFmpeg's best one (``av_find_best_stream``), which passes
-    over attached pictures (cover art) and prefers a moving stream to a still image, wherever
-    they sit in the file. The container must have a video stream."""
+    """The video stream a player shows: FFmpeg's best one (``av_find_best_stream``), which prefers
+    the default-flagged stream and a moving stream to a single picture (cover art, a thumbnail),
+    wherever they sit in the file. The container must have a video stream."""
     return container.streams.best("video")
 
 
