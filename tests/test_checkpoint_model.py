@@ -134,7 +134,7 @@ def test_prediction_reads_the_checkpoint_once(tmp_path, monkeypatch, capsys):
     built = []
 
     class Scoring(predictor_module.Predictor):  # the real model loading, no video scoring
-        def predict(self, paths, topk=5):
+        def predict(self, paths, topk=5, window=0.0, stride=0.0):
             built.append(self.model)
             return [{"video": p, "top": []} for p in paths]
 

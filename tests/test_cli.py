@@ -169,6 +169,12 @@ def test_predict_reads_the_videos_of_a_folder_and_stops_on_one_without_any(tmp_p
     assert args.opts == ["DATA.CLIP_LEN", "8"]
     with pytest.raises(UsageError, match="the folder .*empty' holds no video file"):
         parse_args(["--checkpoint", "m.pth", str(tmp_path / "empty")])
+    args = parse_args(["--checkpoint", "m.pth", "one.mp4", "--window", "2", "--stride", "1"])
+    assert (args.window, args.stride) == (2.0, 1.0)
+    for wrong in (["--stride", "1"], ["--window", "-2"]):
+        with pytest.raises(SystemExit) as e:
+            parse_args(["--checkpoint", "m.pth", "one.mp4", *wrong])
+        assert e.value.code == 2
 
 
 def test_prediction_reports_an_unreadable_video_and_stops_on_a_bug(monkeypatch):

@@ -1,6 +1,7 @@
-"""CONFIG.DATA.TARGET_FPS: strides counted on a fixed-rate timeline, so a clip spans the same
-seconds of a 15, 30 or 60 fps video; 0 keeps each video's own frames. The videos here show the
-same two seconds at three rates, each frame drawn with its number (tests/video_corpus.py)."""
+"""Seconds and frames. CONFIG.DATA.TARGET_FPS: strides counted on a fixed-rate timeline, so a clip
+spans the same seconds of a 15, 30 or 60 fps video; 0 keeps each video's own frames. zoo-predict's
+windows: each reads its own seconds. The videos here show the same two seconds at three rates,
+each frame drawn with its number (tests/video_corpus.py)."""
 
 from __future__ import annotations
 
@@ -115,3 +116,35 @@ def test_frame_folders_keep_their_strides_and_say_so(tmp_path, caplog):
 def test_a_negative_target_rate_is_refused():
     with pytest.raises(Exception, match="CONFIG.DATA.TARGET_FPS"):
         load_config(None, ["DATA.TARGET_FPS", "-30"])
+
+
+def test_prediction_windows_each_read_their_own_seconds(tmp_path, monkeypatch):
+    from zoo.data.decode.pyav import PyAVReader
+    from zoo.infer import predictor as predicting
+
+    path = _write(str(tmp_path / "v60.mp4"), 60)  # 2 s: frame i shows i
+    assert predicting.windows(2.0, 0.5, 0.5) == [(0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.0)]
+    assert predicting.windows(2.0, 1.5, 1.0) == [(0.0, 1.5), (1.0, 2.0)]
+    assert predicting.windows(2.0, 0.5, 1.5) == [(0.0, 0.5), (1.5, 2.0)]
+    assert predicting.windows(1.0, 4.0, 4.0) == [(0.0, 1.0)]  # shorter than one window
+    read, real = [], PyAVReader.decode
+
+    def decode(self, indices):
+        frames = real(self, indices)
+        read.append([vc.read_number(image) for image in frames.numpy()])
+        return frames
+
+    monkeypatch.setattr(PyAVReader, "decode", decode)
+    predictor = predicting.Predictor.__new__(predicting.Predictor)  # reading only, no model
+    predictor.cfg = load_config(None, [
+        "DATA.DECODER", "pyav", "DATA.CLIP_LEN", "4", "DATA.FRAME_RATE", "2",
+        "DATA.TEST_NUM_SEGMENT", "2", "DATA.TEST_NUM_CROP", "1", "DATA.CROP_SIZE", "32",
+        "DATA.SHORT_SIDE_SIZE", "32", "DATA.MEAN", "[0.5, 0.5, 0.5]",
+        "DATA.STD", "[0.5, 0.5, 0.5]"])
+    monkeypatch.setattr(predictor, "_top", lambda views, topk: [{"views": tuple(views.shape)}])
+    result = predictor.predict([path], window=0.5)[0]
+    assert [(w["start"], w["end"]) for w in result["windows"]] == predicting.windows(2, 0.5, 0.5)
+    assert all(w["top"] == [{"views": (2, 3, 4, 32, 32)}] for w in result["windows"])
+    assert len(read) == 4
+    for k, numbers in enumerate(read):  # window k: frames 30k .. 30k + 29
+        assert numbers and all(30 * k <= n < 30 * (k + 1) for n in numbers), (k, numbers)

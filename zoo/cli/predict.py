@@ -7,10 +7,13 @@ are the config the checkpoint was trained with, which every zoo training checkpo
 
     zoo-predict --checkpoint ckpt.pth a.mp4 b.mp4 [--json] [KEY VALUE ...]
     zoo-predict --checkpoint ckpt.pth my_videos/ [--json]
+    zoo-predict --checkpoint ckpt.pth long.mp4 --window 2 [--stride 1]
     zoo-predict --config-file x.yaml --checkpoint ckpt.pth a.mp4 [KEY VALUE ...]
 
 A folder stands for the video files under it (any depth, sorted; hidden files and folders are
-passed over; the extensions of zoo.data.lists.records.VIDEO_EXTS count).
+passed over; the extensions of zoo.data.lists.records.VIDEO_EXTS count). With --window a video is
+scored window by window (each read as testing reads a video: its TEST_NUM_SEGMENT x TEST_NUM_CROP
+views inside the window), one every --stride seconds.
 
 The videos end at the first config key (``DATA.TEST_NUM_SEGMENT``: upper case, not an existing
 file); it and what follows are overrides, as in every other command. ``--opts KEY VALUE ...``
@@ -41,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="zoo checkpoint (.pth)")
     p.add_argument("--topk", type=int, default=5, help="classes to show per video")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--window", type=float, default=0.0, metavar="SECONDS",
+                   help="score each window of this many seconds (0 = the whole video)")
+    p.add_argument("--stride", type=float, default=0.0, metavar="SECONDS",
+                   help="seconds between window starts (0 = --window: side by side)")
     p.add_argument("--device", default="auto",
                    help="where the model runs: auto (the first GPU when one is visible, else "
                         "the CPU), cpu, cuda or cuda:N")
@@ -68,6 +75,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         args.opts += args.old_opts
     if not args.videos:
         p.error("give at least one video file")
+    if args.window < 0 or args.stride < 0 or (args.stride and not args.window):
+        p.error(f"--window {args.window:g} --stride {args.stride:g}: both are seconds >= 0, and "
+                "--stride needs --window")
     args.videos = videos_of(args.videos)
     return args
 
@@ -112,8 +122,13 @@ def _print_text(results: list) -> None:
             print(f"{r['video']}: ERROR {r['error']}")
             continue
         print(r["video"])
-        for i, t in enumerate(r["top"], 1):
-            print(f"  {i}. {t['name']:<24} {t['prob']:.4f}")
+        for w in r.get("windows", [r]):
+            indent = "  "
+            if "start" in w:
+                print(f"  {w['start']:.2f}-{w['end']:.2f} s")
+                indent = "    "
+            for i, t in enumerate(w["top"], 1):
+                print(f"{indent}{i}. {t['name']:<24} {t['prob']:.4f}")
 
 
 def recorded_config(checkpoint: str, folder: str, state: Optional[dict] = None) -> str:
@@ -151,7 +166,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         state = load_checkpoint(args.checkpoint)
     predictor = Predictor(cfg, args.checkpoint, _device(args.device), state)
     del state  # the model holds its weights: the rest (optimizer state) is freed
-    results = predictor.predict(args.videos, args.topk)
+    results = predictor.predict(args.videos, args.topk, args.window, args.stride)
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import tempfile
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from ..data import build_dataset, fill_normalization
 from ..data.decode.base import DecodeError
+from ..data.decode.registry import open_video
 from ..data.lists.annotations import read_class_names
 from ..data.robust import NoReadableVideo
 from ..models import model_facts
@@ -45,17 +47,21 @@ class Predictor:
             self.classes = read_class_names(anno, num_classes) if anno else [
                 str(i) for i in range(num_classes)]
 
-    def _views(self, path: str) -> torch.Tensor:
+    def _views(self, path: str, start: float = -1.0, end: float = -1.0) -> torch.Tensor:
+        """The test views of ``path`` (of its ``start``..``end`` seconds when they are given),
+        read as testing reads them."""
         with tempfile.TemporaryDirectory() as tmp:
-            lst = os.path.join(tmp, "predict.txt")
-            with open(lst, "w", encoding="utf-8") as f:
-                f.write(f"{os.path.abspath(path)} -1 0\n")
+            lst = os.path.join(tmp, "predict.csv")
+            with open(lst, "w", encoding="utf-8", newline="") as f:
+                row = [os.path.abspath(path), 0]
+                csv.writer(f).writerows([["path", "label", "start", "end"],
+                                         row + ([start, end] if start >= 0 else ["", ""])])
             cfg = self.cfg.clone()
             cfg.defrost()
             cfg.CONFIG.DATA.SYNTHETIC.ENABLE = False
-            # The temporary list is in the gluoncv format, whatever source the run trained on.
+            # The temporary list is a CSV with a header, whatever source the run trained on.
             cfg.CONFIG.DATA.DATASET = "VideoListDataset"
-            cfg.CONFIG.DATA.LIST_FORMAT = "gluoncv"
+            cfg.CONFIG.DATA.LIST_FORMAT = "auto"
             if cfg.CONFIG.DATA.DECODER in ("frames", "image"):
                 cfg.CONFIG.DATA.DECODER = "auto"  # trained on extracted frames; this is a file
             cfg.CONFIG.DATA.TEST_ANNO_PATH = lst
@@ -70,24 +76,73 @@ class Predictor:
             raise NoReadableVideo(f"{path}: could not be decoded")
         return views
 
+    def _top(self, views: torch.Tensor, topk: int) -> List[Dict]:
+        probs = F.softmax(self.model(views.to(self.device)).float(), dim=1).mean(dim=0)
+        top = probs.topk(min(topk, probs.numel()))
+        return [{"class": int(c), "name": self.classes[int(c)], "prob": float(p)}
+                for p, c in zip(top.values, top.indices)]
+
     @torch.no_grad()
-    def predict(self, paths: Sequence[str], topk: int = 5) -> List[Dict]:
-        """For each path: ``{"video", "top": [{"class", "name", "prob"}, ...]}`` or ``"error"``."""
+    def predict(self, paths: Sequence[str], topk: int = 5, window: float = 0.0,
+                stride: float = 0.0) -> List[Dict]:
+        """Score each video as a whole, or window by window.
+
+        Args:
+            paths: Video files.
+            topk: Classes kept per score.
+            window: Seconds per window; 0 = the whole video.
+            stride: Seconds between window starts; 0 = ``window`` (windows side by side).
+
+        Returns:
+            For each path ``{"video", "top": [{"class", "name", "prob"}, ...]}``, with a window
+            ``{"video", "windows": [{"start", "end", "top"}, ...]}``, or ``{"video", "error"}``
+            for a video that cannot be read.
+        """
         results = []
         for path in paths:
             if not os.path.isfile(path):
                 results.append({"video": path, "error": "no such file"})
                 continue
             try:
-                views = self._views(path)
+                if window > 0:
+                    spans = windows(video_seconds(path, self.cfg.CONFIG.DATA.DECODER), window,
+                                    stride or window)
+                    results.append({"video": path, "windows": [
+                        {"start": a, "end": b, "top": self._top(self._views(path, a, b), topk)}
+                        for a, b in spans]})
+                else:
+                    results.append({"video": path, "top": self._top(self._views(path), topk)})
             except UserError as e:  # a video that cannot be read stops no other; a bug does
                 results.append({"video": path, "error": str(e).splitlines()[0]})
-                continue
-            probs = F.softmax(self.model(views.to(self.device)).float(), dim=1).mean(dim=0)
-            top = probs.topk(min(topk, probs.numel()))
-            results.append({
-                "video": path,
-                "top": [{"class": int(c), "name": self.classes[int(c)], "prob": float(p)}
-                        for p, c in zip(top.values, top.indices)],
-            })
         return results
+
+
+def video_seconds(path: str, decoder: str = "auto") -> float:
+    """How long ``path`` plays: its frames over its average rate.
+
+    Raises:
+        DecodeError: It cannot be read, or its frame rate is unknown.
+    """
+    if decoder in ("frames", "image"):
+        decoder = "auto"
+    with open_video(path, decoder) as video:
+        if not video.fps:
+            raise DecodeError(f"{path}: its frame rate is unknown, so it cannot be cut into "
+                              "windows of seconds; predict it whole (no --window)", "other")
+        return video.num_frames / video.fps
+
+
+def windows(seconds: float, window: float, stride: float) -> List[Tuple[float, float]]:
+    """``(start, end)`` seconds of the windows that cover a video of ``seconds``: one every
+    ``stride`` seconds from 0 while it starts inside the video, each ``window`` long or cut at
+    the video's end."""
+    if window <= 0 or stride <= 0:
+        raise ValueError(f"window and stride must be > 0 seconds, got {window} and {stride}")
+    spans, start = [], 0.0
+    while start < seconds or not spans:
+        end = min(start + window, seconds)
+        spans.append((round(start, 3), round(end, 3)))
+        if end >= seconds:
+            break
+        start += stride
+    return spans
