@@ -127,3 +127,33 @@ def test_tool_dry_run_names_the_output(feat_setup):
     assert f"model: toy_conv3d, {params} parameters, 3 classes" in out
     assert os.path.join("toy", "features") in out
     assert not (tmp_path / "logs").exists()
+
+
+def test_windows_give_one_row_each_with_their_seconds(feat_setup, monkeypatch):
+    from zoo.cli.extract_features import main
+
+    tmp_path, videos, cfg_path = feat_setup  # 12 frames at 25 fps: 0.48 s each
+    (tmp_path / "data" / "b" / "broken.mp4").write_text("not a video")
+    with open(tmp_path / "val.txt", "a", encoding="utf-8") as f:
+        f.write("b/broken.mp4 12 2\n")
+    out = tmp_path / "windows"
+    assert main(["--config-file", cfg_path, "--output", str(out), "--window", "0.2",
+                 "--stride", "0.15", "DATA.NUM_WORKERS", "0"]) == 0
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*.npy")) == sorted(
+        [f"{os.path.splitext(rel)[0]}{end}" for rel in videos
+         for end in (".npy", ".windows.npy")])  # none for the broken video
+    want_times = [[0.0, 0.2], [0.15, 0.35], [0.3, 0.48]]
+    model = _toy().eval()
+    for rel in videos:
+        feats = np.load(feature_path(str(out), rel))
+        times = np.load(feature_path(str(out), rel)[:-4] + ".windows.npy")
+        assert feats.shape == (3, WIDTH) and feats.dtype == np.float32
+        np.testing.assert_allclose(times, want_times, atol=1e-6)
+        # Row k: the validation clip of window k's seconds, through the same weights.
+        lst = tmp_path / "one_window.csv"
+        for k, (a, b) in enumerate(want_times):
+            lst.write_text(f"path,label,start,end\n{rel},0,{a},{b}\n")
+            cfg = load_config(cfg_path, ["DATA.VAL_ANNO_PATH", str(lst)])
+            clip = build_dataset(cfg, "val")[0][0]
+            want = model[:-1](clip[None])[0].detach().numpy()
+            np.testing.assert_allclose(feats[k], want, rtol=1e-5, atol=1e-6)

@@ -2,6 +2,7 @@
 features of every video in the validation list, one .npy each.
 
     zoo-extract-features --config-file i3d_resnet50_v1_feat.yaml [--output DIR] [KEY VALUE ...]
+    zoo-extract-features --config-file my.yaml --window 1 [--stride 0.5]   # (W, D) per video
 
 gluoncv.torch's *_feat.yaml configs run unedited; see docs/features.md for the output layout.
 """
@@ -28,7 +29,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="output folder (default: BASE_PATH/EXP_NAME/SAVE_DIR for a "
                         "CONFIG.INFERENCE.FEAT config, else BASE_PATH/EXP_NAME/features)")
     parser.add_argument("--batch-size", type=int, default=0, help="clips per forward")
+    parser.add_argument("--window", type=float, default=0.0, metavar="SECONDS",
+                        help="one feature row per window of this many seconds (0 = one clip "
+                        "per video)")
+    parser.add_argument("--stride", type=float, default=0.0, metavar="SECONDS",
+                        help="seconds between window starts (0 = --window: side by side)")
     args = parser.parse_args(argv)
+    if args.window < 0 or args.stride < 0 or (args.stride and not args.window):
+        parser.error(f"--window {args.window:g} --stride {args.stride:g}: both are seconds >= 0, "
+                     "and --stride needs --window")
     setup_logger(None, 0)
     cfg = setup_cfg(args)
     from ..infer.features import extract_features, feature_dir
@@ -44,7 +53,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         result.notes.append(f"features would go to {feature_dir(cfg, args.output)}")
         print_report(result)
         return 0
-    extract_features(cfg, args.output or None, args.batch_size)
+    extract_features(cfg, args.output or None, args.batch_size, window=args.window,
+                     stride=args.stride)
     return 0
 
 

@@ -16,14 +16,21 @@ of a frame folder (MMAction2 rawframe offsets) ``clip@frames11-40.npy``. Two ent
 write the same file (a video listed twice, ``x.mp4`` beside ``x.webm``) stop the run before any
 is read. ``OUT`` is ``--output``, else ``BASE_PATH/EXP_NAME/SAVE_DIR`` for a config with
 ``INFERENCE.FEAT`` True (gluoncv's folder), else ``BASE_PATH/EXP_NAME/features``.
+
+With ``window`` (``--window S [--stride T]``) each video is read window by window instead, each
+window as one validation clip of its seconds: the file holds ``(W, D)``, one row per window, and
+``<name>.windows.npy`` beside it the windows' ``(W, 2)`` start and end seconds (within a listed
+time range, when the entry has one). A video with a window that cannot be read gets no file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import logging
 import os
-from typing import Dict, Iterator, List, Optional, Sequence
+import tempfile
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -119,7 +126,8 @@ def _save(path: str, array: np.ndarray) -> None:
 
 
 def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
-                     device: Optional[torch.device] = None) -> Dict[str, object]:
+                     device: Optional[torch.device] = None, window: float = 0.0,
+                     stride: float = 0.0) -> Dict[str, object]:
     """Write one ``.npy`` per video of the validation list; returns a summary.
 
     Args:
@@ -127,12 +135,13 @@ def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
         output: Output folder (default: :func:`feature_dir`).
         batch_size: Clips per forward (0 = ``CONFIG.VAL.BATCH_SIZE``).
         device: Default: the first GPU when there is one, else the CPU.
+        window: Seconds per window (0 = one clip per video; see the module docstring).
+        stride: Seconds between window starts (0 = ``window``).
 
     Returns:
         ``{"output": folder, "written": count, "dim": D, "unreadable": [paths]}``.
     """
     from ..data import build_dataset
-    from ..data.build import worker_context
     from ..models import build_model
 
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -141,13 +150,34 @@ def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
     targets = feature_paths(out_dir, dataset.records,
                             f"CONFIG.DATA.VAL_ANNO_PATH = {cfg.CONFIG.DATA.VAL_ANNO_PATH!r}")
     model = build_model(cfg).to(device).eval()
+    batch = batch_size or cfg.CONFIG.VAL.BATCH_SIZE
+    unreadable: List[str] = []
+    if window > 0:
+        written, dim = _extract_windows(cfg, dataset, targets, model, device, batch,
+                                        (window, stride or window), unreadable)
+    else:
+        written, dim = 0, 0
+        for index, feats in _features(cfg, dataset, model, device, batch, unreadable):
+            _save(targets[index], feats)
+            written, dim = written + 1, feats.shape[0]
+    logger.info("wrote %d feature files (%d floats each) under %s", written, dim, out_dir)
+    for path in unreadable:
+        logger.warning("warning: no features for %s: the video could not be read", path)
+    return {"output": out_dir, "written": written, "dim": dim, "unreadable": unreadable}
+
+
+def _features(cfg, dataset, model: nn.Module, device: torch.device, batch: int,
+              unreadable: List[str]) -> Iterator[Tuple[int, np.ndarray]]:
+    """``(item index, its (D,) features)`` in the dataset's order; an item the loader had to
+    stand another video in for is named in ``unreadable`` instead."""
+    from ..data.build import worker_context
+
     workers = cfg.CONFIG.DATA.NUM_WORKERS
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size or cfg.CONFIG.VAL.BATCH_SIZE, shuffle=False,
-        num_workers=workers,
+        dataset, batch_size=batch, shuffle=False, num_workers=workers,
         multiprocessing_context=worker_context(cfg.CONFIG.DATA.WORKER_START_METHOD)
         if workers else None)
-    written, dim, unreadable, start = 0, 0, [], 0
+    start = 0
     for clips, _labels, indices, _bad in loader:
         feats = pooled_features(model, clips.to(device)).cpu().numpy()
         for j, returned in enumerate(indices.tolist()):
@@ -155,11 +185,71 @@ def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
             if returned != wanted:  # the loader stood another video in for an unreadable one
                 unreadable.append(dataset.paths[wanted])
                 continue
-            _save(targets[wanted], feats[j])
-            written, dim = written + 1, feats.shape[1]
+            yield wanted, feats[j]
         start += len(indices)
-    logger.info("wrote %d feature files (%d floats each) under %s", written, dim, out_dir)
-    for path in unreadable:
-        logger.warning("warning: no features for %s: the video could not be read", path)
-    return {"output": out_dir, "written": written, "dim": dim, "unreadable": unreadable}
 
+
+def _extract_windows(cfg, dataset, targets: List[str], model: nn.Module, device: torch.device,
+                     batch: int, cut: Tuple[float, float], unreadable: List[str]
+                     ) -> Tuple[int, int]:
+    """The windowed extraction (see the module docstring); returns ``(files written, D)``."""
+    from ..data import build_dataset
+    from ..data.decode.base import DecodeError
+    from .windows import video_seconds, windows
+
+    spans: List[Tuple[float, float]] = []  # every window's seconds, video after video
+    ranges: List[Tuple[int, int, int]] = []  # per video read: (its index, first, end window)
+    for index, (path, record) in enumerate(zip(dataset.paths, dataset.records)):
+        try:
+            seconds = video_seconds(path, cfg.CONFIG.DATA.DECODER)
+        except DecodeError:
+            unreadable.append(path)
+            continue
+        first = max(record.start, 0.0)
+        last = min(record.end, seconds) if record.end > 0 else seconds
+        lo = len(spans)
+        spans += [(first + a, first + b) for a, b in windows(max(last - first, 0.0), *cut)]
+        ranges.append((index, lo, len(spans)))
+    written, dim, bad = 0, 0, set(unreadable)
+    with tempfile.TemporaryDirectory() as tmp:
+        lst = os.path.join(tmp, "windows.csv")
+        with open(lst, "w", encoding="utf-8", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(["path", "label", "start", "end"])
+            for index, lo, hi in ranges:
+                out.writerows([os.path.abspath(dataset.paths[index]),
+                               dataset.records[index].label, a, b] for a, b in spans[lo:hi])
+        windowed = cfg.clone()
+        windowed.defrost()
+        data = windowed.CONFIG.DATA
+        data.SYNTHETIC.ENABLE, data.DATASET, data.LIST_FORMAT = False, "VideoListDataset", "auto"
+        data.VAL_ANNO_PATH, data.VAL_DATA_PATH = lst, "/"
+        if data.DECODER in ("frames", "image"):
+            data.DECODER = "auto"
+        windowed.freeze()
+        window_set = build_dataset(windowed, "val")
+        collected: Dict[int, np.ndarray] = {}  # the windows of videos not written yet
+        pending = iter(ranges)
+        video = next(pending, None)
+
+        def finish(index: int, lo: int, hi: int) -> None:
+            nonlocal written, dim
+            rows = [collected.pop(k, None) for k in range(lo, hi)]
+            if any(r is None for r in rows):
+                bad.add(dataset.paths[index])
+                return
+            _save(targets[index], np.stack(rows))
+            _save(targets[index][:-len(".npy")] + ".windows.npy",
+                  np.asarray(spans[lo:hi], dtype=np.float32))
+            written, dim = written + 1, rows[0].shape[0]
+
+        for k, feats in _features(windowed, window_set, model, device, batch, []):
+            while video is not None and video[2] <= k:  # videos whose windows are all past
+                finish(*video)
+                video = next(pending, None)
+            collected[k] = feats
+        while video is not None:
+            finish(*video)
+            video = next(pending, None)
+    unreadable[:] = [p for p in dataset.paths if p in bad]
+    return written, dim

@@ -5,19 +5,19 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from ..data import build_dataset, fill_normalization
 from ..data.decode.base import DecodeError
-from ..data.decode.registry import open_video
 from ..data.lists.annotations import read_class_names
 from ..data.robust import NoReadableVideo
 from ..models import model_facts
 from ..utils.errors import UserError
 from .checkpoint_model import checkpoint_model
+from .windows import video_seconds, windows
 
 
 class Predictor:
@@ -116,33 +116,3 @@ class Predictor:
                 results.append({"video": path, "error": str(e).splitlines()[0]})
         return results
 
-
-def video_seconds(path: str, decoder: str = "auto") -> float:
-    """How long ``path`` plays: its frames over its average rate.
-
-    Raises:
-        DecodeError: It cannot be read, or its frame rate is unknown.
-    """
-    if decoder in ("frames", "image"):
-        decoder = "auto"
-    with open_video(path, decoder) as video:
-        if not video.fps:
-            raise DecodeError(f"{path}: its frame rate is unknown, so it cannot be cut into "
-                              "windows of seconds; predict it whole (no --window)", "other")
-        return video.num_frames / video.fps
-
-
-def windows(seconds: float, window: float, stride: float) -> List[Tuple[float, float]]:
-    """``(start, end)`` seconds of the windows that cover a video of ``seconds``: one every
-    ``stride`` seconds from 0 while it starts inside the video, each ``window`` long or cut at
-    the video's end."""
-    if window <= 0 or stride <= 0:
-        raise ValueError(f"window and stride must be > 0 seconds, got {window} and {stride}")
-    spans, start = [], 0.0
-    while start < seconds or not spans:
-        end = min(start + window, seconds)
-        spans.append((round(start, 3), round(end, 3)))
-        if end >= seconds:
-            break
-        start += stride
-    return spans
