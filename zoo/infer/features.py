@@ -26,10 +26,8 @@ time range, when the entry has one). A video with a window that cannot be read g
 from __future__ import annotations
 
 import contextlib
-import csv
 import logging
 import os
-import tempfile
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -193,9 +191,8 @@ def _extract_windows(cfg, dataset, targets: List[str], model: nn.Module, device:
                      batch: int, cut: Tuple[float, float], unreadable: List[str]
                      ) -> Tuple[int, int]:
     """The windowed extraction (see the module docstring); returns ``(files written, D)``."""
-    from ..data import build_dataset
     from ..data.decode.base import DecodeError
-    from .windows import video_seconds, windows
+    from .windows import parts_dataset, video_seconds, windows
 
     spans: List[Tuple[float, float]] = []  # every window's seconds, video after video
     ranges: List[Tuple[int, int, int]] = []  # per video read: (its index, first, end window)
@@ -211,45 +208,31 @@ def _extract_windows(cfg, dataset, targets: List[str], model: nn.Module, device:
         spans += [(first + a, first + b) for a, b in windows(max(last - first, 0.0), *cut)]
         ranges.append((index, lo, len(spans)))
     written, dim, bad = 0, 0, set(unreadable)
-    with tempfile.TemporaryDirectory() as tmp:
-        lst = os.path.join(tmp, "windows.csv")
-        with open(lst, "w", encoding="utf-8", newline="") as f:
-            out = csv.writer(f)
-            out.writerow(["path", "label", "start", "end"])
-            for index, lo, hi in ranges:
-                out.writerows([os.path.abspath(dataset.paths[index]),
-                               dataset.records[index].label, a, b] for a, b in spans[lo:hi])
-        windowed = cfg.clone()
-        windowed.defrost()
-        data = windowed.CONFIG.DATA
-        data.SYNTHETIC.ENABLE, data.DATASET, data.LIST_FORMAT = False, "VideoListDataset", "auto"
-        data.VAL_ANNO_PATH, data.VAL_DATA_PATH = lst, "/"
-        if data.DECODER in ("frames", "image"):
-            data.DECODER = "auto"
-        windowed.freeze()
-        window_set = build_dataset(windowed, "val")
-        collected: Dict[int, np.ndarray] = {}  # the windows of videos not written yet
-        pending = iter(ranges)
-        video = next(pending, None)
+    window_set = parts_dataset(cfg, "val", [
+        (dataset.paths[index], dataset.records[index].label, a, b)
+        for index, lo, hi in ranges for a, b in spans[lo:hi]])
+    collected: Dict[int, np.ndarray] = {}  # the windows of videos not written yet
+    pending = iter(ranges)
+    video = next(pending, None)
 
-        def finish(index: int, lo: int, hi: int) -> None:
-            nonlocal written, dim
-            rows = [collected.pop(k, None) for k in range(lo, hi)]
-            if any(r is None for r in rows):
-                bad.add(dataset.paths[index])
-                return
-            _save(targets[index], np.stack(rows))
-            _save(targets[index][:-len(".npy")] + ".windows.npy",
-                  np.asarray(spans[lo:hi], dtype=np.float32))
-            written, dim = written + 1, rows[0].shape[0]
+    def finish(index: int, lo: int, hi: int) -> None:
+        nonlocal written, dim
+        rows = [collected.pop(k, None) for k in range(lo, hi)]
+        if any(r is None for r in rows):
+            bad.add(dataset.paths[index])
+            return
+        _save(targets[index], np.stack(rows))
+        _save(targets[index][:-len(".npy")] + ".windows.npy",
+              np.asarray(spans[lo:hi], dtype=np.float32))
+        written, dim = written + 1, rows[0].shape[0]
 
-        for k, feats in _features(windowed, window_set, model, device, batch, []):
-            while video is not None and video[2] <= k:  # videos whose windows are all past
-                finish(*video)
-                video = next(pending, None)
-            collected[k] = feats
-        while video is not None:
+    for k, feats in _features(cfg, window_set, model, device, batch, []):
+        while video is not None and video[2] <= k:  # videos whose windows are all past
             finish(*video)
             video = next(pending, None)
+        collected[k] = feats
+    while video is not None:
+        finish(*video)
+        video = next(pending, None)
     unreadable[:] = [p for p in dataset.paths if p in bad]
     return written, dim

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import csv
 import os
-import tempfile
 from typing import Dict, List, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from ..data import build_dataset, fill_normalization
+from ..data import fill_normalization
 from ..data.decode.base import DecodeError
 from ..data.lists.annotations import read_class_names
 from ..data.robust import NoReadableVideo
 from ..models import model_facts
 from ..utils.errors import UserError
 from .checkpoint_model import checkpoint_model
-from .windows import video_seconds, windows
+from .windows import parts_dataset, video_seconds, windows
 
 
 class Predictor:
@@ -50,31 +48,10 @@ class Predictor:
     def _views(self, path: str, start: float = -1.0, end: float = -1.0) -> torch.Tensor:
         """The test views of ``path`` (of its ``start``..``end`` seconds when they are given),
         read as testing reads them."""
-        with tempfile.TemporaryDirectory() as tmp:
-            lst = os.path.join(tmp, "predict.csv")
-            with open(lst, "w", encoding="utf-8", newline="") as f:
-                row = [os.path.abspath(path), 0]
-                csv.writer(f).writerows([["path", "label", "start", "end"],
-                                         row + ([start, end] if start >= 0 else ["", ""])])
-            cfg = self.cfg.clone()
-            cfg.defrost()
-            cfg.CONFIG.DATA.SYNTHETIC.ENABLE = False
-            # The temporary list is a CSV with a header, whatever source the run trained on.
-            cfg.CONFIG.DATA.DATASET = "VideoListDataset"
-            cfg.CONFIG.DATA.LIST_FORMAT = "auto"
-            if cfg.CONFIG.DATA.DECODER in ("frames", "image"):
-                cfg.CONFIG.DATA.DECODER = "auto"  # trained on extracted frames; this is a file
-            cfg.CONFIG.DATA.TEST_ANNO_PATH = lst
-            cfg.CONFIG.DATA.TEST_DATA_PATH = "/"
-            cfg.CONFIG.DATA.MAX_TRIES = 1  # a one-video list: nothing to replace it with
-            cfg.freeze()
-            try:
-                views, _, _, n_bad = build_dataset(cfg, "test")[0]
-            except NoReadableVideo as e:  # its reason alone, not the temporary list's name
-                raise DecodeError(e.failures[0] if e.failures else str(e), "other") from None
-        if n_bad:  # a replacement cannot come from a one-video list; kept as a guard
-            raise NoReadableVideo(f"{path}: could not be decoded")
-        return views
+        try:
+            return parts_dataset(self.cfg, "test", [(path, 0, start, end)])[0][0]
+        except NoReadableVideo as e:  # its reason alone, not the temporary list's name
+            raise DecodeError(e.failures[0] if e.failures else str(e), "other") from None
 
     def _top(self, views: torch.Tensor, topk: int) -> List[Dict]:
         probs = F.softmax(self.model(views.to(self.device)).float(), dim=1).mean(dim=0)

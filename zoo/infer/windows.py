@@ -1,12 +1,45 @@
 """Windows of seconds along a video, for scoring (``zoo-predict --window``) or extracting features
-(``zoo-extract-features --window``) a long video piece by piece."""
+(``zoo-extract-features --window``) a long video piece by piece, and the dataset that reads such
+parts (or whole files) that no list of the run names."""
 
 from __future__ import annotations
 
-from typing import List, Tuple
+import csv
+import os
+import tempfile
+from typing import List, Sequence, Tuple
 
 from ..data.decode.base import DecodeError
 from ..data.decode.registry import open_video
+
+# A file or part of one: (path, label, start seconds, end seconds); start < 0 = the whole file.
+Part = Tuple[str, int, float, float]
+
+
+def parts_dataset(cfg, split: str, parts: Sequence[Part]):
+    """The ``split`` dataset of ``parts``, read as the run reads that split's list (its clip
+    settings, decoder and views), whatever source the run trained on: the parts are written into
+    a temporary CSV list (``path,label,start,end``, absolute paths) that the dataset reads when
+    it is built. A run trained on extracted frames reads these files with ``auto``."""
+    from ..data import build_dataset
+
+    with tempfile.TemporaryDirectory() as tmp:
+        lst = os.path.join(tmp, "parts.csv")
+        with open(lst, "w", encoding="utf-8", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(["path", "label", "start", "end"])
+            out.writerows([os.path.abspath(path), label] + ([a, b] if a >= 0 else ["", ""])
+                          for path, label, a, b in parts)
+        cfg = cfg.clone()
+        cfg.defrost()
+        data = cfg.CONFIG.DATA
+        data.SYNTHETIC.ENABLE, data.DATASET, data.LIST_FORMAT = False, "VideoListDataset", "auto"
+        key = split.upper()
+        data[f"{key}_ANNO_PATH"], data[f"{key}_DATA_PATH"] = lst, "/"
+        if data.DECODER in ("frames", "image"):
+            data.DECODER = "auto"
+        cfg.freeze()
+        return build_dataset(cfg, split)
 
 
 def video_seconds(path: str, decoder: str = "auto") -> float:
