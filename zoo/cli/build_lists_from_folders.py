@@ -51,10 +51,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     # = the folder): hidden folders and files are passed over.
     records, classes = class_folder_records(args.root)
     try:
-        _, matched = group_keys([r.path for r in records], args.group)
-        train_records, val_records = hold_out(records, args.val_fraction, args.seed, args.group)
+        keys, matched = group_keys([r.path for r in records], args.group)
     except GroupPatternError as e:
         raise UsageError(str(e)) from e
+    train_records, val_records = hold_out(records, args.val_fraction, args.seed, keys)
     train = [(r.path, r.label) for r in train_records]
     val = [(r.path, r.label) for r in val_records]
     os.makedirs(args.out, exist_ok=True)

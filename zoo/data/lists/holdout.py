@@ -59,7 +59,8 @@ def group_keys(paths: Sequence[str], pattern: Optional[str]) -> Tuple[List[str],
 
 
 def hold_out(records: Sequence[VideoRecord], fraction: float, seed: int,
-             pattern: Optional[str] = None) -> Tuple[List[VideoRecord], List[VideoRecord]]:
+             keys: Optional[Sequence[str]] = None
+             ) -> Tuple[List[VideoRecord], List[VideoRecord]]:
     """Split ``records`` into ``(train, val)`` with about ``fraction`` of each class in val.
 
     A group is in val when its draw is below ``fraction``. A class with videos of two or more
@@ -71,10 +72,9 @@ def hold_out(records: Sequence[VideoRecord], fraction: float, seed: int,
         records: Labelled videos.
         fraction: Share held out, in [0, 1).
         seed: Picks which groups are held out.
-        pattern: Regular expression naming each video's group (see :func:`group_keys`); None =
-            every video is its own group.
+        keys: Each record's group (:func:`group_keys`); None = every video is its own group.
     """
-    keys, _ = group_keys([r.path for r in records], pattern)
+    keys = [r.path for r in records] if keys is None else list(keys)
     draws = {key: _draw(seed, key) for key in keys}
     held: Dict[str, bool] = {key: draw < fraction for key, draw in draws.items()}
     if fraction > 0:
