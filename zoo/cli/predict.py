@@ -90,17 +90,15 @@ def videos_of(paths: List[str]) -> List[str]:
         UsageError: A folder holds no video file.
     """
     from ..data.lists.records import VIDEO_EXTS
+    from ..data.lists.sources import visible_walk
 
     out = []
     for path in paths:
         if not os.path.isdir(path):
             out.append(path)
             continue
-        found = []
-        for folder, subfolders, files in os.walk(path):
-            subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
-            found += [os.path.join(folder, f) for f in sorted(files)
-                      if f.lower().endswith(VIDEO_EXTS) and not f.startswith(".")]
+        found = [os.path.join(folder, f) for folder, _, files in visible_walk(path)
+                 for f in files if f.lower().endswith(VIDEO_EXTS)]
         if not found:
             raise UsageError(f"the folder {path!r} holds no video file (these extensions count: "
                              f"{' '.join(VIDEO_EXTS)})")

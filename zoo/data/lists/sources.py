@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .records import (  # noqa: F401  (VIDEO_EXTS re-exported)
     IMAGE_EXTS,
@@ -64,6 +64,15 @@ def kinetics_stem(youtube_id: str, start: float, end: float) -> str:
     return f"{youtube_id}_{int(float(start)):06d}_{int(float(end)):06d}"
 
 
+def visible_walk(root: str) -> Iterator[Tuple[str, List[str], List[str]]]:
+    """``os.walk(root)`` in sorted order without hidden folders and files (a leading ".": a trash
+    folder, notebook checkpoints, macOS's ``._`` resource forks): ``(folder, its sub-folders,
+    its files)``; emptying the sub-folder list stops the walk going below."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        yield dirpath, dirnames, sorted(f for f in filenames if not f.startswith("."))
+
+
 def index_files(
     root: str, exts: Sequence[str] = VIDEO_EXTS, folders: bool = False
 ) -> Dict[str, str]:
@@ -72,14 +81,13 @@ def index_files(
     files and folders (a leading ".": a trash folder, macOS's ``._`` resource forks) are passed
     over."""
     found: Dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    for dirpath, dirnames, filenames in visible_walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         if folders:
             if not dirnames and dirpath != root:
                 found.setdefault(os.path.basename(dirpath), rel_dir)
             continue
-        for name in sorted(f for f in filenames if not f.startswith(".")):
+        for name in filenames:
             stem, ext = os.path.splitext(name)
             if ext.lower() in exts:
                 found.setdefault(stem, os.path.normpath(os.path.join(rel_dir, name)))
@@ -305,12 +313,10 @@ def _class_items(root: str, name: str, kind: str, exts: Sequence[str],
     """The items of class folder ``name`` (paths relative to ``root``); files that are not items
     (neither hidden nor of ``exts``) are appended to ``passed_over``."""
     items = []
-    for dirpath, dirnames, filenames in os.walk(os.path.join(root, name)):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        files = [f for f in filenames if not f.startswith(".")]
+    for dirpath, dirnames, files in visible_walk(os.path.join(root, name)):
         hits = [f for f in files if f.lower().endswith(exts)]
         passed_over += [os.path.relpath(os.path.join(dirpath, f), root)
-                        for f in sorted(files) if f not in hits]
+                        for f in files if f not in hits]
         if kind == "frames":
             if hits:
                 items.append(os.path.relpath(dirpath, root))
