@@ -230,3 +230,52 @@ def test_reencode_target_size(size, expected):
     from zoo.cli.reencode import target_size
 
     assert target_size(*size, 256) == expected
+
+
+def test_reencode_passes_over_hidden_files_and_its_own_outputs(tmp_path, capsys):
+    from zoo.cli import reencode
+
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    write(str(src / "a" / "x.mp4"), ramp_frames(6, 32, 48))
+    (src / "a" / "._x.mp4").write_text("macOS resource fork")  # not a video: passed over
+    args = ["--src", str(src), "--dst", str(src / "small")]  # the outputs lie inside --src
+    for run in range(2):
+        assert reencode.main(args) == 0
+        done = "1 re-encoded, 0 already done" if run == 0 else "0 re-encoded, 1 already done"
+        assert f"{done}, 0 failed" in capsys.readouterr().out
+    assert not (src / "small" / "small").exists()  # its own outputs were not re-encoded again
+
+
+def test_reencode_stops_before_two_sources_share_an_output(tmp_path, capsys):
+    from zoo.cli import reencode
+
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    write(str(src / "a" / "x.mp4"), ramp_frames(6, 32, 48))
+    write(str(src / "a" / "x.avi"), ramp_frames(6, 32, 48), codec="mpeg4")
+    assert reencode.main(["--src", str(src), "--dst", str(tmp_path / "dst")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "a/x.avi and a/x.mp4 would both be written to" in err, err
+    assert not (tmp_path / "dst").exists()  # nothing written
+
+
+def test_reencode_list_with_absolute_paths_and_repeated_videos(tmp_path, capsys):
+    from zoo.cli import reencode
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    write(str(src / "v.avi"), ramp_frames(6, 32, 48), codec="mpeg4")
+    listed = tmp_path / "segments.csv"  # one video, two time ranges
+    listed.write_text(f"path,label,start,end\n{src / 'v.avi'},0,0,0.2\n{src / 'v.avi'},1,0.2,0.5\n")
+    args = ["--src", str(src), "--dst", str(dst), "--list", str(listed)]
+    assert reencode.main(args) == 0
+    assert "1 re-encoded, 0 already done, 0 failed" in capsys.readouterr().out
+    assert not (src / "v.mp4").exists()  # written under --dst, not beside the source
+    rows = (dst / "segments.csv").read_text().splitlines()[1:]
+    assert rows == [f"{dst / 'v.mp4'},0,0.0,0.2", f"{dst / 'v.mp4'},1,0.2,0.5"], rows
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text(f"{tmp_path / 'other' / 'v.avi'} 6 0\n")
+    assert reencode.main(args[:4] + ["--list", str(elsewhere)]) == 1
+    err = capsys.readouterr().err
+    assert "is not under --src" in err and err.count("\n") == 1, err

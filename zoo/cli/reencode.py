@@ -11,8 +11,11 @@ on 340x256 H.264 with B-frames: GOP 16 or 32 gave ~1.15x the loader's clips per 
 loader per core"): the short side matters most.
 
 * The folder tree under --src is mirrored under --dst; every output is ``.mp4`` (``a/b.avi`` ->
-  ``a/b.mp4``). With --list only the list's videos are converted, and a copy of the list whose
-  paths point at the new files is written to --dst.
+  ``a/b.mp4``), so two sources that differ only in extension stop the tool with one line before
+  anything is written. Hidden files and folders (macOS's ``._`` forks) and --dst itself, when it
+  lies inside --src, are passed over. With --list only the list's videos are converted (absolute
+  paths must lie under --src), and a copy of the list whose paths point at the new files is
+  written to --dst.
 * Resumable: an output is written to a temporary name and renamed when complete, so a stopped run
   is simply started again; finished files are skipped.
 * Videos that fail (unreadable, no video stream) are listed in ``<dst>/reencode_failed.txt``
@@ -31,7 +34,7 @@ from multiprocessing import Pool
 from typing import List, Optional, Tuple
 
 from ..data.lists.records import VIDEO_EXTS
-from ..utils.errors import UserError
+from ..utils.errors import UserError, one_line
 from .command import command
 from .parser import tool_parser
 
@@ -72,7 +75,7 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
         try:
             inp = av.open(src, **OPEN_OPTIONS)
         except source_errors as e:
-            raise UnreadableSource(f"cannot open: {_first_line(e)}") from None
+            raise UnreadableSource(f"cannot open: {one_line(e)}") from None
         with inp:
             if not inp.streams.video:
                 raise UnreadableSource("no video stream")
@@ -108,11 +111,6 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
     return frames
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else error.__class__.__name__
-
-
 def _decoded(container, stream, source_errors):
     """The frames of ``stream``; a decoding error is the source's (:class:`UnreadableSource`)."""
     frames = container.decode(stream)
@@ -122,7 +120,7 @@ def _decoded(container, stream, source_errors):
         except StopIteration:
             return
         except source_errors as e:
-            raise UnreadableSource(f"cannot decode: {_first_line(e)}") from None
+            raise UnreadableSource(f"cannot decode: {one_line(e)}") from None
         yield frame
 
 
@@ -140,7 +138,7 @@ class _writing:
 
         unwritable = (av.FFmpegError, OSError, av.codec.codec.UnknownCodecError)
         if isinstance(error, unwritable):
-            raise UserError(f"cannot write {self.dst}: {_first_line(error)} (every video would "
+            raise UserError(f"cannot write {self.dst}: {one_line(error)} (every video would "
                             "fail alike: free disk space, or use an FFmpeg with libx264)"
                             ) from None
         return False
@@ -159,23 +157,71 @@ def _job(task: Tuple[str, str, dict]) -> Tuple[str, Optional[str]]:
         return src, str(e)
 
 
-def _sources(src_root: str, list_path: str) -> List[str]:
+def _sources(src_root: str, list_path: str, dst_root: str) -> List[str]:
+    """The videos to convert, each once, as paths relative to ``src_root``: the list's (an
+    absolute path must lie under ``src_root``), else every visible video under ``src_root``
+    except those in ``dst_root`` (outputs are never sources, even when --dst lies inside --src).
+
+    Raises:
+        UserError: Two sources would be written to one output (``a/x.avi`` and ``a/x.mp4``), or
+            an absolute list path is not under ``src_root``.
+    """
     if list_path:
         from ..data.lists.annotations import read_annotations
 
-        return [r.path for r in read_annotations(list_path)]
-    found = []
-    for dirpath, dirnames, names in os.walk(src_root):
-        dirnames.sort()
-        found += [os.path.relpath(os.path.join(dirpath, n), src_root) for n in sorted(names)
-                  if n.lower().endswith(VIDEO_EXTS)]
-    return found
+        rels = [_relative(r.path, src_root, list_path) for r in read_annotations(list_path)]
+        rels = list(dict.fromkeys(rels))  # a video listed twice (two time ranges) is one job
+    else:
+        from ..data.lists.sources import visible_walk
+
+        outputs = os.path.realpath(dst_root)
+        rels = []
+        for dirpath, dirnames, names in visible_walk(src_root):
+            dirnames[:] = [d for d in dirnames
+                           if os.path.realpath(os.path.join(dirpath, d)) != outputs]
+            rels += [os.path.relpath(os.path.join(dirpath, n), src_root) for n in names
+                     if n.lower().endswith(VIDEO_EXTS)]
+    _refuse_shared_outputs(rels, dst_root)
+    return rels
 
 
-def _rewrite_list(list_path: str, dst_root: str) -> str:
+def _relative(path: str, src_root: str, list_path: str) -> str:
+    if not os.path.isabs(path):
+        return path
+    rel = os.path.relpath(path, src_root)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        raise UserError(f"{list_path} names {path}, which is not under --src {src_root}: give "
+                        "the --src that holds the list's videos")
+    return rel
+
+
+def _refuse_shared_outputs(rels: List[str], dst_root: str) -> None:
+    """Stops when two sources map to one ``.mp4`` (one would silently replace the other)."""
+    first: dict = {}
+    shared = []
+    for rel in rels:
+        kept = first.setdefault(output_path(rel), rel)
+        if kept != rel:
+            shared.append((kept, rel))
+    if shared:
+        (a, b), more = shared[0], len(shared) - 1
+        raise UserError(
+            f"{a} and {b} would both be written to {os.path.join(dst_root, output_path(a))}"
+            + (f" ({more} more such pair{'s' if more > 1 else ''})" if more else "")
+            + ": every output is .mp4, so rename one of each pair or re-encode them into "
+            "separate --dst folders")
+
+
+def _rewrite_list(list_path: str, src_root: str, dst_root: str) -> str:
     """A copy of a list whose paths end in .mp4, written into ``dst_root``: a text list (any
-    LIST_FORMAT auto recognises) is written in the gluoncv format, a CSV list as a CSV."""
+    LIST_FORMAT auto recognises) is written in the gluoncv format, a CSV list as a CSV. A
+    relative path stays relative (to ``dst_root`` now); an absolute one points into
+    ``dst_root``."""
     from ..data.lists.annotations import read_annotations
+
+    def new_path(path: str) -> str:
+        rel = output_path(_relative(path, src_root, list_path))
+        return os.path.join(os.path.abspath(dst_root), rel) if os.path.isabs(path) else rel
 
     out = os.path.join(dst_root, os.path.basename(list_path))
     records = read_annotations(list_path)
@@ -186,10 +232,10 @@ def _rewrite_list(list_path: str, dst_root: str) -> str:
             writer = csv.writer(f)
             writer.writerow(["path", "label", "start", "end"])
             for r in records:
-                writer.writerow([output_path(r.path), r.label, r.start if r.start >= 0 else "",
+                writer.writerow([new_path(r.path), r.label, r.start if r.start >= 0 else "",
                                  r.end if r.end >= 0 else ""])
         else:
-            f.writelines(f"{output_path(r.path)} -1 {r.label}\n" for r in records)
+            f.writelines(f"{new_path(r.path)} -1 {r.label}\n" for r in records)
     return out
 
 
@@ -217,7 +263,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
     from tqdm import tqdm
 
-    rels = _sources(args.src, args.list)
+    rels = _sources(args.src, args.list, args.dst)
     options = {"short_side": args.short_side, "gop": args.gop, "crf": args.crf,
                "preset": args.preset, "upscale": args.upscale,
                "threads": 1 if args.workers > 1 else 0}
@@ -236,7 +282,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     with open(os.path.join(args.dst, "reencode_failed.txt"), "w", encoding="utf-8") as f:
         f.writelines(sorted(failed))
     if args.list:
-        print(f"list for the new files: {_rewrite_list(args.list, args.dst)}")
+        print(f"list for the new files: {_rewrite_list(args.list, args.src, args.dst)}")
     print(f"{len(todo) - len(failed)} re-encoded, {len(rels) - len(todo)} already done, "
           f"{len(failed)} failed (see {os.path.join(args.dst, 'reencode_failed.txt')})")
     return 1 if failed else 0
