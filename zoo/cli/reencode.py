@@ -64,7 +64,7 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
     """
     import av
 
-    from ..data.decode.pyav import OPEN_OPTIONS, main_video_stream
+    from ..data.decode.pyav_streams import OPEN_OPTIONS, main_video_stream
 
     source_errors = (av.FFmpegError, OSError, UnicodeDecodeError)
     part = dst + ".part.mp4"

@@ -8,7 +8,7 @@ presentation order, uint8 RGB out, the same errors. Like the PyAV reader they ne
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -34,17 +34,18 @@ _MAIN_FIRST: Dict[tuple, bool] = {}
 _SEEKABLE_MAX = 100_000
 
 
-def _probed(cache: Dict[tuple, bool], path: str, probe: str, unreadable: bool) -> bool:
-    """``zoo.data.decode.pyav.<probe>(path)``, found once per file version (path, size, mtime) in
+def _probed(cache: Dict[tuple, bool], path: str, probe: Callable[[str], bool],
+            unreadable: bool) -> bool:
+    """``probe(path)`` (one of PyAV's probes), found once per file version (path, size, mtime) in
     ``cache``; ``unreadable`` where PyAV cannot read the file (OpenCV then says what it can)."""
-    from . import pyav
+    from .pyav import PYAV
 
     stat = os.stat(path)
     key = (path, stat.st_size, stat.st_mtime_ns)
     if key not in cache:
         try:
-            with pyav.PYAV.reading(path, "cannot open", "open"):
-                found = getattr(pyav, probe)(path)
+            with PYAV.reading(path, "cannot open", "open"):
+                found = probe(path)
         except DecodeError:
             found = unreadable
         if len(cache) >= _SEEKABLE_MAX:
@@ -94,7 +95,9 @@ class OpenCVReader(VideoReader):
         self.path = path
         self._threads = threads
         check_file(path)
-        if not _probed(_MAIN_FIRST, path, "main_is_first_video_stream", True):
+        from .pyav_streams import main_is_first_video_stream
+
+        if not _probed(_MAIN_FIRST, path, main_is_first_video_stream, True):
             raise DecodeError(
                 f"{path}: its first video stream is not its main one (a still image or cover art "
                 "comes first), and OpenCV reads only the first: read it with CONFIG.DATA.DECODER "
@@ -130,7 +133,9 @@ class OpenCVReader(VideoReader):
     def _can_seek(self) -> bool:
         """Whether OpenCV's frame-number seek is exact in this file (probed once, with PyAV)."""
         if self._seekable is None:
-            self._seekable = _probed(_SEEKABLE, self.path, "probe_seekable", False)
+            from .pyav import probe_seekable
+
+            self._seekable = _probed(_SEEKABLE, self.path, probe_seekable, False)
         return self._seekable
 
     @property

@@ -39,17 +39,11 @@ Needs PyAV and numpy only: ``decode_array`` returns a numpy array, and torch is 
 from __future__ import annotations
 
 import bisect
-import functools
-import gc
-import math
-import os
-import threading
 from fractions import Fraction
 from typing import Dict, Iterator, List, Optional, Sequence, Set
 
 import av
 import numpy as np
-from av.video.reformatter import VideoReformatter
 
 from .base import (
     END_SLACK,
@@ -64,7 +58,21 @@ from .base import (
     remaining_time,
     upright,
 )
+from .pyav_process import reformatter
+from .pyav_streams import (
+    OPEN_OPTIONS,
+    discarded_frames,
+    index_step_rate,
+    indexed_frames,
+    keyframe_times,
+    main_is_first_video_stream,
+    main_video_stream,
+    span_rate,
+)
 from .threads import decoder_threads
+
+__all__ = ["OPEN_OPTIONS", "PYAV", "PyAVReader", "main_is_first_video_stream",
+           "main_video_stream", "probe_seekable"]
 
 # Frames at least this large (pixels) are decoded on several threads (when threads is 0).
 _THREADED_MIN_PIXELS = 256 * 256
@@ -80,14 +88,10 @@ _OFF_GRID = 0.35
 _SCALE_FILTER = "BILINEAR"
 # The scaler is threaded (``threads``); planar RGB out is then the faster scaled output (see
 # _rgb; the same pixels as packed RGB).
-_AV_MAJOR = int(av.__version__.split(".")[0])
 _SCALED_FORMAT = "gbrp"
 # Containers (FFmpeg demuxer names) that store presentation timestamps; the rest are decoded from
 # the start. AVI stores none (decode order only), raw streams no timestamps at all.
 _PTS_FORMATS = {"mov", "mp4", "matroska", "webm"}
-# A badly encoded title must not make a video unreadable: PyAV before 19 raises on metadata that
-# is not UTF-8 unless told to ignore it; 19 decodes it leniently and has no such argument.
-OPEN_OPTIONS = {"metadata_errors": "ignore"} if _AV_MAJOR < 19 else {}
 
 
 # What PyAV raises for a broken file: FFmpeg's errors (every ``av.error`` class), the file
@@ -182,7 +186,7 @@ class PyAVReader(VideoReader):
         # up a new conversion for every frame (~6 ms of a 32-frame 64x64 clip against ~1 ms when
         # reused), and setting one up costs 3-10 ms per clip (it keeps its set-up while the
         # frame size and format stay the same).
-        self._to_rgb = _reformatter()
+        self._to_rgb = reformatter()
         # Frame number = round((pts - start) * scale), in integers: Fractions cost ~0.1 ms a frame.
         rate = stream.average_rate or stream.guessed_rate
         scale = Fraction(stream.time_base) * Fraction(rate) if rate and stream.time_base else 0
@@ -211,13 +215,9 @@ class PyAVReader(VideoReader):
     def _measured_fps(self) -> Optional[float]:
         time_base = self._stream.time_base
         if self._matroska and time_base:
-            table = self._timestamps()
-            span = (table[-1] - table[0]) * Fraction(time_base) if len(table) > 1 else 0
-            return (len(table) - 1) / float(span) if span > 0 else None
+            return span_rate(self._timestamps(), time_base)
         if self._avi and time_base:
-            stamps = sorted(e.timestamp for e in self._stream.index_entries if e.size > 0)
-            step = functools.reduce(math.gcd, (b - a for a, b in zip(stamps, stamps[1:])), 0)
-            return 1.0 / float(step * Fraction(time_base)) if step > 1 else None
+            return index_step_rate(self._stream)
         return None
 
     @property
@@ -238,11 +238,11 @@ class PyAVReader(VideoReader):
                 # An MP4/MOV edit list (a cut with ``ffmpeg -ss ... -c copy``, a phone's trim)
                 # hides frames the sample table still counts; FFmpeg marks them and never outputs
                 # them.
-                count -= self._discarded_frames()
+                count -= discarded_frames(self._stream)
             if self._sequential:
                 # AVI's header counts empty "drop" chunks too (a remux from MP4 with B-frames
                 # claimed 500 frames for 250): its index, read at open, has the real ones.
-                count = self._indexed_frames() or count
+                count = indexed_frames(self._stream) or count
             if count <= 0 and self._hint > 0:
                 count = self._hint
             if count <= 0:
@@ -250,17 +250,6 @@ class PyAVReader(VideoReader):
                 self._counted = True
             self._num_frames = count
         return self._num_frames
-
-    def _indexed_frames(self) -> int:
-        """Non-empty entries of the demuxer's index (no reading), 0 when it has none."""
-        entries = self._stream.index_entries
-        return sum(1 for e in entries if e.size > 0 and not e.is_discard) if entries else 0
-
-    def _discarded_frames(self) -> int:
-        """Entries of the demuxer's index that an edit list leaves out (no reading; ~1.5 ms for
-        a 5-minute video's 7,500 entries)."""
-        entries = self._stream.index_entries
-        return sum(1 for e in entries if e.is_discard) if entries else 0
 
     def _packets(self):
         """The video packets from the start of the file (demuxing only); read errors wrapped."""
@@ -438,8 +427,7 @@ class PyAVReader(VideoReader):
         if self._keys is None:
             self._keys = []
             if not self._matroska:
-                entries = self._stream.index_entries
-                self._keys = sorted(e.timestamp for e in entries if e.is_keyframe)
+                self._keys = keyframe_times(self._stream)
         return self._keys
 
     def _seek_moves_on(self, pts: Optional[int], index: int) -> bool:
@@ -564,39 +552,6 @@ class PyAVReader(VideoReader):
         return (target[1], target[0]) if turned else target
 
 
-_local = threading.local()
-
-
-def _collect_before_fork() -> None:
-    """Free this process's garbage before it forks (a DataLoader worker, a multiprocessing child).
-
-    An unclosed container left in a reference cycle (a reader dropped by an exception, a user's
-    ``av.open`` without ``close``) still owns FFmpeg's decoder threads. Collected in a forked
-    child, where those threads do not exist, freeing it waits for them forever: the worker hangs.
-    Collected here, in the parent, it closes normally; the child inherits no such garbage.
-    """
-    gc.collect()
-
-
-os.register_at_fork(before=_collect_before_fork)
-
-
-def _reformatter() -> VideoReformatter:
-    """This thread's RGB converter (FFmpeg's scaler context, kept between videos), per process.
-
-    One inherited through ``fork`` (a DataLoader worker of a process that decoded before) is
-    neither used nor freed: its scaler threads did not survive the fork, and freeing it waits for
-    them forever. It stays referenced in the table, under the parent's process id.
-    """
-    table = getattr(_local, "by_pid", None)
-    if table is None:
-        table = _local.by_pid = {}
-    pid = os.getpid()
-    if pid not in table:
-        table[pid] = VideoReformatter()
-    return table[pid]
-
-
 class _Sink:
     """The output array, filled row by row as frames arrive (allocated at the first frame)."""
 
@@ -621,21 +576,6 @@ def _fit(image: np.ndarray, size: Sequence[int]) -> np.ndarray:
     return cv2.resize(image, (int(size[1]), int(size[0])), interpolation=cv2.INTER_AREA)
 
 
-def main_video_stream(container: "av.container.InputContainer") -> "av.VideoStream":
-    """The video stream a player shows: FFmpeg's best one (``av_find_best_stream``), which prefers
-    the default-flagged stream and a moving stream to a single picture (cover art, a thumbnail),
-    wherever they sit in the file. The container must have a video stream."""
-    return container.streams.best("video")
-
-
-def main_is_first_video_stream(path: str) -> bool:
-    """Whether the first video stream of ``path`` is its main one (what readers that always take
-    the first one need); opens the file with PyAV, reads no packet."""
-    with av.open(path, **OPEN_OPTIONS) as container:
-        videos = container.streams.video
-        return len(videos) < 2 or main_video_stream(container).index == videos[0].index
-
-
 def probe_seekable(path: str) -> bool:
     """Whether a frame-number seek by timestamp (as OpenCV's) finds frame ``i`` exactly in
     ``path``: the container stores presentation timestamps, they are trustworthy, and they sit on a
@@ -644,7 +584,7 @@ def probe_seekable(path: str) -> bool:
     with PyAVReader(path) as video:
         if video._sequential or video._rate is None:
             return False
-        if not video._matroska and video._discarded_frames():
+        if not video._matroska and discarded_frames(video._stream):
             return False
         table = video._timestamps()
         if video._sequential:
