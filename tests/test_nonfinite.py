@@ -3,6 +3,7 @@ or, with ``skip``, drops that optimizer step and counts it."""
 
 import json
 import math
+import warnings
 
 import pytest
 import torch
@@ -275,3 +276,14 @@ def test_a_cuda_step_read_late_never_waits_for_the_device(clip):
     step.settle()
     assert step.skipped == 1 and step.steps == 7
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_skipped_first_step_moves_the_schedule_without_a_warning():
+    """The schedule follows iterations, so a skipped first update still steps it: torch's
+    warning that the calls are swapped would send the user hunting a bug that is not there."""
+    model, opt, sched, step = _step_setup("skip", fused=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step(_poisoned(), Y)
+        step(X, Y)
+    assert step.skipped == 1 and sched.last_epoch == 2

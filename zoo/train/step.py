@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -19,6 +20,9 @@ from .nonfinite import NonFiniteCheck, full, local
 from .precision import autocast, grad_scaler, memory_format, resolve_precision
 
 logger = logging.getLogger(__name__)
+
+# torch's warning for a schedule stepped before the optimizer's first update.
+_SWAPPED_CALLS = r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`"
 
 
 class TrainStep:
@@ -151,6 +155,15 @@ class TrainStep:
         if self.check is not None and self.check.collect():
             self.skipped += 1
 
+    def _advance_schedule(self) -> None:
+        """One step of the learning-rate schedule, which follows iterations: an update that was
+        skipped (a non-finite step, GradScaler's overflow skip) moves it on too. torch warns when
+        a schedule moves before the optimizer's first update, taking the calls to be swapped;
+        here they are not, so that warning is not passed on to the log."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_SWAPPED_CALLS)
+            self.scheduler.step()
+
     def _optimizer_step(self) -> None:
         self.settle()
         loss, self._loss_acc = self._loss_acc, None
@@ -172,7 +185,7 @@ class TrainStep:
                 # refuses); without unscale_ there is nothing to clear, and update() would
                 # refuse for want of an inf check.
                 self.scaler.update()
-            self.scheduler.step()  # the schedule follows iterations, skipped or not
+            self._advance_schedule()
             self.micro = 0
             return
         if self.scaler is not None:
@@ -181,7 +194,7 @@ class TrainStep:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        self._advance_schedule()
         if self.ema is not None:
             self.ema.update(unwrap(self.model))
         self.micro = 0
@@ -203,7 +216,7 @@ class TrainStep:
         finally:
             del self.optimizer.found_inf
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()  # the schedule follows iterations, skipped or not
+        self._advance_schedule()
         if self.ema is not None:
             self.ema.update(unwrap(self.model), unless=skip)
         self.check.defer(self.steps, codes, loss, params, norms)
