@@ -6,7 +6,6 @@ predict and export of a model trained on the GPU. Tests marked ``cuda`` skip wit
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -70,8 +69,10 @@ def test_one_process_nccl_job_through_the_ddp_config_launcher(gpu_run):
 
 @pytest.mark.parametrize("device", [CUDA, CPU])
 def test_one_process_job_under_torchrun(tmp_path, synth_root, device):
-    torchrun = shutil.which("torchrun")
-    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    # torchrun's module under this interpreter (a torchrun found on PATH may be another
+    # environment's); its log folder in tmp_path, not a new torchelastic_* folder in /tmp
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--log-dir",
+                str(tmp_path / "torchrun_logs")]
     args = _train_args(tmp_path, "torchrun", synth_root)
     args.remove("--config-file")
     env = {**os.environ, **DEVICE_ENV[device], "PYTHONUNBUFFERED": "1"}
