@@ -20,7 +20,7 @@ from videos_for_tests import ramp_frames, write
 from zoo.config import load_config
 from zoo.data import build_dataset
 from zoo.data.lists.annotations import AnnotationError, check_same_classes, named_classes
-from zoo.data.lists.sources import class_folder_records, kinetics_stem
+from zoo.data.lists.sources import class_folder_records, kinetics_stem, visible_walk
 
 SMALL = ["DATA.CLIP_LEN", "4", "DATA.FRAME_RATE", "2", "DATA.CROP_SIZE", "28",
          "DATA.SHORT_SIDE_SIZE", "32", "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]",
@@ -63,6 +63,38 @@ def test_hidden_folders_and_files_are_neither_classes_nor_videos(tmp_path):
                       "--val-fraction", "0"]) == 0
     assert (tmp_path / "lists" / "classes.txt").read_text() == "run\nwalk\n"
     assert (tmp_path / "lists" / "train.txt").read_text() == "run/a.mp4 -1 0\nwalk/b.mp4 -1 1\n"
+
+
+def test_linked_folders_are_followed_once_and_a_folder_in_two_classes_stops(tmp_path):
+    shared = tmp_path / "nas"  # videos kept elsewhere, linked into the class folders
+    _videos(shared, ["jump/x.mp4", "jump/more/y.mp4"])
+    root = tmp_path / "videos"
+    _videos(root, ["run/a.mp4"])
+    os.symlink(shared / "jump", root / "jump")  # a linked class folder
+    os.symlink(shared / "jump" / "more", root / "run" / "linked")  # a linked sub-folder
+    os.symlink("..", shared / "jump" / "more" / "up")  # back to a folder the walk is inside
+    with pytest.raises(AnnotationError) as e:  # jump/more is linked from run as well
+        class_folder_records(str(root))
+    assert "'jump/more' (class 'jump') and 'run/linked' (class 'run') are the same folder" in \
+        str(e.value) and "\n" not in str(e.value)
+    os.remove(root / "run" / "linked")
+    os.symlink(root / "run" / "sub", root / "run" / "again")  # a second way to one folder
+    _videos(root, ["run/sub/b.mp4"])
+    records, classes = class_folder_records(str(root))
+    assert classes == ["jump", "run"]
+    assert [(r.path, r.label) for r in records] == [  # each video once, no endless loop
+        ("jump/more/y.mp4", 0), ("jump/x.mp4", 0), ("run/a.mp4", 1), ("run/again/b.mp4", 1)]
+
+
+def test_the_walk_follows_links_but_not_round_in_circles(tmp_path):
+    tree, outside = tmp_path / "tree", tmp_path / "outside"
+    (tree / "a" / "b").mkdir(parents=True)
+    outside.mkdir()
+    os.symlink(tree / "a", tree / "a" / "b" / "loop")  # back to a folder above
+    os.symlink(tree / "a" / "b", tree / "a" / "again")  # a second way to a/b
+    os.symlink(outside, tree / "z")  # a folder kept elsewhere
+    walked = [os.path.relpath(d, tree) for d, _, _ in visible_walk(str(tree))]
+    assert walked == [".", "a", os.path.join("a", "again"), "z"]  # each real folder once
 
 
 def test_an_empty_class_folder_keeps_its_id_and_is_named_in_a_warning(tmp_path, caplog):

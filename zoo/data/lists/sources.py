@@ -67,8 +67,20 @@ def kinetics_stem(youtube_id: str, start: float, end: float) -> str:
 def visible_walk(root: str) -> Iterator[Tuple[str, List[str], List[str]]]:
     """``os.walk(root)`` in sorted order without hidden folders and files (a leading ".": a trash
     folder, notebook checkpoints, macOS's ``._`` resource forks): ``(folder, its sub-folders,
-    its files)``; emptying the sub-folder list stops the walk going below."""
-    for dirpath, dirnames, filenames in os.walk(root):
+    its files)``; emptying the sub-folder list stops the walk going below.
+
+    Linked folders are followed (a class folder that links to a network share, as ``glob`` and
+    torchvision's ImageFolder do), each real folder once: a second way to a folder already
+    walked (a second link to it, or a link back to a folder above) is passed over, so nothing is
+    listed twice and no loop runs forever.
+    """
+    entered = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in entered:
+            dirnames.clear()
+            continue
+        entered.add(real)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         yield dirpath, dirnames, sorted(f for f in filenames if not f.startswith("."))
 
@@ -292,8 +304,9 @@ def class_folder_records(root: str, kind: str = "videos",
     records = []
     exts = IMAGE_EXTS if kind in ("images", "frames") else VIDEO_EXTS
     empty, passed_over = [], []
+    entered: Dict[str, Tuple[str, str]] = {}  # real folder -> (class, the path it was found at)
     for name in folders:
-        items = _class_items(root, name, kind, exts, passed_over)
+        items = _class_items(root, name, kind, exts, passed_over, entered)
         if not items:
             empty.append(name)
         records += [VideoRecord(path, -1, ids[name]) for path in sorted(items)]
@@ -308,12 +321,24 @@ def class_folder_records(root: str, kind: str = "videos",
     return records, list(classes)
 
 
-def _class_items(root: str, name: str, kind: str, exts: Sequence[str],
-                 passed_over: List[str]) -> List[str]:
+def _class_items(root: str, name: str, kind: str, exts: Sequence[str], passed_over: List[str],
+                 entered: Dict[str, Tuple[str, str]]) -> List[str]:
     """The items of class folder ``name`` (paths relative to ``root``); files that are not items
-    (neither hidden nor of ``exts``) are appended to ``passed_over``."""
+    (neither hidden nor of ``exts``) are appended to ``passed_over``.
+
+    A folder that two classes reach (one of them through a link) would give its videos two
+    labels, so that stops with one line (within a class, :func:`visible_walk` reads each folder
+    once). ``entered`` maps the real path of every folder read so far to its class and path.
+    """
     items = []
     for dirpath, dirnames, files in visible_walk(os.path.join(root, name)):
+        rel_dir = os.path.relpath(dirpath, root)
+        first = entered.setdefault(os.path.realpath(dirpath), (name, rel_dir))
+        if first[0] != name:
+            raise AnnotationError(
+                f"{root!r}: {first[1]!r} (class {first[0]!r}) and {rel_dir!r} (class {name!r}) "
+                "are the same folder through a link, so its videos would have two classes: "
+                "remove the link from the class they do not belong to")
         hits = [f for f in files if f.lower().endswith(exts)]
         passed_over += [os.path.relpath(os.path.join(dirpath, f), root)
                         for f in files if f not in hits]
