@@ -187,3 +187,27 @@ def test_the_training_command_stops_in_its_data_check(mode, tmp_path, synth_root
     assert "process(es), global ranks" not in text + logs
     assert "unreadable" not in text + logs and "could not be decoded" not in text + logs
     assert not list(out.glob("api/metrics.jsonl"))
+
+
+def test_a_file_opencv_reads_no_frame_of_is_a_bad_video_when_pyav_cannot_either(tmp_path):
+    """OpenCV reading no frame of a file is a library's limit only where PyAV decodes that frame
+    (a codec this OpenCV lacks, tests/test_conformance.py's av1_mp4): a file whose frames are
+    gone (the index first, the data cut off) stays a bad video."""
+    path = str(tmp_path / "cut.mp4")
+    frames = np.zeros((24, 32, 48, 3), np.uint8)
+    with av.open(path, "w", options={"movflags": "faststart"}) as container:  # index first
+        stream = container.add_stream("libx264", rate=25, options={"g": "8"})
+        stream.height, stream.width, stream.pix_fmt = 32, 48, "yuv420p"
+        for image in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[:data.index(b"mdat") + 4])  # the frames' data cut off
+    with OpenCVReader(path) as video:
+        with pytest.raises(DecodeError) as e:
+            video.decode_array([0, 1])
+    assert not isinstance(e.value, DecoderLibraryError) and path in str(e.value)

@@ -15,6 +15,7 @@ import numpy as np
 from .base import (
     END_SLACK,
     DecodeError,
+    DecoderLibraryError,
     DecodingLibrary,
     VideoReader,
     check_deadline,
@@ -115,6 +116,7 @@ class OpenCVReader(VideoReader):
         self._counted = False
         self._asked_pyav = False  # count and rate taken from PyAV (see _from_pyav)
         self._seekable: Optional[bool] = None  # probed before the first seek
+        self._read_any = False  # a frame of the file was decoded (its codec is supported)
 
     def _open(self):
         cv2 = self._cv2
@@ -222,6 +224,8 @@ class OpenCVReader(VideoReader):
                     if last_image is not None and index <= last_read + END_SLACK:
                         out = fill_rows(out, len(indices), rows[index], last_image)
                         continue  # a frame count one or two too high: repeat the last frame
+                    if not self._read_any:  # no frame of this file yet: a codec it lacks?
+                        self._refuse_unsupported_codec(index)
                     # OpenCV cannot tell the end of the stream from a frame it cannot decode.
                     raise DecodeError(
                         f"{self.path}: frame {index} could not be read although "
@@ -231,7 +235,25 @@ class OpenCVReader(VideoReader):
                     )
                 ok, bgr = self._cap.retrieve()
                 if not ok or bgr is None:
+                    if not self._read_any:
+                        self._refuse_unsupported_codec(index)
                     raise DecodeError(f"{self.path}: frame {index} cannot be decoded", "decode")
+                self._read_any = True
                 last_image = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
                 out = fill_rows(out, len(indices), rows[index], last_image)
         return out
+
+    def _refuse_unsupported_codec(self, index: int) -> None:
+        """Called when OpenCV has decoded no frame of the file and cannot read frame ``index``.
+        Where PyAV decodes that frame, the file is sound and this OpenCV's FFmpeg has no decoder
+        for its codec (opencv-python's wheels decode AV1, which YouTube downloads now are, only
+        with hardware they do not use): a library's limit, which stops the job instead of
+        passing every such video as broken."""
+        from .pyav import codec_if_decodable
+
+        codec = codec_if_decodable(self.path, index)
+        if codec is not None:
+            raise DecoderLibraryError(
+                f"OpenCV {self._library.version()} reads no frame of {self.path} ({codec}), "
+                f"which PyAV decodes: this OpenCV cannot decode {codec} (not a bad video): set "
+                "CONFIG.DATA.DECODER auto or pyav, or re-encode the videos (zoo-reencode)")

@@ -9,7 +9,9 @@
   converts and resizes in one pass (bilinear, antialiased when shrinking, as torch's resize).
 * Frames that no output needs and no other frame references (most B-frames) are not decoded at
   all: FFmpeg's ``skip_frame`` is set to ``NONREF`` for every packet whose frame is not wanted
-  (timestamp-indexed decodes only; a frame counted from the start must be decoded to be counted).
+  (timestamp-indexed decodes only; a frame counted from the start must be decoded to be counted),
+  with the decoders that apply it to that packet's frame (H.264, HEVC, VP8/9, MPEG-1/2/4; not
+  AV1's dav1d, which applies it frames later).
 * Threaded decoding for large frames; small frames decode on one thread (thread start-up costs more
   than the decode, and data-loader workers already fill the cores).
 
@@ -71,8 +73,8 @@ from .pyav_streams import (
 )
 from .threads import decoder_threads
 
-__all__ = ["OPEN_OPTIONS", "PYAV", "PyAVReader", "main_is_first_video_stream",
-           "main_video_stream", "probe_seekable"]
+__all__ = ["OPEN_OPTIONS", "PYAV", "PyAVReader", "codec_if_decodable",
+           "main_is_first_video_stream", "main_video_stream", "probe_seekable"]
 
 # Frames at least this large (pixels) are decoded on several threads (when threads is 0).
 _THREADED_MIN_PIXELS = 256 * 256
@@ -80,6 +82,10 @@ _THREADED_MIN_PIXELS = 256 * 256
 _MIN_SEEK_GAP = 32
 # A seek must skip at least this many frames to pay for flushing and refilling the decoder.
 _MIN_SKIP = 8
+# Decoders (FFmpeg's names) that apply ``skip_frame`` to the frame of the packet it is set for;
+# checked frame by frame against decoding everything, threaded and not. dav1d (AV1) reads it
+# frames later, so a skipped frame's neighbour came out in its place: other codecs decode all.
+_SKIPS_BY_PACKET = {"h264", "hevc", "vp8", "vp9", "mpeg4", "mpeg2video", "mpeg1video"}
 # A timestamp this far (in frames) off the constant-rate grid means variable frame rate.
 _OFF_GRID = 0.35
 # FFmpeg's scaler filter for the one-pass resize: bilinear, widened when shrinking (antialiased)
@@ -187,6 +193,7 @@ class PyAVReader(VideoReader):
         # reused), and setting one up costs 3-10 ms per clip (it keeps its set-up while the
         # frame size and format stay the same).
         self._to_rgb = reformatter()
+        self._can_skip = context.name in _SKIPS_BY_PACKET
         # Frame number = round((pts - start) * scale), in integers: Fractions cost ~0.1 ms a frame.
         rate = stream.average_rate or stream.guessed_rate
         scale = Fraction(stream.time_base) * Fraction(rate) if rate and stream.time_base else 0
@@ -360,7 +367,7 @@ class PyAVReader(VideoReader):
         """Decode from the demuxer's position, with frames outside ``wanted`` skipped where no
         other frame references them (FFmpeg's ``skip_frame``, set per packet)."""
         context = self._stream.codec_context
-        skip = self.skip_unneeded
+        skip = self.skip_unneeded and self._can_skip
         self._skippable = set()
         for packet in self._container.demux(self._stream):
             if skip and packet.size:
@@ -591,3 +598,16 @@ def probe_seekable(path: str) -> bool:
             return False
         scale = video._stream.time_base * video._rate
         return all(abs((t - video._start) * scale - i) <= _OFF_GRID for i, t in enumerate(table))
+
+
+def codec_if_decodable(path: str, index: int) -> Optional[str]:
+    """The codec of ``path``'s main video stream (``"av1"``) when PyAV decodes its frame
+    ``index`` (what another reader that decodes no frame of the file is missing), else None (the
+    file is broken there)."""
+    try:
+        with PyAVReader(path) as video:
+            video.decode_array([index])
+            codec = video._stream.codec_context.codec
+            return getattr(codec, "canonical_name", None) or codec.name
+    except DecodeError:
+        return None
