@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 
 import av
+import numpy as np
 import pytest
 from videos_for_tests import ramp_frames, write
 
@@ -279,3 +281,31 @@ def test_reencode_list_with_absolute_paths_and_repeated_videos(tmp_path, capsys)
     assert reencode.main(args[:4] + ["--list", str(elsewhere)]) == 1
     err = capsys.readouterr().err
     assert "is not under --src" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg command")
+def test_reencode_writes_a_phone_portrait_video_upright(tmp_path, capsys):
+    """A portrait video stored sideways with a display matrix comes out stored upright: read by
+    any reader it shows what the source shows, not the picture turned on its side."""
+    import cv2
+    import video_corpus as vc
+
+    from zoo.cli import reencode
+    from zoo.data.decode.pyav import PyAVReader
+
+    src = tmp_path / "src"
+    src.mkdir()
+    vc.CASES[[c.name for c in vc.CASES].index("rotate90_mp4")].write(str(src / "phone.mp4"))
+    assert reencode.main(["--src", str(src), "--dst", str(tmp_path / "dst"), "--short-side",
+                          "48"]) == 0
+    with PyAVReader(str(src / "phone.mp4")) as video:
+        shown = video.decode_array([0, 20])  # upright, 128 x 96
+    with av.open(str(tmp_path / "dst" / "phone.mp4")) as container:
+        context = container.streams.video[0].codec_context
+        assert (context.height, context.width) == (64, 48)  # stored upright
+    with PyAVReader(str(tmp_path / "dst" / "phone.mp4")) as video:
+        out = video.decode_array([0, 20])
+    assert shown.shape[1:3] == (128, 96) and out.shape[1:3] == (64, 48)
+    for a, b in zip(shown, out):
+        small = cv2.resize(a, (48, 64), interpolation=cv2.INTER_AREA).astype(np.int16)
+        assert np.abs(small - b).mean() < 6 < np.abs(small[::-1, ::-1] - b).mean()

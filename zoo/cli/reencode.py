@@ -21,17 +21,22 @@ loader per core"): the short side matters most.
 * Videos that fail (unreadable, no video stream) are listed in ``<dst>/reencode_failed.txt``
   and the others go on; an output that cannot be written (a full disk, an FFmpeg without
   libx264) stops the tool with one line, as every video would fail alike.
+* A video stored sideways with a display matrix (a phone's portrait video) is written upright, as
+  zoo's readers and players show it.
 * Frame rate: the source's average rate, constant (variable-rate sources keep every frame, evenly
   spaced). Audio is dropped. Sources with a short side at or below the target keep their size.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from fractions import Fraction
 from multiprocessing import Pool
 from typing import List, Optional, Tuple
+
+import numpy as np
 
 from ..data.lists.records import VIDEO_EXTS
 from ..utils.errors import UserError, one_line
@@ -82,8 +87,15 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
             stream = main_video_stream(inp)  # the one zoo's readers read
             stream.thread_type = "AUTO"
             rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
-            height, width = target_size(stream.codec_context.height, stream.codec_context.width,
-                                        short_side, upscale)
+            decoded = _decoded(inp, stream, source_errors)
+            first = next(decoded, None)
+            if first is None:
+                raise UnreadableSource("no frame could be decoded")
+            # A phone's portrait video is stored sideways with a display matrix; the output is
+            # stored upright (no matrix to lose or to be ignored), as zoo's readers show it.
+            turns = int(round((first.rotation or 0) / 90.0)) % 4
+            shown = (first.width, first.height) if turns % 2 else (first.height, first.width)
+            height, width = target_size(*shown, short_side, upscale)
             options = {"crf": str(crf), "preset": preset, "g": str(gop),
                        "keyint_min": str(min(gop, 25))}
             if threads:
@@ -92,9 +104,8 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
                 video = out.add_stream("libx264", rate=rate, options=options)
                 video.height, video.width, video.pix_fmt = height, width, "yuv420p"
                 video.codec_context.time_base = 1 / rate
-                for frame in _decoded(inp, stream, source_errors):
-                    small = frame.reformat(width=width, height=height, format="yuv420p",
-                                           interpolation="AREA")
+                for frame in itertools.chain([first], decoded):
+                    small = _upright(frame, turns, height, width)
                     small.pts, small.time_base = frames, video.codec_context.time_base
                     for packet in video.encode(small):
                         out.mux(packet)
@@ -109,6 +120,20 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
         if os.path.exists(part):
             os.remove(part)
     return frames
+
+
+def _upright(frame, turns: int, height: int, width: int):
+    """``frame`` as a player shows it (``turns`` quarter turns counter-clockwise), at
+    ``height`` x ``width``, in yuv420p."""
+    import av
+
+    if not turns:
+        return frame.reformat(width=width, height=height, format="yuv420p", interpolation="AREA")
+    stored = (width, height) if turns % 2 else (height, width)
+    rgb = frame.reformat(width=stored[1], height=stored[0], format="rgb24",
+                         interpolation="AREA").to_ndarray()
+    shown = np.ascontiguousarray(np.rot90(rgb, turns))
+    return av.VideoFrame.from_ndarray(shown, format="rgb24").reformat(format="yuv420p")
 
 
 def _decoded(container, stream, source_errors):
