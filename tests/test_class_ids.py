@@ -97,6 +97,25 @@ def test_the_walk_follows_links_but_not_round_in_circles(tmp_path):
     assert walked == [".", "a", os.path.join("a", "again"), "z"]  # each real folder once
 
 
+@pytest.mark.parametrize("where", ["file", "empty class folder"])
+def test_a_name_that_is_not_utf8_stops_with_one_line(tmp_path, where):
+    """A name from an archive made in Latin-1 cannot be written into a UTF-8 list."""
+    root = tmp_path / "videos"
+    _videos(root, ["run/a.mp4", "walk/b.mp4"])
+    latin1 = os.fsdecode(b"caf\xe9")  # undecodable bytes, kept as surrogates
+    try:
+        if where == "file":
+            os.link(root / "run" / "a.mp4", root / "run" / f"{latin1}.mp4")
+        else:
+            (root / latin1).mkdir()
+    except (OSError, UnicodeError):
+        pytest.skip("this file system takes only UTF-8 names")
+    with pytest.raises(AnnotationError) as e:
+        class_folder_records(str(root))
+    message = str(e.value)
+    assert "not UTF-8" in message and "caf\\xe9" in message and "\n" not in message
+
+
 def test_an_empty_class_folder_keeps_its_id_and_is_named_in_a_warning(tmp_path, caplog):
     root = tmp_path / "videos"
     _videos(root, ["a/x.mp4", "c/y.mp4"])

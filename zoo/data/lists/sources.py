@@ -312,6 +312,7 @@ def class_folder_records(root: str, kind: str = "videos",
         records += [VideoRecord(path, -1, ids[name]) for path in sorted(items)]
     if not records:
         raise AnnotationError(f"{root!r}: no {kind} found in its class sub-folders")
+    _refuse_names_not_utf8(root, [*folders, *(r.path for r in records)])
     if empty:
         logger.warning("%s: %d class folder(s) hold no %s (%s): their classes have no examples "
                        "here (%s files count)", root, len(empty), kind, _some(empty, quote=False),
@@ -349,6 +350,23 @@ def _class_items(root: str, name: str, kind: str, exts: Sequence[str], passed_ov
         else:
             items += [os.path.relpath(os.path.join(dirpath, f), root) for f in hits]
     return items
+
+
+def _refuse_names_not_utf8(root: str, paths: Sequence[str]) -> None:
+    """Stops when a name is not UTF-8 (an archive made with another encoding, e.g. Latin-1):
+    lists and classes.txt are UTF-8 text, so such a name cannot be written into them."""
+    bad = []
+    for path in paths:
+        if not path.isascii():
+            try:
+                path.encode("utf-8")
+            except UnicodeEncodeError:
+                bad.append(path)
+    if bad:
+        raise AnnotationError(
+            f"{root!r}: {len(bad)} path(s) are not UTF-8, e.g. {os.fsencode(bad[0])!r}, so lists "
+            "and classes.txt cannot hold them: rename them to UTF-8 (e.g. convmv -f latin1 -t "
+            f"utf-8 -r --notest {root})")
 
 
 def _warn_passed_over(root: str, kind: str, exts: Sequence[str], paths: List[str]) -> None:
