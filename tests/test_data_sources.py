@@ -203,3 +203,28 @@ def test_image_folder_and_list(tmp_path):
     level = views[1].mean() * STD[0] + MEAN[0]
     assert float(level) == pytest.approx(201 / 255, abs=0.01)
     assert torch.isfinite(views).all()
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_lists_saved_by_spreadsheets_are_read(tmp_path, encoding):
+    """A byte-order mark (Excel's "CSV UTF-8") and UTF-16 (its "Unicode Text", tab-separated,
+    CRLF) are read as the same list."""
+    from zoo.data.lists.annotations import read_annotations
+
+    csv_list, text_list = tmp_path / "l.csv", tmp_path / "l.txt"
+    csv_list.write_bytes("path,label\r\ncafé/x.mp4,0\r\nb/y.mp4,1\r\n".encode(encoding))
+    text_list.write_bytes("café/x.mp4\t10\t0\r\nb/y.mp4\t12\t1\r\n".encode(encoding))
+    for path in (csv_list, text_list):
+        records = read_annotations(str(path))
+        assert [(r.path, r.label) for r in records] == [("café/x.mp4", 0), ("b/y.mp4", 1)]
+
+
+def test_a_list_that_is_not_utf8_stops_with_one_line(tmp_path):
+    from zoo.data.lists.annotations import read_annotations
+
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("a/x.mp4 10 0\ncafé/y.mp4 10 1\n".encode("latin-1"))
+    with pytest.raises(AnnotationError) as e:
+        read_annotations(str(path))
+    assert str(e.value).startswith(f"{path}:2: not UTF-8 text (byte 0xe9)")
+    assert "\n" not in str(e.value)

@@ -19,6 +19,7 @@ import sys
 from typing import List, Optional
 
 from ..data.lists.annotations import AnnotationError
+from ..data.lists.records import open_text
 from ..data.lists.sources import kinetics_records, write_classes
 from ..utils.errors import UsageError
 from .command import command
@@ -26,7 +27,7 @@ from .parser import tool_parser
 
 
 def _sorted_labels(csv_path: str) -> list:
-    with open(csv_path, encoding="utf-8-sig", newline="") as f:
+    with open_text(csv_path, newline="") as f:
         try:
             return sorted({row["label"].strip() for row in csv.DictReader(f)})
         except KeyError:

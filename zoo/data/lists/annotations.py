@@ -30,6 +30,7 @@ from .records import (  # noqa: F401  (AnnotationError, VideoRecord, list_lines 
     AnnotationError,
     VideoRecord,
     list_lines,
+    open_text,
 )
 from .sources import class_folder_records, class_names_of_folder
 
@@ -67,7 +68,7 @@ def _parse_time(row: List[str], column: Optional[int], what: str, where: str) ->
 
 def _read_csv_list(anno_path: str) -> List[VideoRecord]:
     records = []
-    with open(anno_path, encoding="utf-8-sig", newline="") as f:
+    with open_text(anno_path, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header is None:
@@ -204,7 +205,7 @@ def read_class_names(anno_path: str, num_classes: int) -> List[str]:
         names_path = os.path.join(os.path.dirname(os.path.abspath(anno_path)), "classes.txt")
     names: List[str] = []
     if os.path.isfile(names_path):
-        with open(names_path, encoding="utf-8-sig") as f:
+        with open_text(names_path) as f:
             names = [line.strip() for line in f]
         # Only trailing blank lines are dropped: one in the middle still stands for a class id.
         while names and not names[-1]:

@@ -6,8 +6,10 @@ base class (and no numpy or torch: the command-line parsers read the extensions 
 
 from __future__ import annotations
 
+import codecs
+import io
 from dataclasses import dataclass
-from typing import Iterator, Tuple
+from typing import Iterator, Optional, Tuple
 
 from ...utils.errors import UserError
 
@@ -43,11 +45,32 @@ class VideoRecord:
     offset: int = 0
 
 
+def open_text(path: str, newline: Optional[str] = None) -> io.StringIO:
+    """A list, split or names file's text, to read like ``open(path, newline=newline)``: UTF-8
+    (a byte-order mark, which spreadsheet tools like to add, dropped), or UTF-16 with its
+    byte-order mark (Excel's "Unicode Text").
+
+    Raises:
+        AnnotationError: The file is neither (Latin-1 or Windows-1252 text): one line naming the
+            file, the line and the byte.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    try:
+        text = data.decode("utf-16" if utf16 else "utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise AnnotationError(
+            f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x}): save it as UTF-8 (a "
+            "spreadsheet's 'CSV UTF-8'), or convert it, e.g. iconv -f latin1 -t utf-8") from None
+    return io.StringIO(text, newline=newline)
+
+
 def list_lines(anno_path: str) -> Iterator[Tuple[str, str]]:
     """``(where, line)`` for every line of a text list that is not blank or a ``#`` comment;
     ``where`` is ``path:line_number`` for error messages."""
-    # utf-8-sig drops a byte-order mark that spreadsheet tools like to add.
-    with open(anno_path, encoding="utf-8-sig") as f:
+    with open_text(anno_path) as f:
         for line_no, raw in enumerate(f, start=1):
             line = raw.strip()
             if line and not line.startswith("#"):

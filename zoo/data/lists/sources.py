@@ -19,6 +19,7 @@ from .records import (  # noqa: F401  (VIDEO_EXTS re-exported)
     AnnotationError,
     VideoRecord,
     list_lines,
+    open_text,
 )
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ Records = Tuple[List[VideoRecord], List[str]]
 def _names_file(path: str) -> Optional[List[str]]:
     if not os.path.isfile(path):
         return None
-    with open(path, encoding="utf-8-sig") as f:
+    with open_text(path) as f:
         names = [line.strip() for line in f]
     while names and not names[-1]:
         names.pop()
@@ -130,7 +131,7 @@ def kinetics_records(
         AnnotationError: The CSV lacks a column, has no label column (the test split), or a label
             is not among ``classes``.
     """
-    with open(csv_path, encoding="utf-8-sig", newline="") as f:
+    with open_text(csv_path, newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows:
         raise AnnotationError(f"{csv_path}: no rows")
@@ -199,7 +200,7 @@ def ucf101_records(anno_path: str, train: bool, split_id: int = 1) -> Records:
     if not os.path.isfile(class_file):
         raise AnnotationError(f"{path}: UCF101 needs classInd.txt beside the split file")
     ids: Dict[str, int] = {}
-    with open(class_file, encoding="utf-8-sig") as f:
+    with open_text(class_file) as f:
         for line in f:
             if line.strip():
                 number, cls = line.split()
@@ -207,7 +208,7 @@ def ucf101_records(anno_path: str, train: bool, split_id: int = 1) -> Records:
     classes = [c for c, _ in sorted(ids.items(), key=lambda item: item[1])]
     lowered = {c.lower(): i for c, i in ids.items()}
     records = []
-    with open(path, encoding="utf-8-sig") as f:
+    with open_text(path) as f:
         for line_no, line in enumerate(f, start=1):
             parts = line.split()
             if not parts:
@@ -241,7 +242,7 @@ def hmdb51_records(split_dir: str, train: bool, split_id: int = 1) -> Records:
     wanted = "1" if train else "2"
     records = []
     for label, (name, cls) in enumerate(zip(files, classes)):
-        with open(os.path.join(split_dir, name), encoding="utf-8-sig") as f:
+        with open_text(os.path.join(split_dir, name)) as f:
             for line in f:
                 parts = line.split()
                 if len(parts) >= 2 and parts[-1] == wanted:
