@@ -366,3 +366,24 @@ def test_resume_check_reads_an_older_checkpoint_config_with_new_names(version_2)
     del saved["VERSION"]
     saved["CONFIG"]["TRAIN"]["BASE_LR"] = 0.7
     assert config_differences(yaml.safe_dump(saved), cfg) == []
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_a_config_saved_with_a_byte_order_mark_is_read(tmp_path, encoding):
+    path = tmp_path / "x.yaml"
+    path.write_bytes("# café\r\nCONFIG:\r\n  TRAIN:\r\n    EPOCH_NUM: 3\r\n".encode(encoding))
+    assert load_config(str(path), []).CONFIG.TRAIN.EPOCH_NUM == 3
+
+
+@pytest.mark.parametrize("text, says", [
+    ("CONFIG:\n  TRAIN:\n    EPOCH_NUM: 3  # café\n".encode("latin-1"),
+     "line 3: not UTF-8 text (byte 0xe9)"),
+    (b"CONFIG:\n  TRAIN:\n    EPOCH_NUM: 3\x07\n",
+     "line 3: the control character 0x07 is not allowed"),
+])
+def test_a_config_that_is_not_text_yaml_reads_stops_with_one_line(tmp_path, text, says):
+    path = tmp_path / "x.yaml"
+    path.write_bytes(text)
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path), [])
+    assert str(e.value).startswith(f"{path}: {says}") and "\n" not in str(e.value)

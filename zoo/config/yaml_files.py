@@ -9,6 +9,7 @@ chain.
 
 from __future__ import annotations
 
+import codecs
 import os
 from typing import Any, Callable, Dict, List, Optional
 
@@ -23,13 +24,30 @@ def read_yaml(path: str) -> Any:
     """One YAML file as Python data (``{}`` when empty); a missing or broken file is one line."""
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path!r} does not exist")
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:  # bytes: YAML's reader takes UTF-8, or UTF-16 by its mark
         try:
             return yaml.safe_load(f) or {}
+        except yaml.reader.ReaderError as e:  # not UTF-8 / UTF-16, or a control character
+            raise ConfigError(f"{path}: {_reader_problem(path, e)}") from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark else ""
             raise ConfigError(f"{path}{where}: not valid YAML ({e.__class__.__name__})") from None
+
+
+def _reader_problem(path: str, error: "yaml.reader.ReaderError") -> str:
+    """Where and what YAML's reader refused, for a one-line error: a byte that is not UTF-8 /
+    UTF-16 text, or a control character YAML does not allow."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if error.encoding != "unicode":  # a byte its encoding cannot decode (position: in bytes)
+        line = data[:error.position].count(b"\n") + 1
+        return (f"line {line}: not UTF-8 text (byte {error.character:#04x}): save the file as "
+                "UTF-8, or convert it, e.g. iconv -f latin1 -t utf-8")
+    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    text = data.decode("utf-16" if utf16 else "utf-8-sig", errors="replace")
+    line = text[:error.position].count("\n") + 1  # (position: in characters)
+    return f"line {line}: the control character {error.character:#04x} is not allowed: remove it"
 
 
 def read_yaml_with_base(
