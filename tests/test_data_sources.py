@@ -228,3 +228,12 @@ def test_a_list_that_is_not_utf8_stops_with_one_line(tmp_path):
         read_annotations(str(path))
     assert str(e.value).startswith(f"{path}:2: not UTF-8 text (byte 0xe9)")
     assert "\n" not in str(e.value)
+
+
+def test_a_video_given_as_the_list_stops_with_one_line(tmp_path):
+    from zoo.data.lists.annotations import read_annotations
+
+    video = write(str(tmp_path / "clip.mp4"), ramp_frames(4))
+    with pytest.raises(AnnotationError) as e:
+        read_annotations(video)
+    assert str(e.value).startswith(f"{video} holds binary data, not text")

@@ -51,12 +51,15 @@ def open_text(path: str, newline: Optional[str] = None) -> io.StringIO:
     byte-order mark (Excel's "Unicode Text").
 
     Raises:
-        AnnotationError: The file is neither (Latin-1 or Windows-1252 text): one line naming the
-            file, the line and the byte.
+        AnnotationError: The file is neither (Latin-1 or Windows-1252 text: one line naming the
+            file, the line and the byte), or not text at all.
     """
     with open(path, "rb") as f:
         data = f.read()
     utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    if not utf16 and b"\0" in data[:4096]:
+        raise AnnotationError(f"{path} holds binary data, not text (a video, an archive?): give "
+                              "the annotation list, or the folder of class folders")
     try:
         text = data.decode("utf-16" if utf16 else "utf-8-sig")
     except UnicodeDecodeError as e:
