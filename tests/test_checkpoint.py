@@ -74,7 +74,30 @@ def test_checkpoint_that_would_run_code_is_refused(tmp_path):
         load_checkpoint(str(bad))
     msg = str(e.value)
     assert "refused to load" in msg and "weights_only" in msg and "\n" not in msg
+    assert "system" in msg  # the cause torch names, not only its paragraph about the default
     assert not marker.exists(), "the pickle's code ran"
+
+
+def test_what_is_not_a_checkpoint_is_named(tmp_path):
+    """A folder, a file cut short and a file of something else each say what they are."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    good = run / "checkpoints" / "epoch_1.pth"
+    torch.save({"model": {"w": torch.zeros(64, 64)}}, str(good))
+    with pytest.raises(FileNotFoundError, match=rf"is a folder: .* its newest, '{good}'"):
+        load_checkpoint(str(run))
+    cut = tmp_path / "cut.pth"
+    cut.write_bytes(good.read_bytes()[:2000])
+    with pytest.raises(RuntimeError, match="cut short or damaged"):
+        load_checkpoint(str(cut))
+    text = tmp_path / "notes.pth"
+    text.write_text("not a checkpoint")
+    with pytest.raises(RuntimeError, match="not a PyTorch checkpoint"):
+        load_checkpoint(str(text))
+    from zoo.models.weights.load import read_state_dict  # MODEL.PRETRAINED's reader alike
+
+    with pytest.raises(RuntimeError, match="cut short or damaged"):
+        read_state_dict(str(cut))
 
 
 def test_keep_last_and_best(tmp_path):

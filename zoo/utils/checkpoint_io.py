@@ -201,19 +201,63 @@ def remove_partial_writes(folder: str) -> List[Tuple[str, int]]:
 
 
 def load_checkpoint(path: str) -> Dict[str, Any]:
-    """Read a checkpoint safely (no code runs while unpickling); errors name the file."""
+    """Read a checkpoint safely (no code runs while unpickling); errors name the file and say
+    what it is instead: a folder (its newest checkpoint named), a file cut short, not a
+    checkpoint at all, or one that would run code."""
     import torch
 
+    if os.path.isdir(path):
+        newest = max(_checkpoint_files(path), key=os.path.getmtime, default=None)
+        raise FileNotFoundError(
+            f"checkpoint {path!r} is a folder: give a checkpoint file"
+            + (f", e.g. its newest, {newest!r}" if newest else " (none is in it)"))
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint {path!r} does not exist")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        what, refused = load_failure(path, e)
+        if not refused:
+            raise CheckpointError(f"{path}: {what}") from None
         raise CheckpointError(
-            f"{path}: refused to load ({first}); zoo loads checkpoints with weights_only=True, "
-            "so files that would run code while unpickling are rejected"
-        ) from None
+            f"{path}: refused to load ({what}); zoo loads checkpoints with weights_only=True, so "
+            "files that would run code while unpickling are rejected") from None
+
+
+def _checkpoint_files(folder: str) -> List[str]:
+    """Checkpoint files in ``folder`` and the ``checkpoints`` folder of a run folder."""
+    return [p for pattern in ("*.pth", "*.pt", os.path.join("checkpoints", "*.pth"))
+            for p in glob.glob(os.path.join(folder, pattern)) if os.path.isfile(p)]
+
+
+# The lines of torch.load's weights_only error that are not its cause.
+_TORCH_LOAD_BOILERPLATE = ("Weights only load failed", "Please file an issue",
+                           "Check the documentation of torch.load")
+
+
+def load_failure(path: str, error: BaseException) -> Tuple[str, bool]:
+    """Why ``torch.load(path, weights_only=True)`` raised ``error``: ``(what, refused)``, with
+    ``refused`` True when the file is a checkpoint whose unpickling would build or run something
+    weights_only does not allow (``what`` is then torch's cause), False when it is cut short or
+    not a checkpoint at all (told from its first bytes)."""
+    import zipfile
+
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == b"PK\x03\x04" and not zipfile.is_zipfile(path):
+        return ("cut short or damaged (torch.save's zip format without its end): copy or "
+                "download it again"), False
+    if head != b"PK\x03\x04" and not head.startswith(b"\x80"):
+        return (f"not a PyTorch checkpoint (it starts with {head!r}, neither torch.save's zip "
+                "format nor a pickle)"), False
+    # torch's message wraps the cause (an unsupported global names what would be built or run)
+    # in paragraphs about its weights_only default, worded differently from release to release.
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    found = re.search(r"WeightsUnpickler error:\s*(.+)", str(error))
+    causes = [ln for ln in lines if not ln.startswith(_TORCH_LOAD_BOILERPLATE)
+              and not ln.endswith("WeightsUnpickler error:")]
+    return (found.group(1).strip() if found else causes[0] if causes
+            else lines[0] if lines else type(error).__name__), True
 
 
 # A mid-epoch checkpoint written on a preemption signal (zoo/launch/preemption.py): E is the epoch

@@ -24,6 +24,7 @@ from typing import Dict, Optional
 import torch
 import torch.nn as nn
 
+from ...utils.checkpoint_io import load_failure
 from ..classifier import head_keys
 from .convert import SCHEMES
 from .convert.common import Layout, is_safetensors, map_state, read_safetensors
@@ -64,10 +65,13 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # an unpickling error names the forbidden global
+        what, refused = load_failure(path, e)
+        if not refused:
+            raise WeightsError(f"{path}: {what}") from None
         raise WeightsError(
-            f"{path}: refused to load ({str(e).splitlines()[0]}); only plain tensor checkpoints "
-            "are accepted (torch.load(weights_only=True)); if you trust the file, convert it "
-            "with tools/convert_checkpoint.py --unsafe-load"
+            f"{path}: refused to load ({what}); only plain tensor checkpoints are accepted "
+            "(torch.load(weights_only=True)); if you trust the file, convert it with "
+            "tools/convert_checkpoint.py --unsafe-load"
         ) from None
     state = obj
     if isinstance(obj, dict):
