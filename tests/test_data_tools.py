@@ -309,3 +309,20 @@ def test_reencode_writes_a_phone_portrait_video_upright(tmp_path, capsys):
     for a, b in zip(shown, out):
         small = cv2.resize(a, (48, 64), interpolation=cv2.INTER_AREA).astype(np.int16)
         assert np.abs(small - b).mean() < 6 < np.abs(small[::-1, ::-1] - b).mean()
+
+
+def test_kinetics_videos_named_by_yt_dlp_are_found(tmp_path):
+    """yt-dlp's default name, '<title> [<id>].<ext>', is an untrimmed video of that id."""
+    from zoo.data.lists.sources import kinetics_records
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    write(str(videos / "Learn to abseil! [a1b2c3d4e5F].webm"), ramp_frames(4), codec="libvpx")
+    write(str(videos / "not an id [short].mp4"), ramp_frames(4))
+    csv_path = tmp_path / "train.csv"
+    csv_path.write_text("label,youtube_id,time_start,time_end,split\n"
+                        "abseiling,a1b2c3d4e5F,3,13,train\nabseiling,short,0,10,train\n")
+    records, classes, missing = kinetics_records(str(csv_path), str(videos))
+    assert [(r.path, r.start, r.end) for r in records] == [
+        ("Learn to abseil! [a1b2c3d4e5F].webm", 3.0, 13.0)]
+    assert missing == ["short_000000_000010"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import re
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .records import (  # noqa: F401  (VIDEO_EXTS re-exported)
@@ -90,7 +91,8 @@ def index_files(
     root: str, exts: Sequence[str] = VIDEO_EXTS, folders: bool = False
 ) -> Dict[str, str]:
     """Map file name stems (or, with ``folders``, leaf folder names) under ``root`` to their path
-    relative to ``root``. The first one found (sorted walk) wins for a stem seen twice. Hidden
+    relative to ``root``; a stem that ends in yt-dlp's `` [<YouTube id>]`` is also found by that
+    id. The first one found (sorted walk) wins for a stem seen twice. Hidden
     files and folders (a leading ".": a trash folder, macOS's ``._`` resource forks) are passed
     over."""
     found: Dict[str, str] = {}
@@ -103,8 +105,16 @@ def index_files(
         for name in filenames:
             stem, ext = os.path.splitext(name)
             if ext.lower() in exts:
-                found.setdefault(stem, os.path.normpath(os.path.join(rel_dir, name)))
+                path = os.path.normpath(os.path.join(rel_dir, name))
+                found.setdefault(stem, path)
+                tagged = _YT_DLP_ID.search(stem)
+                if tagged:  # also found by its YouTube id alone
+                    found.setdefault(tagged.group(1), path)
     return found
+
+
+# yt-dlp's default file name, "<title> [<YouTube id>].<ext>": an 11-character id in brackets.
+_YT_DLP_ID = re.compile(r" \[([A-Za-z0-9_-]{11})\]$")
 
 
 def kinetics_records(
