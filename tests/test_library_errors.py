@@ -16,6 +16,7 @@ import av
 import numpy as np
 import pytest
 from helpers import ROOT, TINY_DATA, run_tool
+from videos_for_tests import ramp_frames, write
 
 from zoo.cli.data_preflight import check_data
 from zoo.config import load_config
@@ -193,16 +194,8 @@ def test_a_file_opencv_reads_no_frame_of_is_a_bad_video_when_pyav_cannot_either(
     """OpenCV reading no frame of a file is a library's limit only where PyAV decodes that frame
     (a codec this OpenCV lacks, tests/test_conformance.py's av1_mp4): a file whose frames are
     gone (the index first, the data cut off) stays a bad video."""
-    path = str(tmp_path / "cut.mp4")
-    frames = np.zeros((24, 32, 48, 3), np.uint8)
-    with av.open(path, "w", options={"movflags": "faststart"}) as container:  # index first
-        stream = container.add_stream("libx264", rate=25, options={"g": "8"})
-        stream.height, stream.width, stream.pix_fmt = 32, 48, "yuv420p"
-        for image in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+    path = write(str(tmp_path / "cut.mp4"), ramp_frames(24, 32, 48),
+                 container_options={"movflags": "faststart"})  # the index first
     with open(path, "rb") as f:
         data = f.read()
     with open(path, "wb") as f:

@@ -39,12 +39,14 @@ def write(
     pix_fmt: str = "yuv420p",
     options: Optional[Dict[str, str]] = None,
     pts_ms: Optional[Sequence[int]] = None,
+    container_options: Optional[Dict[str, str]] = None,
 ) -> str:
     """Encode RGB ``frames`` to ``path``. ``pts_ms`` gives each frame's time in milliseconds
-    (variable frame rate); otherwise the rate is a constant 25 fps."""
+    (variable frame rate); otherwise the rate is a constant 25 fps. ``container_options`` go to
+    the muxer (``{"movflags": "faststart"}``: an MP4's index first)."""
     opts = {"g": "8", "bf": "0", "preset": "ultrafast"} if codec == "libx264" else {}
     opts.update(options or {})
-    with av.open(path, "w") as container:
+    with av.open(path, "w", options=container_options or {}) as container:
         stream = container.add_stream(codec, rate=FPS, options=opts)
         stream.height, stream.width = frames.shape[1:3]
         stream.pix_fmt = pix_fmt
