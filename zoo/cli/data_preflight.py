@@ -12,6 +12,8 @@ names (so every list format and source it understands is understood here too) an
   it is unreadable): a decoding library that does not work here (an API its installed release does
   not have, a part of it that cannot load) stops the job now, with one line naming the library,
   its version and the call, instead of every video being skipped as unreadable in the workers;
+  a long video whose clips decode from its start (AVI, MPEG-TS) gets a warning that re-encoding
+  loads it faster;
 * training: ``CONFIG.TRAIN.BATCH_SIZE`` is not larger than the clips each process gets (its videos x
   ``CONFIG.DATA.CLIPS_PER_VIDEO``), with the
   loader's own arithmetic (a DistributedSampler without drop_last gives each of W processes
@@ -79,10 +81,13 @@ def _check_decoding(split: str, dataset) -> None:
     reasons = []
     for index in range(min(len(dataset), _DECODE_PROBE)):
         try:
-            probe(index)
-            return
+            advice = probe(index)
         except DecodeError as e:
             reasons.append(one_line(e))
+            continue
+        if advice:
+            logger.warning("data check: %s", advice)
+        return
     if reasons:
         logger.warning("data check: the first %d videos of the %s list could not be decoded "
                        "(%s); training skips unreadable videos", len(reasons), split,

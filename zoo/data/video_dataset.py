@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 Item = Tuple[Any, ...]
 # Test items: the view rows into the decoded frames, ``(test_num_segment, frames per view)``.
 Views = Optional[List[Optional[List[int]]]]
+# A video whose clips decode from its start is worth re-encoding from this many frames: more
+# than a Kinetics clip (10 s), where a clip's decode costs several times one with a seek.
+_LONG_FROM_START = 300
 
 
 def _reader_errors() -> Tuple[Type[BaseException], ...]:
@@ -190,15 +193,29 @@ class ClipDataset(Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def probe(self, index: int) -> None:
+    def probe(self, index: int) -> Optional[str]:
         """Open video ``index`` and decode the frames its item needs, as a loader worker would,
         without transforming them (the data check before training).
+
+        Returns:
+            Advice when such videos load slowly (a long file whose clips decode from its
+            start), else None.
 
         Raises:
             DecodeError: The video cannot be read.
             DecoderLibraryError: The decoding library failed in a way no file explains.
         """
         self._read(index, self._item_generator(0, index))
+        with self._open(index) as video:
+            if not getattr(video, "decodes_from_start", False):
+                return None
+            frames = self._num_frames(index, video)
+        if frames < _LONG_FROM_START:
+            return None
+        return (f"{self.paths[index]} ({frames} frames) has no timestamps the reader can seek "
+                "by (AVI, MPEG-TS, a raw stream), so each clip decodes from the file's start, "
+                f"about {frames // 2} frames on average: re-encode such videos to MP4 "
+                "(zoo-reencode) to decode each clip from the keyframe before it")
 
     # ------------------------------------------------------------------ bad videos
 

@@ -124,6 +124,10 @@ class AutoReader(VideoReader):
     def count_was_costly(self) -> bool:
         return self._reader.count_was_costly
 
+    @property
+    def decodes_from_start(self) -> bool:
+        return getattr(self._reader, "decodes_from_start", False)
+
     def set_output_size(self, size: Optional[OutputSize]) -> bool:
         self._output_size = size
         return self._reader.set_output_size(size)

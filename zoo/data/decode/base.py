@@ -226,6 +226,13 @@ class VideoReader:
         """True when ``num_frames`` had to be counted (worth caching per video by the caller)."""
         return False
 
+    @property
+    def decodes_from_start(self) -> bool:
+        """True when this file's clips are decoded from its first frame (it has no timestamps
+        the reader can seek by: AVI, MPEG-TS, raw streams), so a clip costs more the further
+        into the file it lies."""
+        return False
+
     def decode_array(self, indices: Sequence[int]) -> np.ndarray:
         """Decode the frames at ``indices`` (any order, repeats allowed); needs no torch.
 

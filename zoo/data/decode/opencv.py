@@ -145,6 +145,10 @@ class OpenCVReader(VideoReader):
         return self._counted
 
     @property
+    def decodes_from_start(self) -> bool:
+        return not self._can_seek()
+
+    @property
     def num_frames(self) -> int:
         if self._count > 0 and not self._can_seek():
             self._from_pyav()

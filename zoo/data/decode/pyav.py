@@ -237,6 +237,10 @@ class PyAVReader(VideoReader):
         return self._counted
 
     @property
+    def decodes_from_start(self) -> bool:
+        return self._sequential
+
+    @property
     def num_frames(self) -> int:
         """The container's count, else the hint, else the number of video packets."""
         if self._num_frames is None:
