@@ -232,3 +232,27 @@ def test_the_data_check_advises_reencoding_long_videos_that_decode_from_the_star
             assert len(advice) == 1 and "(320 frames)" in advice[0], advice
         else:
             assert not advice, advice
+
+
+def test_the_data_check_warns_when_shared_memory_cannot_hold_the_batches(tmp_path, caplog,
+                                                                          monkeypatch):
+    """Docker's 64 MB /dev/shm cannot hold the batches 4 workers keep in flight."""
+    import collections
+
+    from zoo.cli import data_preflight
+
+    usage = collections.namedtuple("usage", "total used free")
+    cfg = load_config(None, ["DATA.NUM_WORKERS", "4", "TRAIN.BATCH_SIZE", "8",
+                             "DATA.CLIP_LEN", "16", "DATA.CROP_SIZE", "224"])
+    for free_mb, processes, warned in ((64, 1, True), (24 << 10, 1, False), (200, 1, False),
+                                       (200, 2, True)):
+        monkeypatch.setattr(data_preflight.shutil, "disk_usage",
+                            lambda folder, f=free_mb: usage(f << 20, 0, f << 20))
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            data_preflight.check_shared_memory(cfg, processes, str(tmp_path))
+        says = [r.getMessage() for r in caplog.records if "shared memory" in r.getMessage()]
+        assert len(says) == int(warned), (free_mb, processes, says)
+        if warned:  # 8 clips of 16 x 224 x 224 x 3 bytes: 18 MB a batch
+            assert f"{processes} process(es) x 4 workers x 2 batches in flight x 18 MB" in says[0]
+            assert "--shm-size" in says[0]

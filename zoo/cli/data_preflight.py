@@ -14,6 +14,8 @@ names (so every list format and source it understands is understood here too) an
   its version and the call, instead of every video being skipped as unreadable in the workers;
   a long video whose clips decode from its start (AVI, MPEG-TS) gets a warning that re-encoding
   loads it faster;
+* training: /dev/shm holds the batches the loader workers hand over (a warning when it is too
+  small, as Docker's 64 MB default is);
 * training: ``CONFIG.TRAIN.BATCH_SIZE`` is not larger than the clips each process gets (its videos x
   ``CONFIG.DATA.CLIPS_PER_VIDEO``), with the
   loader's own arithmetic (a DistributedSampler without drop_last gives each of W processes
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..config import ConfigError
@@ -121,6 +124,35 @@ def check_batch_size(cfg, num_videos: int, processes: int) -> None:
         )
 
 
+def check_shared_memory(cfg, local_procs: int, folder: str = "/dev/shm") -> None:
+    """Warn when the training loaders of this node need more shared memory than ``folder`` has
+    free (a container's /dev/shm: Docker gives 64 MB). Loader workers hand every batch over in
+    it, and one that finds none dies mid-run (a bus error, "No space left on device").
+
+    The need counted is a lower bound: the batches torch keeps in flight per worker (its
+    prefetch factor, 2) of uint8 clips of CROP_SIZE², for every training process of the node;
+    kept buffers (``DATA.BATCH_BUFFERS_PER_WORKER``) and larger frames come on top.
+    """
+    from ..data.sampling import frames_per_clip
+
+    data = cfg.CONFIG.DATA
+    workers = int(data.NUM_WORKERS)
+    if workers <= 0 or not os.path.isdir(folder):
+        return
+    frames = frames_per_clip(int(data.CLIP_LEN), str(data.SAMPLING), int(data.NUM_SEGMENT))
+    batch = int(cfg.CONFIG.TRAIN.BATCH_SIZE) * frames * int(data.CROP_SIZE) ** 2 * 3
+    need = max(1, local_procs) * workers * 2 * batch
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        logger.warning(
+            "data check: the training loaders need at least %.0f MB of shared memory (%d "
+            "process(es) x %d workers x 2 batches in flight x %.0f MB) and %s has %.0f MB free: "
+            "workers would die mid-run (bus error). Give the container more (docker run "
+            "--shm-size=%dg), or lower CONFIG.DATA.NUM_WORKERS or CONFIG.TRAIN.BATCH_SIZE",
+            need / 2**20, max(1, local_procs), workers, batch / 2**20, folder, free / 2**20,
+            max(1, math.ceil(4 * need / 2**30)))
+
+
 def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> None:
     """Check the lists and data folders of ``splits`` (see the module docstring).
 
@@ -168,5 +200,6 @@ def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> No
         _check_videos_found(cfg, split, dataset, dataset_kwargs(cfg, split)["data_path"])
         if split == "train":
             check_batch_size(cfg, len(dataset), processes)
+            check_shared_memory(cfg, spec.local_procs if spec.distributed else 1)
         _check_decoding(split, dataset)
         logger.info("data check: %s list has %d videos", split, len(dataset))
