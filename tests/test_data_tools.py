@@ -269,13 +269,15 @@ def test_reencode_list_with_absolute_paths_and_repeated_videos(tmp_path, capsys)
     src.mkdir()
     write(str(src / "v.avi"), ramp_frames(6, 32, 48), codec="mpeg4")
     listed = tmp_path / "segments.csv"  # one video, two time ranges
-    listed.write_text(f"path,label,start,end\n{src / 'v.avi'},0,0,0.2\n{src / 'v.avi'},1,0.2,0.5\n")
+    listed.write_text(f"path,label,start,end\n{src / 'v.avi'},0,0,0.2\n{src / 'v.avi'},1,0.2,0.5\n"
+                      "./v.avi,1,0.5,0.6\n")  # the same video, written another way
     args = ["--src", str(src), "--dst", str(dst), "--list", str(listed)]
     assert reencode.main(args) == 0
     assert "1 re-encoded, 0 already done, 0 failed" in capsys.readouterr().out
     assert not (src / "v.mp4").exists()  # written under --dst, not beside the source
     rows = (dst / "segments.csv").read_text().splitlines()[1:]
-    assert rows == [f"{dst / 'v.mp4'},0,0.0,0.2", f"{dst / 'v.mp4'},1,0.2,0.5"], rows
+    assert rows == [f"{dst / 'v.mp4'},0,0.0,0.2", f"{dst / 'v.mp4'},1,0.2,0.5",
+                    "v.mp4,1,0.5,0.6"], rows
     elsewhere = tmp_path / "elsewhere.txt"
     elsewhere.write_text(f"{tmp_path / 'other' / 'v.avi'} 6 0\n")
     assert reencode.main(args[:4] + ["--list", str(elsewhere)]) == 1

@@ -211,8 +211,9 @@ def _sources(src_root: str, list_path: str, dst_root: str) -> List[str]:
 
 
 def _relative(path: str, src_root: str, list_path: str) -> str:
+    """A list's path relative to ``src_root``, normalised (``./a/x.mp4`` is ``a/x.mp4``)."""
     if not os.path.isabs(path):
-        return path
+        return os.path.normpath(path)
     rel = os.path.relpath(path, src_root)
     if rel == os.pardir or rel.startswith(os.pardir + os.sep):
         raise UserError(f"{list_path} names {path}, which is not under --src {src_root}: give "
