@@ -237,3 +237,20 @@ def test_a_video_given_as_the_list_stops_with_one_line(tmp_path):
     with pytest.raises(AnnotationError) as e:
         read_annotations(video)
     assert str(e.value).startswith(f"{video} holds binary data, not text")
+
+
+def test_a_list_written_on_windows_finds_its_videos(tmp_path):
+    r"""'a\b.mp4' names a/b.mp4 where only that exists; a file whose name holds a backslash is
+    still the file it names."""
+    root = tmp_path / "videos"
+    (root / "a").mkdir(parents=True)
+    (root / "b").mkdir()
+    write(str(root / "a" / "x.mp4"), ramp_frames(8))
+    write(str(root / "b" / "y.mp4"), ramp_frames(8))
+    write(str(root / "b\\y.mp4"), ramp_frames(8))  # a legal file name here
+    listed = tmp_path / "list.txt"
+    listed.write_text("a\\x.mp4 8 0\r\nb\\y.mp4 8 1\r\n")
+    cfg = load_config(None, ["DATA.TRAIN_ANNO_PATH", str(listed), "DATA.TRAIN_DATA_PATH",
+                             str(root), "DATA.NUM_CLASSES", "2"])
+    dataset = build_dataset(cfg, "train")
+    assert dataset.paths == [str(root / "a" / "x.mp4"), str(root / "b\\y.mp4")]

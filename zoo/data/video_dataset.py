@@ -41,6 +41,18 @@ Views = Optional[List[Optional[List[int]]]]
 _LONG_FROM_START = 300
 
 
+def _local_path(root: str, path: str) -> str:
+    """``root/path``; a path with Windows separators (``a\\b.mp4``, a list written on Windows)
+    names the file with ``/`` where only that one exists (a backslash is a legal character of a
+    file name here, so a file named with one is kept)."""
+    full = os.path.join(root, path)
+    if "\\" in path and os.sep == "/" and not os.path.exists(full):
+        posix = os.path.join(root, path.replace("\\", "/"))
+        if os.path.exists(posix):
+            return posix
+    return full
+
+
 def _reader_errors() -> Tuple[Type[BaseException], ...]:
     """What a reader may raise for a broken or unreachable file besides :class:`DecodeError`
     (the reader contract; zoo's readers convert everything else): the file system's errors and
@@ -101,7 +113,7 @@ class ClipDataset(Dataset):
         self.split = split
         self.anno_path = videos.where
         self.records: List[VideoRecord] = list(videos.records)
-        self.paths: List[str] = [os.path.join(videos.root, r.path) for r in self.records]
+        self.paths: List[str] = [_local_path(videos.root, r.path) for r in self.records]
         self.labels: List[int] = [r.label for r in self.records]
         self.num_classes_found = max(self.labels) + 1
         self.classes = list(videos.classes) + [
