@@ -38,7 +38,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from ..data.lists.records import VIDEO_EXTS
+from ..data.lists.records import VIDEO_EXTS, local_path
 from ..utils.errors import UserError, one_line
 from .command import command
 from .parser import tool_parser
@@ -211,9 +211,10 @@ def _sources(src_root: str, list_path: str, dst_root: str) -> List[str]:
 
 
 def _relative(path: str, src_root: str, list_path: str) -> str:
-    """A list's path relative to ``src_root``, normalised (``./a/x.mp4`` is ``a/x.mp4``)."""
+    """A list's path relative to ``src_root``, normalised (``./a/x.mp4`` is ``a/x.mp4``; a
+    Windows list's ``a\\x.mp4`` is ``a/x.mp4`` where only that exists)."""
     if not os.path.isabs(path):
-        return os.path.normpath(path)
+        return os.path.normpath(os.path.relpath(local_path(src_root, path), src_root))
     rel = os.path.relpath(path, src_root)
     if rel == os.pardir or rel.startswith(os.pardir + os.sep):
         raise UserError(f"{list_path} names {path}, which is not under --src {src_root}: give "

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
@@ -28,6 +27,7 @@ from .decode.frames import FrameFolderReader, FrameTemplateMismatch
 from .decode.registry import VideoReader, get_decoder
 from .lists.annotations import AnnotationError, VideoRecord
 from .lists.providers import VideoList
+from .lists.records import local_path
 from .robust import BadVideoTable, NoReadableVideo
 
 logger = logging.getLogger(__name__)
@@ -39,18 +39,6 @@ Views = Optional[List[Optional[List[int]]]]
 # A video whose clips decode from its start is worth re-encoding from this many frames: more
 # than a Kinetics clip (10 s), where a clip's decode costs several times one with a seek.
 _LONG_FROM_START = 300
-
-
-def _local_path(root: str, path: str) -> str:
-    """``root/path``; a path with Windows separators (``a\\b.mp4``, a list written on Windows)
-    names the file with ``/`` where only that one exists (a backslash is a legal character of a
-    file name here, so a file named with one is kept)."""
-    full = os.path.join(root, path)
-    if "\\" in path and os.sep == "/" and not os.path.exists(full):
-        posix = os.path.join(root, path.replace("\\", "/"))
-        if os.path.exists(posix):
-            return posix
-    return full
 
 
 def _reader_errors() -> Tuple[Type[BaseException], ...]:
@@ -113,7 +101,7 @@ class ClipDataset(Dataset):
         self.split = split
         self.anno_path = videos.where
         self.records: List[VideoRecord] = list(videos.records)
-        self.paths: List[str] = [_local_path(videos.root, r.path) for r in self.records]
+        self.paths: List[str] = [local_path(videos.root, r.path) for r in self.records]
         self.labels: List[int] = [r.label for r in self.records]
         self.num_classes_found = max(self.labels) + 1
         self.classes = list(videos.classes) + [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import os
 from dataclasses import dataclass
 from typing import Iterator, Optional, Tuple
 
@@ -68,6 +69,18 @@ def open_text(path: str, newline: Optional[str] = None) -> io.StringIO:
             f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x}): save it as UTF-8 (a "
             "spreadsheet's 'CSV UTF-8'), or convert it, e.g. iconv -f latin1 -t utf-8") from None
     return io.StringIO(text, newline=newline)
+
+
+def local_path(root: str, path: str) -> str:
+    """``root/path``; a path with Windows separators (``a\\b.mp4``, a list written on Windows)
+    names the file with ``/`` where only that one exists (a backslash is a legal character of a
+    file name here, so a file named with one is kept)."""
+    full = os.path.join(root, path)
+    if "\\" in path and os.sep == "/" and not os.path.exists(full):
+        posix = os.path.join(root, path.replace("\\", "/"))
+        if os.path.exists(posix):
+            return posix
+    return full
 
 
 def list_lines(anno_path: str) -> Iterator[Tuple[str, str]]:
