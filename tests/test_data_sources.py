@@ -254,3 +254,25 @@ def test_a_list_written_on_windows_finds_its_videos(tmp_path):
                              str(root), "DATA.NUM_CLASSES", "2"])
     dataset = build_dataset(cfg, "train")
     assert dataset.paths == [str(root / "a" / "x.mp4"), str(root / "b\\y.mp4")]
+
+
+def test_official_avi_splits_read_the_reencoded_mp4_folder(tmp_path):
+    """UCF101's split files name .avi; after zoo-reencode the folder holds .mp4 files."""
+    splits = tmp_path / "ucfTrainTestlist"
+    splits.mkdir()
+    (splits / "classInd.txt").write_text("1 Archery\n2 Bowling\n")
+    (splits / "trainlist01.txt").write_text("Archery/v_Archery_g01_c01.avi 1\n"
+                                            "Bowling/v_Bowling_g01_c01.avi 2\n")
+    videos = tmp_path / "UCF-101"
+    for name in ("Archery/v_Archery_g01_c01", "Bowling/v_Bowling_g01_c01"):
+        (videos / name).parent.mkdir(parents=True, exist_ok=True)
+        write(str(videos / f"{name}.mp4"), ramp_frames(8))
+    cfg = load_config(None, ["DATA.DATASET", "UCF101Dataset", "DATA.TRAIN_ANNO_PATH",
+                             str(splits), "DATA.TRAIN_DATA_PATH", str(videos),
+                             "DATA.NUM_CLASSES", "2"])
+    assert [os.path.relpath(p, videos) for p in build_dataset(cfg, "train").paths] == [
+        "Archery/v_Archery_g01_c01.mp4", "Bowling/v_Bowling_g01_c01.mp4"]
+    # An .avi that is there is read as listed (the folder is not the re-encoded one).
+    write(str(videos / "Archery" / "v_Archery_g01_c01.avi"), ramp_frames(8), codec="mpeg4")
+    assert [os.path.relpath(p, videos) for p in build_dataset(cfg, "train").paths] == [
+        "Archery/v_Archery_g01_c01.avi", "Bowling/v_Bowling_g01_c01.avi"]

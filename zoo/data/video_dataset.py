@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
@@ -27,13 +28,15 @@ from .decode.frames import FrameFolderReader, FrameTemplateMismatch
 from .decode.registry import VideoReader, get_decoder
 from .lists.annotations import AnnotationError, VideoRecord
 from .lists.providers import VideoList
-from .lists.records import local_path
+from .lists.records import local_path, reencoded_paths
 from .robust import BadVideoTable, NoReadableVideo
 
 logger = logging.getLogger(__name__)
 
 # (clip, label, index, n_bad), with resize_on_device and the clips' CropGeometry last.
 Item = Tuple[Any, ...]
+# Lists already said to be read from their re-encoded .mp4 files, in this process.
+_SAID_REENCODED: set = set()
 # Test items: the view rows into the decoded frames, ``(test_num_segment, frames per view)``.
 Views = Optional[List[Optional[List[int]]]]
 # A video whose clips decode from its start is worth re-encoding from this many frames: more
@@ -102,6 +105,14 @@ class ClipDataset(Dataset):
         self.anno_path = videos.where
         self.records: List[VideoRecord] = list(videos.records)
         self.paths: List[str] = [local_path(videos.root, r.path) for r in self.records]
+        paths = reencoded_paths(self.paths)
+        if paths is not self.paths:
+            if videos.where not in _SAID_REENCODED:  # once per list, not per dataset built
+                _SAID_REENCODED.add(videos.where)
+                logger.info("%s names %s; the folder holds its .mp4 (zoo-reencode's output): "
+                            "reading the .mp4 files", videos.where,
+                            os.path.basename(self.paths[0]))
+            self.paths = paths
         self.labels: List[int] = [r.label for r in self.records]
         self.num_classes_found = max(self.labels) + 1
         self.classes = list(videos.classes) + [

@@ -10,7 +10,7 @@ import codecs
 import io
 import os
 from dataclasses import dataclass
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from ...utils.errors import UserError
 
@@ -81,6 +81,22 @@ def local_path(root: str, path: str) -> str:
         if os.path.exists(posix):
             return posix
     return full
+
+
+def reencoded_paths(paths: List[str], sample: int = 20) -> List[str]:
+    """``paths``, each video file named ``.mp4`` instead, when the list's first videos are
+    missing and their ``.mp4`` (what ``zoo-reencode`` writes for ``x.avi``) exists: a list of
+    the original files (UCF101's official ``.avi`` splits) read from the re-encoded folder. Decided
+    on the first ``sample`` videos, so a long list costs no look at every file; when any of them
+    exists as listed, or lacks an ``.mp4``, ``paths`` are returned as they are."""
+    first = [p for p in paths[:sample] if p.lower().endswith(VIDEO_EXTS)
+             and not p.lower().endswith(".mp4")]
+    if not first or any(os.path.exists(p) for p in first) or not all(
+            os.path.exists(os.path.splitext(p)[0] + ".mp4") for p in first):
+        return paths
+    return [os.path.splitext(p)[0] + ".mp4"
+            if p.lower().endswith(VIDEO_EXTS) and not p.lower().endswith(".mp4") else p
+            for p in paths]
 
 
 def list_lines(anno_path: str) -> Iterator[Tuple[str, str]]:
