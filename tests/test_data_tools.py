@@ -260,6 +260,9 @@ def test_reencode_stops_before_two_sources_share_an_output(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "a/x.avi and a/x.mp4 would both be written to" in err, err
     assert not (tmp_path / "dst").exists()  # nothing written
+    assert reencode.main(["--src", str(src), "--dst", str(src / "a" / "..")]) == 2  # --src
+    err = capsys.readouterr().err.strip()
+    assert "is --src" in err and err.count("\n") == 0, err
 
 
 def test_reencode_list_with_absolute_paths_and_repeated_videos(tmp_path, capsys):

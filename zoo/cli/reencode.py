@@ -39,7 +39,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from ..data.lists.records import VIDEO_EXTS, local_path
-from ..utils.errors import UserError, one_line
+from ..utils.errors import UsageError, UserError, one_line
 from .command import command
 from .parser import tool_parser
 
@@ -288,6 +288,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--upscale", action="store_true", help="also enlarge smaller videos")
     p.add_argument("--workers", type=int, default=1, help="videos encoded in parallel")
     args = p.parse_args(argv)
+    if os.path.realpath(args.src) == os.path.realpath(args.dst):
+        raise UsageError(f"--dst {args.dst} is --src: the .mp4 outputs would stand for (or "
+                         "beside) their sources; give another folder")
     from tqdm import tqdm
 
     rels = _sources(args.src, args.list, args.dst)
