@@ -276,3 +276,16 @@ def test_a_trained_checkpoint_carries_its_class_names_to_testing_and_prediction(
     assert [os.path.relpath(x["video"], tmp_path / "test") for x in results] == [
         os.path.join("b", "s1.mp4"), os.path.join("c", "s2.mp4")]
     assert {t["name"] for t in results[0]["top"]} == {"a", "b", "c"}, r.stdout
+
+
+def test_the_list_maker_refuses_to_write_its_lists_among_the_classes(tmp_path, capsys):
+    """Lists written into the class folders' root would be read as a class on the next run."""
+    from zoo.cli.build_lists_from_folders import main
+
+    root = tmp_path / "videos"
+    _videos(root, ["run/a.mp4", "walk/b.mp4"])
+    assert main(["--root", str(root), "--out", str(root / "lists")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "lies inside --root" in err and err.count("\n") == 0, err
+    assert not (root / "lists").exists()
+    assert main(["--root", str(root), "--out", str(tmp_path / "lists")]) == 0

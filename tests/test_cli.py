@@ -264,7 +264,8 @@ def _bad_inputs(tmp: str) -> dict:
         "zoo-build-kinetics-lists": (["--csv", missing + ".csv", "--videos", tmp, "--out", tmp],
                                      1),
         "zoo-build-split-lists": (["ucf101", "--splits", missing, "--out", tmp], 1),
-        "zoo-reencode": (["--src", tmp, "--dst", tmp, "--list", missing + ".txt"], 1),
+        "zoo-reencode": (["--src", tmp, "--dst", os.path.join(tmp, "256"), "--list",
+                          missing + ".txt"], 1),
     }
 
 

@@ -47,6 +47,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise UsageError(f"--root {args.root!r} is not a folder")
     if not 0 <= args.val_fraction < 1:
         raise UsageError(f"--val-fraction {args.val_fraction} must be in [0, 1)")
+    inside = os.path.relpath(os.path.realpath(args.out), os.path.realpath(args.root))
+    if inside == os.curdir or not inside.startswith(os.pardir):
+        raise UsageError(f"--out {args.out!r} lies inside --root {args.root!r}: the next run would "
+                         "read its folder as a class (or its lists as a class's files); write the "
+                         "lists beside the videos, e.g. --out "
+                         f"{os.path.join(os.path.dirname(os.path.abspath(args.root)), 'lists')}")
     # The same classes and files as training on the folder itself (CONFIG.DATA.TRAIN_ANNO_PATH
     # = the folder): hidden folders and files are passed over.
     records, classes = class_folder_records(args.root)
