@@ -289,3 +289,25 @@ def test_the_list_maker_refuses_to_write_its_lists_among_the_classes(tmp_path, c
     assert "lies inside --root" in err and err.count("\n") == 0, err
     assert not (root / "lists").exists()
     assert main(["--root", str(root), "--out", str(tmp_path / "lists")]) == 0
+
+
+def test_the_data_check_warns_when_validation_videos_are_training_videos(tmp_path, caplog):
+    from zoo.cli.data_preflight import check_data
+
+    root = tmp_path / "videos"
+    _videos(root, ["run/a.mp4", "run/b.mp4", "walk/c.mp4", "walk/d.mp4"])
+    train, held_out = tmp_path / "train.txt", tmp_path / "val.txt"
+    train.write_text("run/a.mp4 8 0\nwalk/c.mp4 8 1\n")
+    held_out.write_text("run/b.mp4 8 0\nwalk/d.mp4 8 1\n")
+    # The folder twice; the training list twice; a held-out list.
+    for train_path, val, shared in ((root, root, 4), (train, train, 2), (train, held_out, 0)):
+        cfg = _cfg(train_path, val, "DATA.TRAIN_DATA_PATH", str(root), "DATA.VAL_DATA_PATH",
+                   str(root), "TRAIN.BATCH_SIZE", "1", "DDP_CONFIG.DISTRIBUTED", "False")
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            check_data(cfg, ("train", "val"))
+        said = [r.getMessage() for r in caplog.records if "are training videos too" in
+                r.getMessage()]
+        assert len(said) == int(shared > 0), said
+        if shared:
+            assert said[0].startswith(f"data check: {shared} of the {shared} validation videos")

@@ -14,6 +14,8 @@ names (so every list format and source it understands is understood here too) an
   its version and the call, instead of every video being skipped as unreadable in the workers;
   a long video whose clips decode from its start (AVI, MPEG-TS) gets a warning that re-encoding
   loads it faster;
+* validation: its videos are not training videos too (a warning: the same list or folder given
+  twice flatters the model);
 * training: /dev/shm holds the batches the loader workers hand over (a warning when it is too
   small, as Docker's 64 MB default is);
 * training: ``CONFIG.TRAIN.BATCH_SIZE`` is not larger than the clips each process gets (its videos x
@@ -29,7 +31,7 @@ import logging
 import math
 import os
 import shutil
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence, Set
 
 from ..config import ConfigError
 
@@ -153,6 +155,28 @@ def check_shared_memory(cfg, local_procs: int, folder: str = "/dev/shm") -> None
             max(1, math.ceil(4 * need / 2**30)))
 
 
+def _items(dataset) -> List[tuple]:
+    """``(file, start, end)`` of each item of a list-backed dataset (none for another kind):
+    the same file's other time range is another item."""
+    paths, records = getattr(dataset, "paths", None), getattr(dataset, "records", None)
+    if not paths or not records or len(paths) != len(records):
+        return []
+    return [(os.path.realpath(p), r.start, r.end) for p, r in zip(paths, records)]
+
+
+def _check_held_out(val_dataset, train_items: Set[tuple]) -> None:
+    """Warn when validation videos are training videos too (the same list or class folder given
+    twice, lists made by hand): its accuracy then flatters the model."""
+    items = _items(val_dataset)
+    shared = [i for i, item in enumerate(items) if item in train_items]
+    if shared:
+        logger.warning(
+            "data check: %d of the %d validation videos are training videos too (e.g. %s): "
+            "validation accuracy is then measured partly on training data; give "
+            "CONFIG.DATA.VAL_ANNO_PATH a held-out list (zoo-build-lists-from-folders makes both "
+            "from class folders)", len(shared), len(items), val_dataset.paths[shared[0]])
+
+
 def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> None:
     """Check the lists and data folders of ``splits`` (see the module docstring).
 
@@ -181,6 +205,7 @@ def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> No
         spec = resolve_job(cfg)
     processes = processes_at_least(spec)
     train_classes: Sequence[str] = ()
+    train_items: Set[tuple] = set()
     for split in splits:
         if split == "val" and not cfg.CONFIG.DATA.VAL_ANNO_PATH:
             continue
@@ -197,6 +222,9 @@ def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> No
                                 classes=train_classes if split == "val" else ())
         if split == "train":
             train_classes = named_classes(getattr(dataset, "classes", []))
+            train_items = set(_items(dataset))
+        elif split == "val" and train_items:
+            _check_held_out(dataset, train_items)
         _check_videos_found(cfg, split, dataset, dataset_kwargs(cfg, split)["data_path"])
         if split == "train":
             check_batch_size(cfg, len(dataset), processes)
