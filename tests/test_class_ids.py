@@ -311,3 +311,23 @@ def test_the_data_check_warns_when_validation_videos_are_training_videos(tmp_pat
         assert len(said) == int(shared > 0), said
         if shared:
             assert said[0].startswith(f"data check: {shared} of the {shared} validation videos")
+
+
+def test_the_data_check_warns_when_a_training_video_has_two_labels(tmp_path, caplog):
+    from zoo.cli.data_preflight import check_data
+
+    root = tmp_path / "videos"
+    _videos(root, ["run/a.mp4", "walk/c.mp4"])
+    (tmp_path / "classes.txt").write_text("run\nwalk\n")
+    for lines, torn in (("run/a.mp4 8 0\nwalk/c.mp4 8 1\n./run/a.mp4 8 1\n", 1),
+                        ("run/a.mp4 8 0\nwalk/c.mp4 8 1\nrun/a.mp4 8 0\n", 0)):  # a repeat
+        (tmp_path / "train.txt").write_text(lines)
+        cfg = _cfg(tmp_path / "train.txt", "", "DATA.TRAIN_DATA_PATH", str(root),
+                   "TRAIN.BATCH_SIZE", "1", "DDP_CONFIG.DISTRIBUTED", "False")
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            check_data(cfg, ("train",))
+        said = [r.getMessage() for r in caplog.records if "two or more labels" in r.getMessage()]
+        assert len(said) == torn, said
+        if torn:
+            assert f"{root / 'run' / 'a.mp4'}: run, walk" in said[0]

@@ -14,6 +14,7 @@ names (so every list format and source it understands is understood here too) an
   its version and the call, instead of every video being skipped as unreadable in the workers;
   a long video whose clips decode from its start (AVI, MPEG-TS) gets a warning that re-encoding
   loads it faster;
+* training: no video is listed with two labels (a warning);
 * validation: its videos are not training videos too (a warning: the same list or folder given
   twice flatters the model);
 * training: /dev/shm holds the batches the loader workers hand over (a warning when it is too
@@ -177,6 +178,22 @@ def _check_held_out(val_dataset, train_items: Set[tuple]) -> None:
             "from class folders)", len(shared), len(items), val_dataset.paths[shared[0]])
 
 
+def _check_one_label_each(dataset) -> None:
+    """Warn when the training list gives one video (or one time range of it) two labels: a
+    single-label classifier is then taught both, and scored right on neither."""
+    labels: dict = {}
+    for item, label in zip(_items(dataset), getattr(dataset, "labels", [])):
+        labels.setdefault(item, set()).add(label)
+    torn = [item for item, found in labels.items() if len(found) > 1]
+    if torn:
+        names = getattr(dataset, "classes", [])
+        shown = ", ".join(names[i] if i < len(names) else str(i) for i in sorted(labels[torn[0]]))
+        logger.warning(
+            "data check: %d training video(s) are listed with two or more labels (e.g. %s: %s): "
+            "a single-label model learns both; keep one line per video (or time range)",
+            len(torn), torn[0][0], shown)
+
+
 def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> None:
     """Check the lists and data folders of ``splits`` (see the module docstring).
 
@@ -223,6 +240,7 @@ def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> No
         if split == "train":
             train_classes = named_classes(getattr(dataset, "classes", []))
             train_items = set(_items(dataset))
+            _check_one_label_each(dataset)
         elif split == "val" and train_items:
             _check_held_out(dataset, train_items)
         _check_videos_found(cfg, split, dataset, dataset_kwargs(cfg, split)["data_path"])
