@@ -162,7 +162,8 @@ def _items(dataset) -> List[tuple]:
     paths, records = getattr(dataset, "paths", None), getattr(dataset, "records", None)
     if not paths or not records or len(paths) != len(records):
         return []
-    return [(os.path.realpath(p), r.start, r.end) for p, r in zip(paths, records)]
+    # (abspath, not realpath: no file system call for each of a long list's videos)
+    return [(os.path.abspath(p), r.start, r.end) for p, r in zip(paths, records)]
 
 
 def _check_held_out(val_dataset, train_items: Set[tuple]) -> None:
