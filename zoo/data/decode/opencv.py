@@ -250,7 +250,7 @@ class OpenCVReader(VideoReader):
     def _refuse_unsupported_codec(self, index: int) -> None:
         """Called when OpenCV has decoded no frame of the file and cannot read frame ``index``.
         Where PyAV decodes that frame, the file is sound and this OpenCV's FFmpeg has no decoder
-        for its codec (opencv-python's wheels decode AV1, which YouTube downloads now are, only
+        for its codec (opencv-python's wheels decode AV1, the codec of many YouTube downloads, only
         with hardware they do not use): a library's limit, which stops the job instead of
         passing every such video as broken."""
         from .pyav import codec_if_decodable
