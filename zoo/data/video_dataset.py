@@ -216,12 +216,11 @@ class ClipDataset(Dataset):
             DecodeError: The video cannot be read.
             DecoderLibraryError: The decoding library failed in a way no file explains.
         """
-        self._read(index, self._item_generator(0, index))
-        with self._open(index) as video:
-            if not getattr(video, "decodes_from_start", False):
-                return None
-            frames = self._num_frames(index, video)
-        if frames < _LONG_FROM_START:
+        seen: List[Tuple[bool, int]] = []  # (decodes from its start, frames) of the open video
+        self._read(index, self._item_generator(0, index), opened=lambda video, frames: seen.append(
+            (getattr(video, "decodes_from_start", False), frames)))
+        from_start, frames = seen[0]
+        if not from_start or frames < _LONG_FROM_START:
             return None
         return (f"{self.paths[index]} ({frames} frames) has no timestamps the reader can seek "
                 "by (AVI, MPEG-TS, a raw stream), so each clip decodes from the file's start, "
@@ -395,8 +394,11 @@ class ClipDataset(Dataset):
         factor = self.settings.test_num_segment if self.split == "test" else self._clips()
         return self.settings.decode_timeout * factor
 
-    def _read(self, index: int, generator: torch.Generator) -> Tuple[torch.Tensor, Views]:
-        """Open video ``index`` and decode the frames its item needs, once.
+    def _read(self, index: int, generator: torch.Generator,
+              opened: Optional[Callable[[VideoReader, int], None]] = None
+              ) -> Tuple[torch.Tensor, Views]:
+        """Open video ``index`` and decode the frames its item needs, once; ``opened`` (the data
+        check's) is called with the open reader and the video's frame count.
 
         Returns:
             ``(frames, views)``: uint8 ``(T, H, W, 3)``; for test items and for training items
@@ -412,6 +414,8 @@ class ClipDataset(Dataset):
             with time_limit(self._time_limit(), self.paths[index]):
                 with self._open(index) as video:
                     num_frames = self._num_frames(index, video)
+                    if opened is not None:
+                        opened(video, num_frames)
                     first, end = self._frame_range(index, video, num_frames)
                     # Indices are drawn on the TARGET_FPS timeline (the video's own frames
                     # when it is 0), then mapped to the video's frames.
