@@ -179,11 +179,12 @@ def _check_held_out(val_dataset, train_items: Set[tuple]) -> None:
             "from class folders)", len(shared), len(items), val_dataset.paths[shared[0]])
 
 
-def _check_one_label_each(dataset) -> None:
+def _check_one_label_each(dataset, items: List[tuple]) -> None:
     """Warn when the training list gives one video (or one time range of it) two labels: a
-    single-label classifier is then taught both, and scored right on neither."""
+    single-label classifier is then taught both, and scored right on neither. ``items`` are the
+    dataset's :func:`_items`."""
     labels: dict = {}
-    for item, label in zip(_items(dataset), getattr(dataset, "labels", [])):
+    for item, label in zip(items, getattr(dataset, "labels", [])):
         labels.setdefault(item, set()).add(label)
     torn = [item for item, found in labels.items() if len(found) > 1]
     if torn:
@@ -240,8 +241,9 @@ def check_data(cfg, splits: Sequence[str], spec: Optional[JobSpec] = None) -> No
                                 classes=train_classes if split == "val" else ())
         if split == "train":
             train_classes = named_classes(getattr(dataset, "classes", []))
-            train_items = set(_items(dataset))
-            _check_one_label_each(dataset)
+            items = _items(dataset)
+            train_items = set(items)
+            _check_one_label_each(dataset, items)
         elif split == "val" and train_items:
             _check_held_out(dataset, train_items)
         _check_videos_found(cfg, split, dataset, dataset_kwargs(cfg, split)["data_path"])
