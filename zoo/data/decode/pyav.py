@@ -56,6 +56,7 @@ from .base import (
     check_deadline,
     check_file,
     check_indices,
+    fill_rows,
     index_rows,
     remaining_time,
     upright,
@@ -572,19 +573,8 @@ class _Sink:
         self.out: Optional[np.ndarray] = None
 
     def put(self, index: int, image: np.ndarray) -> None:
-        if self.out is None:
-            self.out = np.empty((self.length, *image.shape), np.uint8)
-        elif image.shape != self.out.shape[1:]:
-            image = _fit(image, self.out.shape[1:3])  # resolution changed mid-stream
-        for row in self.rows[index]:
-            self.out[row] = image
-
-
-def _fit(image: np.ndarray, size: Sequence[int]) -> np.ndarray:
-    """Resize an RGB frame to ``size`` (H, W) with OpenCV; rare (mid-stream size changes)."""
-    import cv2
-
-    return cv2.resize(image, (int(size[1]), int(size[0])), interpolation=cv2.INTER_AREA)
+        # (A frame of another size, a resolution change mid-stream, is resized to the first's.)
+        self.out = fill_rows(self.out, self.length, self.rows[index], image)
 
 
 def probe_seekable(path: str) -> bool:
