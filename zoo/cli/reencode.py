@@ -38,7 +38,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from ..data.lists.records import VIDEO_EXTS, local_path
+from ..data.lists.records import VIDEO_EXTS, local_path, reencoded_name
 from ..utils.errors import UsageError, UserError, one_line
 from .command import command
 from .parser import tool_parser
@@ -169,10 +169,6 @@ class _writing:
         return False
 
 
-def output_path(rel: str) -> str:
-    return os.path.splitext(rel)[0] + ".mp4"
-
-
 def _job(task: Tuple[str, str, dict]) -> Tuple[str, Optional[str]]:
     src, dst, options = task
     try:
@@ -227,13 +223,13 @@ def _refuse_shared_outputs(rels: List[str], dst_root: str) -> None:
     first: dict = {}
     shared = []
     for rel in rels:
-        kept = first.setdefault(output_path(rel), rel)
+        kept = first.setdefault(reencoded_name(rel), rel)
         if kept != rel:
             shared.append((kept, rel))
     if shared:
         (a, b), more = shared[0], len(shared) - 1
         raise UserError(
-            f"{a} and {b} would both be written to {os.path.join(dst_root, output_path(a))}"
+            f"{a} and {b} would both be written to {os.path.join(dst_root, reencoded_name(a))}"
             + (f" ({more} more such pair{'s' if more > 1 else ''})" if more else "")
             + ": every output is .mp4, so rename one of each pair or re-encode them into "
             "separate --dst folders")
@@ -247,7 +243,7 @@ def _rewrite_list(list_path: str, src_root: str, dst_root: str) -> str:
     from ..data.lists.annotations import read_annotations
 
     def new_path(path: str) -> str:
-        rel = output_path(_relative(path, src_root, list_path))
+        rel = reencoded_name(_relative(path, src_root, list_path))
         return os.path.join(os.path.abspath(dst_root), rel) if os.path.isabs(path) else rel
 
     out = os.path.join(dst_root, os.path.basename(list_path))
@@ -299,7 +295,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                "threads": 1 if args.workers > 1 else 0}
     todo = []
     for rel in rels:
-        dst = os.path.join(args.dst, output_path(rel))
+        dst = os.path.join(args.dst, reencoded_name(rel))
         if not os.path.isfile(dst):  # finished earlier: skipped (resumable)
             todo.append((os.path.join(args.src, rel), dst, options))
     os.makedirs(args.dst, exist_ok=True)

@@ -83,20 +83,27 @@ def local_path(root: str, path: str) -> str:
     return full
 
 
+def reencoded_name(path: str) -> str:
+    """The file ``zoo-reencode`` writes for ``path``: the same name, ``.mp4`` (``a/b.avi`` ->
+    ``a/b.mp4``)."""
+    return os.path.splitext(path)[0] + ".mp4"
+
+
 def reencoded_paths(paths: List[str], sample: int = 20) -> List[str]:
-    """``paths``, each video file named ``.mp4`` instead, when the list's first videos are
-    missing and their ``.mp4`` (what ``zoo-reencode`` writes for ``x.avi``) exists: a list of
-    the original files (UCF101's official ``.avi`` splits) read from the re-encoded folder. Decided
-    on the first ``sample`` videos, so a long list costs no look at every file; when any of them
-    exists as listed, or lacks an ``.mp4``, ``paths`` are returned as they are."""
-    first = [p for p in paths[:sample] if p.lower().endswith(VIDEO_EXTS)
-             and not p.lower().endswith(".mp4")]
+    """``paths``, each video file named :func:`reencoded_name` instead, when the list's first
+    videos are missing and their ``.mp4`` exists: a list of the original files (UCF101's official
+    ``.avi`` splits) read from the re-encoded folder. Decided on the first ``sample`` videos, so a
+    long list costs no look at every file; when any of them exists as listed, or lacks an
+    ``.mp4``, ``paths`` are returned as they are."""
+    def renamed(path: str) -> bool:  # a video zoo-reencode writes under another name
+        name = path.lower()
+        return name.endswith(VIDEO_EXTS) and not name.endswith(".mp4")
+
+    first = [p for p in paths[:sample] if renamed(p)]
     if not first or any(os.path.exists(p) for p in first) or not all(
-            os.path.exists(os.path.splitext(p)[0] + ".mp4") for p in first):
+            os.path.exists(reencoded_name(p)) for p in first):
         return paths
-    return [os.path.splitext(p)[0] + ".mp4"
-            if p.lower().endswith(VIDEO_EXTS) and not p.lower().endswith(".mp4") else p
-            for p in paths]
+    return [reencoded_name(p) if renamed(p) else p for p in paths]
 
 
 def list_lines(anno_path: str) -> Iterator[Tuple[str, str]]:
