@@ -1,13 +1,15 @@
 """Shared fixtures: a tiny generated dataset, a toy model file, a loopback weights server and a
-private ZOO_HOME, two network namespaces (helpers are in helpers.py), the skip of
-``cuda``-marked tests where no CUDA GPU is visible, the worker count of ``pytest -n auto`` and
-each worker's torch threads."""
+private ZOO_HOME, two network namespaces (helpers are in helpers.py), a private temporary folder
+for the session, the skip of ``cuda``-marked tests where no CUDA GPU is visible, the worker count
+of ``pytest -n auto`` and each worker's torch threads."""
 
+import getpass
 import hashlib
 import logging
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -76,6 +78,32 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False here)")
     for item in marked:
         item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_tempdir(tmp_path_factory):
+    """The temporary files of this test process and of every job it starts (torchrun's
+    ``torchelastic_*`` logs, the ``pymp-*`` folders of a process the test kills, Ray's session)
+    go to one folder of this session, removed at its end, instead of piling up in the system's
+    temporary folder. The folder sits directly in that system folder, so that the Unix socket
+    paths made inside it (Ray's, multiprocessing's) stay short; pytest's own folders are made
+    before it, and torch.compile's cache stays where torch keeps it, shared across runs."""
+    tmp_path_factory.getbasetemp()
+    saved = {var: os.environ.get(var) for var in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
+    system = tempfile.gettempdir()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                          os.path.join(system, f"torchinductor_{getpass.getuser()}"))
+    private = tempfile.mkdtemp(prefix="zoo-tests-", dir=system)
+    os.environ["TMPDIR"] = private
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    yield private
+    for var, value in saved.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+    tempfile.tempdir = None
+    shutil.rmtree(private, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
