@@ -298,3 +298,32 @@ def test_importing_a_command_leaves_the_trainer_and_the_launcher_out(module):
                        timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "none", f"importing {module} imported {r.stdout.strip()}"
+
+
+@pytest.mark.parametrize("order", ["kwargs-first", "kwargs-between", "kwargs-last"])
+def test_convert_checkpoint_reads_its_paths_wherever_kwargs_stand(order, monkeypatch, capsys):
+    """The help's order, ``--kwargs KEY VALUE ... IN OUT``, where argparse's ``nargs="+"`` takes
+    the two paths as well, and the others."""
+    import types
+
+    import zoo.cli.convert_checkpoint as cli
+
+    seen = {}
+
+    def convert(src, out, scheme, model, kwargs, allow_pickle):
+        seen.update(src=src, out=out, kwargs=kwargs)
+        return types.SimpleNamespace(num_target=1)
+
+    monkeypatch.setattr(cli, "convert_checkpoint", convert)
+    head = ["--from", "mmaction2", "--model", "slowfast_4x16_resnet50"]
+    pairs = ["--kwargs", "fuse_norm_act", "False", "width", "8"]
+    argv = {"kwargs-first": [*head, *pairs, "in.pth", "out.pth"],
+            "kwargs-between": [*head, "in.pth", *pairs, "out.pth"],
+            "kwargs-last": [*head, "in.pth", "out.pth", *pairs]}[order]
+    assert cli.main(argv) == 0
+    assert seen == {"src": "in.pth", "out": "out.pth",
+                    "kwargs": {"fuse_norm_act": False, "width": 8}}
+    # A path left out is still a usage error that names it.
+    with pytest.raises(SystemExit) as e:
+        cli.main([*head, *pairs, "in.pth"])
+    assert e.value.code == 2 and "required: src, out" in capsys.readouterr().err

@@ -25,7 +25,8 @@ from ..models import parse_model_kwargs
 from ..models.weights.convert import SCHEMES, convert_checkpoint
 from ..utils.env import import_extra_modules
 from .command import command
-from .parser import add_extra_modules_argument, check_pairs, tool_parser
+from .parser import (add_extra_modules_argument, check_pairs, positionals_after_pairs,
+                     tool_parser)
 
 DESCRIPTION = ("Convert a PySlowFast / PyTorchVideo / MMAction2 / torchvision / gluoncv.torch / "
                "Hugging Face checkpoint (a file, .safetensors too, or a Hub folder) into a zoo "
@@ -44,8 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="unpickle the source fully (runs code in the file; trusted files "
                         "only), for files torch.load(weights_only=True) refuses")
     add_extra_modules_argument(parser)
-    parser.add_argument("src", help="source checkpoint (a file, or a Hugging Face Hub folder)")
-    parser.add_argument("out", help="zoo checkpoint to write")
+    # Optional to argparse only: --kwargs, given before them, takes them along (see main).
+    parser.add_argument("src", nargs="?",
+                        help="source checkpoint (a file, or a Hugging Face Hub folder)")
+    parser.add_argument("out", nargs="?", help="zoo checkpoint to write")
     return parser
 
 
@@ -53,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    positionals_after_pairs(parser, args, "kwargs", ("src", "out"))
     check_pairs(parser, "--kwargs", args.kwargs)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import_extra_modules(args.extra_modules)

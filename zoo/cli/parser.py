@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from ..data.lists.records import VIDEO_EXTS
 
@@ -150,6 +150,25 @@ def default_argument_parser(description: str) -> argparse.ArgumentParser:
 def command_line_node_rank(opts: List[str], cfg) -> Optional[int]:
     """``DDP_CONFIG.WORLD_RANK n`` on the command line is this node's rank, over AUTO_RANK_MATCH."""
     return cfg.DDP_CONFIG.WORLD_RANK if "DDP_CONFIG.WORLD_RANK" in list(opts)[0::2] else None
+
+
+def positionals_after_pairs(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                            dest: str, names: Sequence[str]) -> None:
+    """Give the positionals ``names`` (declared ``nargs="?"``) the values that a ``KEY VALUE``
+    list option (``dest``, ``nargs="+"``) took from the end of the command line: argparse lets
+    ``--kwargs a 1 IN OUT`` take ``IN OUT`` too. A usage error names what is missing."""
+    missing = [name for name in names if getattr(args, name) is None]
+    values = list(getattr(args, dest))
+    if not missing:
+        return
+    keep = len(values) - len(missing)
+    if keep < 0 or keep % 2:
+        flag = "--" + dest.replace("_", "-")
+        parser.error(f"the following arguments are required: {', '.join(missing)} (or "
+                     f"{flag} is not KEY VALUE pairs: {' '.join(values)})")
+    setattr(args, dest, values[:keep])
+    for name, value in zip(missing, values[keep:]):
+        setattr(args, name, value)
 
 
 def check_pairs(parser: argparse.ArgumentParser, flag: str, values: List[str]) -> None:
