@@ -146,6 +146,51 @@ def test_r101_50_101_cuts_temporal_kernels_per_pathway(tmp_path):
     assert slow == [3] * 6 + [1] * 17 and fast == [3] * 23
 
 
+def test_the_slowfast_shapes_the_converter_names_are_the_registered_ones():
+    import re
+
+    import zoo
+    from zoo.config.pyslowfast_models import SLOWFAST_SHAPES
+
+    registered = {n for n in zoo.list_models() if re.fullmatch(r"slowfast_\d+x\d+_resnet\d+", n)}
+    assert registered == {"slowfast_{}x{}_resnet{}".format(*s) for s in SLOWFAST_SHAPES}
+
+
+# (NUM_FRAMES, SAMPLING_RATE, ALPHA, DEPTH) of SLOWFAST_8x8_R50.yaml edited to a clip shape, or a
+# depth, zoo registers no name for; and the net's registered shape with the same layout.
+@pytest.mark.parametrize("frames, rate, alpha, depth, same_as", [
+    (16, 8, 4, 50, "slowfast_8x8_resnet50"),  # 4x32
+    (16, 2, 4, 50, "slowfast_8x8_resnet50"),  # 4x8
+    (32, 2, 8, 101, "slowfast_8x8_resnet101"),  # 4x16 R101
+    (32, 2, 4, 152, None),
+])
+def test_a_slowfast_clip_shape_without_a_name_builds_its_net(frames, rate, alpha, depth, same_as,
+                                                             tmp_path):
+    import yaml
+
+    data = read_yaml(str(ROOT / "SLOWFAST_8x8_R50.yaml"))
+    data["DATA"].update(NUM_FRAMES=frames, SAMPLING_RATE=rate)
+    data["SLOWFAST"]["ALPHA"], data["RESNET"]["DEPTH"] = alpha, depth
+    src = tmp_path / "edited.yaml"
+    src.write_text(yaml.safe_dump(data))
+    out = str(tmp_path / "zoo.yaml")
+    name, _, notes = write_converted(str(src), out)
+    assert any(f"zoo registers no slowfast_{frames // alpha}x{rate * alpha}_resnet{depth}" in n
+               for n in notes), notes
+    result = dry_run_file(out)  # the name is registered and the net builds
+    assert result.model == name
+    model = _model(out)
+    assert model.alpha == alpha and len(model.slow_res4) == {50: 6, 101: 23, 152: 36}[depth]
+    if same_as:  # SlowFast's weights do not depend on the clip: the registered net's, exactly
+        import zoo
+
+        with torch.device("meta"):  # with the file's fusion kernel and temporal-kernel cut
+            want = zoo.create_model(same_as, alpha=alpha, fusion_kernel=7,
+                                    num_block_temp_kernel=[3, 4, 6, 3])
+        assert {k: v.shape for k, v in model.state_dict().items()} == \
+            {k: v.shape for k, v in want.state_dict().items()}
+
+
 def pyslowfast_lr(solver: dict, epoch: float) -> float:
     """PySlowFast's get_lr_at_epoch for steps_with_relative_lrs with a linear warmup."""
     steps = list(solver["STEPS"]) + [solver["MAX_EPOCH"]]

@@ -38,6 +38,11 @@ _STAGE_KTS = {"slow": ((1,), (1,), (3,), (3,)), "c2d": ((1,), (1,), (1,), (1,)),
               "i3d": ((3,), (3, 1), (3, 1), (1, 3))}
 _POOL1_T = {"slow": 1, "c2d": 2, "c2d_nopool": 1, "i3d": 2, "i3d_nopool": 1}
 
+# The SlowFast clip shapes zoo registers a name for, as (slow frames, fast stride, depth):
+# slowfast_{T}x{tau}_resnet{depth} in zoo/models/slowfast.py (a test keeps the two in step; this
+# layer may not import the models).
+SLOWFAST_SHAPES = {(4, 16, 50), (8, 8, 50), (16, 8, 50), (8, 8, 101), (16, 8, 101)}
+
 # Values the ResNet families read only to check they are the ones zoo's models implement.
 _RESNET_REQUIRED = {"RESNET.NUM_GROUPS": 1, "RESNET.TRANS_FUNC": "bottleneck_transform",
                     "RESNET.STRIDE_1X1": False}
@@ -136,9 +141,20 @@ def slowfast_model(v: Dict[str, Any], source: str) -> Model:
     if str(v["MODEL.MODEL_NAME"]).startswith("PTV"):
         notes.append(f"MODEL.MODEL_NAME {v['MODEL.MODEL_NAME']}: zoo builds PySlowFast's layout "
                      "of the same net (PyTorchVideo's files load into it)")
-    # Registered names exist for the published clip shapes; a kwarg fixes alpha for the others.
-    return (f"slowfast_{frames // alpha}x{rate * alpha}_resnet{depth}", kwargs + ["alpha", alpha],
-            notes)
+    # The kwargs fix every part of the layout a clip shape changes (alpha among them), so a shape
+    # with no registered name is the registered net of its depth with them.
+    shape = (frames // alpha, rate * alpha, depth)
+    name = "slowfast_{}x{}_resnet{}".format(*shape)
+    if shape not in SLOWFAST_SHAPES:
+        base = f"slowfast_8x8_resnet{depth}" if (8, 8, depth) in SLOWFAST_SHAPES else \
+            "slowfast_8x8_resnet50"
+        kwargs += [] if base.endswith(f"resnet{depth}") else ["depth", depth]
+        notes.append(f"DATA.NUM_FRAMES {frames}, DATA.SAMPLING_RATE {rate}, SLOWFAST.ALPHA "
+                     f"{alpha}, RESNET.DEPTH {depth}: zoo registers no {name}; built as {base} "
+                     "with this config's layout as MODEL.KWARGS (the same net; list_models' "
+                     f"FLOPs are for {base}'s clip)")
+        name = base
+    return name, kwargs + ["alpha", alpha], notes
 
 
 def resnet_model(v: Dict[str, Any], source: str) -> Model:
