@@ -191,6 +191,37 @@ def test_a_slowfast_clip_shape_without_a_name_builds_its_net(frames, rate, alpha
             {k: v.shape for k, v in want.state_dict().items()}
 
 
+SSV2 = ROOT.parent / "SSv2"
+
+
+@pytest.mark.parametrize("rel", ["SLOWFAST_16x8_R50.yaml", "MVITv2_S_16x4.yaml",
+                                 "pytorchvideo/SLOWFAST_8x8_R50.yaml"])
+def test_something_something_configs_sample_one_frame_per_segment(rel, tmp_path):
+    """PySlowFast's SSv2 loaders take NUM_FRAMES frames, one per equal segment of the whole video
+    (slowfast/datasets/ssv2.py, get_seq_frames), not a SAMPLING_RATE window on a 30 fps
+    timeline; their frame lists are not zoo's, so no list path is guessed."""
+    src = SSV2 / rel
+    frames = read_yaml(str(src))["DATA"]["NUM_FRAMES"]
+    out = str(tmp_path / "zoo.yaml")
+    name, unmatched, notes = write_converted(str(src), out)
+    data = load_config(out).CONFIG.DATA
+    assert (data.SAMPLING, data.CLIP_LEN, data.TARGET_FPS) == ("uniform", frames, 0.0)
+    assert data.TRAIN_ANNO_PATH == "" and data.VAL_ANNO_PATH == ""
+    assert sum("one from each equal segment" in n or "frame lists" in n for n in notes) == 2
+    assert dry_run_file(out).model == name
+
+
+def test_a_dataset_pyslowfast_registers_elsewhere_is_read_as_kinetics_with_a_note(tmp_path):
+    data = read_yaml(str(ROOT / "SLOWFAST_8x8_R50.yaml"))
+    data["TRAIN"]["DATASET"] = "epickitchens"
+    src = tmp_path / "fork.yaml"
+    src.write_text(__import__("yaml").safe_dump(data))
+    _, _, notes = write_converted(str(src), str(tmp_path / "zoo.yaml"))
+    assert any(n.startswith("TRAIN.DATASET epickitchens: not one of PySlowFast's own loaders")
+               for n in notes), notes
+    assert load_config(str(tmp_path / "zoo.yaml")).CONFIG.DATA.SAMPLING == "dense"
+
+
 def pyslowfast_lr(solver: dict, epoch: float) -> float:
     """PySlowFast's get_lr_at_epoch for steps_with_relative_lrs with a linear warmup."""
     steps = list(solver["STEPS"]) + [solver["MAX_EPOCH"]]

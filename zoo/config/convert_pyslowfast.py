@@ -49,7 +49,7 @@ _DEFAULTS: Dict[str, Any] = {
     "SOLVER.OPTIMIZING_METHOD": "sgd", "MODEL.NUM_CLASSES": 400, "MODEL.ARCH": "slowfast",
     "MODEL.MODEL_NAME": "SlowFast", "MODEL.LOSS_FUNC": "cross_entropy",
     "MODEL.DROPOUT_RATE": 0.5, "DATA_LOADER.NUM_WORKERS": 8, "NUM_GPUS": 1, "NUM_SHARDS": 1,
-    "RNG_SEED": 1, "OUTPUT_DIR": "./tmp",
+    "RNG_SEED": 1, "OUTPUT_DIR": "./tmp", "TRAIN.DATASET": "kinetics",
 }
 
 # Defaults of the model and recipe keys read by the sibling modules.
@@ -64,6 +64,13 @@ _DEFAULTS.update({
     "X3D.DIM_C5": 2048, "X3D.DIM_C1": 12, "X3D.SCALE_RES2": False, "X3D.BN_LIN5": False,
     "X3D.CHANNELWISE_3x3x3": True,
 })
+
+# PySlowFast's loaders (TRAIN.DATASET) whose clips zoo's dense sampling reproduces, and those
+# that take DATA.NUM_FRAMES frames one per equal segment of the whole video (SAMPLING_RATE
+# unused; random in training, the middle in testing: Something-Something v2, read from frame
+# lists, in slowfast/datasets/ssv2.py and its PyTorchVideo twin).
+_DENSE_DATASETS = ("kinetics", "ptvkinetics")
+_UNIFORM_DATASETS = ("ssv2", "ptvssv2")
 
 # Keys whose meaning the conversion carries (to a zoo key, the model name, a check or a note).
 _CONSUMED = set(_DEFAULTS) | MODEL_KEYS | RECIPE_KEYS | {
@@ -113,7 +120,24 @@ def _data(v: Dict[str, Any], notes: List[str]) -> Dict[str, Any]:
         notes.append(f"DATA.TEST_CROP_SIZE {v['DATA.TEST_CROP_SIZE']}: zoo tests on CROP_SIZE "
                      f"{data_out['CROP_SIZE']} crops taken at short side "
                      f"{data_out['SHORT_SIDE_SIZE']}")
+    dataset = str(v["TRAIN.DATASET"]).lower()
     root = v.get("DATA.PATH_TO_DATA_DIR")
+    if dataset in _UNIFORM_DATASETS:
+        del data_out["FRAME_RATE"], data_out["TARGET_FPS"]
+        data_out["SAMPLING"] = "uniform"
+        notes.append(f"TRAIN.DATASET {dataset}: PySlowFast takes DATA.NUM_FRAMES "
+                     f"{data_out['CLIP_LEN']} frames, one from each equal segment of the whole "
+                     "video (at random in training, the middle in testing; DATA.SAMPLING_RATE "
+                     f"{v['DATA.SAMPLING_RATE']} unused): CONFIG.DATA.SAMPLING uniform")
+        notes.append(f"TRAIN.DATASET {dataset}: PySlowFast reads it from frame lists and label "
+                     "JSON files, which zoo does not: set CONFIG.DATA.TRAIN_ANNO_PATH / "
+                     "VAL_ANNO_PATH to 'video label' lists of the videos (docs/datasets.md)")
+        return data_out
+    if dataset not in _DENSE_DATASETS:
+        notes.append(f"TRAIN.DATASET {dataset}: not one of PySlowFast's own loaders zoo knows "
+                     f"({', '.join(_DENSE_DATASETS + _UNIFORM_DATASETS)}); zoo samples its clips "
+                     "as PySlowFast's Kinetics loader does (dense windows): check that this is "
+                     "what it did")
     if root:
         for split, key in (("train", "TRAIN"), ("val", "VAL"), ("test", "TEST")):
             data_out[f"{key}_ANNO_PATH"] = f"{str(root).rstrip('/')}/{split}.csv"
