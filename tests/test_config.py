@@ -387,3 +387,15 @@ def test_a_config_that_is_not_text_yaml_reads_stops_with_one_line(tmp_path, text
     with pytest.raises(ConfigError) as e:
         load_config(str(path), [])
     assert str(e.value).startswith(f"{path}: {says}") and "\n" not in str(e.value)
+
+
+def test_an_mmaction2_python_config_stops_with_one_line_naming_what_to_do(tmp_path):
+    """MMAction2's configs are Python (mmengine); parsed as YAML one is a plain string."""
+    path = tmp_path / "slowfast_r50_8xb8-4x16x1-256e_kinetics400-rgb.py"
+    path.write_text("_base_ = ['../../_base_/models/slowfast_r50.py']\n"
+                    "train_dataloader = dict(batch_size=8, num_workers=8)\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path), [])
+    message = str(e.value)
+    assert message.startswith(f"{path} is a Python file, not a YAML config") and "\n" not in message
+    assert "--from mmaction2" in message and "docs/migrating.md" in message

@@ -24,6 +24,12 @@ def read_yaml(path: str) -> Any:
     """One YAML file as Python data (``{}`` when empty); a missing or broken file is one line."""
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path!r} does not exist")
+    if path.endswith(".py"):
+        raise ConfigError(
+            f"{path} is a Python file, not a YAML config: zoo does not read MMAction2 / mmengine "
+            "Python configs (write the recipe as a zoo YAML: docs/migrating.md, MMAction2; their "
+            "checkpoints convert with tools/convert_checkpoint.py --from mmaction2), and a file "
+            "of models goes to --extra-modules")
     with open(path, "rb") as f:  # bytes: YAML's reader takes UTF-8, or UTF-16 by its mark
         try:
             return yaml.safe_load(f) or {}
