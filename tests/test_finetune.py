@@ -99,6 +99,31 @@ def test_no_classifier_is_one_line_and_the_loader_says_why():
         load_state(net, other)
 
 
+def test_a_class_count_change_in_a_layer_after_the_classifier_names_it_as_the_likely_head():
+    """A user model with an nn.Linear registered after its classifier (an auxiliary head): the
+    rule takes the later layer, so a new class count in the real classifier is an error that
+    says which layer to name."""
+    import torch
+    import torch.nn as nn
+
+    from zoo.models.weights import WeightsError
+    from zoo.models.weights.load import load_state
+
+    class Net(nn.Module):
+        def __init__(self, classes):
+            super().__init__()
+            self.fc = nn.Linear(8, classes)
+            self.aux = nn.Linear(8, 2)
+
+    with pytest.raises(WeightsError) as e:
+        load_state(Net(3), Net(4).state_dict())
+    msg = str(e.value)
+    assert "\n" not in msg and "zoo took aux for the classifier" in msg
+    assert "classifier_name = 'fc'" in msg
+    Named = type("Named", (Net,), {"classifier_name": "fc"})
+    load_state(Named(3), Net(4).state_dict())  # the hint's fix: the fresh 3-class head is kept
+
+
 @pytest.mark.slow
 def test_classifier_module_sees_through_wrappers():
     import torch

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import defaultdict
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import torch
 import torch.nn as nn
@@ -244,6 +244,8 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
             if not head:
                 parts.append("no classifier found to re-initialise (define get_classifier(), "
                              "see zoo/models/classifier.py)")
+            else:
+                parts += _other_head(state, own, head)
         if missing:
             parts.append(f"missing from checkpoint ({len(missing)}): " + ", ".join(missing[:8]))
         if unexpected:
@@ -253,6 +255,22 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
     for group, items in skipped.items():
         logger.warning("%s: re-initialised %s (checkpoint had %s)", source, group, ", ".join(items))
     logger.info("loaded %d tensors from %s", len(load), source)
+
+
+def _other_head(state: Dict[str, torch.Tensor], own: Dict[str, torch.Tensor],
+                head: set) -> List[str]:
+    """A hint when a layer other than the classifier zoo found differs from the file only in
+    its outputs, as a new class count would make it: that layer is likely the real classifier."""
+    likely = sorted({k.rsplit(".", 1)[0] for k, v in state.items()
+                     if k in own and k not in head and k.endswith(".weight")
+                     and own[k].dim() == v.dim() >= 2 and own[k].shape[0] != v.shape[0]
+                     and own[k].shape[1:] == v.shape[1:]})
+    if not likely:
+        return []
+    found = sorted({k.rsplit(".", 1)[0] for k in head})
+    return [f"zoo took {', '.join(found)} for the classifier (the last nn.Linear); if "
+            f"{likely[0]} is, name it: classifier_name = {likely[0]!r} on the model class "
+            "(see zoo/models/classifier.py)"]
 
 
 def inflate_from_file(model: nn.Module, path: str) -> None:
