@@ -103,7 +103,6 @@ def test_a_class_count_change_in_a_layer_after_the_classifier_names_it_as_the_li
     """A user model with an nn.Linear registered after its classifier (an auxiliary head): the
     rule takes the later layer, so a new class count in the real classifier is an error that
     says which layer to name."""
-    import torch
     import torch.nn as nn
 
     from zoo.models.weights import WeightsError

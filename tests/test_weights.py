@@ -463,3 +463,61 @@ def test_pytorchvideo_slowfast_by_url_one_download_for_two_processes(server, tmp
     with torch.no_grad():
         assert (model(fast) - want).abs().max() < 1e-4
         assert (model([slow, fast]) - want).abs().max() < 1e-4
+
+
+# ------------------------------------------------ a zoo checkpoint built with other kwargs
+def _zoo_checkpoint(path, name, kwargs, classes=4):
+    """A file as zoo's trainer writes it: the weights and the run's config (YAML text)."""
+    import yaml
+
+    torch.manual_seed(0)
+    model = zoo.create_model(name, num_classes=classes, **kwargs)
+    cfg = {"CONFIG": {"MODEL": {"NAME": name, "KWARGS": [x for kv in kwargs.items() for x in kv]},
+                      "DATA": {"NUM_CLASSES": classes}}}
+    torch.save({"model": model.state_dict(), "cfg": yaml.safe_dump(cfg), "epoch": 1}, path)
+    return model
+
+
+TINY_VIT = dict(embed_dim=24, depth=2, num_heads=4, frames=4, crop_size=32)
+
+
+def test_a_zoo_checkpoint_refuses_a_model_with_other_architecture_kwargs(tmp_path):
+    """num_heads leaves every shape as it is: loading would compute another net, silently."""
+    path = tmp_path / "epoch_1.pth"
+    _zoo_checkpoint(path, "videomae_vit_s", TINY_VIT)
+    with pytest.raises(WeightsError) as e:
+        zoo.create_model("videomae_vit_s", num_classes=4, pretrained=str(path),
+                         **dict(TINY_VIT, num_heads=6))
+    msg = str(e.value)
+    assert "\n" not in msg and "num_heads 4 (this model: 6)" in msg
+    assert "MODEL.KWARGS ['embed_dim', 24, 'depth', 2, 'num_heads', 4" in msg
+    # The registered defaults (no kwargs) are named the same way, not read as another format.
+    with pytest.raises(WeightsError, match=r"embed_dim 24 \(this model: 384\)"):
+        zoo.create_model("videomae_vit_s", num_classes=4, pretrained=str(path))
+
+
+def test_a_zoo_checkpoint_loads_with_its_kwargs_and_another_head_or_regularisation(tmp_path):
+    path = tmp_path / "epoch_1.pth"
+    trained = _zoo_checkpoint(path, "videomae_vit_s", TINY_VIT)
+    model = zoo.create_model("videomae_vit_s", num_classes=7, pretrained=str(path),
+                             **dict(TINY_VIT, drop_path=0.2, frames=8))
+    got, want = model.state_dict(), trained.state_dict()
+    assert all(torch.equal(got[k], v) for k, v in want.items() if not k.startswith("head."))
+
+
+def test_a_zoo_checkpoint_that_does_not_fit_names_the_kwargs_it_was_built_with(tmp_path):
+    """A model the recorded name does not register here (a user's file not imported): the
+    shapes decide, and the error says what the checkpoint holds, not another project's format."""
+    path = tmp_path / "epoch_1.pth"
+    _zoo_checkpoint(path, "videomae_vit_s", TINY_VIT)
+    data = torch.load(path, weights_only=True)
+    data["cfg"] = data["cfg"].replace("videomae_vit_s", "my_vit_not_imported")
+    torch.save(data, path)
+    with pytest.raises(WeightsError) as e:
+        zoo.create_model("videomae_vit_s", num_classes=4, pretrained=str(path),
+                         **dict(TINY_VIT, depth=3))
+    msg = str(e.value)
+    assert "missing from checkpoint" in msg and "pytorchvideo" not in msg
+    assert msg.endswith("it holds my_vit_not_imported built with MODEL.KWARGS ['embed_dim', 24, "
+                        "'depth', 2, 'num_heads', 4, 'frames', 4, 'crop_size', 32]: build the "
+                        "model with them")

@@ -25,8 +25,7 @@ from ..models import parse_model_kwargs
 from ..models.weights.convert import SCHEMES, convert_checkpoint
 from ..utils.env import import_extra_modules
 from .command import command
-from .parser import (add_extra_modules_argument, check_pairs, positionals_after_pairs,
-                     tool_parser)
+from .parser import add_extra_modules_argument, check_pairs, positionals_after_pairs, tool_parser
 
 DESCRIPTION = ("Convert a PySlowFast / PyTorchVideo / MMAction2 / torchvision / gluoncv.torch / "
                "Hugging Face checkpoint (a file, .safetensors too, or a Hub folder) into a zoo "

@@ -43,7 +43,7 @@ def create_model(
         num_classes = model_facts(name).get("num_classes") or 400
     model = builder(num_classes=num_classes, **kwargs)
     if pretrained:
-        load_pretrained(model, pretrained, model_name=name)
+        load_pretrained(model, pretrained, model_name=name, kwargs=kwargs)
     return model
 
 

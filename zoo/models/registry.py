@@ -7,14 +7,15 @@ that the families, the weights code and build.py can all stand on it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+import inspect
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch.nn as nn
 
 from ..utils.registry import Registry
 from .facts import ModelFacts
 
-__all__ = ["MODEL_REGISTRY", "list_models", "model_facts", "register_model"]
+__all__ = ["MODEL_REGISTRY", "builder_kwargs", "list_models", "model_facts", "register_model"]
 
 MODEL_REGISTRY = Registry("MODEL")
 MODEL_REGISTRY.__doc__ = """Registry of model builders.
@@ -61,6 +62,7 @@ def register_model(name: str, build: Callable[..., nn.Module],
     builder.__module__ = getattr(build, "__module__", None) or __name__
     builder.__doc__ = doc or build.__doc__
     builder.facts = facts
+    builder.build, builder.defaults = build, dict(defaults)  # for builder_kwargs
     MODEL_REGISTRY.register(builder, name=name)
     return builder
 
@@ -86,3 +88,21 @@ def model_facts(name: str) -> Dict[str, Any]:
     if isinstance(facts, ModelFacts):
         return facts.as_dict()
     return dict(facts or {})
+
+
+def builder_kwargs(name: str, kwargs: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+    """What building ``name`` with ``kwargs`` passes to its model: ``(the class or function that
+    builds it, every keyword it takes with a default, as the registered variant and then
+    ``kwargs`` set them)``; ``num_classes`` left out. A builder whose signature cannot be read
+    gives ``kwargs`` over the variant's defaults."""
+    builder = MODEL_REGISTRY.get(name)
+    build = getattr(builder, "build", builder)
+    try:
+        params = inspect.signature(build).parameters.values()
+    except (TypeError, ValueError):
+        params = ()
+    out = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    out.update(getattr(builder, "defaults", {}))
+    out.update(kwargs)
+    out.pop("num_classes", None)
+    return build, out

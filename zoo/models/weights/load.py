@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections import defaultdict
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
+from ...config import parse_literal
 from ...utils.checkpoint_io import load_failure
 from ..classifier import head_keys
 from .convert import SCHEMES
@@ -56,12 +58,18 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
     MMAction2 file (``state_dict``), a bare state dict, a ``.safetensors`` file (told from its
     content), or a Hugging Face Hub folder (``model.safetensors`` / ``pytorch_model.bin``).
     """
+    return _read(path)[0]
+
+
+def _read(path: str) -> Tuple[Dict[str, torch.Tensor], Optional[Dict[str, Any]]]:
+    """:func:`read_state_dict`, and the model a zoo checkpoint records in its config (``{"name":
+    MODEL.NAME, "kwargs": MODEL.KWARGS as a dict}``; None for a file that records none)."""
     if os.path.isdir(path):
-        return read_hub_folder(path)
+        return read_hub_folder(path), None
     if not os.path.isfile(path):
         raise FileNotFoundError(f"pretrained checkpoint {path!r} does not exist")
     if is_safetensors(path):
-        return _strip_module(read_safetensors(path), path)
+        return _strip_module(read_safetensors(path), path), None
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # an unpickling error names the forbidden global
@@ -78,7 +86,64 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
         state = next((obj[k] for k in _STATE_KEYS if isinstance(obj.get(k), dict)), obj)
     if not isinstance(state, dict):
         raise WeightsError(f"{path}: holds no state dict (found {type(state).__name__})")
-    return _strip_module(state, path)
+    recorded = _recorded_model(obj.get("cfg")) if state is obj.get("model") else None
+    return _strip_module(state, path), recorded
+
+
+def _recorded_model(text: Any) -> Optional[Dict[str, Any]]:
+    """MODEL.NAME and MODEL.KWARGS of a zoo checkpoint's config text, when it has both."""
+    import yaml
+
+    try:
+        model = yaml.safe_load(text).get("CONFIG", {}).get("MODEL", {})
+        name, pairs = model["NAME"], list(model.get("KWARGS") or [])
+    except (AttributeError, KeyError, TypeError, yaml.YAMLError):
+        return None
+    if not isinstance(name, str) or len(pairs) % 2:
+        return None
+    # Read as the builder got them: zoo-convert-checkpoint records --kwargs as typed ("24").
+    kwargs = {str(k): parse_literal(v) if isinstance(v, str) else v
+              for k, v in zip(pairs[0::2], pairs[1::2])}
+    return {"name": name, "kwargs": kwargs, "pairs": pairs}
+
+
+# Builder keywords a fine-tune may change freely: regularisation, initialisation and the input
+# size (VideoMAE's position table follows the clip; where a size changes the weights' shapes,
+# loading stops on those), not the network a checkpoint's weights belong to.
+_TRAINING_KWARGS = re.compile(r"drop|init|checkpoint|stochastic_depth|pretrained|inflate|frames|"
+                              r"size")
+
+
+def check_recorded_model(recorded: Dict[str, Any], model_name: str, kwargs: Dict[str, Any],
+                         source: str) -> None:
+    """Stop when ``source``, a zoo checkpoint of ``recorded["name"]`` built with
+    ``recorded["kwargs"]``, is loaded into the same builder with other architecture keywords
+    (``num_heads``, ``alpha``, ...; their weights can fit the model's shapes and still compute
+    something else). Regularisation keywords (dropout, drop path, initialisation) may differ;
+    so may anything when the names are of two different builders, or the recorded one is not
+    registered here (its shapes are still checked)."""
+    from ..registry import MODEL_REGISTRY, builder_kwargs
+
+    if recorded["name"] not in MODEL_REGISTRY:
+        return
+    then_build, then = builder_kwargs(recorded["name"], recorded["kwargs"])
+    now_build, now = builder_kwargs(model_name, kwargs)
+    if then_build is not now_build:
+        return
+    differ = [k for k in sorted(set(then) | set(now)) if not _TRAINING_KWARGS.search(k)
+              and _plain(then.get(k, "(none)")) != _plain(now.get(k, "(none)"))]
+    if differ:
+        what = ", ".join(f"{k} {then.get(k, '(none)')!r} (this model: {now.get(k, '(none)')!r})"
+                         for k in differ)
+        raise WeightsError(
+            f"{source} holds {recorded['name']} built with {what}: its weights compute that "
+            f"net; build the model with MODEL.KWARGS {recorded['pairs']} (the "
+            "checkpoint's), or convert the weights for the other net yourself")
+
+
+def _plain(value: Any) -> Any:
+    """Lists and tuples alike (a YAML list against a default tuple)."""
+    return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
 def _strip_module(state: Dict[str, torch.Tensor], path: str) -> Dict[str, torch.Tensor]:
@@ -139,7 +204,8 @@ def to_model_keys(state: Dict[str, torch.Tensor], model: nn.Module, fmt: str,
     return converted
 
 
-def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = None) -> None:
+def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = None,
+                    kwargs: Optional[Dict[str, Any]] = None) -> None:
     """Load the weights ``path`` names into ``model``; see :func:`load_state` for what may differ.
 
     Args:
@@ -147,6 +213,8 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
         path: What ``MODEL.PRETRAINED`` says: a local file, or (with ``model_name``) a weights
             tag, ``True`` / ``False``, or a URL (downloaded into the cache once).
         model_name: The registered name of ``model``, for tags and ``True``.
+        kwargs: The builder kwargs ``model`` was built with: a zoo checkpoint that records
+            other architecture kwargs is refused (:func:`check_recorded_model`).
     """
     expected, new_head = None, False
     if model_name is not None:
@@ -158,11 +226,14 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
         if _is_hub_file(source):
             fetch(_config_beside(source))  # into the cache, beside the weights
         path = fetch(source)
-    state = read_state_dict(path)
+    state, recorded = _read(path)
+    if recorded is not None and model_name is not None:
+        check_recorded_model(recorded, model_name, dict(kwargs or {}), path)
     if all(k.startswith("model.") for k in state) and not any(
             k.startswith("model.") for k in model.state_dict()):
         state = {k[len("model."):]: v for k, v in state.items()}  # a wrapper module's file
-    fmt = detect_format(state, model)
+    # A zoo checkpoint holds zoo's keys, whatever they look like when they do not fit.
+    fmt = "zoo" if recorded is not None else detect_format(state, model)
     if fmt == "zoo" and expected == "pyslowfast":
         fmt = "pyslowfast"  # zoo's MViT has PySlowFast's names: the scheme checks them all
     # Some publishers' files have zoo's own key names for some nets (torchvision's ResNets,
@@ -173,7 +244,14 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
                            "the published file changed: report it, or name the file directly")
     if fmt == "huggingface":
         _check_hub_config(path, model)
-    load_state(model, to_model_keys(state, model, fmt, path), source=path, new_head=new_head)
+    try:
+        load_state(model, to_model_keys(state, model, fmt, path), source=path,
+                   new_head=new_head)
+    except WeightsError as e:
+        if recorded is None:
+            raise
+        raise WeightsError(f"{e}; it holds {recorded['name']} built with MODEL.KWARGS "
+                           f"{recorded['pairs']}: build the model with them") from None
 
 
 # File names of Hugging Face weights: a URL naming one gets the config.json beside it too.
