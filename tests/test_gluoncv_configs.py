@@ -117,6 +117,30 @@ def test_differences_are_one_warning_each(gluoncv_dir, caplog):
     assert not any(k in m for m in text for k in ("NUM_CROP", "KEEP_ASPECT", "NEW_HEIGHT"))
 
 
+def test_an_i3d_or_tpn_file_without_weights_says_it_starts_from_random_weights(gluoncv_dir,
+                                                                              tmp_path, caplog):
+    """gluoncv inflates an ImageNet ResNet into those nets (MODEL.PRETRAINED_BASE, True by
+    default); zoo downloads none, so the file's run starts from random weights: one warning."""
+    def warnings_for(path):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            load_config(path)
+        return [r.getMessage() for r in caplog.records if "inflated to 3D" in r.getMessage()]
+
+    for name in ("i3d_resnet50_v1_kinetics400", "tpn_resnet101_f32s2_kinetics400"):
+        [line] = warnings_for(gluoncv_dir[name])
+        assert "starts from random weights" in line and "inflate_from" in line
+        assert ("ResNet-101" in line) == ("resnet101" in name)
+    # Whole-model weights, a SlowFast (gluoncv trains it from scratch), or inflate_from: silent.
+    assert warnings_for(gluoncv_dir["i3d_resnet50_v1_feat"]) == []
+    assert warnings_for(gluoncv_dir["slowfast_4x16_resnet50_kinetics400"]) == []
+    text = open(gluoncv_dir["i3d_resnet50_v1_kinetics400"]).read()
+    inflated = tmp_path / "inflated.yaml"
+    inflated.write_text(text.replace("  MODEL:\n", "  MODEL:\n    KWARGS: [inflate_from, r50.pth]\n"))
+    assert "inflate_from" in inflated.read_text()
+    assert warnings_for(str(inflated)) == []
+
+
 def _stripes(path: str) -> None:
     """A 64x32 video of four 16-pixel vertical stripes: red, green, blue, white."""
     frame = np.zeros((32, 64, 3), np.uint8)

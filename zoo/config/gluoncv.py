@@ -17,6 +17,9 @@ rewrites the raw YAML mapping of a gluoncv file so that it means in zoo what it 
 * ``DATA.KEEP_ASPECT_RATIO`` absent: gluoncv's default False (frames resized to NEW_WIDTH x
   NEW_HEIGHT, aspect ratio ignored, before the short-side resize), which zoo's data loader does
   too when the key is False; zoo's own default is True.
+* ``MODEL.PRETRAINED_BASE`` (True by default): gluoncv's I3D and TPN nets start from an
+  inflated ImageNet ResNet; zoo downloads none, so such a file without whole-model weights or
+  ``inflate_from`` gets one warning that it starts from random weights.
 * ``DATA.NUM_CROP`` 1 and ``DATA.MULTIGRID`` False: what zoo does anyway (gluoncv's loader never
   read NUM_CROP); other values get one warning each saying what zoo does instead.
 
@@ -96,11 +99,32 @@ def _adapt_train(t: Dict[str, Any], notes: List[str], source: str) -> None:
         notes.append(f"USE_WARMUP -> linear warmup from 0 to LR {t['LR']} (gluoncv's warmup)")
 
 
-def _adapt_model(m: Dict[str, Any], notes: List[str]) -> None:
+def _adapt_model(m: Dict[str, Any], notes: List[str], source: str) -> None:
     load, path = m.pop("LOAD", False), m.pop("PRETRAINED_PATH", "")
     if load and path:
         m["PRETRAINED"] = path
         notes.append(f"MODEL.LOAD + PRETRAINED_PATH -> CONFIG.MODEL.PRETRAINED {path}")
+    _warn_inflated_start(m, source)
+
+
+def _warn_inflated_start(m: Dict[str, Any], source: str) -> None:
+    """gluoncv's I3D and TPN nets without whole-model weights start from torchvision's ImageNet
+    ResNet inflated to 3D (``PRETRAINED_BASE``, True by default; False is an error there), which
+    zoo does not download: say that this run starts from random weights unless ``inflate_from``
+    names such a file. The warning stands for gluoncv's ``PRETRAINED_BASE`` key, dropped here."""
+    name = str(m.get("NAME", "")).lower()
+    if not name.startswith(("i3d_resnet", "i3d_nl", "tpn_")) or m.get("PRETRAINED"):
+        return
+    if m.get("PRETRAINED_BASE", True) is False or "inflate_from" in list(m.get("KWARGS") or []):
+        return
+    m.pop("PRETRAINED_BASE", None)
+    depth = 101 if "resnet101" in name else 50
+    logger.warning(
+        "%s: gluoncv starts %s from torchvision's ImageNet ResNet-%d inflated to 3D "
+        "(MODEL.PRETRAINED_BASE, True by default); zoo downloads no 2D weights, so this run "
+        "starts from random weights (expect lower accuracy than gluoncv's) unless "
+        "CONFIG.MODEL.KWARGS ['inflate_from', PATH] names a torchvision resnet%d file",
+        source, name, depth, depth)
 
 
 def adapt_gluoncv(data: Any, source: str) -> Any:
@@ -117,7 +141,7 @@ def adapt_gluoncv(data: Any, source: str) -> Any:
     notes: List[str] = []
     _adapt_data(_section(data, "DATA"), source, notes)
     _adapt_train(_section(data, "TRAIN"), notes, source)
-    _adapt_model(_section(data, "MODEL"), notes)
+    _adapt_model(_section(data, "MODEL"), notes, source)
     if notes:
         logger.info("%s: gluoncv keys read with gluoncv's meaning: %s", source, "; ".join(notes))
     return data
