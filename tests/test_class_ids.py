@@ -331,3 +331,26 @@ def test_the_data_check_warns_when_a_training_video_has_two_labels(tmp_path, cap
         assert len(said) == torn, said
         if torn:
             assert f"{root / 'run' / 'a.mp4'}: run, walk" in said[0]
+
+
+def test_the_data_check_tells_a_frame_folders_runs_apart(tmp_path, caplog):
+    """MMAction2's offset lists cut one folder of frames into runs, each its own video: runs with
+    other labels, or held out for validation, are not the same video twice."""
+    import cv2
+
+    from zoo.cli.data_preflight import check_data
+
+    folder = tmp_path / "frames" / "long"
+    folder.mkdir(parents=True)
+    for i, frame in enumerate(ramp_frames(24, 24, 32)):
+        cv2.imwrite(str(folder / f"img_{i + 1:05d}.jpg"), frame[:, :, ::-1])
+    train, val = tmp_path / "train.txt", tmp_path / "val.txt"
+    train.write_text("long 0 8 0\nlong 8 8 1\n")
+    val.write_text("long 16 8 0\n")
+    cfg = _cfg(train, val, "DATA.TRAIN_DATA_PATH", str(tmp_path / "frames"),
+               "DATA.VAL_DATA_PATH", str(tmp_path / "frames"), "TRAIN.BATCH_SIZE", "1",
+               "DDP_CONFIG.DISTRIBUTED", "False")
+    with caplog.at_level("WARNING"):
+        check_data(cfg, ("train", "val"))
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("data check")]
+    assert said == [], said

@@ -263,11 +263,17 @@ def test_dataset_reads_offset_clips_and_stops_early_on_a_template_mismatch(tmp_p
     assert np.abs(clip.mean(dim=(0, 2, 3)).numpy() * 255 - LEVELS[8:12]).max() < 2
     with pytest.raises(AnnotationError, match="frame offset.*CONFIG.DATA.DECODER"):
         _dataset(anno, str(root))  # offsets mean frame folders
+    # "auto" (the config's default) reads a folder as "frames" does: offsets and template too.
+    clip = _dataset(anno, str(root), decoder="auto")[1][0] * 0.25 + 0.5
+    assert np.abs(clip.mean(dim=(0, 2, 3)).numpy() * 255 - LEVELS[8:12]).max() < 2
     _frame_folder(root / "ffmpeg", LEVELS[:4], flow=False, template="{:06d}.jpg")
     anno = _write(tmp_path / "f.txt", "ffmpeg 4 0\n")
-    with pytest.raises(AnnotationError, match="no frame file img_00001.jpg.*000001.jpg"):
-        _dataset(anno, str(root), decoder="frames")
-    assert len(_dataset(anno, str(root), decoder="frames", frame_template="{:06d}.jpg")) == 1
+    for decoder in ("frames", "auto"):
+        with pytest.raises(AnnotationError, match="no frame file img_00001.jpg.*000001.jpg"):
+            _dataset(anno, str(root), decoder=decoder)
+        ds = _dataset(anno, str(root), decoder=decoder, frame_template="{:06d}.jpg")
+        clip = ds[0][0] * 0.25 + 0.5
+        assert np.abs(clip.mean(dim=(0, 2, 3)).numpy() * 255 - LEVELS[:4]).max() < 2
 
 
 # ----------------------------------------------------------------------------- training runs
@@ -291,8 +297,7 @@ LISTS = {  # list format -> (list text, extra overrides)
     "gluoncv": ("a.mp4 8 0\nb.mp4 -1 1\nc.mp4 8 0\nd.mp4 -1 1\n", []),
     "mmaction2": ("a.mp4 0\nb.mp4 1\nc.mp4 0\nd.mp4 1\n", []),
     "pyslowfast": ("a.mp4,0\nb.mp4,1\nc.mp4,0\nd.mp4,1\n", []),
-    "mmaction2_rawframes": ("long 0 6 0\nlong 6 6 1\nlong 2 6 0\nlong 5 6 1\n",
-                            ["DATA.DECODER", "frames"]),
+    "mmaction2_rawframes": ("long 0 6 0\nlong 6 6 1\nlong 2 6 0\nlong 5 6 1\n", []),
 }
 
 

@@ -157,13 +157,14 @@ def check_shared_memory(cfg, local_procs: int, folder: str = "/dev/shm") -> None
 
 
 def _items(dataset) -> List[tuple]:
-    """``(file, start, end)`` of each item of a list-backed dataset (none for another kind):
-    the same file's other time range is another item."""
+    """``(file, start, end, offset)`` of each item of a list-backed dataset (none for another
+    kind): the same file's other time range, or a frame folder's other run of frames (MMAction2's
+    offset lists), is another item."""
     paths, records = getattr(dataset, "paths", None), getattr(dataset, "records", None)
     if not paths or not records or len(paths) != len(records):
         return []
     # (abspath, not realpath: no file system call for each of a long list's videos)
-    return [(os.path.abspath(p), r.start, r.end) for p, r in zip(paths, records)]
+    return [(os.path.abspath(p), r.start, r.end, r.offset) for p, r in zip(paths, records)]
 
 
 def _check_held_out(val_dataset, train_items: Set[tuple]) -> None:

@@ -23,6 +23,7 @@ from ..utils.moved import moved_attributes
 from . import clip_augment, device_crops, sampling, transforms
 from .batch_memory import BatchMemory, WrittenItems, batch_tensor
 from .clip_settings import ClipSettings
+from .decode.auto import AutoReader
 from .decode.base import DecodeError, OutputSize, one_line, time_limit
 from .decode.frames import FrameFolderReader, FrameTemplateMismatch
 from .decode.registry import VideoReader, get_decoder
@@ -143,14 +144,21 @@ class ClipDataset(Dataset):
         dataset API before records providers; write a :class:`RecordsProvider` instead)."""
         raise NotImplementedError(f"{type(self).__name__} overrides no read_records")
 
-    def _reads_frames(self) -> bool:
-        return issubclass(self.reader_class, FrameFolderReader)
+    def _reads_frames(self, index: int = 0) -> bool:
+        """Video ``index`` is a frame folder read with FRAME_TEMPLATE and its offset: the
+        "frames" decoder, or a folder that "auto" reads (the AutoReader alone would read it
+        with the default template and no offset)."""
+        if issubclass(self.reader_class, FrameFolderReader):
+            return True
+        return (issubclass(self.reader_class, AutoReader) and index < len(self.paths)
+                and os.path.isdir(self.paths[index]))
 
     def _check_frames(self) -> None:
         """Stop now, with one line, on what would otherwise make every video unreadable: offsets
         without the frames decoder, or frame files that FRAME_TEMPLATE does not name."""
         if not self._reads_frames():
-            offset = next((r for r in self.records if r.offset), None)
+            offset = next((r for i, r in enumerate(self.records)
+                           if r.offset and not self._reads_frames(i)), None)
             if offset is not None:
                 raise AnnotationError(
                     f"{self.anno_path}: {offset.path!r} has a frame offset (an MMAction2 rawframe "
@@ -172,8 +180,10 @@ class ClipDataset(Dataset):
     def _open(self, index: int) -> VideoReader:
         s = self.settings
         hint = self._counted.get(index, self.records[index].num_frames)
-        if self._reads_frames():
-            return self.reader_class(
+        if self._reads_frames(index):
+            folders = (self.reader_class if issubclass(self.reader_class, FrameFolderReader)
+                       else FrameFolderReader)
+            return folders(
                 self.paths[index], num_frames_hint=hint, threads=s.decode_threads,
                 template=s.frame_template, offset=self.records[index].offset,
             )
