@@ -136,7 +136,8 @@ def test_an_i3d_or_tpn_file_without_weights_says_it_starts_from_random_weights(g
     assert warnings_for(gluoncv_dir["slowfast_4x16_resnet50_kinetics400"]) == []
     text = open(gluoncv_dir["i3d_resnet50_v1_kinetics400"]).read()
     inflated = tmp_path / "inflated.yaml"
-    inflated.write_text(text.replace("  MODEL:\n", "  MODEL:\n    KWARGS: [inflate_from, r50.pth]\n"))
+    kwargs = "  MODEL:\n    KWARGS: [inflate_from, r50.pth]\n"
+    inflated.write_text(text.replace("  MODEL:\n", kwargs))
     assert "inflate_from" in inflated.read_text()
     assert warnings_for(str(inflated)) == []
 
