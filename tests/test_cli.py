@@ -327,3 +327,34 @@ def test_convert_checkpoint_reads_its_paths_wherever_kwargs_stand(order, monkeyp
     with pytest.raises(SystemExit) as e:
         cli.main([*head, *pairs, "in.pth"])
     assert e.value.code == 2 and "required: src, out" in capsys.readouterr().err
+
+
+def test_flags_after_the_overrides_are_read_as_flags(parse_only):
+    """argparse's REMAINDER takes everything after the first override, flags too."""
+    main = _load_wrapper(os.path.join(ROOT, "tools", "train_ddp.py")).main
+    ns, rest = parse_only(main, ["--config-file", "x.yaml", "TRAIN.EPOCH_NUM", "2", "--dry-run",
+                                 "DATA.CLIP_LEN", "8", "--extra-modules", "m.py",
+                                 "MODEL.NAME", "resnet18"])
+    assert rest == [] and ns.dry_run and ns.extra_modules == ["m.py"]
+    assert ns.opts == ["TRAIN.EPOCH_NUM", "2", "DATA.CLIP_LEN", "8", "MODEL.NAME", "resnet18"]
+    ns, _ = parse_only(main, ["--config-file", "x.yaml", "--", "TRAIN.EPOCH_NUM", "2"])
+    assert not ns.dry_run and ns.opts == ["TRAIN.EPOCH_NUM", "2"]
+
+
+def test_predict_device_this_machine_lacks_is_a_usage_error(monkeypatch):
+    import torch
+
+    from zoo.cli.predict import _device
+    from zoo.utils.errors import UsageError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _device("auto") == "cpu" and _device("cpu") == "cpu"
+    for name, says in (("cuda", "has 0 CUDA GPU(s) visible"), ("gpu", "is not a device"),
+                       ("cuda:1", "has 0 CUDA GPU(s)"), ("meta", "runs on cpu or cuda")):
+        with pytest.raises(UsageError, match=says):
+            _device(name)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert _device("cuda:1") == "cuda:1"
+    with pytest.raises(UsageError, match="give auto or cpu, or cuda:0 to cuda:1"):
+        _device("cuda:2")

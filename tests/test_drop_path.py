@@ -110,6 +110,16 @@ def test_build_model_passes_the_key_as_the_drop_path_kwarg():
             build_model(_cfg("r3d_18", 0.1))
 
 
+def test_a_kwarg_the_builder_does_not_take_is_one_config_line_with_the_near_name():
+    with torch.device("meta"):
+        with pytest.raises(ConfigError) as e:
+            build_model(_cfg("slowfast_tiny_resnet18", 0.0, ["dropuot", "0.1"]))
+    msg = str(e.value)
+    assert msg.startswith("CONFIG.MODEL.KWARGS: model slowfast_tiny_resnet18 takes no argument "
+                          "'dropuot' (did you mean 'dropout'?); it takes alpha, beta_inv")
+    assert "\n" not in msg
+
+
 def test_a_deep_copy_keeps_the_rates():
     with torch.device("meta"):
         model = create_model("x3d_xs", drop_path=0.2)

@@ -161,3 +161,11 @@ def test_a_bad_topology_fails_in_resolve_job():
                "DDP_CONFIG.AUTO_RANK_MATCH", "False")
     with pytest.raises(LaunchError, match="WORLD_RANK = 2"):
         resolve_job(cfg, env={})
+
+
+def test_fp16_on_a_node_without_a_gpu_fails_in_resolve_job(monkeypatch):
+    """Before any model or loader is built, as a bad topology does."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(LaunchError, match="PRECISION fp16 needs a CUDA GPU and this node has none"):
+        resolve_job(_cfg("TRAIN.PRECISION", "fp16"), env={})
+    assert resolve_job(_cfg("TRAIN.PRECISION", "bf16"), env={}).device_kind == "cpu"

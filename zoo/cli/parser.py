@@ -69,12 +69,24 @@ class ExtraModulesAction(argparse.Action):
 class ToolArgumentParser(argparse.ArgumentParser):
     """The parser of every zoo command. After parsing, the values ``--extra-modules`` did not
     take are put in front of the positional named ``spill_dest`` (``opts``, the trailing
-    overrides, by default), and a ``--`` among the overrides is dropped. A usage error is one
-    ``error:`` line, like every other zoo error, and exit code 2."""
+    overrides, by default), a ``--`` among the overrides is dropped, and the command's own flags
+    given after the overrides (``... TRAIN.EPOCH_NUM 2 --dry-run``) are read as flags. A usage
+    error is one ``error:`` line, like every other zoo error, and exit code 2."""
 
     spill_dest = "opts"
 
     def parse_known_args(self, args=None, namespace=None):
+        ns, rest = self._parse(args, namespace)
+        if hasattr(ns, "opts"):
+            flag = next((i for i, o in enumerate(ns.opts) if self._is_option(o)), None)
+            while flag is not None:  # a flag after the overrides (argparse's REMAINDER took it)
+                given, tail = ns.opts[:flag], ns.opts[flag:]
+                ns, more = self._parse(tail, ns)
+                ns.opts, rest = given + ns.opts, rest + more
+                flag = next((i for i, o in enumerate(ns.opts) if self._is_option(o)), None)
+        return ns, rest
+
+    def _parse(self, args, namespace):
         ns, rest = super().parse_known_args(args, namespace)
         spill = ns.__dict__.pop("_spill", [])
         if hasattr(ns, self.spill_dest):
@@ -84,6 +96,10 @@ class ToolArgumentParser(argparse.ArgumentParser):
         if hasattr(ns, "opts"):
             ns.opts = [o for o in ns.opts if o != "--"]
         return ns, rest
+
+    def _is_option(self, token: str) -> bool:
+        """``token`` is one of this command's own flags (``--dry-run``, ``--config-file=x``)."""
+        return token.startswith("--") and token.split("=", 1)[0] in self._option_string_actions
 
     def error(self, message: str):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")

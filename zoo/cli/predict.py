@@ -107,11 +107,24 @@ def videos_of(paths: List[str]) -> List[str]:
 
 
 def _device(name: str) -> str:
-    if name != "auto":
-        return name
+    """``--device`` as a torch device name; a device this machine does not have is a usage
+    error naming what it has."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--device {name!r} is not a device: give auto, cpu, cuda or "
+                         "cuda:N") from None
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device.type == "cuda" and (device.index or 0) >= gpus:
+        raise UsageError(f"--device {name}: this machine has {gpus} CUDA GPU(s) visible; give "
+                         "auto or cpu" + (f", or cuda:0 to cuda:{gpus - 1}" if gpus else ""))
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {name}: zoo-predict runs on cpu or cuda")
+    return name
 
 
 def _print_text(results: list) -> None:

@@ -29,7 +29,7 @@ import torch
 from ..utils import comm
 from .agreement import job_agreement
 from .setup import output_dir
-from .topology import Topology, resolve_topology
+from .topology import LaunchError, Topology, resolve_topology
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,9 @@ def resolve_job(cfg, env: Optional[Mapping[str, str]] = None,
         fields = {name: getattr(topo, name) for name in Topology.__dataclass_fields__}
     else:
         fields = _one_process(cfg, env)
+    if cfg.CONFIG.TRAIN.PRECISION == "fp16" and not fields["use_cuda"]:
+        raise LaunchError("CONFIG.TRAIN.PRECISION fp16 needs a CUDA GPU and this node has none; "
+                          "set it to bf16, fp32 or auto")
     # torchrun --max-restarts starts the ranks again after a failure: this is such a restart.
     restart = _int_env(env, "TORCHELASTIC_RESTART_COUNT") if fields.get("rank") is not None else 0
     return JobSpec(

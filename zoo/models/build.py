@@ -8,6 +8,7 @@ This module sits above the registry and the weights code: it builds from
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Optional
 
 import torch.nn as nn
@@ -86,4 +87,21 @@ def build_model(cfg) -> nn.Module:
             raise ConfigError(f"CONFIG.MODEL.DROP_PATH {model_cfg.DROP_PATH}: model "
                               f"{model_cfg.NAME} has no stochastic depth (no drop_path "
                               "argument); set DROP_PATH 0") from None
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(e))
+        if unknown and unknown.group(1) in kwargs:  # the builder's own refusal, not a bug in it
+            raise ConfigError(_unknown_kwarg(model_cfg.NAME, unknown.group(1))) from None
         raise
+
+
+def _unknown_kwarg(name: str, key: str) -> str:
+    """One line for a MODEL.KWARGS key the builder of ``name`` does not take: the nearest name
+    it does take, and all of them."""
+    import difflib
+
+    from .registry import builder_kwargs
+
+    taken = sorted(builder_kwargs(name, {})[1])
+    near = difflib.get_close_matches(key, taken, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return (f"CONFIG.MODEL.KWARGS: model {name} takes no argument {key!r}{hint}; it takes "
+            f"{', '.join(taken) or 'no keyword arguments'}")
