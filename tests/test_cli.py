@@ -349,8 +349,8 @@ def test_predict_device_this_machine_lacks_is_a_usage_error(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert _device("auto") == "cpu" and _device("cpu") == "cpu"
-    for name, says in (("cuda", "has 0 CUDA GPU(s) visible"), ("gpu", "is not a device"),
-                       ("cuda:1", "has 0 CUDA GPU(s)"), ("meta", "runs on cpu or cuda")):
+    for name, says in (("cuda", r"has 0 CUDA GPU\(s\) visible"), ("gpu", "is not a device"),
+                       ("cuda:1", r"has 0 CUDA GPU"), ("meta", "runs on cpu or cuda")):
         with pytest.raises(UsageError, match=says):
             _device(name)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
