@@ -102,6 +102,12 @@ def test_kinetics_csv(tmp_path, spy_indices):
     assert all(30 <= i < 50 for i in spy_indices[0])
     with pytest.raises(AnnotationError, match="KineticsDataset"):
         read_annotations(str(csv_path))
+    from zoo.train.finetune import resolve_num_classes
+
+    cfg = load_config(None, ["DATA.DATASET", "KineticsDataset", "DATA.NUM_CLASSES", "0",
+                             "DATA.TRAIN_ANNO_PATH", str(csv_path),
+                             "DATA.TRAIN_DATA_PATH", str(root)])
+    assert resolve_num_classes(cfg).CONFIG.DATA.NUM_CLASSES == 2
 
 
 def test_ucf101_split_files(tmp_path):
@@ -125,6 +131,15 @@ def test_ucf101_split_files(tmp_path):
     assert views.shape == (6, 3, 4, 28, 28) and label == 1 and n_bad == 0
     with pytest.raises(AnnotationError, match="trainlist02"):
         _make("UCF101Dataset", str(split_dir), str(videos), split="train", official_split=2)
+    # NUM_CLASSES 0 counts them as the dataset reads them (its labels are 1-based: 2, not 3),
+    # from the split file or the folder.
+    from zoo.train.finetune import resolve_num_classes
+
+    for anno in (split_dir / "trainlist01.txt", split_dir):
+        cfg = load_config(None, ["DATA.DATASET", "UCF101Dataset", "DATA.NUM_CLASSES", "0",
+                                 "DATA.TRAIN_ANNO_PATH", str(anno),
+                                 "DATA.TRAIN_DATA_PATH", str(videos)])
+        assert resolve_num_classes(cfg).CONFIG.DATA.NUM_CLASSES == 2
 
 
 def test_hmdb51_split_files(tmp_path):

@@ -288,8 +288,9 @@ _C.CONFIG.DATA.TEST_DATA_PATH = ""
 # "pyslowfast" ("path label" or "path,label"). A first line with "path,label" columns is read as
 # a CSV with a header. Multi-label lines are refused in every format (see docs/datasets.md).
 _C.CONFIG.DATA.LIST_FORMAT = "auto"
-# Number of classes (labels are 0..NUM_CLASSES-1); 0 = count them from the training list
-# (the lines of classes.txt beside it, else the largest label + 1).
+# Number of classes (labels are 0..NUM_CLASSES-1); 0 = count them from the training data as
+# DATASET reads it: its class names (classes.txt beside a list, UCF101's classInd.txt, a Kinetics
+# CSV's labels, class folders), else the largest label + 1.
 _C.CONFIG.DATA.NUM_CLASSES = 400
 # Frames per clip fed to the model.
 _C.CONFIG.DATA.CLIP_LEN = 32

@@ -15,6 +15,7 @@ from ..utils.lazy import lazy_attributes
 # Public name -> the submodule that defines it.
 _LAZY = {
     "DATASET_REGISTRY": "build", "build_dataset": "build", "build_loader": "build",
+    "count_train_classes": "build",
     "fill_normalization": "build", "normalization": "build",
     "DECODERS": "decode.registry", "DecodeError": "decode.base",
     "decode_frames": "decode.registry", "open_video": "decode.registry",
@@ -36,7 +37,8 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 __all__ = [
     "DATASET_REGISTRY", "DECODERS", "ClipDataset", "ClipSettings", "DecodeError", "ListSource",
     "RecordsProvider", "TooManyBadVideos", "VideoList", "VideoListDataset", "VideoRecord",
-    "build_dataset", "build_loader", "decode_frames", "fill_normalization", "normalization",
+    "build_dataset", "build_loader", "count_train_classes", "decode_frames", "fill_normalization",
+    "normalization",
     "open_video",
     "prepare_synthetic", "register_dataset", "register_decoder",
 ]

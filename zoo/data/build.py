@@ -74,6 +74,7 @@ from .batch_memory import REUSE_WORKS, BatchMemory
 from .collate import collate_clips, collate_train
 from .decode.threads import LIBRARY_CHOICE, set_auto_threads, threads_per_worker
 from .lists.annotations import check_same_classes, named_classes
+from .lists.providers import ListSource
 from .registry import DATASET_REGISTRY
 from .robust import GuardedLoader
 
@@ -261,6 +262,26 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False,
             f"CONFIG.DATA.NUM_CLASSES = {num_classes}: raise NUM_CLASSES to at least {found}"
         )
     return dataset
+
+
+def count_train_classes(cfg: CfgNode) -> int:
+    """Classes of the training split as ``CONFIG.DATA.DATASET`` reads it: the largest label + 1,
+    or the number of class names it has when that is more (``classes.txt``, UCF101's
+    ``classInd.txt``, a Kinetics CSV's names). A registered recipe's provider reads only the
+    list; an entry of the dataset API before providers is built."""
+    entry = DATASET_REGISTRY.get(cfg.CONFIG.DATA.DATASET)
+    if isinstance(entry, dataset_recipes.DatasetRecipe):
+        kwargs = dataset_kwargs(cfg, "train")
+        decoder = entry.fixed.get("decoder", str(cfg.CONFIG.DATA.DECODER))
+        videos = entry.provider.read(ListSource(
+            kwargs["anno_path"], kwargs["data_path"], "train", str(cfg.CONFIG.DATA.LIST_FORMAT),
+            kwargs["official_split"], decoder))
+        labels, names = [r.label for r in videos.records], videos.classes
+    else:
+        dataset = build_dataset(cfg, "train")
+        labels = [getattr(dataset, "num_classes_found", 0) - 1]
+        names = getattr(dataset, "classes", None) or []
+    return max(max(labels, default=-1) + 1, len(names))
 
 
 def _takes(entry: Any, keyword: str, by_name: bool = False) -> bool:

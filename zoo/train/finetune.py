@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import List, Set
 
 import torch.nn as nn
@@ -12,15 +11,14 @@ logger = logging.getLogger(__name__)
 
 
 def resolve_num_classes(cfg):
-    """With ``CONFIG.DATA.NUM_CLASSES`` 0, count the classes of the training list.
-
-    The count is the number of names in ``classes.txt`` beside the list when it exists, else the
-    largest label + 1. Returns a frozen clone (or ``cfg`` itself when nothing changes).
+    """With ``CONFIG.DATA.NUM_CLASSES`` 0, count the classes of the training split as
+    ``CONFIG.DATA.DATASET`` reads it (:func:`zoo.data.count_train_classes`: its class names, or
+    the largest label + 1). Returns a frozen clone (or ``cfg`` itself when nothing changes).
     """
     if cfg.CONFIG.DATA.NUM_CLASSES > 0:
         return cfg
     from ..config import ConfigError
-    from ..data.lists.annotations import read_annotations, read_class_names
+    from ..data import count_train_classes
 
     anno = cfg.CONFIG.DATA.TRAIN_ANNO_PATH
     if not anno:
@@ -28,12 +26,9 @@ def resolve_num_classes(cfg):
             "CONFIG.DATA.NUM_CLASSES is 0 (count from the data) but CONFIG.DATA.TRAIN_ANNO_PATH is "
             "empty: set the training list or NUM_CLASSES"
         )
-    data = cfg.CONFIG.DATA
-    root = data.TRAIN_DATA_PATH or os.path.dirname(os.path.abspath(anno))  # as build_loader does
-    records = read_annotations(anno, data.LIST_FORMAT, root)
-    largest = max(r.label for r in records) + 1
-    count = max(largest, len(read_class_names(anno, 0)))
-    logger.info("CONFIG.DATA.NUM_CLASSES 0: %d classes found in %s", count, anno)
+    count = count_train_classes(cfg)
+    logger.info("CONFIG.DATA.NUM_CLASSES 0: %d classes found in %s (%s)", count, anno,
+                cfg.CONFIG.DATA.DATASET)
     new = cfg.clone()
     new.defrost()
     new.CONFIG.DATA.NUM_CLASSES = count
