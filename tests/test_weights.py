@@ -521,3 +521,17 @@ def test_a_zoo_checkpoint_that_does_not_fit_names_the_kwargs_it_was_built_with(t
     assert msg.endswith("it holds my_vit_not_imported built with MODEL.KWARGS ['embed_dim', 24, "
                         "'depth', 2, 'num_heads', 4, 'frames', 4, 'crop_size', 32]: build the "
                         "model with them")
+
+
+def test_a_zoo_checkpoint_of_another_model_says_which_model_it_holds(tmp_path):
+    """Not "cannot tell which project wrote these weights", nor another project's scheme."""
+    vit = tmp_path / "vit.pth"
+    _zoo_checkpoint(vit, "videomae_vit_s", TINY_VIT)
+    slowfast = tmp_path / "slowfast.pth"
+    _zoo_checkpoint(slowfast, "slowfast_tiny_resnet18", {"width": 8})
+    for path, holds, name in ((slowfast, "slowfast_tiny_resnet18", "x3d_xs"),
+                              (vit, "videomae_vit_s", "slowfast_tiny_resnet18")):
+        with pytest.raises(WeightsError) as e:
+            zoo.create_model(name, num_classes=4, pretrained=str(path))
+        assert str(e.value).startswith(f"{path} holds a {holds} (MODEL.KWARGS [")
+        assert f"not a {name}: set CONFIG.MODEL.NAME {holds}" in str(e.value)

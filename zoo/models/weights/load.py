@@ -29,7 +29,7 @@ from ...config import parse_literal
 from ...utils.checkpoint_io import load_failure
 from ..classifier import head_keys
 from .convert import SCHEMES
-from .convert.common import Layout, is_safetensors, map_state, read_safetensors
+from .convert.common import ConversionError, Layout, is_safetensors, map_state, read_safetensors
 from .convert.gluoncv import looks_like_gluoncv
 from .convert.huggingface import (
     check_hub_config,
@@ -141,6 +141,16 @@ def check_recorded_model(recorded: Dict[str, Any], model_name: str, kwargs: Dict
             "checkpoint's), or convert the weights for the other net yourself")
 
 
+def _other_builder(recorded: str, model_name: Optional[str]) -> bool:
+    """Whether a checkpoint of ``recorded`` and the model ``model_name`` are built by two
+    different builders (False when either is unknown here)."""
+    from ..registry import MODEL_REGISTRY, builder_kwargs
+
+    if model_name is None or recorded not in MODEL_REGISTRY or model_name not in MODEL_REGISTRY:
+        return False
+    return builder_kwargs(recorded, {})[0] is not builder_kwargs(model_name, {})[0]
+
+
 def _plain(value: Any) -> Any:
     """Lists and tuples alike (a YAML list against a default tuple)."""
     return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
@@ -226,14 +236,22 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
         if _is_hub_file(source):
             fetch(_config_beside(source))  # into the cache, beside the weights
         path = fetch(source)
-    state, recorded = _read(path)
+    state, zoo_run = _read(path)
+    recorded = zoo_run
     if recorded is not None and model_name is not None:
         check_recorded_model(recorded, model_name, dict(kwargs or {}), path)
+    if recorded is not None and _other_builder(recorded["name"], model_name):
+        recorded = None  # e.g. a 2D ResNet's run, inflated into a 3D one: its keys decide
     if all(k.startswith("model.") for k in state) and not any(
             k.startswith("model.") for k in model.state_dict()):
         state = {k[len("model."):]: v for k, v in state.items()}  # a wrapper module's file
     # A zoo checkpoint holds zoo's keys, whatever they look like when they do not fit.
-    fmt = "zoo" if recorded is not None else detect_format(state, model)
+    try:
+        fmt = "zoo" if recorded is not None else detect_format(state, model)
+    except WeightsError:
+        if zoo_run is None:
+            raise
+        raise _not_this_model(path, zoo_run, model_name or type(model).__name__) from None
     if fmt == "zoo" and expected == "pyslowfast":
         fmt = "pyslowfast"  # zoo's MViT has PySlowFast's names: the scheme checks them all
     # Some publishers' files have zoo's own key names for some nets (torchvision's ResNets,
@@ -247,11 +265,20 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
     try:
         load_state(model, to_model_keys(state, model, fmt, path), source=path,
                    new_head=new_head)
-    except WeightsError as e:
-        if recorded is None:
+    except (WeightsError, ConversionError) as e:
+        if zoo_run is None:
             raise
+        if recorded is None:  # another builder's run, read as another format: not this model
+            raise _not_this_model(path, zoo_run, model_name or type(model).__name__) from None
         raise WeightsError(f"{e}; it holds {recorded['name']} built with MODEL.KWARGS "
                            f"{recorded['pairs']}: build the model with them") from None
+
+
+def _not_this_model(path: str, run: Dict[str, Any], model: str) -> WeightsError:
+    return WeightsError(
+        f"{path} holds a {run['name']} (MODEL.KWARGS {run['pairs']}), not a {model}: set "
+        f"CONFIG.MODEL.NAME {run['name']} and its MODEL.KWARGS to fine-tune it, or give weights "
+        "of this model")
 
 
 # File names of Hugging Face weights: a URL naming one gets the config.json beside it too.
