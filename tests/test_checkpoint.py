@@ -148,3 +148,25 @@ def test_config_differences_name_the_keys():
                            "LOG.EXP_NAME", "other"])
     diffs = config_differences(cfg_to_yaml(a), b)
     assert diffs == ["CONFIG.MODEL.NAME: 'resnet18' -> 'resnet50'"]
+
+
+def test_a_fresh_run_sets_an_earlier_runs_checkpoints_aside(tmp_path, caplog):
+    """Left in place, an earlier run's later epochs would be what test_ddp tests (the newest)
+    and what AUTO_RESUME continues."""
+    import logging
+
+    from zoo.train.checkpoint import set_aside_earlier_run
+    from zoo.utils.checkpoint_io import latest_checkpoint
+
+    for name in ("epoch_1.pth", "epoch_8.pth", "best.pth", "preempt_epoch9_iter3.pth"):
+        (tmp_path / name).write_bytes(name.encode())
+    (tmp_path / "notes.txt").write_text("mine")
+    with caplog.at_level(logging.WARNING):
+        aside = set_aside_earlier_run(str(tmp_path), logging.getLogger("zoo"))
+    assert os.path.dirname(aside) == str(tmp_path)
+    assert sorted(os.listdir(aside)) == ["best.pth", "epoch_1.pth", "epoch_8.pth",
+                                         "preempt_epoch9_iter3.pth"]
+    assert (tmp_path / "notes.txt").exists() and latest_checkpoint(str(tmp_path)) is None
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "held 4 checkpoint(s) of an earlier run" in line and aside in line
+    assert set_aside_earlier_run(str(tmp_path), logging.getLogger("zoo")) is None  # none left

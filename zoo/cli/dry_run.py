@@ -135,9 +135,13 @@ def dry_run(cfg, mode: str = "train", node_rank: Optional[int] = None) -> DryRun
     if mode == "test":
         ckpt = cfg.CONFIG.TEST.CHECKPOINT
         from ..launch.setup import checkpoint_dir
+        from ..utils.checkpoint_io import latest_checkpoint
 
         where = ckpt or checkpoint_dir(cfg)[0]
-        what = f"CONFIG.TEST.CHECKPOINT {ckpt}" if ckpt else f"the newest checkpoint in {where}"
+        newest = None if ckpt or not os.path.isdir(where) else latest_checkpoint(where, False)
+        what = (f"CONFIG.TEST.CHECKPOINT {ckpt}" if ckpt else
+                f"{newest} (the newest in its folder)" if newest else
+                f"the newest checkpoint in {where}")
         notes.append(f"tested weights: {what}")
         if not os.path.exists(where):
             warnings.append(f"missing data: the checkpoint {where!r} does not exist")

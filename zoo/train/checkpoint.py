@@ -18,6 +18,7 @@ import glob
 import logging
 import os
 import random
+import time
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ import torch.nn as nn
 from ..utils import comm
 from ..utils.checkpoint_io import (  # noqa: F401  (re-exported: the training checkpoint API)
     PREEMPT_NAME,
+    PREEMPT_RE,
     CheckpointError,
     CheckpointWriteError,
     atomic_link,
@@ -180,6 +182,29 @@ def find_resume_checkpoint(cfg, save_dir: str, logger: logging.Logger) -> Option
             logger.info("AUTO_RESUME: no checkpoint in %s yet; starting fresh", save_dir)
         return path
     return None
+
+
+def set_aside_earlier_run(save_dir: str, logger: logging.Logger) -> Optional[str]:
+    """A run that starts fresh in a folder holding checkpoints of an earlier run moves them into
+    ``earlier_run_<UTC time>/`` beside them (returned), so that the newest checkpoint there,
+    which ``tools/test_ddp.py`` tests and AUTO_RESUME continues, is this run's and never the
+    earlier run's later epoch; nothing is deleted. One warning line names them."""
+    names = [os.path.basename(p) for p in epoch_checkpoints(save_dir)]
+    names += sorted(os.path.basename(p) for p in glob.glob(os.path.join(save_dir, "*.pth"))
+                    if PREEMPT_RE.fullmatch(os.path.basename(p)) or
+                    os.path.basename(p) == "best.pth")
+    if not names:
+        return None
+    aside = os.path.join(save_dir, time.strftime("earlier_run_%Y%m%d-%H%M%S", time.gmtime()))
+    os.makedirs(aside, exist_ok=True)
+    for name in names:
+        os.replace(os.path.join(save_dir, name), os.path.join(aside, name))
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    logger.warning("%s held %d checkpoint(s) of an earlier run (%s); this run starts fresh "
+                   "(CONFIG.TRAIN.AUTO_RESUME False), so they were moved to %s (set "
+                   "AUTO_RESUME True to continue that run instead)", save_dir, len(names), shown,
+                   aside)
+    return aside
 
 
 class ResumedState(NamedTuple):

@@ -36,6 +36,7 @@ from .checkpoint import (
     load_training_state,
     remove_partial_writes,
     save_preempt_checkpoint,
+    set_aside_earlier_run,
     training_state,
     unwrap,
 )
@@ -333,6 +334,8 @@ class Trainer:
                                  self.save_dir)
         path = find_resume_checkpoint(self.cfg, self.save_dir, self.logger)
         if not path:
+            if comm.is_main_process():
+                set_aside_earlier_run(self.save_dir, self.logger)
             return
         state = load_training_state(path, self.cfg, self.model, self.optimizer, self.scheduler,
                                     self.step.scaler, self.step.ema, self.logger)
@@ -362,7 +365,12 @@ class Trainer:
             preemption.prepare()
         self.resume()
         train, world = self.cfg.CONFIG.TRAIN, comm.get_world_size()
-        if self.multigrid is not None:  # epochs differ in shape and length: the plan's first
+        if self.start_epoch >= self.epochs:
+            self.logger.warning(
+                "nothing to train: the checkpoint resumed is at epoch %d and "
+                "CONFIG.TRAIN.EPOCH_NUM is %d; raise EPOCH_NUM to train on, or test it with "
+                "tools/test_ddp.py", self.start_epoch, self.epochs)
+        elif self.multigrid is not None:  # epochs differ in shape and length: the plan's first
             self.logger.info(describe_plan(self.multigrid, self.start_epoch, self.epoch_steps,
                                            world, train.ACCUM_STEPS, self.scheduler.base_lr))
         else:
