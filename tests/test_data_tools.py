@@ -263,6 +263,14 @@ def test_reencode_stops_before_two_sources_share_an_output(tmp_path, capsys):
     assert reencode.main(["--src", str(src), "--dst", str(src / "a" / "..")]) == 2  # --src
     err = capsys.readouterr().err.strip()
     assert "is --src" in err and err.count("\n") == 0, err
+    # A list naming one of the two: a later run with the other's list into this --dst would
+    # take the first's .mp4 as its own, "already done".
+    (tmp_path / "val.txt").write_text("a/x.avi 6 0\n")
+    assert reencode.main(["--src", str(src), "--dst", str(tmp_path / "dst"),
+                          "--list", str(tmp_path / "val.txt")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "a/x.avi and a/x.mp4 would both be written to" in err, err
+    assert not (tmp_path / "dst").exists()
 
 
 def test_reencode_list_with_absolute_paths_and_repeated_videos(tmp_path, capsys):

@@ -192,6 +192,9 @@ def _sources(src_root: str, list_path: str, dst_root: str) -> List[str]:
 
         rels = [_relative(r.path, src_root, list_path) for r in read_annotations(list_path)]
         rels = list(dict.fromkeys(rels))  # a video listed twice (two time ranges) is one job
+        # A video beside a listed one that maps to the same output counts too: run with its own
+        # list into this --dst, it would find its .mp4 "already done" and get the other's.
+        _refuse_shared_outputs(list(dict.fromkeys(rels + _siblings(rels, src_root))), dst_root)
     else:
         from ..data.lists.sources import visible_walk
 
@@ -204,6 +207,19 @@ def _sources(src_root: str, list_path: str, dst_root: str) -> List[str]:
                      if n.lower().endswith(VIDEO_EXTS)]
     _refuse_shared_outputs(rels, dst_root)
     return rels
+
+
+def _siblings(rels: List[str], src_root: str) -> List[str]:
+    """The visible videos in the folders of ``rels`` (relative to ``src_root``)."""
+    found = []
+    for folder in dict.fromkeys(os.path.dirname(r) for r in rels):
+        try:
+            names = os.listdir(os.path.join(src_root, folder))
+        except OSError:
+            continue  # a missing video is reported when it is encoded
+        found += [os.path.join(folder, n) for n in sorted(names)
+                  if not n.startswith(".") and n.lower().endswith(VIDEO_EXTS)]
+    return found
 
 
 def _relative(path: str, src_root: str, list_path: str) -> str:
