@@ -354,3 +354,22 @@ def test_the_data_check_tells_a_frame_folders_runs_apart(tmp_path, caplog):
         check_data(cfg, ("train", "val"))
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("data check")]
     assert said == [], said
+
+
+def test_class_folders_named_in_decomposed_unicode_are_the_same_classes(tmp_path):
+    """macOS writes names decomposed (NFD); the same names typed on Linux are composed (NFC)."""
+    import unicodedata
+
+    composed = ["mandelbr\u00f6t", "z\u00fcrich"]
+    decomposed = [unicodedata.normalize("NFD", c) for c in composed]
+    assert decomposed != composed
+    train_root, val_root = tmp_path / "train", tmp_path / "val"
+    _videos(train_root, [f"{c}/a.mp4" for c in composed])
+    _videos(val_root, [f"{c}/b.mp4" for c in decomposed])
+    records, classes = class_folder_records(str(val_root), classes=composed)
+    assert classes == composed and sorted(r.label for r in records) == [0, 1]
+    assert {os.path.dirname(r.path): r.label for r in records} == {
+        decomposed[0]: 0, decomposed[1]: 1}  # the files as they are on disk
+    check_same_classes(decomposed, composed, "val")  # the same names
+    with pytest.raises(AnnotationError, match="class 0 is"):
+        check_same_classes(composed[::-1], composed, "val")

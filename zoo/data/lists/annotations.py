@@ -23,6 +23,7 @@ import csv
 import logging
 import os
 import re
+import unicodedata
 from typing import Any, List, Optional, Sequence
 
 from .formats import check_header, header_fields, parse_lines
@@ -177,7 +178,8 @@ def check_same_classes(names: Sequence[str], training: Sequence[str], where: str
         AnnotationError: One line naming the first id named differently, both names and the fix.
     """
     for i, (name, want) in enumerate(zip(names, training)):
-        if name != want and name != str(i) and want != str(i):
+        same = unicodedata.normalize("NFC", name) == unicodedata.normalize("NFC", want)
+        if not same and name != str(i) and want != str(i):
             raise AnnotationError(
                 f"{where}: class {i} is {name!r} there but {want!r} in the training data: the "
                 "labels of one split would mean other classes in the other. Give both the same "

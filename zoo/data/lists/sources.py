@@ -12,6 +12,7 @@ import csv
 import logging
 import os
 import re
+import unicodedata
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .records import (  # noqa: F401  (VIDEO_EXTS re-exported)
@@ -39,13 +40,29 @@ def _names_file(path: str) -> Optional[List[str]]:
     return names
 
 
+class ClassIds(dict):
+    """``{name: id}`` whose names are compared in Unicode's composed form (NFC): a class folder
+    named on macOS (decomposed, NFD: ``o`` + a combining diaeresis) is the training data's
+    ``ö`` written elsewhere."""
+
+    def __getitem__(self, name: str) -> int:
+        return super().__getitem__(unicodedata.normalize("NFC", name))
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(unicodedata.normalize("NFC", name))
+
+    def __setitem__(self, name: str, value: int) -> None:
+        super().__setitem__(unicodedata.normalize("NFC", name), value)
+
+
 def class_ids(classes: Sequence[str], where: str) -> Dict[str, int]:
-    """``{name: id}`` of ``classes`` (entry ``i`` naming id ``i``), for data that labels by name.
+    """``{name: id}`` of ``classes`` (entry ``i`` naming id ``i``), for data that labels by name;
+    names compare in their composed Unicode form (:class:`ClassIds`).
 
     Raises:
         AnnotationError: A name stands for two ids (which of them a label means is unknowable).
     """
-    ids: Dict[str, int] = {}
+    ids: Dict[str, int] = ClassIds()
     for i, name in enumerate(classes):
         if name in ids:
             raise AnnotationError(
