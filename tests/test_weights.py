@@ -535,3 +535,33 @@ def test_a_zoo_checkpoint_of_another_model_says_which_model_it_holds(tmp_path):
             zoo.create_model(name, num_classes=4, pretrained=str(path))
         assert str(e.value).startswith(f"{path} holds a {holds} (MODEL.KWARGS [")
         assert f"not a {name}: set CONFIG.MODEL.NAME {holds}" in str(e.value)
+
+
+def test_a_zoo_checkpoints_classifier_follows_the_data_classes_by_name(tmp_path, caplog):
+    """As many classes: the same ones in another order get their rows; other ones a fresh
+    classifier (a head trained on right/left/up/down is no start for three other classes)."""
+    import logging
+
+    from zoo.models.weights.load import load_pretrained
+
+    path = tmp_path / "epoch_1.pth"
+    trained = _zoo_checkpoint(path, "slowfast_tiny_resnet18", {"width": 8})
+    data = torch.load(path, weights_only=True)
+    data["classes"] = ["right", "left", "up", "down"]
+    torch.save(data, path)
+    want = trained.state_dict()["head.proj.weight"]
+
+    def head(classes):
+        torch.manual_seed(1)
+        model = zoo.create_model("slowfast_tiny_resnet18", num_classes=4, width=8)
+        load_pretrained(model, str(path), "slowfast_tiny_resnet18", {"width": 8}, classes)
+        return model.state_dict()["head.proj.weight"]
+
+    assert torch.equal(head(["right", "left", "up", "down"]), want)
+    assert torch.equal(head([]), want)  # data without class names: as saved
+    assert torch.equal(head(["up", "down", "right", "left"]), want[[2, 3, 0, 1]])
+    with caplog.at_level(logging.WARNING):
+        fresh = head(["cat", "dog", "bird", "fish"])
+    assert not torch.equal(fresh, want)
+    assert any("classifier is for other classes (right, left, up, ...)" in r.getMessage()
+               for r in caplog.records)

@@ -9,7 +9,7 @@ This module sits above the registry and the weights code: it builds from
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch.nn as nn
 
@@ -62,11 +62,13 @@ def parse_model_kwargs(pairs: List[Any]) -> Dict[str, Any]:
     return out
 
 
-def build_model(cfg) -> nn.Module:
+def build_model(cfg, classes: Sequence[str] = ()) -> nn.Module:
     """Build the model a config names. This is the only place that turns cfg into model kwargs.
 
     The returned model is plain (no DDP wrapper; the trainer adds that). ``MODEL.DROP_PATH`` > 0
-    becomes the ``drop_path`` kwarg, which every family with residual blocks takes.
+    becomes the ``drop_path`` kwarg, which every family with residual blocks takes. ``classes``
+    (the training data's class names, when it names them) lets a zoo checkpoint's classifier
+    follow them by name (:func:`zoo.models.weights.load.load_pretrained`).
     """
     model_cfg = cfg.CONFIG.MODEL
     kwargs = parse_model_kwargs(list(model_cfg.KWARGS))
@@ -76,12 +78,7 @@ def build_model(cfg) -> nn.Module:
                               f"drop_path {kwargs['drop_path']} both set it: keep one")
         kwargs["drop_path"] = model_cfg.DROP_PATH
     try:
-        return create_model(
-            model_cfg.NAME,
-            num_classes=cfg.CONFIG.DATA.NUM_CLASSES,
-            pretrained=model_cfg.PRETRAINED or None,
-            **kwargs,
-        )
+        model = create_model(model_cfg.NAME, num_classes=cfg.CONFIG.DATA.NUM_CLASSES, **kwargs)
     except TypeError as e:
         if model_cfg.DROP_PATH > 0 and "drop_path" in str(e):
             raise ConfigError(f"CONFIG.MODEL.DROP_PATH {model_cfg.DROP_PATH}: model "
@@ -91,6 +88,10 @@ def build_model(cfg) -> nn.Module:
         if unknown and unknown.group(1) in kwargs:  # the builder's own refusal, not a bug in it
             raise ConfigError(_unknown_kwarg(model_cfg.NAME, unknown.group(1))) from None
         raise
+    if model_cfg.PRETRAINED:
+        load_pretrained(model, model_cfg.PRETRAINED, model_name=model_cfg.NAME, kwargs=kwargs,
+                        classes=classes)
+    return model
 
 
 def _unknown_kwarg(name: str, key: str) -> str:

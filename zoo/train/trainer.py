@@ -58,7 +58,7 @@ from .sync_bn import convert_sync_bn
 
 
 def prepare_model(cfg, device: torch.device, logger: logging.Logger,
-                  execution: Optional[Execution] = None) -> nn.Module:
+                  execution: Optional[Execution] = None, classes: Sequence[str] = ()) -> nn.Module:
     """Build the model, apply freezing / SyncBN / execution settings, move it, and wrap it in
     DDP or shard it with FSDP2 (``DDP_CONFIG.STRATEGY``; with one process it stays bare).
 
@@ -67,7 +67,7 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger,
     keeps ``COMPILE auto`` off."""
     if execution is None:
         execution = run_execution(cfg, device)
-    model = build_model(cfg)
+    model = build_model(cfg, classes)
     if cfg.CONFIG.MODEL.FREEZE_BACKBONE:
         logger.info("froze %d backbone tensors; training the head only",
                     len(freeze_backbone(model)))
@@ -265,7 +265,7 @@ class Trainer:
 
     def _build_model(self) -> None:
         cfg = self.cfg
-        self.model = prepare_model(cfg, self.device, self.logger, self.execution)
+        self.model = prepare_model(cfg, self.device, self.logger, self.execution, self.classes)
         bare = unwrap(self.model)
         self.logger.info("model %s: %.2fM parameters (%.2fM trainable)", cfg.CONFIG.MODEL.NAME,
                          sum(p.numel() for p in bare.parameters()) / 1e6,

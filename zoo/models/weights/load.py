@@ -20,7 +20,7 @@ import logging
 import os
 import re
 from collections import defaultdict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -87,6 +87,9 @@ def _read(path: str) -> Tuple[Dict[str, torch.Tensor], Optional[Dict[str, Any]]]
     if not isinstance(state, dict):
         raise WeightsError(f"{path}: holds no state dict (found {type(state).__name__})")
     recorded = _recorded_model(obj.get("cfg")) if state is obj.get("model") else None
+    if recorded is not None:
+        names = obj.get("classes")
+        recorded["classes"] = [str(c) for c in names] if isinstance(names, list) else []
     return _strip_module(state, path), recorded
 
 
@@ -215,7 +218,7 @@ def to_model_keys(state: Dict[str, torch.Tensor], model: nn.Module, fmt: str,
 
 
 def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = None,
-                    kwargs: Optional[Dict[str, Any]] = None) -> None:
+                    kwargs: Optional[Dict[str, Any]] = None, classes: Sequence[str] = ()) -> None:
     """Load the weights ``path`` names into ``model``; see :func:`load_state` for what may differ.
 
     Args:
@@ -225,6 +228,10 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
         model_name: The registered name of ``model``, for tags and ``True``.
         kwargs: The builder kwargs ``model`` was built with: a zoo checkpoint that records
             other architecture kwargs is refused (:func:`check_recorded_model`).
+        classes: The class names the model will learn, when the data names them: a zoo
+            checkpoint's classifier of as many classes follows them by name (rows reordered
+            where the names are the same in another order; a fresh classifier, with a warning,
+            where they are other classes).
     """
     expected, new_head = None, False
     if model_name is not None:
@@ -262,6 +269,10 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
                            "the published file changed: report it, or name the file directly")
     if fmt == "huggingface":
         _check_hub_config(path, model)
+    if recorded is not None and fmt == "zoo":
+        state, other_classes = _head_by_name(state, model, recorded["classes"], list(classes),
+                                             path)
+        new_head = new_head or other_classes
     try:
         load_state(model, to_model_keys(state, model, fmt, path), source=path,
                    new_head=new_head)
@@ -272,6 +283,31 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
             raise _not_this_model(path, zoo_run, model_name or type(model).__name__) from None
         raise WeightsError(f"{e}; it holds {recorded['name']} built with MODEL.KWARGS "
                            f"{recorded['pairs']}: build the model with them") from None
+
+
+def _head_by_name(state: Dict[str, torch.Tensor], model: nn.Module, saved: List[str],
+                  wanted: List[str], source: str) -> Tuple[Dict[str, torch.Tensor], bool]:
+    """A zoo checkpoint's classifier rows in the order of ``wanted`` (the data's class names)
+    when the checkpoint names the same classes in another order; ``(state, True)`` when it names
+    as many other classes (the model keeps its fresh classifier). Where either side names no
+    classes (numbers only), or the counts differ (handled by :func:`load_state`), ``state`` is
+    returned as it is."""
+    from ...data.lists.annotations import named_classes
+
+    saved, wanted = named_classes(saved), named_classes(wanted)
+    head = [k for k in head_keys(model) if k in state]
+    if not saved or not wanted or len(saved) != len(wanted) or saved == wanted or not head:
+        return state, False
+    if any(state[k].shape[0] != len(saved) for k in head):
+        return state, False
+    if sorted(saved) != sorted(wanted):
+        logger.warning("%s: its classifier is for other classes (%s, ...) than the data's (%s, "
+                       "...), as many of them: a fresh classifier is trained instead",
+                       source, ", ".join(saved[:3]), ", ".join(wanted[:3]))
+        return state, True
+    order = torch.tensor([saved.index(name) for name in wanted])
+    logger.info("%s: its classifier rows reordered to the data's class order", source)
+    return {k: (v[order] if k in head else v) for k, v in state.items()}, False
 
 
 def _not_this_model(path: str, run: Dict[str, Any], model: str) -> WeightsError:
