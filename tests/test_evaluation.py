@@ -59,3 +59,23 @@ def test_mean_class_accuracy_weights_classes_equally():
     assert m["mean_class_acc"] == pytest.approx(75.0)  # class 0: 4/4, class 1: 1/2
     cm = confusion_matrix(scores.argmax(1), labels, 3)
     assert cm.tolist() == [[4, 0, 0], [1, 1, 0], [0, 0, 0]]
+
+
+def test_predictions_csv_gives_each_top_k_class_its_own_column(tmp_path):
+    """Kinetics-style names hold spaces: joined in one field, they could not be split back."""
+    import csv
+    import types
+
+    from zoo.infer.tester import write_predictions
+
+    dataset = types.SimpleNamespace(paths=["a.mp4", "b.mp4"],
+                                    classes=["air drumming", "playing guitar", "abseiling"])
+    raw = {"index": torch.tensor([0, 1]), "labels": torch.tensor([1, 2]),
+           "probs": torch.tensor([[0.2, 0.7, 0.1], [0.5, 0.1, 0.4]])}
+    write_predictions(str(tmp_path / "p.csv"), dataset, raw)
+    with open(tmp_path / "p.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["pred_name"] for r in rows] == ["playing guitar", "air drumming"]
+    assert [(r["top1"], r["top2"], r["top3"]) for r in rows] == [
+        ("playing guitar", "air drumming", "abseiling"),
+        ("air drumming", "abseiling", "playing guitar")]

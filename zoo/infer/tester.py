@@ -35,7 +35,8 @@ def find_test_checkpoint(cfg, out_dir: str = "") -> str:
 
 
 def write_predictions(path: str, dataset, raw: dict) -> None:
-    """One row per video: path, label, predicted class, its probability, top-5 class names."""
+    """One row per video: path, label, predicted class, its probability, and the top-5 class
+    names one per column (``top1`` .. ``top5``; names such as "air drumming" hold spaces)."""
     classes = list(getattr(dataset, "classes", []))
 
     def name(c: int) -> str:
@@ -44,13 +45,14 @@ def write_predictions(path: str, dataset, raw: dict) -> None:
     k = min(5, raw["probs"].shape[1]) if raw["probs"].numel() else 1
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["video", "label", "label_name", "pred", "pred_name", "prob", f"top{k}"])
+        w.writerow(["video", "label", "label_name", "pred", "pred_name", "prob",
+                    *(f"top{i + 1}" for i in range(k))])
         for idx, probs, label in zip(raw["index"].tolist(), raw["probs"], raw["labels"].tolist()):
             top = probs.topk(k)
             pred = int(top.indices[0])
             w.writerow([
                 dataset.paths[idx], label, name(label), pred, name(pred),
-                f"{float(top.values[0]):.4f}", " ".join(name(int(c)) for c in top.indices),
+                f"{float(top.values[0]):.4f}", *(name(int(c)) for c in top.indices),
             ])
 
 
