@@ -153,7 +153,7 @@ def test_predict_takes_trailing_overrides(tmp_path, capsys):
     assert e.value.code == 2
 
 
-def test_predict_reads_the_videos_of_a_folder_and_stops_on_one_without_any(tmp_path):
+def test_predict_reads_the_videos_of_a_folder_and_stops_on_one_without_any(tmp_path, capsys):
     from zoo.cli.predict import parse_args
     from zoo.utils.errors import UsageError
 
@@ -167,11 +167,13 @@ def test_predict_reads_the_videos_of_a_folder_and_stops_on_one_without_any(tmp_p
     assert args.videos == [os.path.join(folder, "a.webm"), os.path.join(folder, "b", "1.mp4"),
                            os.path.join(folder, "b", "2.MTS"), "one.mp4"]
     assert args.opts == ["DATA.CLIP_LEN", "8"]
+    said = capsys.readouterr().err  # the files of the folder it does not read, once
+    assert f"{folder}: 1 file(s) passed over, not of a video extension (e.g. notes.txt)" in said
     with pytest.raises(UsageError, match="the folder .*empty' holds no video file"):
         parse_args(["--checkpoint", "m.pth", str(tmp_path / "empty")])
     args = parse_args(["--checkpoint", "m.pth", "one.mp4", "--window", "2", "--stride", "1"])
     assert (args.window, args.stride) == (2.0, 1.0)
-    for wrong in (["--stride", "1"], ["--window", "-2"]):
+    for wrong in (["--stride", "1"], ["--window", "-2"], ["--topk", "0"]):
         with pytest.raises(SystemExit) as e:
             parse_args(["--checkpoint", "m.pth", "one.mp4", *wrong])
         assert e.value.code == 2
@@ -358,3 +360,21 @@ def test_predict_device_this_machine_lacks_is_a_usage_error(monkeypatch):
     assert _device("cuda:1") == "cuda:1"
     with pytest.raises(UsageError, match="give auto or cpu, or cuda:0 to cuda:1"):
         _device("cuda:2")
+
+
+def test_the_test_dry_run_names_its_checkpoint_and_does_not_resolve_pretrained(tmp_path):
+    """Testing reads the checkpoint, never MODEL.PRETRAINED (the file a fine-tune started from
+    may be long gone): no warning about it, and the tested file named."""
+    from zoo.cli.dry_run import dry_run_file
+
+    save = tmp_path / "run" / "checkpoints"
+    save.mkdir(parents=True)
+    for n in (1, 2, 10):
+        (save / f"epoch_{n}.pth").write_bytes(b"")
+    result = dry_run_file(os.path.join(ROOT, "configs", "custom", "slowfast_tiny_finetune.yaml"),
+                          ["LOG.BASE_PATH", str(tmp_path), "LOG.EXP_NAME", "run",
+                           "MODEL.PRETRAINED", str(tmp_path / "gone.pth")], mode="test")
+    assert result.pretrained.endswith("not read by testing (the tested checkpoint holds every "
+                                      "weight)")
+    assert not any("pretrained" in w for w in result.warnings), result.warnings
+    assert f"tested weights: {save / 'epoch_10.pth'} (the newest in its folder)" in result.notes

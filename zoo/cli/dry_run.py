@@ -150,12 +150,16 @@ def dry_run(cfg, mode: str = "train", node_rank: Optional[int] = None) -> DryRun
                      "tools/extract_features.py --config-file FILE")
     from ..models.weights import WeightsError
 
-    try:
-        pretrained = describe_pretrained(cfg.CONFIG.MODEL.PRETRAINED, cfg.CONFIG.MODEL.NAME)
-    except WeightsError as e:
-        # A file on another machine, or weights zoo cannot fetch: a real run stops here.
-        pretrained = f"unresolved: {cfg.CONFIG.MODEL.PRETRAINED!r}"
-        warnings.append(f"pretrained: {e}")
+    if mode == "test" and cfg.CONFIG.MODEL.PRETRAINED:
+        pretrained = (f"{cfg.CONFIG.MODEL.PRETRAINED}, not read by testing (the tested "
+                      "checkpoint holds every weight)")
+    else:
+        try:
+            pretrained = describe_pretrained(cfg.CONFIG.MODEL.PRETRAINED, cfg.CONFIG.MODEL.NAME)
+        except WeightsError as e:
+            # A file on another machine, or weights zoo cannot fetch: a real run stops here.
+            pretrained = f"unresolved: {cfg.CONFIG.MODEL.PRETRAINED!r}"
+            warnings.append(f"pretrained: {e}")
     warnings += _machine_warnings(cfg, node_rank)
     return DryRunResult(
         model=cfg.CONFIG.MODEL.NAME, num_classes=num_classes,

@@ -75,6 +75,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         args.opts += args.old_opts
     if not args.videos:
         p.error("give at least one video file")
+    if args.topk < 1:
+        p.error(f"--topk {args.topk}: show at least 1 class per video")
     if args.window < 0 or args.stride < 0 or (args.stride and not args.window):
         p.error(f"--window {args.window:g} --stride {args.stride:g}: both are seconds >= 0, and "
                 "--stride needs --window")
@@ -97,11 +99,17 @@ def videos_of(paths: List[str]) -> List[str]:
         if not os.path.isdir(path):
             out.append(path)
             continue
-        found = [os.path.join(folder, f) for folder, _, files in visible_walk(path)
-                 for f in files if f.lower().endswith(VIDEO_EXTS)]
+        files = [os.path.join(folder, f) for folder, _, names in visible_walk(path)
+                 for f in names]
+        found = [f for f in files if f.lower().endswith(VIDEO_EXTS)]
         if not found:
             raise UsageError(f"the folder {path!r} holds no video file (these extensions count: "
                              f"{' '.join(VIDEO_EXTS)})")
+        skipped = [os.path.relpath(f, path) for f in files if f not in found]
+        if skipped:
+            print(f"{path}: {len(skipped)} file(s) passed over, not of a video extension (e.g. "
+                  f"{skipped[0]}); name a file on the command line to predict it anyway",
+                  file=sys.stderr)
         out += found
     return out
 
