@@ -62,8 +62,9 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
 
 
 def _read(path: str) -> Tuple[Dict[str, torch.Tensor], Optional[Dict[str, Any]]]:
-    """:func:`read_state_dict`, and the model a zoo checkpoint records in its config (``{"name":
-    MODEL.NAME, "kwargs": MODEL.KWARGS as a dict}``; None for a file that records none)."""
+    """:func:`read_state_dict`, and the model a zoo checkpoint records (``{"name": MODEL.NAME,
+    "kwargs": MODEL.KWARGS as a dict, "pairs": MODEL.KWARGS as written, "classes": the class
+    names it was trained on, [] when none}``; None for a file that records no config)."""
     if os.path.isdir(path):
         return read_hub_folder(path), None
     if not os.path.isfile(path):
@@ -386,7 +387,7 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
                 parts.append("no classifier found to re-initialise (define get_classifier(), "
                              "see zoo/models/classifier.py)")
             else:
-                parts += _other_head(state, own, head)
+                parts += _other_head(model, state, own, head)
         if missing:
             parts.append(f"missing from checkpoint ({len(missing)}): " + ", ".join(missing[:8]))
         if unexpected:
@@ -398,13 +399,17 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
     logger.info("loaded %d tensors from %s", len(load), source)
 
 
-def _other_head(state: Dict[str, torch.Tensor], own: Dict[str, torch.Tensor],
+def _other_head(model: nn.Module, state: Dict[str, torch.Tensor], own: Dict[str, torch.Tensor],
                 head: set) -> List[str]:
-    """A hint when a layer other than the classifier zoo found differs from the file only in
-    its outputs, as a new class count would make it: that layer is likely the real classifier."""
+    """For a model whose classifier is found by the last-``nn.Linear`` rule (it names none): a
+    hint when another ``nn.Linear`` differs from the file only in its outputs, as a new class
+    count would make it, as that layer is likely the real classifier."""
+    if hasattr(model, "get_classifier") or getattr(model, "classifier_name", None):
+        return []
+    linear = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)}
     likely = sorted({k.rsplit(".", 1)[0] for k, v in state.items()
                      if k in own and k not in head and k.endswith(".weight")
-                     and own[k].dim() == v.dim() >= 2 and own[k].shape[0] != v.shape[0]
+                     and k.rsplit(".", 1)[0] in linear and own[k].shape[0] != v.shape[0]
                      and own[k].shape[1:] == v.shape[1:]})
     if not likely:
         return []
