@@ -279,7 +279,7 @@ def count_train_classes(cfg: CfgNode) -> int:
         labels, names = [r.label for r in videos.records], videos.classes
     else:
         dataset = build_dataset(cfg, "train")
-        labels = [getattr(dataset, "num_classes_found", 0) - 1]
+        labels = [(getattr(dataset, "num_classes_found", None) or 0) - 1]
         names = getattr(dataset, "classes", None) or []
     return max(max(labels, default=-1) + 1, len(names))
 
