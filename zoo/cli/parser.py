@@ -77,13 +77,14 @@ class ToolArgumentParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         ns, rest = self._parse(args, namespace)
-        if hasattr(ns, "opts"):
+        while hasattr(ns, "opts"):
             flag = next((i for i, o in enumerate(ns.opts) if self._is_option(o)), None)
-            while flag is not None:  # a flag after the overrides (argparse's REMAINDER took it)
-                given, tail = ns.opts[:flag], ns.opts[flag:]
-                ns, more = self._parse(tail, ns)
-                ns.opts, rest = given + ns.opts, rest + more
-                flag = next((i for i, o in enumerate(ns.opts) if self._is_option(o)), None)
+            if flag is None:
+                break
+            # A flag after the overrides (argparse's REMAINDER took it): parse from there on.
+            given, tail = ns.opts[:flag], ns.opts[flag:]
+            ns, more = self._parse(tail, ns)
+            ns.opts, rest = given + ns.opts, rest + more
         return ns, rest
 
     def _parse(self, args, namespace):

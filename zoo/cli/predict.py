@@ -99,13 +99,16 @@ def videos_of(paths: List[str]) -> List[str]:
         if not os.path.isdir(path):
             out.append(path)
             continue
-        files = [os.path.join(folder, f) for folder, _, names in visible_walk(path)
-                 for f in names]
-        found = [f for f in files if f.lower().endswith(VIDEO_EXTS)]
+        found, skipped = [], []
+        for folder, _, names in visible_walk(path):
+            for f in names:
+                if f.lower().endswith(VIDEO_EXTS):
+                    found.append(os.path.join(folder, f))
+                else:
+                    skipped.append(os.path.relpath(os.path.join(folder, f), path))
         if not found:
             raise UsageError(f"the folder {path!r} holds no video file (these extensions count: "
                              f"{' '.join(VIDEO_EXTS)})")
-        skipped = [os.path.relpath(f, path) for f in files if f not in found]
         if skipped:
             print(f"{path}: {len(skipped)} file(s) passed over, not of a video extension (e.g. "
                   f"{skipped[0]}); name a file on the command line to predict it anyway",

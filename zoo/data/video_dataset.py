@@ -157,9 +157,9 @@ class ClipDataset(Dataset):
         """Stop now, with one line, on what would otherwise make every video unreadable: offsets
         without the frames decoder, or frame files that FRAME_TEMPLATE does not name."""
         if not self._reads_frames():
-            offset = next((r for i, r in enumerate(self.records)
-                           if r.offset and not self._reads_frames(i)), None)
-            if offset is not None:
+            first = next((i for i, r in enumerate(self.records) if r.offset), None)
+            if first is not None and not self._reads_frames(first):  # one look, not one per video
+                offset = self.records[first]
                 raise AnnotationError(
                     f"{self.anno_path}: {offset.path!r} has a frame offset (an MMAction2 rawframe "
                     f"list) but CONFIG.DATA.DECODER is {self.settings.decoder!r}: set it to "
