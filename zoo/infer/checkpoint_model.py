@@ -15,12 +15,11 @@ import logging
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch.nn as nn
-import yaml
 
 from ..config import lookup_key
 from ..models import build_model
 from ..models.classifier import head_keys
-from ..utils.checkpoint_io import CheckpointError, load_checkpoint
+from ..utils.checkpoint_io import CheckpointError, load_checkpoint, recorded_config
 
 logger = logging.getLogger("zoo")
 
@@ -30,11 +29,7 @@ MODEL_KEYS = ("CONFIG.MODEL.NAME", "CONFIG.MODEL.KWARGS", "CONFIG.DATA.NUM_CLASS
 
 def saved_model_keys(state: Dict[str, Any]) -> Dict[str, Any]:
     """The MODEL_KEYS values recorded in the checkpoint's config (those it records)."""
-    text = state.get("cfg") or ""
-    try:
-        saved = yaml.safe_load(text) if isinstance(text, str) and text else {}
-    except yaml.YAMLError:
-        saved = {}
+    saved = recorded_config(state)
     found = {key: lookup_key(saved, key, None) for key in MODEL_KEYS}
     return {key: value for key, value in found.items() if value is not None}
 

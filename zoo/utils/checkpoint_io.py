@@ -70,6 +70,21 @@ def make_checkpoint(model_state: Dict[str, Any], cfg_yaml: str, *, optimizer=Non
     return state
 
 
+def recorded_config(state: Any) -> Dict[str, Any]:
+    """The config a checkpoint records (its ``cfg`` YAML text) as a dict; ``{}`` when it has
+    none or the text is not a YAML mapping."""
+    import yaml
+
+    text = state.get("cfg") if isinstance(state, dict) else None
+    if not isinstance(text, str) or not text:
+        return {}
+    try:
+        saved = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
 def size_in_words(nbytes: float) -> str:
     """``nbytes`` as B, KiB, MiB or GiB with one decimal (whole bytes below 1 KiB)."""
     for unit in ("B", "KiB", "MiB"):

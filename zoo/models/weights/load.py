@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 
 from ...config import parse_literal
-from ...utils.checkpoint_io import load_failure
+from ...utils.checkpoint_io import load_failure, recorded_config
 from ..classifier import head_keys
 from .convert import SCHEMES
 from .convert.common import ConversionError, Layout, is_safetensors, map_state, read_safetensors
@@ -87,21 +87,20 @@ def _read(path: str) -> Tuple[Dict[str, torch.Tensor], Optional[Dict[str, Any]]]
         state = next((obj[k] for k in _STATE_KEYS if isinstance(obj.get(k), dict)), obj)
     if not isinstance(state, dict):
         raise WeightsError(f"{path}: holds no state dict (found {type(state).__name__})")
-    recorded = _recorded_model(obj.get("cfg")) if state is obj.get("model") else None
+    recorded = _recorded_model(obj) if state is obj.get("model") else None
     if recorded is not None:
         names = obj.get("classes")
         recorded["classes"] = [str(c) for c in names] if isinstance(names, list) else []
     return _strip_module(state, path), recorded
 
 
-def _recorded_model(text: Any) -> Optional[Dict[str, Any]]:
-    """MODEL.NAME and MODEL.KWARGS of a zoo checkpoint's config text, when it has both."""
-    import yaml
-
+def _recorded_model(obj: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """MODEL.NAME and MODEL.KWARGS of a zoo checkpoint's recorded config, when it has both."""
+    model = recorded_config(obj).get("CONFIG", {})
+    model = model.get("MODEL", {}) if isinstance(model, dict) else {}
     try:
-        model = yaml.safe_load(text).get("CONFIG", {}).get("MODEL", {})
         name, pairs = model["NAME"], list(model.get("KWARGS") or [])
-    except (AttributeError, KeyError, TypeError, yaml.YAMLError):
+    except (AttributeError, KeyError, TypeError):
         return None
     if not isinstance(name, str) or len(pairs) % 2:
         return None
