@@ -74,7 +74,6 @@ from .batch_memory import REUSE_WORKS, BatchMemory
 from .collate import collate_clips, collate_train
 from .decode.threads import LIBRARY_CHOICE, set_auto_threads, threads_per_worker
 from .lists.annotations import check_same_classes, named_classes
-from .lists.providers import ListSource
 from .registry import DATASET_REGISTRY
 from .robust import GuardedLoader
 
@@ -271,11 +270,7 @@ def count_train_classes(cfg: CfgNode) -> int:
     list; an entry of the dataset API before providers is built."""
     entry = DATASET_REGISTRY.get(cfg.CONFIG.DATA.DATASET)
     if isinstance(entry, dataset_recipes.DatasetRecipe):
-        kwargs = dataset_kwargs(cfg, "train")
-        decoder = entry.fixed.get("decoder", str(cfg.CONFIG.DATA.DECODER))
-        videos = entry.provider.read(ListSource(
-            kwargs["anno_path"], kwargs["data_path"], "train", str(cfg.CONFIG.DATA.LIST_FORMAT),
-            kwargs["official_split"], decoder))
+        videos = entry.read(**dataset_kwargs(cfg, "train"))
         labels, names = [r.label for r in videos.records], videos.classes
     else:
         dataset = build_dataset(cfg, "train")

@@ -44,9 +44,18 @@ class DatasetRecipe:
                  official_split: int = 1, classes: Sequence[str] = (),
                  **settings: Any) -> ClipDataset:
         clip_settings = ClipSettings(**{**settings, **self.fixed})
-        source = ListSource(anno_path, data_path, split, list_format, official_split,
-                            clip_settings.decoder, tuple(classes))
-        return ClipDataset(self.provider.read(source), split, clip_settings)
+        return ClipDataset(self.read(anno_path, data_path, split, list_format=list_format,
+                                     official_split=official_split, classes=classes,
+                                     decoder=clip_settings.decoder), split, clip_settings)
+
+    def read(self, anno_path: str, data_path: str, split: str, *, list_format: str = "auto",
+             official_split: int = 1, classes: Sequence[str] = (), decoder: str = "auto",
+             **_settings: Any):
+        """The split's records as the provider reads them (no dataset, no clip settings):
+        takes the same keywords as a call, so ``recipe.read(**dataset_kwargs(cfg, split))``."""
+        decoder = self.fixed.get("decoder", decoder)
+        return self.provider.read(ListSource(anno_path, data_path, split, list_format,
+                                             official_split, decoder, tuple(classes)))
 
     def __repr__(self) -> str:
         return f"DatasetRecipe({self.__name__!r}, {self.provider!r}, fixed={self.fixed})"
