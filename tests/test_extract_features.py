@@ -157,3 +157,29 @@ def test_windows_give_one_row_each_with_their_seconds(feat_setup, monkeypatch):
             clip = build_dataset(cfg, "val")[0][0]
             want = model[:-1](clip[None])[0].detach().numpy()
             np.testing.assert_allclose(feats[k], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_zoo_run_gives_its_ema_features_and_class_count(feat_setup):
+    """A zoo run's checkpoint is built as testing builds it: its EMA weights (those it validated
+    and tests with) and its class count when the config says NUM_CLASSES 0."""
+    from zoo.config import cfg_to_yaml
+    from zoo.utils.checkpoint_io import make_checkpoint
+
+    tmp_path, videos, cfg_path = feat_setup
+    torch.manual_seed(1)
+    ema = _toy()
+    for p in ema.parameters():
+        p.data.add_(torch.randn_like(p))  # other weights than the 'model' entry
+    run = tmp_path / "run.pth"
+    torch.save(make_checkpoint(_toy().state_dict(), cfg_to_yaml(load_config(cfg_path)),
+                               epoch=2, ema=ema.state_dict()), run)
+    out = tmp_path / "run_features"
+    proc = run_tool("extract_features.py", ["--config-file", cfg_path, "--output", str(out),
+                                            "DATA.NUM_CLASSES", "0", "MODEL.PRETRAINED", str(run)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    dataset = build_dataset(load_config(cfg_path), "val")
+    for i, rel in enumerate(videos):
+        want = ema.eval()[:-1](dataset[i][0][None])[0].detach().numpy()
+        np.testing.assert_allclose(np.load(feature_path(str(out), rel)), want, rtol=1e-5,
+                                   atol=1e-6)
+    assert "its EMA weights" in proc.stdout + proc.stderr

@@ -128,7 +128,11 @@ def dry_run(cfg, mode: str = "train", node_rank: Optional[int] = None) -> DryRun
     num_classes = int(cfg.CONFIG.DATA.NUM_CLASSES)
     if num_classes == 0:
         num_classes = 2
-        notes.append("CONFIG.DATA.NUM_CLASSES 0: the class count comes from the training list; "
+        source = {"train": "the training list",
+                  "test": "the tested checkpoint",
+                  "features": "a zoo checkpoint in MODEL.PRETRAINED (the features do not depend "
+                              "on it)"}[mode]
+        notes.append(f"CONFIG.DATA.NUM_CLASSES 0: the class count comes from {source}; "
                      "the model was checked with a 2-class head")
     if cfg.CONFIG.DATA.SYNTHETIC.ENABLE:
         notes.append("CONFIG.DATA.SYNTHETIC.ENABLE: the motion dataset is generated on first use")

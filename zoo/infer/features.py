@@ -123,6 +123,43 @@ def _save(path: str, array: np.ndarray) -> None:
     os.replace(tmp, path)  # never a half-written file under the final name
 
 
+def feature_model(cfg) -> Tuple[object, nn.Module]:
+    """``(cfg, model)`` with the weights ``MODEL.PRETRAINED`` names. A zoo run's checkpoint is
+    built as testing builds it (:func:`~zoo.infer.checkpoint_model.checkpoint_model`: its
+    recorded model and class count, so ``NUM_CLASSES 0`` needs no training list, and its EMA
+    weights when it was trained with EMA); other weights load into the configured model."""
+    from ..models import build_model
+
+    path = cfg.CONFIG.MODEL.PRETRAINED
+    state = _zoo_run(path)
+    if state is None:
+        return cfg, build_model(cfg)
+    from .checkpoint_model import checkpoint_model
+
+    cfg, model, _ = checkpoint_model(cfg, path, state)
+    logger.info("loaded the weights of %s (a zoo checkpoint%s)", path,
+                ", its EMA weights" if state.get("ema") else "")
+    return cfg, model
+
+
+def _zoo_run(path: object) -> Optional[Dict[str, object]]:
+    """The contents of ``path`` when it is a checkpoint a zoo run wrote (weights and the config
+    they were trained with), else None (published weights, tags, URLs: ``build_model`` reads
+    them and reports what is wrong with them)."""
+    from ..models.weights.convert.common import is_safetensors
+    from ..utils.checkpoint_io import CheckpointError, load_checkpoint
+
+    if not isinstance(path, str) or not os.path.isfile(path) or is_safetensors(path):
+        return None
+    try:
+        state = load_checkpoint(path)
+    except CheckpointError:
+        return None
+    if isinstance(state, dict) and isinstance(state.get("model"), dict) and state.get("cfg"):
+        return state
+    return None
+
+
 def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
                      device: Optional[torch.device] = None, window: float = 0.0,
                      stride: float = 0.0) -> Dict[str, object]:
@@ -140,14 +177,14 @@ def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
         ``{"output": folder, "written": count, "dim": D, "unreadable": [paths]}``.
     """
     from ..data import build_dataset
-    from ..models import build_model
 
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out_dir = feature_dir(cfg, output)
     dataset = build_dataset(cfg, "val")
     targets = feature_paths(out_dir, dataset.records,
                             f"CONFIG.DATA.VAL_ANNO_PATH = {cfg.CONFIG.DATA.VAL_ANNO_PATH!r}")
-    model = build_model(cfg).to(device).eval()
+    cfg, model = feature_model(cfg)
+    model = model.to(device).eval()
     batch = batch_size or cfg.CONFIG.VAL.BATCH_SIZE
     unreadable: List[str] = []
     if window > 0:
