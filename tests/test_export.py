@@ -78,3 +78,28 @@ def test_export_torchscript_and_onnx(tmp_path, name, kwargs, shape):
 def test_export_rejects_bad_format(tmp_path):
     with pytest.raises(ValueError, match="formats"):
         export_model("resnet18", str(tmp_path), formats=("tflite",), model_kwargs={"base_width": 8})
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit:FutureWarning")
+def test_a_zoo_run_exports_with_its_classes_kwargs_and_ema(tmp_path):
+    """A fine-tuned run's checkpoint exports as it was trained, named by the file alone: its
+    5-class head (not a fresh 400-class one), its kwargs and its EMA weights."""
+    from zoo.utils.checkpoint_io import make_checkpoint
+
+    torch.manual_seed(0)
+    model = zoo.create_model("slowfast_4x16_resnet50", num_classes=5, **SMALL_SLOWFAST)
+    ema = _randomise_bn(zoo.create_model("slowfast_4x16_resnet50", num_classes=5,
+                                         head_init_std=0.5, **SMALL_SLOWFAST))
+    pairs = [x for k, v in SMALL_SLOWFAST.items() for x in (k, v)]
+    cfg = ("CONFIG:\n  MODEL:\n    NAME: slowfast_4x16_resnet50\n"
+           f"    KWARGS: {json.dumps(pairs)}\n  DATA:\n    NUM_CLASSES: 5\n")
+    ckpt = tmp_path / "epoch_3.pth"
+    torch.save(make_checkpoint(model.state_dict(), cfg, epoch=3, ema=ema.state_dict()), ckpt)
+    result = export_model(None, str(tmp_path / "out"), ("torchscript",), pretrained=str(ckpt),
+                          input_shape=(1, 3, 16, 32, 32))
+    exported = torch.jit.load(result["torchscript"]["path"])
+    clip = torch.randn(1, 3, 16, 32, 32)
+    with torch.no_grad():
+        got, want = exported(clip), ema.eval()(clip)
+    assert got.shape == (1, 5)
+    assert (got - want).abs().max() < 1e-4

@@ -29,11 +29,17 @@ DESCRIPTION = "Export a registered model to TorchScript and/or ONNX and check ea
 
 def build_parser() -> argparse.ArgumentParser:
     parser = tool_parser(DESCRIPTION, __doc__)
-    parser.add_argument("--model", required=True, help="registered model name")
+    parser.add_argument("--model", default=None,
+                        help="registered model name (default: the one a zoo run's checkpoint in "
+                        "--pretrained records)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--format", choices=[*FORMATS, "all"], default="all")
-    parser.add_argument("--num-classes", type=int, default=400)
-    parser.add_argument("--pretrained", default=None, help="zoo checkpoint to load")
+    parser.add_argument("--num-classes", type=int, default=None,
+                        help="classifier size (default: a zoo run checkpoint's, else the "
+                        "model's, e.g. 400 for Kinetics-400 models)")
+    parser.add_argument("--pretrained", default=None,
+                        help="weights to load: a zoo run's checkpoint (its model, kwargs, class "
+                        "count and EMA weights are used), another project's file, a tag or a URL")
     parser.add_argument("--kwargs", nargs="+", default=[], metavar="KEY VALUE",
                         help="builder arguments as KEY VALUE pairs")
     parser.add_argument("--input-shape", nargs="+", type=int, default=None, metavar="N",

@@ -34,6 +34,26 @@ def saved_model_keys(state: Dict[str, Any]) -> Dict[str, Any]:
     return {key: value for key, value in found.items() if value is not None}
 
 
+def read_zoo_run(path: Any) -> Optional[Dict[str, Any]]:
+    """The contents of ``path`` when it is a checkpoint a zoo run (or the converter) wrote:
+    weights and the config they were built with. None for anything else (published weights,
+    safetensors, tags, URLs, files that do not load), which the weights loader reads and
+    reports on."""
+    import os
+
+    from ..models.weights.convert.common import is_safetensors
+
+    if not isinstance(path, str) or not os.path.isfile(path) or is_safetensors(path):
+        return None
+    try:
+        state = load_checkpoint(path)
+    except CheckpointError:
+        return None
+    if isinstance(state, dict) and isinstance(state.get("model"), dict) and state.get("cfg"):
+        return state
+    return None
+
+
 def _with(cfg, values: Dict[str, Any]):
     new = cfg.clone()
     new.defrost()
@@ -151,3 +171,30 @@ def model_from_checkpoint(cfg, path: str) -> Tuple[Any, nn.Module]:
     """``(cfg, model)`` of :func:`checkpoint_model`."""
     cfg, model, _ = checkpoint_model(cfg, path)
     return cfg, model
+
+
+def zoo_run_model(path: str, state: Dict[str, Any], name: Optional[str] = None,
+                  num_classes: Optional[int] = None,
+                  kwargs: Optional[Dict[str, Any]] = None) -> Tuple[str, nn.Module, int]:
+    """``(model name, model, class count)`` of a zoo run's checkpoint, for tools without a
+    config (export): the model, kwargs and class count it records, each unless given; a given
+    value that differs is reported and the checkpoint's used (:func:`checkpoint_model`).
+
+    Raises:
+        CheckpointError: the checkpoint records no model name and ``name`` is None.
+    """
+    from ..config import get_cfg
+
+    saved = saved_model_keys(state)
+    given = {"CONFIG.MODEL.NAME": name,
+             "CONFIG.MODEL.KWARGS": [x for pair in kwargs.items() for x in pair] if kwargs
+             else None,
+             "CONFIG.DATA.NUM_CLASSES": num_classes}
+    values = {key: value if value is not None else saved.get(key) for key, value in given.items()}
+    if not values["CONFIG.MODEL.NAME"]:
+        raise CheckpointError(f"{path} records no model name: name the registered model "
+                              "(--model NAME)")
+    values["CONFIG.DATA.NUM_CLASSES"] = values["CONFIG.DATA.NUM_CLASSES"] or 0
+    values["CONFIG.MODEL.KWARGS"] = values["CONFIG.MODEL.KWARGS"] or []
+    cfg, model, _ = checkpoint_model(_with(get_cfg(), values), path, state)
+    return cfg.CONFIG.MODEL.NAME, model, int(cfg.CONFIG.DATA.NUM_CLASSES)

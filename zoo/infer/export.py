@@ -112,10 +112,10 @@ def verify_onnx(path: str, model: nn.Module, example: torch.Tensor) -> float:
 
 
 def export_model(
-    name: str,
+    name: Optional[str],
     out_dir: str,
     formats: Sequence[str] = FORMATS,
-    num_classes: int = 400,
+    num_classes: Optional[int] = None,
     pretrained: Optional[str] = None,
     input_shape: Optional[Tuple[int, ...]] = None,
     verify: bool = True,
@@ -127,17 +127,22 @@ def export_model(
     """Build a registered model, export it in each format and check the exports run.
 
     Args:
-        name: Registered model name.
+        name: Registered model name (None: the one a zoo run's checkpoint in ``pretrained``
+            records).
         out_dir: Folder for ``{name}.pt`` (TorchScript) and ``{name}.onnx``.
         formats: Any of ``"torchscript"``, ``"onnx"``.
-        num_classes: Head size.
-        pretrained: Local zoo checkpoint to load first.
+        num_classes: Head size (None: the checkpoint's, else the model's facts, else 400).
+        pretrained: Weights to load first. A zoo run's checkpoint is built as testing builds
+            it: its recorded model, kwargs and class count (each unless given; a given value
+            that differs is reported and the checkpoint's used) and its EMA weights when it has
+            them. Other weights (a file in another project's format, a tag, a URL) load into
+            the model ``name`` builds.
         input_shape: Example input shape (default: batch 1 at the model's facts).
         verify: Run each export and compare its logits with eager.
         atol: Accepted max-abs difference ...
         rtol: ... plus this fraction of the largest eager logit (float32 rounding grows with
             the logits' scale; randomly initialised deep nets can have logits in the 1e4s).
-        model_kwargs: Builder arguments (e.g. small widths).
+        model_kwargs: Builder arguments (e.g. small widths; a zoo run's checkpoint: its own).
         seed: Seed of the random example clip (and of the weights when not pretrained).
 
     Returns:
@@ -147,15 +152,15 @@ def export_model(
         ExportError: when a verified export differs from eager by more than
             ``atol + rtol * max_abs_logit``.
     """
-    from ..models.build import create_model, model_facts
+    from ..models.build import model_facts
     from ..models.flops import facts_input_shape
 
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ValueError(f"unknown export formats {unknown}; choose from {FORMATS}")
     torch.manual_seed(seed)
-    model = create_model(name, num_classes=num_classes, pretrained=pretrained,
-                         **(model_kwargs or {})).eval()
+    name, model = _model_to_export(name, num_classes, pretrained, model_kwargs)
+    model.eval()
     shape = tuple(input_shape or facts_input_shape(model_facts(name)))
     example = torch.randn(shape)
     with torch.no_grad():
@@ -168,6 +173,26 @@ def export_model(
             results[fmt].update(_verify_one(fmt, name, results[fmt]["path"], model, example,
                                             atol, rtol, scale))
     return results
+
+
+def _model_to_export(name: Optional[str], num_classes: Optional[int], pretrained: Optional[str],
+                     model_kwargs: Optional[Dict[str, Any]]) -> Tuple[str, nn.Module]:
+    """``(name, model)`` with the weights of ``pretrained`` (see :func:`export_model`)."""
+    from ..models.build import create_model
+    from .checkpoint_model import read_zoo_run, zoo_run_model
+
+    state = read_zoo_run(pretrained) if pretrained else None
+    if state is not None:
+        name, model, classes = zoo_run_model(pretrained, state, name, num_classes, model_kwargs)
+        logger.info("%s: a zoo checkpoint of %s, %d classes%s", pretrained, name, classes,
+                    ", its EMA weights" if state.get("ema") else "")
+        return name, model
+    if not name:
+        raise ExportError("--model is required: " + (
+            f"--pretrained {pretrained} is not a zoo run's checkpoint, so it names no model"
+            if pretrained else "name the registered model to export"))
+    return name, create_model(name, num_classes=num_classes, pretrained=pretrained,
+                              **(model_kwargs or {}))
 
 
 def _export_one(fmt: str, name: str, model: nn.Module, example: torch.Tensor,

@@ -129,35 +129,17 @@ def feature_model(cfg) -> Tuple[object, nn.Module]:
     recorded model and class count, so ``NUM_CLASSES 0`` needs no training list, and its EMA
     weights when it was trained with EMA); other weights load into the configured model."""
     from ..models import build_model
+    from .checkpoint_model import checkpoint_model, read_zoo_run
 
     path = cfg.CONFIG.MODEL.PRETRAINED
-    state = _zoo_run(path)
+    state = read_zoo_run(path)
     if state is None:
         return cfg, build_model(cfg)
-    from .checkpoint_model import checkpoint_model
 
     cfg, model, _ = checkpoint_model(cfg, path, state)
     logger.info("loaded the weights of %s (a zoo checkpoint%s)", path,
                 ", its EMA weights" if state.get("ema") else "")
     return cfg, model
-
-
-def _zoo_run(path: object) -> Optional[Dict[str, object]]:
-    """The contents of ``path`` when it is a checkpoint a zoo run wrote (weights and the config
-    they were trained with), else None (published weights, tags, URLs: ``build_model`` reads
-    them and reports what is wrong with them)."""
-    from ..models.weights.convert.common import is_safetensors
-    from ..utils.checkpoint_io import CheckpointError, load_checkpoint
-
-    if not isinstance(path, str) or not os.path.isfile(path) or is_safetensors(path):
-        return None
-    try:
-        state = load_checkpoint(path)
-    except CheckpointError:
-        return None
-    if isinstance(state, dict) and isinstance(state.get("model"), dict) and state.get("cfg"):
-        return state
-    return None
 
 
 def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
