@@ -127,15 +127,22 @@ def feature_model(cfg) -> Tuple[object, nn.Module]:
     """``(cfg, model)`` with the weights ``MODEL.PRETRAINED`` names. A zoo run's checkpoint is
     built as testing builds it (:func:`~zoo.infer.checkpoint_model.checkpoint_model`: its
     recorded model and class count, so ``NUM_CLASSES 0`` needs no training list, and its EMA
-    weights when it was trained with EMA); other weights load into the configured model."""
+    weights when it was trained with EMA); other weights load into the configured model, with
+    the model's own class count for ``NUM_CLASSES 0`` (the features do not depend on it)."""
     from ..models import build_model
+    from ..models.build import model_facts
     from .checkpoint_model import checkpoint_model, read_zoo_run
 
     path = cfg.CONFIG.MODEL.PRETRAINED
     state = read_zoo_run(path)
     if state is None:
+        if cfg.CONFIG.DATA.NUM_CLASSES == 0:
+            cfg = cfg.clone()
+            cfg.defrost()
+            cfg.CONFIG.DATA.NUM_CLASSES = model_facts(cfg.CONFIG.MODEL.NAME).get(
+                "num_classes") or 400
+            cfg.freeze()
         return cfg, build_model(cfg)
-
     cfg, model, _ = checkpoint_model(cfg, path, state)
     logger.info("loaded the weights of %s (a zoo checkpoint%s)", path,
                 ", its EMA weights" if state.get("ema") else "")
