@@ -205,7 +205,7 @@ def _sources(src_root: str, list_path: str, dst_root: str) -> List[str]:
                            if os.path.realpath(os.path.join(dirpath, d)) != outputs]
             rels += [os.path.relpath(os.path.join(dirpath, n), src_root) for n in names
                      if n.lower().endswith(VIDEO_EXTS)]
-    _refuse_shared_outputs(rels, dst_root)
+        _refuse_shared_outputs(rels, dst_root)
     return rels
 
 
