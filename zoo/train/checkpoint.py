@@ -184,6 +184,40 @@ def find_resume_checkpoint(cfg, save_dir: str, logger: logging.Logger) -> Option
     return None
 
 
+def agree_on_resume(path: Optional[str], save_dir: str) -> None:
+    """Stop every rank unless all resume from the same checkpoint file name, or all start fresh.
+
+    Only rank 0 writes checkpoints, so a node whose ``LOG.BASE_PATH`` is not the folder rank 0
+    wrote to finds none (or an older one) there; training on would all-reduce the gradients of
+    two different models into one wrong one. Every rank calls this (a collective).
+
+    Raises:
+        CheckpointError: One line naming rank 0's choice and the first rank that differs.
+    """
+    if comm.get_world_size() == 1:
+        return
+    import socket
+
+    name = None if path is None else os.path.basename(path)
+    if path is not None and not os.path.isfile(path):
+        name = f"{name} (missing)"
+    choices = comm.all_gather_object((name, save_dir, socket.gethostname()))
+    first, where, _ = choices[0]
+    for rank, (other, folder, host) in enumerate(choices):
+        if other != first:
+            raise CheckpointError(
+                f"rank 0 {_choice(first, where)} but rank {rank} (on {host}) "
+                f"{_choice(other, folder)}: "
+                "only rank 0 writes checkpoints, so resuming a multi-node job needs "
+                "CONFIG.LOG.BASE_PATH on a file system every node shares (or a copy of rank 0's "
+                "checkpoint folder on each node)")
+
+
+def _choice(name: Optional[str], folder: str) -> str:
+    return (f"found no checkpoint in {folder}" if name is None else
+            f"resumes from {name} in {folder}")
+
+
 def set_aside_earlier_run(save_dir: str, logger: logging.Logger) -> Optional[str]:
     """A run that starts fresh in a folder holding checkpoints of an earlier run moves them into
     ``earlier_run_<UTC time>/`` beside them (returned), so that the newest checkpoint there,

@@ -30,6 +30,7 @@ from ..utils import comm
 from ..utils.checkpoint_io import size_in_words
 from .checkpoint import (
     CheckpointError,
+    agree_on_resume,
     find_resume_checkpoint,
     gather_rng_states,
     is_sharded,
@@ -333,6 +334,7 @@ class Trainer:
                                  "earlier run of this job was killed", name, size_in_words(size),
                                  self.save_dir)
         path = find_resume_checkpoint(self.cfg, self.save_dir, self.logger)
+        agree_on_resume(path, self.save_dir)
         if not path:
             if comm.is_main_process():
                 set_aside_earlier_run(self.save_dir, self.logger)
