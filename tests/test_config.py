@@ -399,3 +399,27 @@ def test_an_mmaction2_python_config_stops_with_one_line_naming_what_to_do(tmp_pa
     message = str(e.value)
     assert message.startswith(f"{path} is a Python file, not a YAML config") and "\n" not in message
     assert "--from mmaction2" in message and "docs/migrating.md" in message
+
+
+def test_old_spelling_in_a_zoo_file_keeps_zoo_meaning(tmp_path, caplog):
+    """WOLRD_URLS is gluoncv's spelling, but in a file with a _BASE_ or a VERSION (gluoncv has
+    neither) it is only a misspelling: zoo's defaults and the base's values stay."""
+    _write(tmp_path / "base.yaml",
+           "CONFIG:\n  TRAIN:\n    USE_WARMUP: True\n    WARMUP_START_LR: 0.0003\n    LR: 0.1\n")
+    spelt = "DDP_CONFIG:\n  WOLRD_URLS: ['10.0.0.1']\nCONFIG:\n  DATA:\n    CLIP_LEN: 8\n"
+    for name, text in (("based.yaml", "_BASE_: base.yaml\n" + spelt),
+                       ("versioned.yaml", "VERSION: 1\n" + spelt)):
+        cfg = load_config(_write(tmp_path / name, text))
+        assert cfg.DDP_CONFIG.WORLD_URLS == ["10.0.0.1"]
+        assert cfg.CONFIG.DATA.KEEP_ASPECT_RATIO is True  # zoo's default, not gluoncv's
+        if name == "based.yaml":
+            assert cfg.CONFIG.TRAIN.WARMUP_START_LR == 0.0003
+    assert not any("gluoncv.torch config" in r.getMessage() for r in caplog.records)
+    # Without either, the file reads as gluoncv's, and the log line says why and how not to.
+    caplog.clear()
+    with caplog.at_level("INFO", logger="zoo"):
+        cfg = load_config(_write(tmp_path / "plain.yaml", spelt))
+    assert cfg.CONFIG.DATA.KEEP_ASPECT_RATIO is False
+    line = next(r.getMessage() for r in caplog.records if "gluoncv.torch config" in r.getMessage())
+    assert "it has DDP_CONFIG.WOLRD_URLS" in line and "no KEEP_ASPECT_RATIO -> False" in line
+    assert "rename WOLRD_URLS to WORLD_URLS" in line

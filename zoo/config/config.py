@@ -200,9 +200,16 @@ def load_config(
     cfg = get_cfg()
     cfg.VERSION = version.CURRENT_VERSION
     if config_file:
-        data = read_yaml_with_base(config_file, each=version.upgrade_config)
+        declared: List[bool] = []  # per file read: whether it declares a VERSION
+
+        def upgrade(d: Any, path: str) -> Any:
+            declared.append(isinstance(d, dict) and "VERSION" in d)
+            return version.upgrade_config(d, path)
+
+        data = read_yaml_with_base(config_file, each=upgrade)
         _refuse_foreign(data, config_file)
-        _merge_dict(cfg, adapt_gluoncv(data, config_file), "", config_file)
+        zoo_file = len(declared) > 1 or any(declared)  # a _BASE_ or a VERSION: gluoncv has none
+        _merge_dict(cfg, adapt_gluoncv(data, config_file, zoo_file), "", config_file)
     if opts:
         merge_overrides(cfg, list(opts))
     if validate:

@@ -36,9 +36,13 @@ from .tree import lookup_key
 
 logger = logging.getLogger(__name__)
 
+# gluoncv's spelling of DDP_CONFIG.WORLD_URLS, which every gluoncv file writes. zoo once read it
+# too, so it marks a gluoncv file only in a file that is not evidently zoo's (no _BASE_, no
+# VERSION: gluoncv has neither).
+_SPELLING_MARKER = "DDP_CONFIG.WOLRD_URLS"
+
 # Keys only gluoncv writes; one of them marks a YAML as a gluoncv file.
 _MARKERS = (
-    "DDP_CONFIG.WOLRD_URLS",
     "CONFIG.DATA.NUM_CROP",
     "CONFIG.DATA.MULTIGRID",
     "CONFIG.LOG.EVAL_DIR",
@@ -50,9 +54,12 @@ _MARKERS = (
 _TRAIN_SCALE_MAX = 1.25
 
 
-def is_gluoncv_yaml(data: Any) -> bool:
-    """True when the YAML mapping carries a key that only gluoncv.torch configs write."""
-    return isinstance(data, dict) and any(lookup_key(data, k, None) is not None for k in _MARKERS)
+def is_gluoncv_yaml(data: Any, zoo_file: bool = False) -> bool:
+    """True when the YAML mapping carries a key that only gluoncv.torch configs write
+    (``zoo_file``: the file has a ``_BASE_`` or a ``VERSION``, so ``WOLRD_URLS`` is only a
+    misspelling there)."""
+    markers = _MARKERS if zoo_file else (_SPELLING_MARKER, *_MARKERS)
+    return isinstance(data, dict) and any(lookup_key(data, k, None) is not None for k in markers)
 
 
 def _section(data: Dict[str, Any], name: str) -> Dict[str, Any]:
@@ -73,6 +80,7 @@ def _adapt_data(d: Dict[str, Any], source: str, notes: List[str]) -> None:
                        "shape (CLIP_LEN x CROP_SIZE), which is gluoncv's MULTIGRID False", source)
     if "KEEP_ASPECT_RATIO" not in d:
         d["KEEP_ASPECT_RATIO"] = False  # gluoncv's default: frames squashed to NEW_WIDTH x HEIGHT
+        notes.append("no KEEP_ASPECT_RATIO -> False (frames resized to NEW_WIDTH x NEW_HEIGHT)")
     if int(d.get("NUM_SEGMENT", 1) or 1) > 1 and "SAMPLING" not in d:
         d["SAMPLING"] = "tsn"
         notes.append(f"NUM_SEGMENT {d['NUM_SEGMENT']} -> CONFIG.DATA.SAMPLING tsn")
@@ -127,7 +135,7 @@ def _warn_inflated_start(m: Dict[str, Any], source: str) -> None:
         source, name, depth, depth)
 
 
-def adapt_gluoncv(data: Any, source: str) -> Any:
+def adapt_gluoncv(data: Any, source: str, zoo_file: bool = False) -> Any:
     """Rewrite a gluoncv.torch YAML mapping in place so zoo reads it with gluoncv's meaning.
 
     A mapping without gluoncv-only keys is returned unchanged.
@@ -135,13 +143,20 @@ def adapt_gluoncv(data: Any, source: str) -> Any:
     Args:
         data: The mapping ``yaml.safe_load`` returned.
         source: The file name, for messages.
+        zoo_file: The file (or one it builds on) has a ``_BASE_`` or a ``VERSION``: a zoo file,
+            which ``WOLRD_URLS`` alone does not make a gluoncv one.
     """
-    if not is_gluoncv_yaml(data):
+    if not is_gluoncv_yaml(data, zoo_file):
         return data
     notes: List[str] = []
     _adapt_data(_section(data, "DATA"), source, notes)
     _adapt_train(_section(data, "TRAIN"), notes, source)
     _adapt_model(_section(data, "MODEL"), notes, source)
     if notes:
-        logger.info("%s: gluoncv keys read with gluoncv's meaning: %s", source, "; ".join(notes))
+        only_spelling = not is_gluoncv_yaml(data, zoo_file=True)
+        logger.info("%s: a gluoncv.torch config (it has %s); its keys are read with gluoncv's "
+                    "meaning: %s%s", source,
+                    "DDP_CONFIG.WOLRD_URLS" if only_spelling else "gluoncv-only keys",
+                    "; ".join(notes),
+                    " (a zoo config: rename WOLRD_URLS to WORLD_URLS)" if only_spelling else "")
     return data
