@@ -115,6 +115,21 @@ def test_metrics_logger_records_and_lines(tmp_path, caplog):
     assert "epoch 1 done: mean loss 2.0000" in text and "3 bad videos skipped, 1 non-finite" in text
 
 
+def test_an_epoch_resumed_after_its_last_batch_writes_no_loss_record(tmp_path, caplog):
+    # A preemption checkpoint taken after the epoch's last batch: the resumed run trains no batch
+    # of it, so there is no loss to average (a 0.0 record would show as a dip in the plot).
+    t = FakeTrainer(tmp_path)
+    log = _attach(H.MetricsLogger(display_freq=2), t)
+    with caplog.at_level(logging.INFO, logger="test_hooks"):
+        log.before_train()
+        log.before_epoch()
+        log.after_epoch()
+        log.after_train()
+    path = tmp_path / "metrics.jsonl"
+    assert not path.exists() or not [r for r in _records(path) if r["split"] == "train_epoch"]
+    assert "epoch 1 done: its batches were all trained before the resume" in caplog.text
+
+
 def test_metrics_logger_counts_the_clips_of_each_batch(tmp_path, monkeypatch):
     # A multigrid run's batches differ from BATCH_SIZE (2 here): clips/s counts the labels.
     t = FakeTrainer(tmp_path)

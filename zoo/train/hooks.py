@@ -230,6 +230,10 @@ class MetricsLogger(HookBase):
         # The same on every rank (the skip decision is all-reduced); a skipped step's NaN loss
         # is in mean_loss, which is then NaN too.
         skipped_steps = t.step.skipped - self.skipped_before
+        if self.seen == 0:  # the same on every rank: resumed after the epoch's last batch
+            t.logger.info("epoch %d done: its batches were all trained before the resume (no "
+                          "train_epoch record: it has no loss to average)", t.epoch + 1)
+            return
         t.logger.info("epoch %d done: mean loss %.4f, %.1fs, data wait %.1f%% of it, %d bad "
                       "videos skipped, %d non-finite steps skipped", t.epoch + 1, mean_loss,
                       epoch_time, 100 * data_wait, bad_total, skipped_steps)
