@@ -137,9 +137,33 @@ def test_a_failed_link_names_the_file_and_keeps_the_previous_best(tmp_path):
         atomic_link(str(tmp_path / "epoch_9.pth"), str(tmp_path / "best.pth"))  # no such file
     msg = str(e.value)
     assert f"could not write checkpoint {tmp_path / 'best.pth'}" in msg and "\n" not in msg
-    assert "previous checkpoint is intact" in msg
+    assert "the previous best.pth is intact" in msg
     assert load_checkpoint(str(tmp_path / "best.pth"))["epoch"] == 1
     assert os.listdir(tmp_path) == ["best.pth"]
+
+
+def test_a_full_disk_is_named_as_one_though_torch_says_unexpected_pos(tmp_path, monkeypatch):
+    """torch's zip writer reports a full disk as "unexpected pos": the message says the disk
+    filled up, how much was written, and what there is to resume from."""
+    import zoo.utils.checkpoint_io as io
+
+    def fill_up(obj, f):
+        f.write(b"x" * 3000)
+        raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 3000 vs "
+                           "2900")
+
+    monkeypatch.setattr(torch, "save", fill_up)
+    monkeypatch.setattr(io, "_free_bytes", lambda folder: 0)
+    with pytest.raises(CheckpointWriteError) as e:
+        atomic_save({"epoch": 1}, str(tmp_path / "epoch_1.pth"))
+    msg = str(e.value)
+    assert "(No space left on device: the disk filled up after 2.9 KiB of it;" in msg
+    assert "unexpected pos" not in msg and "no earlier checkpoint is there" in msg
+    (tmp_path / "epoch_1.pth").write_bytes(b"complete")
+    with pytest.raises(CheckpointWriteError) as e:
+        atomic_save({"epoch": 2}, str(tmp_path / "epoch_2.pth"))
+    assert "the earlier checkpoints are intact (newest: epoch_1.pth)" in str(e.value)
+    assert sorted(os.listdir(tmp_path)) == ["epoch_1.pth"]  # no partial file left
 
 
 def test_config_differences_name_the_keys():

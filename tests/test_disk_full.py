@@ -56,6 +56,17 @@ def test_atomic_save_on_a_full_disk_keeps_the_old_file_and_removes_the_temp(smal
     assert torch.equal(torch.load(path, weights_only=True)["w"], old["w"])
 
 
+def test_a_checkpoint_larger_than_the_free_space_is_named_a_full_disk(small_tmpfs):
+    # The disk has room, but not for this file: torch's zip writer says "unexpected pos N vs M",
+    # and once the partial file is removed the disk looks empty again.
+    with pytest.raises(CheckpointWriteError) as e:
+        atomic_save({"w": torch.zeros(1_000_000)}, str(small_tmpfs / "epoch_1.pth"))  # 4 MB
+    msg = str(e.value)
+    assert "No space left on device" in msg and "unexpected pos" not in msg, msg
+    assert "no earlier checkpoint is there" in msg and "intact" not in msg, msg
+    assert os.listdir(small_tmpfs) == []
+
+
 def _train(tmp_path, synth_root, toy_model_file, save_dir, epochs, base=None):
     return run_tool("train_ddp.py", [
         "--extra-modules", toy_model_file,

@@ -94,28 +94,59 @@ def size_in_words(nbytes: float) -> str:
     return f"{nbytes:.1f} GiB"
 
 
-def _free_space(folder: str) -> str:
-    """Free space of the disk holding ``folder`` (or its nearest existing parent), in words."""
+def _free_bytes(folder: str) -> Optional[int]:
+    """Free bytes of the disk holding ``folder`` (or its nearest existing parent); None when
+    unknown."""
     while folder and not os.path.isdir(folder) and os.path.dirname(folder) != folder:
         folder = os.path.dirname(folder)
     try:
-        free = shutil.disk_usage(folder or ".").free
+        return shutil.disk_usage(folder or ".").free
     except OSError:
-        return "free space unknown"
-    return f"{size_in_words(free)} free"
+        return None
 
 
-def write_failure(path: str, e: BaseException, hint: str = RESUME_HINT) -> CheckpointWriteError:
-    """The one-line error for a failed write of ``path``: why, the free space there, the fix."""
+def _free_space(folder: str) -> str:
+    """:func:`_free_bytes` in words."""
+    free = _free_bytes(folder)
+    return "free space unknown" if free is None else f"{size_in_words(free)} free"
+
+
+# Free space below this when a write fails means the disk was full.
+_FULL_BELOW = 1 << 20
+
+
+def write_failure(path: str, e: BaseException, hint: str = RESUME_HINT,
+                  full: Optional[Tuple[int, int]] = None) -> CheckpointWriteError:
+    """The one-line error for a failed write of ``path``: why, the free space there, what is
+    left to resume from, the fix.
+
+    Args:
+        path: The file being written.
+        e: What the write raised.
+        hint: The fix to suggest.
+        full: ``(bytes written, bytes free)`` measured when the write failed, before its partial
+            file was removed: torch's zip writer reports a full disk as "unexpected pos".
+    """
     if isinstance(e, OSError) and e.strerror:
         why = e.strerror
+    elif full is not None and full[1] < _FULL_BELOW:
+        why = f"No space left on device: the disk filled up after {size_in_words(full[0])} of it"
     else:  # torch's zip writer reports a failed write as a RuntimeError
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        why = re.sub(r"\[enforce fail at [^\]]*\] ", "", lines[0]) if lines else type(e).__name__
+        why = re.sub(r"\[enforce fail at [^\]]*\] \.? ?", "", lines[0]) if lines else type(
+            e).__name__
+    folder = os.path.dirname(path)
+    before = [p for p in _checkpoint_files(folder) if p != path] if os.path.isdir(folder) else []
+    if os.path.isfile(path):
+        kept = f"the previous {os.path.basename(path)} is intact"
+    elif before:
+        kept = (f"the earlier checkpoints are intact (newest: "
+                f"{os.path.basename(max(before, key=os.path.getmtime))})")
+    else:
+        kept = "no earlier checkpoint is there"
     return CheckpointWriteError(
-        f"could not write checkpoint {path} ({why}; {_free_space(os.path.dirname(path))} there): "
-        f"the previous checkpoint is intact; {hint}"
-    )
+        f"could not write checkpoint {path} ({why}; {_free_space(folder)} there now): {kept}; "
+        f"{hint}")
 
 
 # A checkpoint being written is at a temporary name, renamed to its final name once complete:
@@ -159,8 +190,16 @@ def atomic_save(obj: Any, path: str, hint: str = RESUME_HINT) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:
+        full = (_size(tmp), _free_bytes(os.path.dirname(tmp)))
         _discard(tmp)
-        raise write_failure(path, e, hint) from e
+        raise write_failure(path, e, hint, None if full[1] is None else full) from e
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def atomic_link(src: str, dst: str, hint: str = RESUME_HINT) -> None:
