@@ -229,3 +229,25 @@ def test_predict_with_the_yaml_of_a_finetuned_run(finetuned_run):
     top = result[0]["top"]
     assert sorted(t["class"] for t in top) == [0, 1, 2]
     assert abs(sum(t["prob"] for t in top) - 1.0) < 1e-4
+
+
+def test_testing_on_other_clips_than_trained_is_named(tmp_path, caplog):
+    """A run trained with command-line overrides (8 frames, 112 px) and tested with its YAML
+    alone (32 frames, 224 px) is tested on other clips: one warning names each key."""
+    trained = load_config(None, ["MODEL.NAME", "ckpt_test_toy", "DATA.NUM_CLASSES", "3",
+                                 "DATA.CLIP_LEN", "8", "DATA.CROP_SIZE", "112",
+                                 "DATA.SHORT_SIDE_SIZE", "128"])
+    path = tmp_path / "epoch_1.pth"
+    torch.save({"model": ckpt_test_toy(3).state_dict(), "cfg": cfg_to_yaml(trained)}, path)
+    yaml_only = load_config(None, ["MODEL.NAME", "ckpt_test_toy", "DATA.NUM_CLASSES", "3",
+                                   "DATA.CLIP_LEN", "32", "DATA.CROP_SIZE", "224",
+                                   "DATA.SHORT_SIDE_SIZE", "256"])
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        model_from_checkpoint(yaml_only, str(path))
+    [line] = [r.getMessage() for r in caplog.records if "trained on other clips" in r.getMessage()]
+    assert "CLIP_LEN 32 (trained: 8), CROP_SIZE 224 (trained: 112), SHORT_SIDE_SIZE 256 " \
+           "(trained: 128)" in line
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        model_from_checkpoint(trained, str(path))  # as trained: no warning
+    assert not [r for r in caplog.records if "trained on other clips" in r.getMessage()]

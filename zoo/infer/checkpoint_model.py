@@ -26,6 +26,13 @@ logger = logging.getLogger("zoo")
 # The config keys that decide the weights' shapes, in the order they are reported.
 MODEL_KEYS = ("CONFIG.MODEL.NAME", "CONFIG.MODEL.KWARGS", "CONFIG.DATA.NUM_CLASSES")
 
+# The config keys that decide what a clip the model sees looks like. Testing at other values is
+# allowed (a longer clip, another crop) but is named in a warning: a run trained with command-line
+# overrides and tested with its YAML alone would otherwise be tested on other clips unawares.
+INPUT_KEYS = ("CONFIG.DATA.CLIP_LEN", "CONFIG.DATA.FRAME_RATE", "CONFIG.DATA.SAMPLING",
+              "CONFIG.DATA.NUM_SEGMENT", "CONFIG.DATA.CROP_SIZE", "CONFIG.DATA.SHORT_SIDE_SIZE",
+              "CONFIG.DATA.KEEP_ASPECT_RATIO", "CONFIG.DATA.MEAN", "CONFIG.DATA.STD")
+
 
 def saved_model_keys(state: Dict[str, Any]) -> Dict[str, Any]:
     """The MODEL_KEYS values recorded in the checkpoint's config (those it records)."""
@@ -52,6 +59,24 @@ def read_zoo_run(path: Any) -> Optional[Dict[str, Any]]:
     if isinstance(state, dict) and isinstance(state.get("model"), dict) and state.get("cfg"):
         return state
     return None
+
+
+def warn_input_differences(cfg, state: Dict[str, Any], source: str) -> List[str]:
+    """Log one warning naming the :data:`INPUT_KEYS` whose values in ``cfg`` differ from those
+    the checkpoint was trained with (those it records); returns the keys."""
+    saved = recorded_config(state)
+    differ = []
+    for key in INPUT_KEYS:
+        then = lookup_key(saved, key, None)
+        if then is not None and _norm(then) != _norm(lookup_key(cfg, key)):
+            differ.append(key)
+    if differ:
+        what = ", ".join(f"{k.split('.')[-1]} {lookup_key(cfg, k)!r} (trained: "
+                         f"{lookup_key(saved, k, None)!r})" for k in differ)
+        logger.warning("%s was trained on other clips; this run uses CONFIG.DATA %s: give the "
+                       "training values (e.g. --config-file with the run's config.yaml) to "
+                       "test as trained", source, what)
+    return differ
 
 
 def _with(cfg, values: Dict[str, Any]):
@@ -134,7 +159,8 @@ class CheckpointModel(NamedTuple):
     classes: List[str]  # the training data's class names it recorded ([] when it has none)
 
 
-def checkpoint_model(cfg, path: str, state: Optional[Dict[str, Any]] = None) -> CheckpointModel:
+def checkpoint_model(cfg, path: str, state: Optional[Dict[str, Any]] = None,
+                     check_input: bool = True) -> CheckpointModel:
     """Build and load the model of checkpoint ``path``, with the class names it recorded.
 
     The returned cfg carries the checkpoint's model name, kwargs and class count (see the module
@@ -144,12 +170,16 @@ def checkpoint_model(cfg, path: str, state: Optional[Dict[str, Any]] = None) -> 
         cfg: The config given to the command.
         path: The checkpoint (named in messages).
         state: Its contents when the caller has read them already (read from ``path`` if None).
+        check_input: Warn when ``cfg``'s clip settings differ from those the checkpoint was
+            trained with (:func:`warn_input_differences`); False for a config that has none.
 
     Raises:
         FileNotFoundError, CheckpointError: the file is missing, unreadable or does not fit.
     """
     if state is None:
         state = load_checkpoint(path)
+    if check_input:
+        warn_input_differences(cfg, state, path)
     cfg = config_for_checkpoint(cfg, state, path)
     names = state.get("classes")
     names = [str(c) for c in names] if isinstance(names, (list, tuple)) else []
@@ -196,5 +226,5 @@ def zoo_run_model(path: str, state: Dict[str, Any], name: Optional[str] = None,
                               "(--model NAME)")
     values["CONFIG.DATA.NUM_CLASSES"] = values["CONFIG.DATA.NUM_CLASSES"] or 0
     values["CONFIG.MODEL.KWARGS"] = values["CONFIG.MODEL.KWARGS"] or []
-    cfg, model, _ = checkpoint_model(_with(get_cfg(), values), path, state)
+    cfg, model, _ = checkpoint_model(_with(get_cfg(), values), path, state, check_input=False)
     return cfg.CONFIG.MODEL.NAME, model, int(cfg.CONFIG.DATA.NUM_CLASSES)
