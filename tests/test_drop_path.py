@@ -110,6 +110,22 @@ def test_build_model_passes_the_key_as_the_drop_path_kwarg():
             build_model(_cfg("r3d_18", 0.1))
 
 
+def test_drop_path_set_twice_or_out_of_range_stops_under_every_kwarg_name():
+    # MViT's configs set droppath_rate: MODEL.DROP_PATH replaced it without a word.
+    with pytest.raises(ConfigError, match="DROP_PATH 0.3 and MODEL.KWARGS droppath_rate 0.1 "
+                                          "both set the stochastic depth: keep one"):
+        build_model(_cfg("mvit_v2_s", 0.3, ["droppath_rate", "0.1"]))
+    # A typo (1.5 for 0.15) stopped the first forward as "an internal error".
+    with pytest.raises(ConfigError, match="KWARGS drop_path 1.5 is not allowed: a stochastic "
+                                          r"depth rate is a probability in \[0, 1\)"):
+        build_model(_cfg("videomae_vit_b", 0.0, ["drop_path", "1.5"]))
+    # The dry run builds from the same kwargs, so it stops on them too.
+    from zoo.cli.dry_run import dry_run
+
+    with pytest.raises(ConfigError, match="droppath_rate"):
+        dry_run(_cfg("mvit_v2_s", 0.3, ["droppath_rate", "0.1"]))
+
+
 def test_a_kwarg_the_builder_does_not_take_is_one_config_line_with_the_near_name():
     with torch.device("meta"):
         with pytest.raises(ConfigError) as e:

@@ -98,9 +98,9 @@ def count_parameters(cfg, num_classes: int) -> int:
     """Build ``CONFIG.MODEL.NAME`` with ``MODEL.KWARGS`` on the meta device; its parameter count."""
     import torch
 
-    from ..models import create_model, parse_model_kwargs
+    from ..models.build import config_model_kwargs, create_model
 
-    kwargs = parse_model_kwargs(list(cfg.CONFIG.MODEL.KWARGS))
+    kwargs = config_model_kwargs(cfg)
     try:
         with torch.device("meta"):
             model = create_model(cfg.CONFIG.MODEL.NAME, num_classes=num_classes, **kwargs)

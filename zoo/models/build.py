@@ -19,8 +19,8 @@ from ..config import ConfigError, parse_literal
 from .registry import MODEL_REGISTRY, list_models, model_facts, register_model
 from .weights.load import load_pretrained
 
-__all__ = ["MODEL_REGISTRY", "build_model", "create_model", "list_models", "model_facts",
-           "parse_model_kwargs", "register_model"]
+__all__ = ["MODEL_REGISTRY", "build_model", "config_model_kwargs", "create_model", "list_models",
+           "model_facts", "parse_model_kwargs", "register_model"]
 
 
 def create_model(
@@ -62,6 +62,36 @@ def parse_model_kwargs(pairs: List[Any]) -> Dict[str, Any]:
     return out
 
 
+# Builder keywords that set stochastic depth: zoo's own, and the names MViT (PySlowFast), timm
+# and torchvision use. Each is a probability.
+_DROP_PATH_KWARGS = ("drop_path", "droppath_rate", "drop_path_rate", "stochastic_depth_prob")
+
+
+def config_model_kwargs(cfg) -> Dict[str, Any]:
+    """The builder kwargs a config gives: ``MODEL.KWARGS``, plus ``MODEL.DROP_PATH`` > 0 as
+    ``drop_path``.
+
+    Raises:
+        ConfigError: DROP_PATH and a stochastic-depth kwarg both set it, or such a kwarg is not
+            a probability in [0, 1).
+    """
+    model_cfg = cfg.CONFIG.MODEL
+    kwargs = parse_model_kwargs(list(model_cfg.KWARGS))
+    for key in _DROP_PATH_KWARGS:
+        value = kwargs.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < 1:
+            raise ConfigError(f"CONFIG.MODEL.KWARGS {key} {value!r} is not allowed: a stochastic "
+                              "depth rate is a probability in [0, 1) (e.g. 0.1)")
+    if model_cfg.DROP_PATH > 0:
+        both = [key for key in _DROP_PATH_KWARGS if key in kwargs]
+        if both:
+            raise ConfigError(f"CONFIG.MODEL.DROP_PATH {model_cfg.DROP_PATH} and MODEL.KWARGS "
+                              f"{both[0]} {kwargs[both[0]]} both set the stochastic depth: keep "
+                              "one")
+        kwargs["drop_path"] = model_cfg.DROP_PATH
+    return kwargs
+
+
 def build_model(cfg, classes: Sequence[str] = ()) -> nn.Module:
     """Build the model a config names. This is the only place that turns cfg into model kwargs.
 
@@ -71,12 +101,7 @@ def build_model(cfg, classes: Sequence[str] = ()) -> nn.Module:
     follow them by name (:func:`zoo.models.weights.load.load_pretrained`).
     """
     model_cfg = cfg.CONFIG.MODEL
-    kwargs = parse_model_kwargs(list(model_cfg.KWARGS))
-    if model_cfg.DROP_PATH > 0:
-        if "drop_path" in kwargs:
-            raise ConfigError(f"CONFIG.MODEL.DROP_PATH {model_cfg.DROP_PATH} and MODEL.KWARGS "
-                              f"drop_path {kwargs['drop_path']} both set it: keep one")
-        kwargs["drop_path"] = model_cfg.DROP_PATH
+    kwargs = config_model_kwargs(cfg)
     try:
         model = create_model(model_cfg.NAME, num_classes=cfg.CONFIG.DATA.NUM_CLASSES, **kwargs)
     except TypeError as e:
