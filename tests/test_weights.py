@@ -505,6 +505,31 @@ def test_a_zoo_checkpoint_loads_with_its_kwargs_and_another_head_or_regularisati
     assert all(torch.equal(got[k], v) for k, v in want.items() if not k.startswith("head."))
 
 
+def test_a_zoo_run_trained_with_ema_starts_a_fine_tune_from_its_ema_weights(tmp_path, caplog):
+    """The EMA weights are those its run validated (best.pth is chosen by them) and tests with;
+    another project's file with an EMA set loads its other set, and says so."""
+    path = tmp_path / "best.pth"
+    trained = _zoo_checkpoint(path, "videomae_vit_s", TINY_VIT)
+    state = torch.load(path, weights_only=True)
+    ema = {k: v + 1 if v.is_floating_point() else v for k, v in state["model"].items()}
+    torch.save({**state, "ema": ema}, path)
+    with caplog.at_level(logging.INFO):
+        model = zoo.create_model("videomae_vit_s", num_classes=4, pretrained=str(path),
+                                 **TINY_VIT)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in ema.items())
+    assert any("loading its EMA weights" in r.getMessage() for r in caplog.records)
+    # timm / VideoMAE files: 'model' (or 'state_dict') beside 'model_ema'.
+    other = tmp_path / "videomae_style.pth"
+    torch.save({"model": trained.state_dict(), "model_ema": ema, "epoch": 3}, other)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        model = zoo.create_model("videomae_vit_s", num_classes=4, pretrained=str(other),
+                                 **TINY_VIT)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in trained.state_dict().items())
+    assert any("also holds EMA weights (model_ema); loading the non-EMA set" in r.getMessage()
+               for r in caplog.records)
+
+
 def test_a_zoo_checkpoint_that_does_not_fit_names_the_kwargs_it_was_built_with(tmp_path):
     """A model the recorded name does not register here (a user's file not imported): the
     shapes decide, and the error says what the checkpoint holds, not another project's format."""

@@ -91,6 +91,16 @@ def _read(path: str) -> Tuple[Dict[str, torch.Tensor], Optional[Dict[str, Any]]]
     if recorded is not None:
         names = obj.get("classes")
         recorded["classes"] = [str(c) for c in names] if isinstance(names, list) else []
+        if isinstance(obj.get("ema"), dict) and obj["ema"]:
+            state = obj["ema"]
+            logger.info("%s: a run trained with EMA; loading its EMA weights (those it validated "
+                        "and tests with)", path)
+    elif isinstance(obj, dict):
+        other = [k for k, v in obj.items() if "ema" in str(k).lower() and isinstance(v, dict)
+                 and v and v is not state]
+        if other:
+            logger.info("%s also holds EMA weights (%s); loading the non-EMA set", path,
+                        ", ".join(map(str, other)))
     return _strip_module(state, path), recorded
 
 
