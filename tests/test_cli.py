@@ -151,6 +151,14 @@ def test_predict_takes_trailing_overrides(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:  # overrides but no video
         parse_args(["--config-file", "c.yaml", "--checkpoint", "m.pth", "DATA.CLIP_LEN", "8"])
     assert e.value.code == 2
+    # A flag between the videos and the overrides, as the usage line shows it.
+    args = parse_args(["--checkpoint", "m.pth", "a.mp4", "--json", "b.mp4", "DATA.CLIP_LEN",
+                       "-1"])
+    assert args.videos == ["a.mp4", "b.mp4"] and args.opts == ["DATA.CLIP_LEN", "-1"]
+    assert args.json
+    with pytest.raises(SystemExit):
+        parse_args(["--checkpoint", "m.pth", "a.mp4", "--jsn"])
+    assert "unrecognized arguments: --jsn" in capsys.readouterr().err
 
 
 def test_predict_reads_the_videos_of_a_folder_and_stops_on_one_without_any(tmp_path, capsys):

@@ -64,11 +64,24 @@ def split_videos(tokens: List[str]) -> Tuple[List[str], List[str]]:
     return tokens[:end], [t for t in tokens[end:] if t != "--"]
 
 
+def _number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     """The command line, with ``args.videos`` and ``args.opts`` (trailing and ``--opts``)."""
     p = build_parser()
-    args = p.parse_args(argv)
-    args.videos, args.opts = split_videos(args.videos)
+    args, rest = p.parse_known_args(argv)
+    # Videos and overrides after a flag (``a.mp4 --json KEY VALUE``) are positionals argparse
+    # did not take: they continue the list.
+    unknown = [t for t in rest if t.startswith("-") and t != "--" and not _number(t)]
+    if unknown:
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.videos, args.opts = split_videos(list(args.videos) + rest)
     if args.old_opts is not None:
         print("warning: --opts is deprecated; put KEY VALUE overrides after the videos",
               file=sys.stderr)
