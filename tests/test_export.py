@@ -92,11 +92,13 @@ def test_a_zoo_run_exports_with_its_classes_kwargs_and_ema(tmp_path):
                                          head_init_std=0.5, **SMALL_SLOWFAST))
     pairs = [x for k, v in SMALL_SLOWFAST.items() for x in (k, v)]
     cfg = ("CONFIG:\n  MODEL:\n    NAME: slowfast_4x16_resnet50\n"
-           f"    KWARGS: {json.dumps(pairs)}\n  DATA:\n    NUM_CLASSES: 5\n")
+           f"    KWARGS: {json.dumps(pairs)}\n  DATA:\n    NUM_CLASSES: 5\n"
+           "    CLIP_LEN: 16\n    CROP_SIZE: 32\n")
     ckpt = tmp_path / "epoch_3.pth"
     torch.save(make_checkpoint(model.state_dict(), cfg, epoch=3, ema=ema.state_dict()), ckpt)
-    result = export_model(None, str(tmp_path / "out"), ("torchscript",), pretrained=str(ckpt),
-                          input_shape=(1, 3, 16, 32, 32))
+    # No input shape given: the clip it was trained on (16 frames, 32 px), not the model's
+    # facts (32 frames, 224 px).
+    result = export_model(None, str(tmp_path / "out"), ("torchscript",), pretrained=str(ckpt))
     exported = torch.jit.load(result["torchscript"]["path"])
     clip = torch.randn(1, 3, 16, 32, 32)
     with torch.no_grad():

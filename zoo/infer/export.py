@@ -137,7 +137,8 @@ def export_model(
             that differs is reported and the checkpoint's used) and its EMA weights when it has
             them. Other weights (a file in another project's format, a tag, a URL) load into
             the model ``name`` builds.
-        input_shape: Example input shape (default: batch 1 at the model's facts).
+        input_shape: Example input shape (default: batch 1 at the clip length and crop a zoo
+            run's checkpoint was trained on, else at the model's facts).
         verify: Run each export and compare its logits with eager.
         atol: Accepted max-abs difference ...
         rtol: ... plus this fraction of the largest eager logit (float32 rounding grows with
@@ -159,9 +160,9 @@ def export_model(
     if unknown:
         raise ValueError(f"unknown export formats {unknown}; choose from {FORMATS}")
     torch.manual_seed(seed)
-    name, model = _model_to_export(name, num_classes, pretrained, model_kwargs)
+    name, model, trained_on = _model_to_export(name, num_classes, pretrained, model_kwargs)
     model.eval()
-    shape = tuple(input_shape or facts_input_shape(model_facts(name)))
+    shape = tuple(input_shape or facts_input_shape({**model_facts(name), **trained_on}))
     example = torch.randn(shape)
     with torch.no_grad():
         scale = model(example).abs().max().item()
@@ -176,9 +177,13 @@ def export_model(
 
 
 def _model_to_export(name: Optional[str], num_classes: Optional[int], pretrained: Optional[str],
-                     model_kwargs: Optional[Dict[str, Any]]) -> Tuple[str, nn.Module]:
-    """``(name, model)`` with the weights of ``pretrained`` (see :func:`export_model`)."""
+                     model_kwargs: Optional[Dict[str, Any]]
+                     ) -> Tuple[str, nn.Module, Dict[str, int]]:
+    """``(name, model, the clip it was trained on)`` with the weights of ``pretrained`` (see
+    :func:`export_model`); the clip as model-facts keys (``input_frames``, ``crop_size``), only
+    those a zoo run's checkpoint records."""
     from ..models.build import create_model
+    from ..utils.checkpoint_io import recorded_config
     from .checkpoint_model import read_zoo_run, zoo_run_model
 
     state = read_zoo_run(pretrained) if pretrained else None
@@ -186,13 +191,20 @@ def _model_to_export(name: Optional[str], num_classes: Optional[int], pretrained
         name, model, classes = zoo_run_model(pretrained, state, name, num_classes, model_kwargs)
         logger.info("%s: a zoo checkpoint of %s, %d classes%s", pretrained, name, classes,
                     ", its EMA weights" if state.get("ema") else "")
-        return name, model
+        config = recorded_config(state).get("CONFIG")
+        data = config.get("DATA") if isinstance(config, dict) else None
+        trained_on = {}
+        if isinstance(data, dict) and int(data.get("NUM_SEGMENT", 1) or 1) <= 1:
+            for key, fact in (("CLIP_LEN", "input_frames"), ("CROP_SIZE", "crop_size")):
+                if isinstance(data.get(key), int) and data[key] > 0:
+                    trained_on[fact] = data[key]
+        return name, model, trained_on
     if not name:
         raise ExportError("--model is required: " + (
             f"--pretrained {pretrained} is not a zoo run's checkpoint, so it names no model"
             if pretrained else "name the registered model to export"))
     return name, create_model(name, num_classes=num_classes, pretrained=pretrained,
-                              **(model_kwargs or {}))
+                              **(model_kwargs or {})), {}
 
 
 def _export_one(fmt: str, name: str, model: nn.Module, example: torch.Tensor,
