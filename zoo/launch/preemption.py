@@ -156,7 +156,8 @@ class PreemptionWatch:
         if self.saved:
             what = "the checkpoint was written but the processes did not finish exiting"
         elif comm.get_rank() == 0:
-            what = "no checkpoint was written (resume continues from the previous one)"
+            what = ("no checkpoint was written (a resume continues from the newest checkpoint "
+                    "in the run's folder, if it has one)")
         else:
             what = "rank 0 had not finished writing the checkpoint"
         line = (f"error: rank {comm.get_rank()} preempted by {self.received}: "
