@@ -231,3 +231,25 @@ def test_config_comparison_names_the_keys_that_differ():
     errors, _ = compare_summaries(summaries, lambda i: f"node {i}")
     assert errors == ["node 1 runs zoo 9 but node 0 runs zoo 1; "
                       "install the same version everywhere"]
+
+
+def test_train_lists_of_other_lengths_on_two_nodes_stop_before_training(tmp_path):
+    """A node-local TRAIN_ANNO_PATH may differ, but a list of another length gives the ranks
+    epochs of other lengths: the job aborted in gloo ("died with signal SIGABRT")."""
+    from zoo.launch.agreement import job_agreement, node_summary
+
+    lists = []
+    for node, lines in ((0, 16), (1, 8)):
+        path = tmp_path / f"train{node}.txt"
+        path.write_text("".join(f"v{i}.mp4 0\n" for i in range(lines)) + "\n")
+        lists.append(str(path))
+    summaries = [node_summary(job_agreement(_cfg("DATA.TRAIN_ANNO_PATH", p)), 1, "gloo")
+                 for p in lists]
+    errors, _ = compare_summaries(summaries, lambda i: f"node {i}")
+    assert errors == [f"CONFIG.DATA.TRAIN_ANNO_PATH has 8 lines on node 1 ({lists[1]!r}) but 16 "
+                      f"on node 0 ({lists[0]!r}): every node must read the same list (copy node "
+                      "0's)"]
+    same = tmp_path / "copy.txt"
+    same.write_text(open(lists[0]).read())
+    summaries[1] = node_summary(job_agreement(_cfg("DATA.TRAIN_ANNO_PATH", str(same))), 1, "gloo")
+    assert compare_summaries(summaries, lambda i: f"node {i}")[0] == []

@@ -115,10 +115,31 @@ def config_fingerprint(items: Dict[str, object]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# The list files whose lengths every node must agree on: lists of other lengths give the ranks
+# epochs of other lengths, and the first collective one rank makes alone aborts the job.
+LIST_KEYS = ("CONFIG.DATA.TRAIN_ANNO_PATH", "CONFIG.DATA.VAL_ANNO_PATH",
+             "CONFIG.DATA.TEST_ANNO_PATH")
+
+
+def list_lengths(cfg) -> Dict[str, int]:
+    """Non-empty lines of each :data:`LIST_KEYS` file this node has (folders and missing files,
+    which the data checks report, are left out)."""
+    flat, lengths = flatten_cfg(cfg), {}
+    for key in LIST_KEYS:
+        path = flat.get(key)
+        if isinstance(path, str) and path and os.path.isfile(path):
+            try:
+                with open(path, "rb") as f:
+                    lengths[key] = sum(1 for line in f if line.strip())
+            except OSError:
+                continue
+    return lengths
+
+
 def job_agreement(cfg, env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """What this node compares with the others, from the config: ``job`` (:func:`job_identity`),
-    ``token_hash`` (its first 16 hex digits), ``config_hash``, ``config`` (:func:`config_items`)
-    and ``local`` (:func:`node_local_items`)."""
+    ``token_hash`` (its first 16 hex digits), ``config_hash``, ``config`` (:func:`config_items`),
+    ``local`` (:func:`node_local_items`) and ``lists`` (:func:`list_lengths`)."""
     items = config_items(cfg)
     return {
         "job": job_identity(cfg, env),
@@ -126,6 +147,7 @@ def job_agreement(cfg, env: Optional[Mapping[str, str]] = None) -> Dict[str, Any
         "config_hash": config_fingerprint(items),
         "config": items,
         "local": node_local_items(cfg),
+        "lists": list_lengths(cfg),
     }
 
 
@@ -141,6 +163,7 @@ def node_summary(agreement: Mapping[str, Any], procs: int, backend: str) -> dict
         "config_hash": agreement.get("config_hash", ""),
         "config": dict(agreement.get("config", {})),
         "local": dict(agreement.get("local", {})),
+        "lists": dict(agreement.get("lists", {})),
     }
 
 
@@ -166,4 +189,11 @@ def compare_summaries(
             more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
             errors.append(f"the config on {label(i)} differs in {len(diff)} key(s): {shown}{more}; "
                           "run every node with the same YAML and overrides")
+        theirs, ours = s.get("lists", {}), ref.get("lists", {})
+        for key in LIST_KEYS:
+            if key in theirs and key in ours and theirs[key] != ours[key]:
+                errors.append(
+                    f"{key} has {theirs[key]} lines on {label(i)} ({s['local'].get(key)!r}) but "
+                    f"{ours[key]} on {label(0)} ({ref['local'].get(key)!r}): every node must read "
+                    "the same list (copy node 0's)")
     return errors, warnings
