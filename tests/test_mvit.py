@@ -177,7 +177,9 @@ def test_classifier_weight_decay_and_input_checks():
     model = zoo.create_model("mvit_v2_s", num_classes=5, frames=FRAMES, crop_size=CROP)
     assert model.get_classifier() is model.head.projection
     model.reset_classifier(3)
-    with pytest.raises(ValueError, match="frames= and crop_size="):
+    with pytest.raises(MViTConfigError, match=rf"built for clips of {FRAMES} frames x {CROP} px "
+                       rf"\(MODEL.KWARGS frames / crop_size\) but got {FRAMES} frames x 32 px "
+                       r"\(DATA.CLIP_LEN / CROP_SIZE\)"):
         model(torch.randn(1, 3, FRAMES, 32, 32))
     with torch.no_grad():
         assert model.eval()(torch.randn(1, 3, FRAMES, CROP, CROP)).shape == (1, 3)
@@ -263,3 +265,20 @@ def test_full_size_mvit_v2_s_gives_torchvision_s_logits():
     with torch.no_grad():
         a, b = ours(x), theirs(x)
     assert (a - b).abs().max() <= 1e-4 * b.abs().max()
+
+
+def test_the_dry_run_stops_on_a_clip_the_model_was_not_built_for():
+    """An MViT at its 16 x 224 with DATA.CLIP_LEN 8: the dry run passed and the first training
+    step stopped as "an internal error"; the dry run now shows the clip to the model on the meta
+    device and stops with the model's own line."""
+    from zoo.cli.dry_run import dry_run
+    from zoo.config import load_config
+
+    cfg = load_config(None, ["MODEL.NAME", "mvit_v2_s", "DATA.NUM_CLASSES", "3",
+                             "DATA.CLIP_LEN", "8", "DATA.CROP_SIZE", "224"])
+    with pytest.raises(MViTConfigError, match=r"set MODEL.KWARGS \['frames', 8, 'crop_size', "
+                                              r"224\] or DATA.CLIP_LEN 16 / CROP_SIZE 224"):
+        dry_run(cfg)
+    fits = load_config(None, ["MODEL.NAME", "mvit_v2_s", "DATA.NUM_CLASSES", "3",
+                              "DATA.CLIP_LEN", "16", "DATA.CROP_SIZE", "224"])
+    assert dry_run(fits).params > 0

@@ -95,10 +95,16 @@ def _machine_warnings(cfg, node_rank: Optional[int]) -> List[str]:
 
 
 def count_parameters(cfg, num_classes: int) -> int:
-    """Build ``CONFIG.MODEL.NAME`` with ``MODEL.KWARGS`` on the meta device; its parameter count."""
+    """Build ``CONFIG.MODEL.NAME`` with ``MODEL.KWARGS`` on the meta device; its parameter count.
+
+    On the meta device the model also sees one clip of the config's shape (nothing is computed),
+    so a model that refuses it (an MViT built for another clip length or crop) stops the dry run
+    with its one-line message rather than the first training step.
+    """
     import torch
 
-    from ..models.build import config_model_kwargs, create_model
+    from ..models.build import config_model_kwargs, create_model, model_facts
+    from ..utils.errors import UserError
 
     kwargs = config_model_kwargs(cfg)
     try:
@@ -107,6 +113,18 @@ def count_parameters(cfg, num_classes: int) -> int:
     except (NotImplementedError, RuntimeError):
         # A builder that computes on tensors at construction time cannot run on meta.
         model = create_model(cfg.CONFIG.MODEL.NAME, num_classes=num_classes, **kwargs)
+    if next(model.parameters(), torch.empty(0)).is_meta:
+        data = cfg.CONFIG.DATA
+        crop = (data.CROP_SIZE, data.CROP_SIZE)
+        image = model_facts(cfg.CONFIG.MODEL.NAME).get("task") == "image"
+        try:
+            with torch.no_grad():
+                model.eval()(torch.empty(1, 3, *(() if image else (data.CLIP_LEN,)), *crop,
+                                         device="meta"))
+        except UserError:
+            raise
+        except Exception:  # noqa: BLE001 - meta tensors cannot run every op; only the model's
+            pass           # own refusals (UserError) say something about the config
     return sum(p.numel() for p in model.parameters())
 
 
@@ -198,8 +216,12 @@ def dry_run_file(config_file: str, opts: Sequence[str] = (), mode: str = "train"
 
 def run_dry_run(cfg, mode: str, node_rank: Optional[int] = None) -> int:
     """``--dry-run`` of the tools: check, print, and return the exit code (0 = valid)."""
+    from ..utils.errors import UserError
+
     try:
         result = dry_run(cfg, mode, node_rank)
+    except UserError:
+        raise  # its own line (a config key and the fix) and exit code
     except (TypeError, ValueError) as e:  # the builder refused its arguments
         logger.error("error: model %s cannot be built with CONFIG.MODEL.KWARGS %s: %s",
                      cfg.CONFIG.MODEL.NAME, list(cfg.CONFIG.MODEL.KWARGS), e)

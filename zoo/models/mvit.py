@@ -57,6 +57,17 @@ class MViTConfigError(UserError, ValueError):
     """An MViT argument the model cannot honour; the message names it and what to use."""
 
 
+def grid_mismatch(what: str, built: List[int], got: List[int], proj: nn.Conv3d) -> str:
+    """The one line for a clip whose token grid is not the one the model was built for: in
+    frames and pixels, naming the config keys on both sides."""
+    st, sh, _ = proj.stride
+    t, h, frames, size = built[0] * st, built[1] * sh, got[0] * st, got[1] * sh
+    return (f"{what} was built for clips of {t} frames x {h} px (MODEL.KWARGS frames / crop_size) "
+            f"but got {frames} frames x {size} px (DATA.CLIP_LEN / CROP_SIZE): set MODEL.KWARGS "
+            f"['frames', {frames}, 'crop_size', {size}] or DATA.CLIP_LEN {t} / CROP_SIZE {h}; "
+            "published weights fit their own size only")
+
+
 def mvit_round_width(width: float, multiplier: float, min_width: int = 1,
                      divisor: int = 1) -> int:
     """PySlowFast's ``round_width``: ``width * multiplier`` to a multiple of ``divisor``, never
@@ -362,9 +373,8 @@ class MViT(BlockwiseMixin, ClassifierMixin, nn.Module):
         x = self.patch_embed.proj(x)
         thw = tuple(x.shape[2:])
         if list(thw) != self.patch_dims:
-            raise ValueError(f"MViT was built for a {self.patch_dims} token grid and got "
-                             f"{list(thw)} from input {tuple(x.shape)}: build it with the clip's "
-                             "frames= and crop_size=")
+            raise MViTConfigError(grid_mismatch("MViT", self.patch_dims, list(thw),
+                                                self.patch_embed.proj))
         x = x.flatten(2).transpose(1, 2)
         if self.cls_embed_on:
             x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)

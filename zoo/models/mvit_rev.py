@@ -45,7 +45,14 @@ import torch.nn as nn
 from ..config.pyslowfast_mvit import MVIT_REV_CONFIGS, builder_kwargs
 from .classifier import ClassifierMixin
 from .facts import KINETICS_MEAN, KINETICS_STD, video_facts
-from .mvit import MViT, MViTConfigError, TransformerHead, mvit_pool_plan, mvit_round_width
+from .mvit import (
+    MViT,
+    MViTConfigError,
+    TransformerHead,
+    grid_mismatch,
+    mvit_pool_plan,
+    mvit_round_width,
+)
 from .mvit_rev_layers import (
     RevBackprop,
     ReversibleBlock,
@@ -274,9 +281,8 @@ class RevMViT(ClassifierMixin, nn.Module):
             raise ValueError(f"expected a (B, C, T, H, W) clip, got shape {tuple(x.shape)}")
         x = self.patch_embed.proj(x)
         if list(x.shape[2:]) != self.patch_dims:
-            raise ValueError(f"reversible MViT was built for a {self.patch_dims} token grid and "
-                             f"got {list(x.shape[2:])} from input {tuple(x.shape)}: build it "
-                             "with the clip's frames= and crop_size=")
+            raise MViTConfigError(grid_mismatch("reversible MViT", self.patch_dims,
+                                                list(x.shape[2:]), self.patch_embed.proj))
         x = x.flatten(2).transpose(1, 2)
         if self.use_abs_pos:
             x = x + self._positions()
