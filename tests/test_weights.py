@@ -590,3 +590,20 @@ def test_a_zoo_checkpoints_classifier_follows_the_data_classes_by_name(tmp_path,
     assert not torch.equal(fresh, want)
     assert any("classifier is for other classes (right, left, up, ...)" in r.getMessage()
                for r in caplog.records)
+
+
+def test_weights_of_another_architecture_say_how_they_were_read_not_a_flag(tmp_path):
+    """MODEL.PRETRAINED in a training run: no '--from torchvision' (a zoo-convert-checkpoint
+    flag the user never gave), but the file, the format its keys show and the model."""
+    import torchvision
+
+    path = tmp_path / "mvit_v2_s.pth"
+    with torch.device("meta"):
+        shapes = torchvision.models.video.mvit_v2_s().state_dict()
+    torch.save({k: torch.zeros(v.shape, dtype=v.dtype) for k, v in shapes.items()}, path)
+    with pytest.raises(WeightsError) as e:
+        zoo.create_model("swin3d_t", num_classes=3, pretrained=str(path))
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: read as torchvision weights (told from its keys), it does not "
+                          "fit swin3d_t: source keys the scheme does not know"), msg
+    assert "--from" not in msg

@@ -288,7 +288,14 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
                    new_head=new_head)
     except (WeightsError, ConversionError) as e:
         if zoo_run is None:
-            raise
+            if not isinstance(e, ConversionError) or fmt == "zoo":
+                raise
+            # The converter speaks to zoo-convert-checkpoint users ("--from X: ..."); here the
+            # format was told from the keys, so say so and name the model.
+            why = re.sub(r"^--from \S+?: (the checkpoint does not fit the model; )?", "",
+                         str(e))
+            raise WeightsError(f"{path}: read as {fmt} weights (told from its keys), it does not "
+                               f"fit {model_name or type(model).__name__}: {why}") from None
         if recorded is None:  # another builder's run, read as another format: not this model
             raise _not_this_model(path, zoo_run, model_name or type(model).__name__) from None
         raise WeightsError(f"{e}; it holds {recorded['name']} built with MODEL.KWARGS "
