@@ -4,6 +4,7 @@ MMAction2-named file), checked against the real ``transformers`` package (a test
 dependency) on random weights; config.json checked against the model."""
 
 import json
+import logging
 import re
 
 import pytest
@@ -153,8 +154,6 @@ def test_the_q_v_bias_flag_is_read_under_both_names(tmp_path, key):
 
 
 @pytest.mark.parametrize("key,value,model_value", [("num_attention_heads", 2, 3),
-                                                   ("num_frames", 16, 4),
-                                                   ("image_size", [224, 224], 32),
                                                    ("use_mean_pooling", False, True)])
 def test_a_mismatching_config_json_is_one_line(tmp_path, key, value, model_value):
     _hf_model().save_pretrained(tmp_path)
@@ -173,6 +172,26 @@ def test_a_mismatching_config_json_is_one_line(tmp_path, key, value, model_value
         shown = value[0] if isinstance(value, list) else value
         assert "\n" not in msg and str(tmp_path) in msg
         assert f"config.json {key} is {shown!r} but the model has {model_value!r}" in msg
+
+
+@pytest.mark.parametrize("key,value,model_value", [("num_frames", 16, 4),
+                                                   ("image_size", [224, 224], 32)])
+def test_weights_trained_on_other_clips_load_with_a_warning(tmp_path, caplog, key, value,
+                                                            model_value):
+    """The position table is a fixed sine table that follows the model's clip: weights of a
+    16-frame run fine-tune at 4 frames (a warning says they were trained on other clips)."""
+    reference = _hf_model()
+    reference.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config[key] = value
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with caplog.at_level(logging.WARNING):
+        model = zoo.create_model("videomae_vit_b", num_classes=CLASSES, pretrained=str(tmp_path),
+                                 **TINY)
+    shown = value[0] if isinstance(value, list) else value
+    assert any(f"config.json {key} is {shown!r} but the model has {model_value!r}: the weights "
+               "fit" in r.getMessage() for r in caplog.records)
+    _same_logits(model, reference)  # at the model's own clip, where both are defined
 
 
 def test_unreadable_safetensors_is_one_line(tmp_path):

@@ -28,6 +28,7 @@ model's.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from typing import Any, Callable, Dict, Optional, Sequence
@@ -36,6 +37,13 @@ import torch
 import torch.nn as nn
 
 from .common import PARAM, ConversionError, Layout, Scheme, read_source
+
+logger = logging.getLogger(__name__)
+
+# config.json keys that describe the clip the weights were trained on, not the weights: the
+# position table is a fixed sine table that follows the model's clip, so another clip is a
+# fine-tune at another size (a warning), not another network.
+_CLIP_KEYS = ("num_frames", "image_size")
 
 __all__ = ["HuggingFaceScheme", "check_hub_config", "find_hub_config", "looks_like_huggingface",
            "read_hub_config", "read_hub_folder"]
@@ -187,8 +195,9 @@ _HF_DEFAULTS = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_head
 def check_hub_config(config: Dict[str, Any], model: nn.Module, where: str) -> None:
     """Stop with one line when ``config`` (a config.json) describes another network than
     ``model``: hidden_size, num_hidden_layers, num_attention_heads, patch_size, tubelet_size,
-    num_frames, image_size, use_mean_pooling and the q/v bias flag (``qv_bias``, or
-    ``qkv_bias`` in older files). A key the file leaves out takes transformers' default.
+    use_mean_pooling and the q/v bias flag (``qv_bias``, or ``qkv_bias`` in older files). A
+    num_frames or image_size of another clip than the model's gets one warning. A key the file
+    leaves out takes transformers' default.
 
     Raises:
         ConversionError: naming the key, the file's value and the model's.
@@ -206,7 +215,11 @@ def check_hub_config(config: Dict[str, Any], model: nn.Module, where: str) -> No
     ours = _videomae_values(model)
     for key, value in ours.items():
         theirs = _one_value(config.get(key, _HF_DEFAULTS[key]))
-        if theirs != value:
+        if theirs != value and key in _CLIP_KEYS:
+            logger.warning("%s: config.json %s is %r but the model has %r: the weights fit (the "
+                           "position table is a fixed sine table that follows the clip); they "
+                           "were trained on other clips", where, key, theirs, value)
+        elif theirs != value:
             name = "qv_bias (qkv_bias)" if key == "qv_bias" else key
             hint = {"hidden_size": "embed_dim", "num_hidden_layers": "depth",
                     "num_attention_heads": "num_heads", "patch_size": "patch",
