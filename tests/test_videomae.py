@@ -194,6 +194,46 @@ def test_weights_trained_on_other_clips_load_with_a_warning(tmp_path, caplog, ke
     _same_logits(model, reference)  # at the model's own clip, where both are defined
 
 
+@pytest.mark.parametrize("kind", ["VideoMAEForPreTraining", "VideoMAEModel"])
+def test_pretraining_and_base_model_weights_fine_tune_with_a_fresh_head(tmp_path, caplog, kind):
+    """VideoMAE fine-tunes start from self-supervised weights (the Hub's videomae-base is a
+    VideoMAEForPreTraining): the encoder loads, the decoder and the final LayerNorm of a model
+    without mean pooling are not used, and fc_norm and the classifier start fresh - what
+    transformers' from_pretrained and VideoMAE's run_class_finetuning.py do."""
+    torch.manual_seed(0)
+    config = _hf_config(use_mean_pooling=False, decoder_hidden_size=16,
+                        decoder_num_hidden_layers=1, decoder_num_attention_heads=2,
+                        decoder_intermediate_size=32)
+    hf = getattr(transformers, kind)(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.2)
+    hf.save_pretrained(tmp_path)
+    torch.manual_seed(1)
+    fresh = zoo.create_model("videomae_vit_b", num_classes=CLASSES, **TINY)
+    torch.manual_seed(1)
+    with caplog.at_level(logging.INFO):
+        model = zoo.create_model("videomae_vit_b", num_classes=CLASSES,
+                                 pretrained=str(tmp_path), **TINY)
+    encoder = hf.videomae if kind == "VideoMAEForPreTraining" else hf
+    assert torch.equal(model.patch_embed.proj.weight,
+                       encoder.embeddings.patch_embeddings.projection.weight)
+    attn = encoder.encoder.layer[1].attention.attention
+    assert torch.equal(model.blocks[1].attn.qkv.weight,
+                       torch.cat([attn.query.weight, attn.key.weight, attn.value.weight]))
+    assert torch.equal(model.blocks[1].mlp.fc2.weight, encoder.encoder.layer[1].output.dense.weight)
+    for name in ("head.weight", "head.bias", "fc_norm.weight", "fc_norm.bias"):
+        assert torch.equal(model.state_dict()[name], fresh.state_dict()[name]), name
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "fc_norm and the classifier start fresh" in said
+    assert ("decoder tensors are not used" in said) == (kind == "VideoMAEForPreTraining")
+    # Converting them to a zoo file would need a classifier: the refusal says what to do.
+    with pytest.raises(ConversionError, match="have no classifier to convert; give them to "
+                                              "training as CONFIG.MODEL.PRETRAINED directly"):
+        convert_checkpoint(str(tmp_path), str(tmp_path / "out.pth"), "huggingface",
+                           "videomae_vit_b", TINY)
+
+
 def test_unreadable_safetensors_is_one_line(tmp_path):
     bad = tmp_path / "model.safetensors"
     bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")

@@ -218,8 +218,9 @@ def to_model_keys(state: Dict[str, torch.Tensor], model: nn.Module, fmt: str,
     """``state`` (in format ``fmt``) renamed and reshaped to ``model``'s keys, in memory."""
     if fmt == "zoo":
         return state
-    layout = Layout.from_shapes({k: v.shape for k, v in model.state_dict().items()},
-                                head_keys(model))
+    own = model.state_dict()
+    layout = Layout.from_shapes({k: v.shape for k, v in own.items()}, head_keys(model),
+                                initial=own)
     converted, report = map_state(SCHEMES[fmt], state, layout)
     for line in report.lines()[1:]:
         logger.warning("%s: %s", source, line)

@@ -41,14 +41,19 @@ class Layout:
         head_keys: Keys of the classifier (their first dimension is the class count).
         pathways: Key prefix per source pathway index: ``{0: "slow_", 1: "fast_"}`` for SlowFast,
             ``{0: ""}`` for a single-pathway 3D ResNet, empty for other models.
+        initial: The model's own freshly initialised tensors, when a real model (not one on the
+            meta device) is the target: a source without a classifier (VideoMAE pretraining
+            weights) leaves the model's fresh head there.
     """
 
     shapes: Dict[str, torch.Size]
     head_keys: Tuple[str, ...]
     pathways: Dict[int, str] = field(default_factory=dict)
+    initial: Dict[str, torch.Tensor] = field(default_factory=dict)
 
     @classmethod
-    def from_shapes(cls, shapes: Dict[str, torch.Size], head_keys: Sequence[str]) -> "Layout":
+    def from_shapes(cls, shapes: Dict[str, torch.Size], head_keys: Sequence[str],
+                    initial: Optional[Dict[str, torch.Tensor]] = None) -> "Layout":
         if "slow_stem.conv.weight" in shapes and "fast_stem.conv.weight" in shapes:
             pathways = {0: "slow_", 1: "fast_"}
         elif (("stem.conv.weight" in shapes or "stem.conv_xy.weight" in shapes)
@@ -56,7 +61,7 @@ class Layout:
             pathways = {0: ""}
         else:
             pathways = {}
-        return cls(dict(shapes), tuple(head_keys), pathways)
+        return cls(dict(shapes), tuple(head_keys), pathways, dict(initial or {}))
 
     @property
     def kind(self) -> str:

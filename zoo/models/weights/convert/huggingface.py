@@ -74,9 +74,19 @@ _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 _INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
+# Tensors only VideoMAEForPreTraining has (the masked-autoencoder decoder); fine-tuning drops them,
+# as transformers' from_pretrained and VideoMAE's run_class_finetuning.py do.
+_PRETRAINING = ("decoder.", "encoder_to_decoder.", "mask_token")
+# The top-level modules of a bare VideoMAEModel, whose keys have no "videomae." prefix.
+_BASE_MODEL = ("embeddings.", "encoder.", "layernorm.")
+
+
 def looks_like_huggingface(keys: Sequence[str]) -> bool:
-    """Whether state-dict keys are a Hugging Face VideoMAE model's."""
-    return any(k.startswith("videomae.") for k in keys)
+    """Whether state-dict keys are a Hugging Face VideoMAE model's (a classifier, a pretraining
+    model or a bare ``VideoMAEModel``)."""
+    return any(k.startswith("videomae.") for k in keys) or (
+        any(k.startswith("embeddings.patch_embeddings.") for k in keys)
+        and any(k.startswith("encoder.layer.") for k in keys))
 
 
 class HuggingFaceScheme(Scheme):
@@ -89,7 +99,36 @@ class HuggingFaceScheme(Scheme):
     def prepare(self, source: Dict[str, torch.Tensor], layout: Layout
                 ) -> Dict[str, torch.Tensor]:
         """Stack each block's query, key and value weights into one ``qkv`` weight (zoo's one
-        projection); a block missing any of the three keeps them apart (and they are reported)."""
+        projection); a block missing any of the three keeps them apart (and they are reported).
+
+        Weights without a classifier - ``VideoMAEForPreTraining`` (its decoder is dropped) or a
+        bare ``VideoMAEModel`` (its keys get the ``videomae.`` prefix) - are the encoder only:
+        the model keeps its fresh ``fc_norm`` and head (one log line says so)."""
+        if not any(k.startswith("videomae.") for k in source):
+            source = {f"videomae.{k}" if k.startswith(_BASE_MODEL) else k: v
+                      for k, v in source.items()}
+        decoder = [k for k in source if k.startswith(_PRETRAINING)]
+        source = {k: v for k, v in source.items() if not k.startswith(_PRETRAINING)}
+        if not any(k.startswith(("classifier.", "fc_norm.")) for k in source):
+            if "norm.weight" not in layout.shapes:  # the model pools into a fresh fc_norm
+                source = {k: v for k, v in source.items()
+                          if not k.startswith("videomae.layernorm.")}
+            if not layout.initial:  # zoo-convert-checkpoint: a file needs a classifier
+                raise ConversionError(
+                    "--from huggingface: VideoMAE pretraining (or base-model) weights have no "
+                    "classifier to convert; give them to training as CONFIG.MODEL.PRETRAINED "
+                    "directly (the encoder loads, the head starts fresh)")
+            fresh = {hf: layout.initial[ours] for hf, ours in (
+                ("fc_norm.weight", "fc_norm.weight"), ("fc_norm.bias", "fc_norm.bias"),
+                ("classifier.weight", "head.weight"), ("classifier.bias", "head.bias"))
+                if ours in layout.initial}
+            source.update(fresh)
+            if fresh or decoder:
+                logger.info("VideoMAE %s weights: the encoder is loaded%s; %s", "pretraining"
+                            if decoder else "base-model",
+                            f", its {len(decoder)} decoder tensors are not used" if decoder
+                            else "", "fc_norm and the classifier start fresh" if fresh else
+                            "they have no classifier")
         parts: Dict[str, Dict[str, torch.Tensor]] = {}
         out = {}
         for key, tensor in source.items():
@@ -213,6 +252,10 @@ def check_hub_config(config: Dict[str, Any], model: nn.Module, where: str) -> No
     if "qv_bias" not in config and "qkv_bias" in config:
         config["qv_bias"] = config["qkv_bias"]
     ours = _videomae_values(model)
+    if set(config.get("architectures") or []) & {"VideoMAEForPreTraining", "VideoMAEModel"}:
+        # Pretraining or base-model weights: no classifier, so how it pooled does not matter
+        # (the model keeps its own pooling and a fresh fc_norm).
+        ours.pop("use_mean_pooling")
     for key, value in ours.items():
         theirs = _one_value(config.get(key, _HF_DEFAULTS[key]))
         if theirs != value and key in _CLIP_KEYS:
