@@ -386,3 +386,22 @@ def test_the_test_dry_run_names_its_checkpoint_and_does_not_resolve_pretrained(t
                                       "weight)")
     assert not any("pretrained" in w for w in result.warnings), result.warnings
     assert f"tested weights: {save / 'epoch_10.pth'} (the newest in its folder)" in result.notes
+
+
+def test_the_dry_run_names_labels_beyond_num_classes(tmp_path):
+    """A real run stops on a training list with labels up to 2 and NUM_CLASSES 2; the dry run
+    passed without a word."""
+    from zoo.cli.dry_run import dry_run
+    from zoo.config import load_config
+
+    (tmp_path / "v").mkdir()
+    lst = tmp_path / "train.txt"
+    lst.write_text("a.mp4 10 0\nb.mp4 10 1\nc.mp4 10 2\n")
+    common = ["MODEL.NAME", "resnet18", "DATA.TRAIN_ANNO_PATH", str(lst),
+              "DATA.TRAIN_DATA_PATH", str(tmp_path / "v"), "DATA.VAL_ANNO_PATH", str(lst),
+              "DATA.VAL_DATA_PATH", str(tmp_path / "v")]
+    warnings = dry_run(load_config(None, [*common, "DATA.NUM_CLASSES", "2"])).warnings
+    assert [w for w in warnings if "has labels up to 2 but CONFIG.DATA.NUM_CLASSES = 2: raise "
+            "NUM_CLASSES to at least 3" in w], warnings
+    warnings = dry_run(load_config(None, [*common, "DATA.NUM_CLASSES", "3"])).warnings
+    assert not [w for w in warnings if "labels" in w], warnings

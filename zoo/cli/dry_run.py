@@ -79,7 +79,35 @@ def _data_warnings(cfg, mode: str) -> List[str]:
                 out.append(f"missing data: CONFIG.DATA.{key} is empty")
             elif path and not os.path.exists(path):
                 out.append(f"missing data: CONFIG.DATA.{key} = {path!r} does not exist")
+    if mode == "train" and not out:
+        out += _label_warnings(cfg)
     return out
+
+
+def _label_warnings(cfg) -> List[str]:
+    """What a real run says about the training list's labels before training: labels beyond
+    ``NUM_CLASSES``, or a list it cannot read (the list of a registered dataset recipe only;
+    nothing is decoded)."""
+    from ..data.build import dataset_kwargs
+    from ..data.dataset_recipes import DatasetRecipe
+    from ..data.registry import DATASET_REGISTRY
+    from ..utils.errors import UserError
+
+    entry = DATASET_REGISTRY.get(cfg.CONFIG.DATA.DATASET)
+    num_classes = int(cfg.CONFIG.DATA.NUM_CLASSES)
+    if not isinstance(entry, DatasetRecipe):
+        return []
+    try:
+        kwargs = dataset_kwargs(cfg, "train")
+        labels = [r.label for r in entry.read(**kwargs).records]
+    except (UserError, OSError) as e:
+        return [f"training list: {e}"]
+    found = max(labels, default=-1) + 1
+    if 0 < num_classes < found:
+        return [f"CONFIG.DATA.TRAIN_ANNO_PATH = {kwargs['anno_path']!r} has labels up to "
+                f"{found - 1} but CONFIG.DATA.NUM_CLASSES = {num_classes}: raise NUM_CLASSES to "
+                f"at least {found} (a real run stops here)"]
+    return []
 
 
 def _machine_warnings(cfg, node_rank: Optional[int]) -> List[str]:
