@@ -253,3 +253,16 @@ def test_train_lists_of_other_lengths_on_two_nodes_stop_before_training(tmp_path
     same.write_text(open(lists[0]).read())
     summaries[1] = node_summary(job_agreement(_cfg("DATA.TRAIN_ANNO_PATH", str(same))), 1, "gloo")
     assert compare_summaries(summaries, lambda i: f"node {i}")[0] == []
+
+
+def test_a_node_0_name_that_does_not_resolve_is_named_not_suggested():
+    """Node 1 of WORLD_URLS ['no-such-host.invalid', <this host>]: the error said "use
+    tcp://no-such-host.invalid:29500" without saying the name does not resolve."""
+    cfg = _cfg("DDP_CONFIG.WORLD_SIZE", "2",
+               "DDP_CONFIG.WORLD_URLS", "['no-such-host.invalid', '127.0.0.1']",
+               "DDP_CONFIG.DIST_URL", "tcp://127.0.0.1:29500")
+    with pytest.raises(LaunchError) as e:
+        resolve_job(cfg, env={})
+    assert str(e.value) == (
+        "DDP_CONFIG.WORLD_URLS[0] = 'no-such-host.invalid' (node 0, which hosts the rendezvous) "
+        "does not resolve on this host: give node 0's IP address, or a name every node resolves")

@@ -278,6 +278,10 @@ def _check_dist_url(url: str, urls, node_rank: int, use_urls: bool) -> None:
     if not port:
         raise LaunchError(f"DDP_CONFIG.DIST_URL = {url!r} needs a port for a multi-node job, "
                           "e.g. tcp://<node 0>:29500")
+    if use_urls and not net.resolve(urls[0]):
+        raise LaunchError(
+            f"DDP_CONFIG.WORLD_URLS[0] = {urls[0]!r} (node 0, which hosts the rendezvous) does "
+            "not resolve on this host: give node 0's IP address, or a name every node resolves")
     if use_urls and not net.same_host(host, urls[0]):
         unresolved = "" if net.resolve(host) else f" ({host!r} did not resolve)"
         raise LaunchError(
