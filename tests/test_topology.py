@@ -137,8 +137,10 @@ def test_dist_url_by_hostname_equals_node_0_by_ip():
 def test_node_0_must_own_the_dist_url_address_without_world_urls():
     cfg = _cfg("DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.AUTO_RANK_MATCH", "False",
                "DDP_CONFIG.DIST_URL", f"tcp://{FAR[0]}:29500")
-    with pytest.raises(LaunchError, match="this is node 0, which hosts the rendezvous"):
+    with pytest.raises(LaunchError, match="this is node 0, which hosts the rendezvous") as e:
         resolve_job(cfg)
+    # The other reading: node 1 run without its rank (node 0 is the default).
+    assert "if this is another node, give its rank (DDP_CONFIG.WORLD_RANK N" in str(e.value)
     topo = resolve_job(cfg, node_rank=1)  # another node only connects to it
     assert topo.node_rank == 1
 

@@ -293,7 +293,9 @@ def _check_dist_url(url: str, urls, node_rank: int, use_urls: bool) -> None:
         raise LaunchError(
             f"DDP_CONFIG.DIST_URL = {url!r}: this is node 0, which hosts the rendezvous, but "
             f"{host} is not one of its addresses ({net.host_identity().describe()}); put node "
-            "0's address in DIST_URL"
+            "0's address in DIST_URL, or, if this is another node, give its rank "
+            "(DDP_CONFIG.WORLD_RANK N on its command line, or AUTO_RANK_MATCH True with "
+            "WORLD_URLS)"
         )
 
 
