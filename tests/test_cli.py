@@ -405,3 +405,19 @@ def test_the_dry_run_names_labels_beyond_num_classes(tmp_path):
             "NUM_CLASSES to at least 3" in w], warnings
     warnings = dry_run(load_config(None, [*common, "DATA.NUM_CLASSES", "3"])).warnings
     assert not [w for w in warnings if "labels" in w], warnings
+
+
+def test_another_nodes_launcher_labels_its_console_lines_with_its_node():
+    """Node 1's launcher is no rank: its console lines said "rank0" (the job's rank 0 is on
+    node 0)."""
+    import io
+    import logging
+
+    from zoo.utils.logger import set_console_label, setup_logger
+
+    out = io.StringIO()
+    setup_logger(None, 0, name="zoo_label_test", stream=out)
+    set_console_label("node1", name="zoo_label_test")
+    logging.getLogger("zoo_label_test").info("data check: train list has 16 videos")
+    assert " node1] data check: train list has 16 videos" in out.getvalue()
+    assert "rank0" not in out.getvalue()

@@ -20,7 +20,7 @@ import time
 from typing import Callable, List, Optional, Sequence
 
 from ..utils.errors import report_failure
-from ..utils.logger import setup_logger
+from ..utils.logger import set_console_label, setup_logger
 from .configure import setup_cfg, with_extra_modules  # noqa: F401  (re-exported, see above)
 from .parser import (  # noqa: F401  (re-exported, see above)
     OVERRIDES_HELP,
@@ -110,6 +110,8 @@ def _run(worker: Callable, args: argparse.Namespace, rank: int, splits: Sequence
             cfg = resolve_num_classes(cfg)
         # The one place the job's topology is worked out (a bad one is the most basic error).
         spec = resolve_job(cfg, node_rank=command_line_node_rank(args.opts, cfg))
+        if not spec.assigned and spec.node_rank > 0:  # this node's launcher, not rank 0
+            set_console_label(f"node{spec.node_rank}")
         if guard is not None:
             guard.grace_s = spec.preempt_grace_s
         check_data(cfg, splits, spec)

@@ -64,6 +64,15 @@ def write_to_log_file(text: str, output_dir: Optional[str] = None, rank: int = 0
     return path
 
 
+def set_console_label(label: str, name: str = "zoo") -> None:
+    """Prefix this process's console lines with ``label`` instead of ``rank{N}`` (the launcher
+    of node N > 0, which is no rank, says ``node{N}``)."""
+    for handler in logging.getLogger(name).handlers:
+        if type(handler) is logging.StreamHandler:
+            handler.setFormatter(logging.Formatter(f"[%(asctime)s {label}] %(message)s",
+                                                   datefmt="%H:%M:%S"))
+
+
 def setup_logger(output_dir: Optional[str] = None, rank: int = 0, name: str = "zoo",
                  stream: Optional[TextIO] = None) -> logging.Logger:
     """Configure the ``zoo`` logger for this process.
