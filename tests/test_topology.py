@@ -268,3 +268,20 @@ def test_a_node_0_name_that_does_not_resolve_is_named_not_suggested():
     assert str(e.value) == (
         "DDP_CONFIG.WORLD_URLS[0] = 'no-such-host.invalid' (node 0, which hosts the rendezvous) "
         "does not resolve on this host: give node 0's IP address, or a name every node resolves")
+
+
+@pytest.mark.slow  # waits out a 7 s INIT_TIMEOUT
+def test_node_0_says_which_nodes_it_waits_for(tmp_path, synth_root):
+    """Node 0 of a two-node job whose node 1 never starts: it said nothing for INIT_TIMEOUT
+    (300 s by default); after a few seconds it names the nodes it waits for."""
+    from helpers import TINY_DATA, free_port, run_tool
+
+    r = run_tool("train_ddp.py", [
+        "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", f"['127.0.0.1', '{FAR[0]}']",
+        "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{free_port()}", "DDP_CONFIG.INIT_TIMEOUT", "7",
+        "DDP_CONFIG.DIST_BACKEND", "gloo", "DATA.SYNTHETIC.ROOT", synth_root,
+        "LOG.BASE_PATH", str(tmp_path), *TINY_DATA], timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    assert "node 0: waiting for node(s) [1] to join at tcp://127.0.0.1:" in out, out
+    assert "but node(s) [1] never joined" in out, out

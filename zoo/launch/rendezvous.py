@@ -63,6 +63,11 @@ REPORT_GRACE_S = 3.0
 
 
 # ----------------------------------------------------------------------------------- stores
+# Node 0 says which nodes it is waiting for once they are this late (a quiet console for minutes
+# looks like a hang).
+_SAY_WAITING_AFTER_S = 5.0
+
+
 def _wait_for_port(host: str, port: int, timeout_s: float) -> None:
     """Wait until node 0's store accepts TCP connections, or fail naming address and port."""
     deadline = time.monotonic() + timeout_s
@@ -205,9 +210,16 @@ class NodeRendezvous:
         self.store.set(f"zoo/{self.job}/session", self.session)
         self._register()
         keys = [self._key(f"node/{k}/1") for k in range(n)]
-        deadline = time.monotonic() + self.timeout_s
+        start = time.monotonic()
+        deadline, said = start + self.timeout_s, False
         while not self.store.check(keys):
             self._note_strangers()
+            if not said and time.monotonic() - start >= _SAY_WAITING_AFTER_S:
+                said = True
+                waiting = [k for k, key in enumerate(keys) if not self.store.check([key])]
+                logger.info("node 0: waiting for node(s) %s to join at %s (up to "
+                            "DDP_CONFIG.INIT_TIMEOUT = %gs)", waiting, self.topology.dist_url,
+                            self.timeout_s)
             if time.monotonic() >= deadline:
                 missing = [k for k, key in enumerate(keys) if not self.store.check([key])]
                 error = (f"node 0 waited {self.timeout_s:g}s at {self.topology.dist_url} but "
