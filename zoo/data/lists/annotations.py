@@ -181,9 +181,10 @@ def check_same_classes(names: Sequence[str], training: Sequence[str], where: str
         same = unicodedata.normalize("NFC", name) == unicodedata.normalize("NFC", want)
         if not same and name != str(i) and want != str(i):
             raise AnnotationError(
-                f"{where}: class {i} is {name!r} there but {want!r} in the training data: the "
-                "labels of one split would mean other classes in the other. Give both the same "
-                "classes.txt and labels (the training list's), or the same class folders")
+                f"{where}: class {i} is {name!r} there but {want!r} in the training data (when "
+                "testing: the classes the checkpoint recorded): the labels would mean other "
+                "classes. Give this list the training list's classes.txt and labels, or use "
+                "class folders (matched by name)")
 
 
 def read_class_names(anno_path: str, num_classes: int) -> List[str]:
