@@ -110,7 +110,8 @@ def test_the_spec_holds_what_the_launcher_needs():
     assert (spec.max_restarts, spec.preempt_grace_s, spec.restart_round) == (4, 12.0, 0)
     assert spec.output_dir == "/out/run1"
     # The agreement payload is computed here: the launcher compares it as opaque data.
-    assert set(spec.agreement) == {"job", "token_hash", "config_hash", "config", "local"}
+    assert set(spec.agreement) == {"job", "token_hash", "config_hash", "config", "local",
+                                   "lists"}
     assert "DDP_CONFIG.NUM_CPU_PROCS" not in spec.agreement["config"]  # per-node key
     assert "s3cret" not in json.dumps(spec.agreement, default=str)
     assert "s3cret" not in repr(spec)
