@@ -88,25 +88,23 @@ def _label_warnings(cfg) -> List[str]:
     """What a real run says about the training list's labels before training: labels beyond
     ``NUM_CLASSES``, or a list it cannot read (the list of a registered dataset recipe only;
     nothing is decoded)."""
-    from ..data.build import dataset_kwargs
+    from ..data.build import check_label_count, dataset_kwargs
     from ..data.dataset_recipes import DatasetRecipe
     from ..data.registry import DATASET_REGISTRY
     from ..utils.errors import UserError
 
     entry = DATASET_REGISTRY.get(cfg.CONFIG.DATA.DATASET)
-    num_classes = int(cfg.CONFIG.DATA.NUM_CLASSES)
     if not isinstance(entry, DatasetRecipe):
         return []
     try:
         kwargs = dataset_kwargs(cfg, "train")
         labels = [r.label for r in entry.read(**kwargs).records]
-    except (UserError, OSError) as e:
+        check_label_count(max(labels, default=-1) + 1, int(cfg.CONFIG.DATA.NUM_CLASSES),
+                          f"CONFIG.DATA.TRAIN_ANNO_PATH = {kwargs['anno_path']!r}")
+    except UserError as e:
+        return [f"{e} (a real run stops here)"]
+    except OSError as e:
         return [f"training list: {e}"]
-    found = max(labels, default=-1) + 1
-    if 0 < num_classes < found:
-        return [f"CONFIG.DATA.TRAIN_ANNO_PATH = {kwargs['anno_path']!r} has labels up to "
-                f"{found - 1} but CONFIG.DATA.NUM_CLASSES = {num_classes}: raise NUM_CLASSES to "
-                f"at least {found} (a real run stops here)"]
     return []
 
 

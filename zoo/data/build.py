@@ -254,13 +254,21 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False,
     if classes and getattr(dataset, "classes", None) is not None:
         check_same_classes(dataset.classes, classes, f"{key} = {kwargs['anno_path']!r}")
     found = getattr(dataset, "num_classes_found", None)
-    num_classes = cfg.CONFIG.DATA.NUM_CLASSES
-    if found is not None and 0 < num_classes < found:
-        raise ConfigError(
-            f"{key} = {kwargs['anno_path']!r} has labels up to {found - 1} but "
-            f"CONFIG.DATA.NUM_CLASSES = {num_classes}: raise NUM_CLASSES to at least {found}"
-        )
+    if found is not None:
+        check_label_count(found, cfg.CONFIG.DATA.NUM_CLASSES, f"{key} = {kwargs['anno_path']!r}")
     return dataset
+
+
+def check_label_count(found: int, num_classes: int, where: str) -> None:
+    """Stop when a list's labels (``found`` = the largest + 1) exceed ``NUM_CLASSES`` (0 =
+    counted from the list: never).
+
+    Raises:
+        ConfigError: One line naming the list (``where``) and the count to set.
+    """
+    if 0 < num_classes < found:
+        raise ConfigError(f"{where} has labels up to {found - 1} but CONFIG.DATA.NUM_CLASSES = "
+                          f"{num_classes}: raise NUM_CLASSES to at least {found}")
 
 
 def count_train_classes(cfg: CfgNode) -> int:

@@ -12,6 +12,7 @@ its class count from its classifier's shape.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch.nn as nn
@@ -46,8 +47,6 @@ def read_zoo_run(path: Any) -> Optional[Dict[str, Any]]:
     weights and the config they were built with. None for anything else (published weights,
     safetensors, tags, URLs, files that do not load), which the weights loader reads and
     reports on."""
-    import os
-
     from ..models.weights.convert.common import is_safetensors
 
     if not isinstance(path, str) or not os.path.isfile(path) or is_safetensors(path):

@@ -121,12 +121,13 @@ LIST_KEYS = ("CONFIG.DATA.TRAIN_ANNO_PATH", "CONFIG.DATA.VAL_ANNO_PATH",
              "CONFIG.DATA.TEST_ANNO_PATH")
 
 
-def list_lengths(cfg) -> Dict[str, int]:
-    """Non-empty lines of each :data:`LIST_KEYS` file this node has (folders and missing files,
-    which the data checks report, are left out)."""
-    flat, lengths = flatten_cfg(cfg), {}
+def list_lengths(local: Mapping[str, object]) -> Dict[str, int]:
+    """Non-empty lines of each :data:`LIST_KEYS` file this node has, from its node-local items
+    (:func:`node_local_items`); folders and missing files, which the data checks report, are
+    left out."""
+    lengths = {}
     for key in LIST_KEYS:
-        path = flat.get(key)
+        path = local.get(key)
         if isinstance(path, str) and path and os.path.isfile(path):
             try:
                 with open(path, "rb") as f:
@@ -140,14 +141,14 @@ def job_agreement(cfg, env: Optional[Mapping[str, str]] = None) -> Dict[str, Any
     """What this node compares with the others, from the config: ``job`` (:func:`job_identity`),
     ``token_hash`` (its first 16 hex digits), ``config_hash``, ``config`` (:func:`config_items`),
     ``local`` (:func:`node_local_items`) and ``lists`` (:func:`list_lengths`)."""
-    items = config_items(cfg)
+    items, local = config_items(cfg), node_local_items(cfg)
     return {
         "job": job_identity(cfg, env),
         "token_hash": token_hash(cfg, env)[:16],
         "config_hash": config_fingerprint(items),
         "config": items,
-        "local": node_local_items(cfg),
-        "lists": list_lengths(cfg),
+        "local": local,
+        "lists": list_lengths(local),
     }
 
 

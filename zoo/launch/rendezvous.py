@@ -212,16 +212,19 @@ class NodeRendezvous:
         keys = [self._key(f"node/{k}/1") for k in range(n)]
         start = time.monotonic()
         deadline, said = start + self.timeout_s, False
+
+        def absent() -> List[int]:
+            return [k for k, key in enumerate(keys) if not self.store.check([key])]
+
         while not self.store.check(keys):
             self._note_strangers()
             if not said and time.monotonic() - start >= _SAY_WAITING_AFTER_S:
                 said = True
-                waiting = [k for k, key in enumerate(keys) if not self.store.check([key])]
                 logger.info("node 0: waiting for node(s) %s to join at %s (up to "
-                            "DDP_CONFIG.INIT_TIMEOUT = %gs)", waiting, self.topology.dist_url,
+                            "DDP_CONFIG.INIT_TIMEOUT = %gs)", absent(), self.topology.dist_url,
                             self.timeout_s)
             if time.monotonic() >= deadline:
-                missing = [k for k, key in enumerate(keys) if not self.store.check([key])]
+                missing = absent()
                 error = (f"node 0 waited {self.timeout_s:g}s at {self.topology.dist_url} but "
                          f"node(s) {missing} never joined: start the same command there and check "
                          f"they can reach this address (DDP_CONFIG.WORLD_SIZE = {n} nodes)")

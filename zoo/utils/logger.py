@@ -69,8 +69,11 @@ def set_console_label(label: str, name: str = "zoo") -> None:
     of node N > 0, which is no rank, says ``node{N}``)."""
     for handler in logging.getLogger(name).handlers:
         if type(handler) is logging.StreamHandler:
-            handler.setFormatter(logging.Formatter(f"[%(asctime)s {label}] %(message)s",
-                                                   datefmt="%H:%M:%S"))
+            handler.setFormatter(_console_formatter(label))
+
+
+def _console_formatter(label: str) -> logging.Formatter:
+    return logging.Formatter(f"[%(asctime)s {label}] %(message)s", datefmt="%H:%M:%S")
 
 
 def setup_logger(output_dir: Optional[str] = None, rank: int = 0, name: str = "zoo",
@@ -91,9 +94,7 @@ def setup_logger(output_dir: Optional[str] = None, rank: int = 0, name: str = "z
     formatter = logging.Formatter(_FMT, datefmt=_DATEFMT)
     console = logging.StreamHandler(stream or sys.stdout)
     console.setLevel(logging.INFO if rank == 0 else logging.ERROR)
-    console.setFormatter(
-        logging.Formatter(f"[%(asctime)s rank{rank}] %(message)s", datefmt="%H:%M:%S")
-    )
+    console.setFormatter(_console_formatter(f"rank{rank}"))
     console.addFilter(_NotFileOnly())
     logger.addHandler(console)
     if output_dir:
