@@ -282,3 +282,96 @@ def test_the_dry_run_stops_on_a_clip_the_model_was_not_built_for():
     fits = load_config(None, ["MODEL.NAME", "mvit_v2_s", "DATA.NUM_CLASSES", "3",
                               "DATA.CLIP_LEN", "16", "DATA.CROP_SIZE", "224"])
     assert dry_run(fits).params > 0
+
+
+# A three-block MViTv2 (width 16 doubling at block 1), as torchvision block settings and as the
+# zoo kwargs of the same network.
+TINY_V2 = dict(depth=3, embed_dim=16, dim_mul=[[1, 2.0]], head_mul=[[1, 2.0]],
+               pool_kv_stride_adaptive=[1, 4, 4],
+               pool_q_stride=[[0, 1, 1, 1], [1, 1, 2, 2], [2, 1, 1, 1]])
+# MViTv1 without pooled stages, two blocks.
+TINY_V1 = dict(depth=2, embed_dim=16, dim_mul=[], head_mul=[], pool_q_stride=[],
+               pool_kv_stride_adaptive=[1, 2, 2], num_classes=3)
+
+
+def _tv_tiny_v2_at(frames: int, crop: int) -> torch.nn.Module:
+    return tvm.MViT(spatial_size=(crop, crop), temporal_size=frames,
+                    block_setting=_v2_blocks(3, (1,), width=16, kv=4), residual_pool=True,
+                    residual_with_cls_embed=False, rel_pos_embed=True, proj_after_attn=True,
+                    num_classes=7)
+
+
+def test_weights_of_another_clip_size_give_torchvisions_run_time_logits(tmp_path, caplog):
+    """MViTv2 weights trained at 4 x 64 x 64, fine-tuned at 8 x 96 x 96: the relative-position
+    tables no longer fit and loading stopped. They are resized when loaded; torchvision resizes
+    the same tables at run time (its ``_add_rel_pos``): its model built for 8 x 96 carrying the
+    4 x 64 tables gives the logits."""
+    small = _randomize(_tv_tiny_v2_at(FRAMES, CROP))
+    theirs = _tv_tiny_v2_at(8, 96).eval()
+    own = theirs.state_dict()
+    theirs.load_state_dict({k: v for k, v in small.state_dict().items()
+                            if own[k].shape == v.shape}, strict=False)
+    for name, module in theirs.named_modules():
+        for table in ("rel_pos_h", "rel_pos_w", "rel_pos_t"):
+            if isinstance(getattr(module, table, None), torch.nn.Parameter):
+                setattr(module, table, torch.nn.Parameter(small.get_parameter(f"{name}.{table}")))
+    x = torch.randn(1, 3, 8, 96, 96, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = theirs(x)
+    state, _, report = convert_state_dict(small.state_dict(), "torchvision", "mvit_v2_s",
+                                          frames=8, crop_size=96, **TINY_V2)
+    assert any(line.startswith("resized 9 position table(s)") for line in report.lines())
+    path = os.path.join(tmp_path, "small.pth")
+    torch.save(small.state_dict(), path)
+    for loaded in (state, path):
+        if isinstance(loaded, str):
+            with caplog.at_level("WARNING"):
+                ours = zoo.create_model("mvit_v2_s", num_classes=7, frames=8, crop_size=96,
+                                        pretrained=loaded, **TINY_V2).eval()
+            assert "resized 9 position table(s) trained at another clip size" in caplog.text
+        else:
+            ours = zoo.create_model("mvit_v2_s", num_classes=7, frames=8, crop_size=96,
+                                    **TINY_V2).eval()
+            ours.load_state_dict(loaded)
+        with torch.no_grad():
+            assert (ours(x) - want).abs().max() <= 1e-5 * want.abs().max()
+
+
+def _pyslowfast_positions(model: torch.nn.Module, grid) -> torch.Tensor:
+    """PySlowFast's ``_get_pos_embed``: the patch positions of ``model`` (separate tables summed
+    first), resized trilinearly to ``grid``, after the class token's row."""
+    table = model._positions()
+    c = table.shape[-1]
+    patches = table[:, 1:].reshape(1, *model.patch_dims, c).permute(0, 4, 1, 2, 3)
+    patches = torch.nn.functional.interpolate(patches, size=tuple(grid), mode="trilinear")
+    return torch.cat((table[:, :1], patches.reshape(1, c, -1).permute(0, 2, 1)), dim=1)
+
+
+@pytest.mark.parametrize("sep", [True, False])
+def test_absolute_positions_of_another_clip_size_are_resized_as_pyslowfast_does(tmp_path, sep):
+    """MViTv1's absolute positions (separate T and H x W tables, or one joint table) from a
+    4 x 64 x 64 zoo run into a model for 8 x 64 x 64: the model's positions are PySlowFast's
+    run-time trilinear resize of the trained ones."""
+    kwargs = dict(TINY_V1, sep_pos_embed=sep)
+    small = _randomize(zoo.create_model("mvit_v1_b_16x4", frames=FRAMES, crop_size=CROP,
+                                        **kwargs))
+    path = os.path.join(tmp_path, "small.pth")
+    torch.save(small.state_dict(), path)
+    big = zoo.create_model("mvit_v1_b_16x4", frames=8, crop_size=CROP, pretrained=path, **kwargs)
+    with torch.no_grad():
+        want = _pyslowfast_positions(small, big.patch_dims)
+        assert torch.allclose(big._positions(), want, atol=1e-6)
+        assert torch.equal(big.cls_token, small.cls_token)
+
+
+def test_a_joint_position_table_whose_grid_is_ambiguous_stops_with_one_line(tmp_path):
+    """A joint table of 4 x 8 x 8 positions into a model of grid 4 x 4 x 4: 16 x 4 x 4 fits its
+    length as well, so the loader cannot tell which was trained and says so."""
+    kwargs = dict(TINY_V1, sep_pos_embed=False)
+    small = zoo.create_model("mvit_v1_b_16x4", frames=8, crop_size=32, **kwargs)
+    path = os.path.join(tmp_path, "small.pth")
+    torch.save(small.state_dict(), path)
+    with pytest.raises(MViTConfigError) as err:
+        zoo.create_model("mvit_v1_b_16x4", frames=8, crop_size=16, pretrained=path, **kwargs)
+    assert "pos_embed: its 256 positions fit both" in str(err.value)
+    assert len(str(err.value).splitlines()) == 1

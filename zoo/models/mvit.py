@@ -46,6 +46,7 @@ from .blockwise import BlockwiseMixin
 from .classifier import ClassifierMixin
 from .facts import IMAGENET_MEAN, IMAGENET_STD, KINETICS_MEAN, KINETICS_STD, video_facts
 from .mvit_layers import MultiScaleBlock, kv_strides_adaptive
+from .mvit_positions import resize_mvit_position
 from .registry import register_model
 
 __all__ = ["MViT", "MViTConfigError", "TransformerHead", "mvit_pool_plan", "mvit_round_width"]
@@ -65,7 +66,7 @@ def grid_mismatch(what: str, built: List[int], got: List[int], proj: nn.Conv3d) 
     return (f"{what} was built for clips of {t} frames x {h} px (MODEL.KWARGS frames / crop_size) "
             f"but got {frames} frames x {size} px (DATA.CLIP_LEN / CROP_SIZE): set MODEL.KWARGS "
             f"['frames', {frames}, 'crop_size', {size}] or DATA.CLIP_LEN {t} / CROP_SIZE {h}; "
-            "published weights fit their own size only")
+            "the position tables of weights trained at another size are resized when loaded")
 
 
 def mvit_round_width(width: float, multiplier: float, min_width: int = 1,
@@ -355,6 +356,11 @@ class MViT(BlockwiseMixin, ClassifierMixin, nn.Module):
             return []
         return ["pos_embed", "pos_embed_spatial", "pos_embed_temporal", "pos_embed_class",
                 "rel_pos_h", "rel_pos_w", "rel_pos_t", "cls_token"]
+
+    def resize_position_tensor(self, key: str, tensor: torch.Tensor) -> Optional[torch.Tensor]:
+        """``tensor``, position table ``key`` of weights trained at another clip size, resized
+        to this model's (:mod:`zoo.models.mvit_positions`); None for any other tensor."""
+        return resize_mvit_position(self, key, tensor)
 
     def _positions(self) -> torch.Tensor:
         if not self.sep_pos_embed:

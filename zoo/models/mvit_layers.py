@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from .blockwise import drop_path_module
 
-__all__ = ["Mlp", "MultiScaleAttention", "MultiScaleBlock", "pool_tokens"]
+__all__ = ["Mlp", "MultiScaleAttention", "MultiScaleBlock", "pool_tokens", "resize_table"]
 
 Thw = Tuple[int, int, int]
 
@@ -60,7 +60,7 @@ def pool_tokens(x: torch.Tensor, pool: Optional[nn.Module], thw: Thw, has_cls: b
     return (x.squeeze(1) if squeeze else x), thw
 
 
-def _resize_table(table: torch.Tensor, size: int) -> torch.Tensor:
+def resize_table(table: torch.Tensor, size: int) -> torch.Tensor:
     """A relative-position table ``(L, C)`` linearly resized to ``size`` rows."""
     if table.shape[0] == size:
         return table
@@ -88,13 +88,13 @@ def _rel_pos_bias(q: torch.Tensor, q_thw: Thw, k_thw: Thw, tables: Sequence[torc
     bias = q.new_zeros(b, heads, qt, qh, qw, kt, kh, kw)
     if spatial:
         table_h, table_w = tables[0], tables[1]
-        rh = _resize_table(table_h, 2 * max(qh, kh) - 1)[_distances(qh, kh, q.device)]
-        rw = _resize_table(table_w, 2 * max(qw, kw) - 1)[_distances(qw, kw, q.device)]
+        rh = resize_table(table_h, 2 * max(qh, kh) - 1)[_distances(qh, kh, q.device)]
+        rw = resize_table(table_w, 2 * max(qw, kw) - 1)[_distances(qw, kw, q.device)]
         rel_h = torch.einsum("bnthwc,hkc->bnthwk", r_q, rh)
         rel_w = torch.einsum("bnthwc,wkc->bnthwk", r_q, rw)
         bias = bias + rel_h[:, :, :, :, :, None, :, None] + rel_w[:, :, :, :, :, None, None, :]
     if temporal:
-        rt = _resize_table(tables[-1], 2 * max(qt, kt) - 1)[_distances(qt, kt, q.device)]
+        rt = resize_table(tables[-1], 2 * max(qt, kt) - 1)[_distances(qt, kt, q.device)]
         rel_t = torch.einsum("bnthwc,tkc->bnthwk", r_q, rt)
         bias = bias + rel_t[:, :, :, :, :, :, None, None]
     return bias.reshape(b, heads, qt * qh * qw, kt * kh * kw)

@@ -53,6 +53,7 @@ from .mvit import (
     mvit_pool_plan,
     mvit_round_width,
 )
+from .mvit_positions import resize_mvit_position
 from .mvit_rev_layers import (
     RevBackprop,
     ReversibleBlock,
@@ -274,6 +275,11 @@ class RevMViT(ClassifierMixin, nn.Module):
             if stride_q[i]:
                 input_size = [size // s for size, s in zip(input_size, stride_q[i])]
         return layers, dim_out
+
+    def resize_position_tensor(self, key: str, tensor: torch.Tensor) -> Optional[torch.Tensor]:
+        """``tensor``, position table ``key`` of weights trained at another clip size, resized
+        to this model's (:mod:`zoo.models.mvit_positions`); None for any other tensor."""
+        return resize_mvit_position(self, key, tensor)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The pooled, normalised feature ``(B, C)`` the classifier sees."""

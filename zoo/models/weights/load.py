@@ -29,7 +29,15 @@ from ...config import parse_literal
 from ...utils.checkpoint_io import load_failure, recorded_config
 from ..classifier import head_keys
 from .convert import SCHEMES
-from .convert.common import ConversionError, Layout, is_safetensors, map_state, read_safetensors
+from .convert.common import (
+    ConversionError,
+    Layout,
+    fit_position,
+    is_safetensors,
+    map_state,
+    read_safetensors,
+    resized_line,
+)
 from .convert.gluoncv import looks_like_gluoncv
 from .convert.huggingface import (
     check_hub_config,
@@ -218,9 +226,7 @@ def to_model_keys(state: Dict[str, torch.Tensor], model: nn.Module, fmt: str,
     """``state`` (in format ``fmt``) renamed and reshaped to ``model``'s keys, in memory."""
     if fmt == "zoo":
         return state
-    own = model.state_dict()
-    layout = Layout.from_shapes({k: v.shape for k, v in own.items()}, head_keys(model),
-                                initial=own)
+    layout = Layout.of_model(model, head_keys(model), initial=model.state_dict())
     converted, report = map_state(SCHEMES[fmt], state, layout)
     for line in report.lines()[1:]:
         logger.warning("%s: %s", source, line)
@@ -383,10 +389,12 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
     head = set(head_keys(model))
     skipped = defaultdict(list)
     load = {}
-    mismatched = []
+    mismatched, resized = [], []
+    resize = getattr(model, "resize_position_tensor", None)
     for k, v in state.items():
         if k not in own:
             continue
+        v = fit_position(resize, k, v, own[k].shape, resized)
         if own[k].shape == v.shape and not (new_head and k in head):
             load[k] = v
         elif k in head and own[k].dim() == v.dim() and own[k].shape[1:] == v.shape[1:]:
@@ -411,6 +419,8 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
             parts.append(f"not in model ({len(unexpected)}): " + ", ".join(unexpected[:8]))
         raise WeightsError(f"{source} does not fit {type(model).__name__}: " + "; ".join(parts))
     model.load_state_dict(load, strict=False)
+    if resized:
+        logger.warning("%s: %s", source, resized_line(resized))
     for group, items in skipped.items():
         logger.warning("%s: re-initialised %s (checkpoint had %s)", source, group, ", ".join(items))
     logger.info("loaded %d tensors from %s", len(load), source)

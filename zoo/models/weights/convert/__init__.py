@@ -95,7 +95,7 @@ def convert_state_dict(
     probe = _meta_model(model_name, model_facts(model_name).get("num_classes") or 400,
                         model_kwargs)
     heads = head_keys(probe)
-    layout = Layout.from_shapes({k: v.shape for k, v in probe.state_dict().items()}, heads)
+    layout = Layout.of_model(probe, heads)
     state, report = map_state(sch, source, layout)
     num_classes = state[heads[0]].shape[0]
     # Final check against the model built with the source's class count: every key and shape.

@@ -21,8 +21,8 @@ from ....utils.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ConversionError", "Layout", "Report", "Scheme", "is_safetensors", "map_state",
-           "read_safetensors", "read_source"]
+__all__ = ["ConversionError", "Layout", "Report", "Scheme", "fit_position", "is_safetensors",
+           "map_state", "read_safetensors", "read_source", "resized_line"]
 
 # The last component of every state-dict key: what kind of tensor it is.
 PARAM = r"(weight|bias|running_mean|running_var|num_batches_tracked)"
@@ -44,12 +44,25 @@ class Layout:
         initial: The model's own freshly initialised tensors, when a real model (not one on the
             meta device) is the target: a source without a classifier (VideoMAE pretraining
             weights) leaves the model's fresh head there.
+        resize: The model's ``resize_position_tensor``, where it has one: ``(zoo_key, tensor)``
+            to the tensor resized to the model's input size, or None (an MViT's position tables
+            of weights trained at another clip size).
     """
 
     shapes: Dict[str, torch.Size]
     head_keys: Tuple[str, ...]
     pathways: Dict[int, str] = field(default_factory=dict)
     initial: Dict[str, torch.Tensor] = field(default_factory=dict)
+    resize: Optional[Callable[[str, torch.Tensor], Optional[torch.Tensor]]] = None
+
+    @classmethod
+    def of_model(cls, model: torch.nn.Module, head_keys: Sequence[str],
+                 initial: Optional[Dict[str, torch.Tensor]] = None) -> "Layout":
+        """The layout of ``model`` (on any device, the meta device included)."""
+        layout = cls.from_shapes({k: v.shape for k, v in model.state_dict().items()},
+                                 head_keys, initial)
+        layout.resize = getattr(model, "resize_position_tensor", None)
+        return layout
 
     @classmethod
     def from_shapes(cls, shapes: Dict[str, torch.Size], head_keys: Sequence[str],
@@ -88,6 +101,7 @@ class Report:
         num_source: Source tensors read (all of them were used).
         num_target: Tensors in the converted state dict.
         filled: Zoo keys the scheme filled itself (e.g. identity BN), with a reason each.
+        resized: Position tables resized to the model's input size, as ``key (from) -> (to)``.
         notes: Caveats worth telling the user (e.g. an inexact architecture match).
     """
 
@@ -95,6 +109,7 @@ class Report:
     num_source: int = 0
     num_target: int = 0
     filled: Dict[str, str] = field(default_factory=dict)
+    resized: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
 
     def lines(self) -> List[str]:
@@ -109,6 +124,8 @@ class Report:
             shown = ", ".join(unique[:6]) + (f", ... ({len(unique) - 6} more)"
                                              if len(unique) > 6 else "")
             out.append(f"filled {len(unique)} module(s) ({why}): {shown}")
+        if self.resized:
+            out.append(resized_line(self.resized))
         out += self.notes
         return out
 
@@ -236,6 +253,28 @@ def read_source(path: str, state_keys: Sequence[str], allow_pickle: bool = False
     return {re.sub(r"^module\.", "", k): v for k, v in tensors.items()}
 
 
+def resized_line(resized: Sequence[str]) -> str:
+    """The one line saying which position tables were resized to the model's input size."""
+    shown = ", ".join(resized[:3]) + (f", ... ({len(resized) - 3} more)"
+                                      if len(resized) > 3 else "")
+    return (f"resized {len(resized)} position table(s) trained at another clip size to the "
+            f"model's (MODEL.KWARGS frames / crop_size), by interpolation: {shown}")
+
+
+def fit_position(layout_resize: Optional[Callable[[str, torch.Tensor], Optional[torch.Tensor]]],
+                 key: str, tensor: torch.Tensor, want: torch.Size, resized: List[str]
+                 ) -> torch.Tensor:
+    """``tensor`` resized to ``want`` by the model's ``resize_position_tensor`` where it is a
+    position table of another input size (noted in ``resized``); else unchanged."""
+    if layout_resize is None or tensor.shape == want:
+        return tensor
+    fitted = layout_resize(key, tensor)
+    if fitted is None or fitted.shape != want:
+        return tensor
+    resized.append(f"{key} {tuple(tensor.shape)} -> {tuple(want)}")
+    return fitted
+
+
 def _shape_ok(key: str, got: torch.Size, want: torch.Size, layout: Layout) -> bool:
     if key in layout.head_keys:  # any class count; the caller builds the model to fit it
         return len(got) == len(want) and got[1:] == want[1:]
@@ -271,6 +310,8 @@ def map_state(
             twice.append(f"{origin[zoo_key]} and {key} -> {zoo_key}")
         else:
             value = scheme.transform(zoo_key, tensor, layout)
+            value = fit_position(layout.resize, zoo_key, value, layout.shapes[zoo_key],
+                                 report.resized)
             if not _shape_ok(zoo_key, value.shape, layout.shapes[zoo_key], layout):
                 bad_shape.append(f"{key} {tuple(value.shape)} -> {zoo_key} "
                                  f"{tuple(layout.shapes[zoo_key])}")
