@@ -182,6 +182,16 @@ def _avi_from_mp4(path: str) -> None:
     os.remove(mp4)
 
 
+def _avi_without_index(path: str) -> None:
+    """MPEG-4 in AVI whose writer stopped before the index at the end (a camera that lost power, a
+    killed capture): every frame is there, the header still counts them, the index is gone."""
+    _ffmpeg(path, ["-c:v", "mpeg4", "-q:v", "2", "-bf", "2", "-g", "12"])
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[:data.rindex(b"idx1")])
+
+
 def _cut_copy(path: str, cut: int = 20) -> None:
     """The usual trim of a downloaded video, ``ffmpeg -ss <t> -i in.mp4 -c copy out.mp4``: the
     packets from the keyframe before the cut are copied (frames 12-19 of the source here) and an
@@ -279,6 +289,10 @@ CASES: List[Case] = [
          "H.264 with B-frames in AVI (no pts, only decode order)"),
     Case("h264_avi_remuxed", "h264_remuxed.avi", _avi_from_mp4, "ffmpeg",
          "H.264 MP4 stream-copied to AVI (header counts empty chunks)"),
+    Case("mpeg4_avi_no_index", "no_index.avi", _avi_without_index, "ffmpeg",
+         "MPEG-4 in AVI cut before its index (a recording that stopped)"),
+    Case("h264_flv", "h264.flv", lambda p: _ffmpeg(p, _X264_CLI + ["-f", "flv"]), "ffmpeg",
+         "H.264 with B-frames in FLV (its index lists keyframes only, no frame count)"),
     Case("mjpeg_avi", "mjpeg.avi", lambda p: _opencv(p, "MJPG"), "opencv",
          "MJPEG written by OpenCV's VideoWriter"),
     Case("mp4v_mp4", "mp4v.mp4", lambda p: _opencv(p, "mp4v"), "opencv",

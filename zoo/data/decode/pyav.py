@@ -251,10 +251,14 @@ class PyAVReader(VideoReader):
                 # hides frames the sample table still counts; FFmpeg marks them and never outputs
                 # them.
                 count -= discarded_frames(self._stream)
-            if self._sequential:
+            if self._avi:
                 # AVI's header counts empty "drop" chunks too (a remux from MP4 with B-frames
-                # claimed 500 frames for 250): its index, read at open, has the real ones.
-                count = indexed_frames(self._stream) or count
+                # claimed 600 frames for 300): its index, read at open, has the real ones when
+                # the file has one. A file cut before its index (a recording that stopped) has
+                # only the entries read at open: fewer than half the header's count, the
+                # packets are counted instead.
+                indexed = indexed_frames(self._stream)
+                count = indexed if indexed and 2 * indexed >= count else 0
             if count <= 0 and self._hint > 0:
                 count = self._hint
             if count <= 0:
