@@ -192,6 +192,17 @@ def _avi_without_index(path: str) -> None:
         f.write(data[:data.rindex(b"idx1")])
 
 
+def _live_mkv(path: str) -> None:
+    """H.264 in Matroska written to a pipe, as a live recorder (OBS, a browser's MediaRecorder)
+    writes it: no duration, no cues, no frame count."""
+    source = path + ".src.mkv"
+    _ffmpeg(source, _X264_CLI)
+    with open(path, "wb") as out:
+        subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-i", source,
+                        "-c", "copy", "-f", "matroska", "-"], check=True, stdout=out)
+    os.remove(source)
+
+
 def _cut_copy(path: str, cut: int = 20) -> None:
     """The usual trim of a downloaded video, ``ffmpeg -ss <t> -i in.mp4 -c copy out.mp4``: the
     packets from the keyframe before the cut are copied (frames 12-19 of the source here) and an
@@ -255,6 +266,8 @@ CASES: List[Case] = [
          "H.264 with B-frames and an interleaved AAC track, QuickTime"),
     Case("h264_mkv", "h264.mkv", lambda p: _pyav(p, "libx264", options=_X264), "pyav",
          "H.264 with B-frames in Matroska (no frame count stored)"),
+    Case("h264_mkv_live", "live.mkv", _live_mkv, "ffmpeg",
+         "H.264 in Matroska written to a pipe (live recorders): no duration, no cues"),
     Case("hevc_mp4", "hevc.mp4",
          lambda p: _pyav(p, "libx265", options={"preset": "ultrafast", "crf": "18",
                                                 "x265-params": _X265_PARAMS}, tag="hvc1"),

@@ -160,6 +160,7 @@ class OpenCVReader(VideoReader):
             while self._cap.grab():
                 check_deadline()
                 count += 1
+            self._next = count  # the capture is at the end: the rewind opens the file again
             self._rewind()
             self._count, self._counted = count, True
             if count == 0:
