@@ -197,3 +197,35 @@ def test_one_clip_from_a_5_minute_720p_video_stays_under_400_mb(tmp_path):
     # The benchmark's report judges the same run against the same 400 MB bar.
     verdict = long_clip_table([dict(info, decoder="pyav", process="torch-free")])[-1]
     assert verdict.endswith("without torch (limit 400 MB): OK"), verdict
+
+
+def test_bt2020_video_is_read_in_its_colours_or_refused(tmp_path):
+    """An HDR clip as phones record it (HEVC Main10, BT.2020 matrix, HLG): OpenCV's FFmpeg
+    backend converted it with another matrix (37 grey levels off on average, no error), so the
+    opencv reader stops with one line naming the readers that read it right; pyav and auto give
+    the source's colours."""
+    if not has_encoder("libx265"):
+        pytest.skip("the ffmpeg command has no libx265")
+    path = str(tmp_path / "hlg.mov")
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
+                    "testsrc=s=160x120:r=25:d=0.2", "-vf",
+                    "scale=out_color_matrix=bt2020:out_range=tv,format=yuv420p10le", "-c:v",
+                    "libx265", "-x265-params", "log-level=error", "-tag:v", "hvc1",
+                    "-colorspace", "bt2020nc", "-color_primaries", "bt2020", "-color_trc",
+                    "arib-std-b67", path], check=True, capture_output=True)
+    # The source picture itself (the encode, 10-bit 4:2:0, costs ~4 grey levels; OpenCV's
+    # matrix 37).
+    rgb = subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc=s=160x120:r=25",
+                          "-frames:v", "1", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
+                         check=True, capture_output=True).stdout
+    want = np.frombuffer(rgb, np.uint8).reshape(120, 160, 3).astype(np.float64)
+    for name in ("pyav", "auto"):
+        with open_video(path, name) as video:
+            got = video.decode_array([0])[0].astype(np.float64)
+        assert np.abs(got - want).mean() < 8.0, name
+    from zoo.data.decode.base import DecoderLibraryError
+
+    with pytest.raises(DecoderLibraryError) as err:
+        open_video(path, "opencv")
+    assert "BT.2020" in str(err.value) and "DECODER auto or pyav" in str(err.value)
+    assert path in str(err.value) and "\n" not in str(err.value)

@@ -32,6 +32,8 @@ _CV_SEEK_GAP = 32
 _SEEKABLE: Dict[tuple, bool] = {}
 # Files whose first video stream is the main one (PyAV's probe, cached the same way).
 _MAIN_FIRST: Dict[tuple, bool] = {}
+# Files whose main video stream declares BT.2020 colours (PyAV's probe, cached the same way).
+_BT2020: Dict[tuple, bool] = {}
 _SEEKABLE_MAX = 100_000
 
 
@@ -96,13 +98,20 @@ class OpenCVReader(VideoReader):
         self.path = path
         self._threads = threads
         check_file(path)
-        from .pyav_streams import main_is_first_video_stream
+        from .pyav_streams import main_is_first_video_stream, main_stream_uses_bt2020
 
         if not _probed(_MAIN_FIRST, path, main_is_first_video_stream, True):
             raise DecodeError(
                 f"{path}: its first video stream is not its main one (a still image or cover art "
                 "comes first), and OpenCV reads only the first: read it with CONFIG.DATA.DECODER "
                 "auto or pyav", "open")
+        if _probed(_BT2020, path, main_stream_uses_bt2020, False):
+            # OpenCV's FFmpeg backend converts to BGR with another matrix: an HLG clip came out
+            # ~37 grey levels off on average (PyAV: 3.7), with no error.
+            raise DecoderLibraryError(
+                f"{path} has BT.2020 colours (HDR or wide-gamut video), which OpenCV "
+                f"{self._library.version()} converts to RGB with another colour matrix (tens of "
+                "grey levels off; not a bad video): set CONFIG.DATA.DECODER auto or pyav")
         self._cap = cap = self._open()
         width, height = cap.get(cv2.CAP_PROP_FRAME_WIDTH), cap.get(cv2.CAP_PROP_FRAME_HEIGHT)
         if width <= 0 or height <= 0:

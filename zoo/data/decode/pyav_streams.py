@@ -33,6 +33,20 @@ def main_is_first_video_stream(path: str) -> bool:
         return len(videos) < 2 or main_video_stream(container).index == videos[0].index
 
 
+# FFmpeg's colour matrices of BT.2020 (AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL): HDR10, HLG and
+# other wide-gamut video.
+BT2020_MATRICES = (9, 10)
+
+
+def main_stream_uses_bt2020(path: str) -> bool:
+    """Whether the main video stream of ``path`` declares a BT.2020 colour matrix (an iPhone's
+    HDR video, HDR10); opens the file with PyAV, reads no packet."""
+    with av.open(path, **OPEN_OPTIONS) as container:
+        if not container.streams.video:
+            return False
+        return main_video_stream(container).codec_context.colorspace in BT2020_MATRICES
+
+
 def indexed_frames(stream: "av.VideoStream") -> int:
     """Non-empty entries of the demuxer's index that are shown (no reading), 0 when it has
     none."""
