@@ -67,7 +67,7 @@ def test_gluoncv_list_with_spaces_and_csv_with_times(tmp_path, spy_indices):
     (tmp_path / "late.csv").write_text("path,label,start,end\nb.mp4,0,3.0,5.0\n")
     ds = _make("VideoListDataset", str(tmp_path / "late.csv"), str(tmp_path))
     with pytest.raises(RuntimeError, match=r"time range starts at 3 s, after the video's end "
-                                           r"\(40 frames at 25 fps = 1.6 s\)"):
+                                           r"at 1.6 s \(40 frames at 25 fps\)"):
         ds[0]
 
 

@@ -149,3 +149,88 @@ def test_prediction_windows_each_read_their_own_seconds(tmp_path, monkeypatch):
     assert len(read) == 4
     for k, numbers in enumerate(read):  # window k: frames 30k .. 30k + 29
         assert numbers and all(30 * k <= n < 30 * (k + 1) for n in numbers), (k, numbers)
+
+
+# A recording with a pause: frames 0-23 at 25 fps from 0 s, frames 24-47 from 5.76 s on (a
+# screen recording, or a phone in low light).
+PAUSED_MS = [40 * i + (4800 if i >= 24 else 0) for i in range(vc.NUM)]
+
+
+def _paused_and_late(folder) -> dict:
+    """The paused recording in MP4 and Matroska, and a constant-rate video whose stream starts 2 s
+    into the file, behind an audio track (``ffmpeg -itsoffset 2``): frame ``i`` shows ``i``."""
+    import subprocess
+
+    paused = str(folder / "paused.mp4")
+    vc._pyav(paused, "libx264", options={"bf": "0", "g": "12", "preset": "ultrafast",
+                                          "crf": "12"}, pts_ms=PAUSED_MS)
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", paused, "-c", "copy",
+                    str(folder / "paused.mkv")], check=True, capture_output=True)
+    steady = str(folder / "steady.mp4")
+    vc._pyav(steady, "libx264", options={"bf": "0", "g": "12", "preset": "ultrafast", "crf": "12"})
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-itsoffset", "2", "-i", steady, "-f", "lavfi",
+                    "-t", "4", "-i", "sine", "-map", "0:v", "-map", "1:a", "-c:v", "copy",
+                    "-c:a", "aac", str(folder / "late.mp4")], check=True, capture_output=True)
+    return {"paused.mp4": PAUSED_MS, "paused.mkv": PAUSED_MS,
+            "late.mp4": [2000 + 40 * i for i in range(vc.NUM)]}
+
+
+@pytest.mark.parametrize("decoder", ["pyav", "auto", "opencv"])
+def test_time_ranges_are_the_seconds_players_show(tmp_path, decoder):
+    """A list's start,end seconds are the file's timeline, as players and ``ffmpeg -ss`` count
+    it: in a paused recording 6-7 s are frames 24-47 (the average rate, 7.1 fps, put them at
+    frames 42-47) and 0-1 s frames 0-23 (it read 0-6); where the video starts 2 s into the file,
+    3-4 s are its frames 25-47 (it read 2 s late)."""
+    shown = _paused_and_late(tmp_path)
+    ranges = [("paused.mp4", 6.0, 7.0), ("paused.mp4", 0.0, 1.0), ("paused.mkv", 6.0, 7.0),
+              ("late.mp4", 3.0, 4.0)]
+    (tmp_path / "list.csv").write_text("path,label,start,end\n" + "".join(
+        f"{name},0,{a},{b}\n" for name, a, b in ranges))
+    cfg = load_config(None, [
+        "DATA.VAL_ANNO_PATH", str(tmp_path / "list.csv"), "DATA.VAL_DATA_PATH", str(tmp_path),
+        "DATA.CLIP_LEN", "8", "DATA.FRAME_RATE", "3", "DATA.NUM_CLASSES", "2",
+        "DATA.DECODER", decoder])
+    dataset = build_dataset(cfg, "val")
+    for k, (name, a, b) in enumerate(ranges):
+        frames, _ = dataset._read(k, torch.Generator().manual_seed(0))
+        numbers = [vc.read_number(image) for image in frames.numpy()]
+        inside = [i for i, ms in enumerate(shown[name]) if a <= ms / 1000 < b]
+        assert numbers and set(numbers) <= set(inside), (name, a, b, numbers, inside)
+        assert max(numbers) - min(numbers) >= 12, (name, numbers)  # the clip spans the range
+
+
+def test_a_target_rate_follows_the_frames_times():
+    """TARGET_FPS on frames shown at irregular times: each step of the timeline takes the frame
+    shown at its time, so a pause repeats the frame before it."""
+    times = np.array(PAUSED_MS) / 1000
+    length, steps = sampling.on_times(times, 25)
+    assert length == round((times[-1] + 0.04) * 25)  # 6.72 s of 25 fps steps
+    for k in range(length):
+        t = times[0] + k / 25
+        assert times[steps[k]] <= t + 1e-6 and (steps[k] == len(times) - 1
+                                                or times[steps[k] + 1] > t + 1e-6)
+    assert set(steps[30:140].tolist()) == {23}  # 1.2-5.6 s: the pause shows frame 23
+    assert sampling.uniform(np.arange(50) / 30) and not sampling.uniform(times)
+    assert sampling.uniform(np.round(np.arange(50) / 30, 3))  # Matroska's millisecond times
+
+
+def test_a_target_rate_clip_in_a_pause_repeats_the_frame_shown(tmp_path):
+    """The paused recording at TARGET_FPS 25: the middle clip of the 6.72 s lies in the pause,
+    where a player shows frame 23; the average rate (7.1 fps) spread it over frames 20-28."""
+    _paused_and_late(tmp_path)
+    (tmp_path / "list.txt").write_text("paused.mp4 -1 0\n")
+    cfg = load_config(None, [
+        "DATA.VAL_ANNO_PATH", str(tmp_path / "list.txt"), "DATA.VAL_DATA_PATH", str(tmp_path),
+        "DATA.CLIP_LEN", "8", "DATA.FRAME_RATE", "4", "DATA.TARGET_FPS", "25",
+        "DATA.NUM_CLASSES", "2"])
+    frames, _ = build_dataset(cfg, "val")._read(0, torch.Generator().manual_seed(0))
+    assert [vc.read_number(image) for image in frames.numpy()] == [23] * 8
+
+
+def test_prediction_windows_start_where_the_video_does(tmp_path):
+    from zoo.infer import windows as cutting
+
+    _paused_and_late(tmp_path)
+    assert cutting.video_span(str(tmp_path / "late.mp4")) == pytest.approx((2.0, 3.92))
+    assert cutting.video_span(str(tmp_path / "paused.mkv")) == pytest.approx(
+        (0.0, PAUSED_MS[-1] / 1000 + 1 / (48 / 6.72)), abs=0.01)

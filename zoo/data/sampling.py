@@ -69,6 +69,36 @@ def to_source(indices: np.ndarray, scale: float, num_frames: int) -> np.ndarray:
     return np.minimum(np.floor(indices * scale + 0.5), num_frames - 1).astype(np.int64)
 
 
+def uniform(times: np.ndarray) -> bool:
+    """Whether frames shown at ``times`` (seconds, sorted) sit a constant step apart, to within a
+    quarter of a step (timestamps rounded to a millisecond by Matroska stay uniform)."""
+    if len(times) < 3:
+        return True
+    steps = np.diff(times)
+    step = float(np.median(steps))
+    return step > 0 and float(np.abs(steps - step).max()) <= 0.25 * step
+
+
+def on_times(times: np.ndarray, target_fps: float) -> Tuple[int, np.ndarray]:
+    """:func:`on_timeline` for frames shown at irregular ``times`` (seconds, sorted; a variable
+    frame rate): the length of their span on a ``target_fps`` timeline, and for each step of it
+    the frame shown at that time, as a player shows it (a pause in the video repeats the frame
+    before it).
+
+    Returns:
+        ``(frames on the timeline, frame of each step)``: a step index ``k`` is frame
+        ``steps[k]`` of ``times``.
+    """
+    times = np.asarray(times, dtype=np.float64)
+    if len(times) < 2:
+        return 1, np.zeros(1, dtype=np.int64)
+    last = float(np.median(np.diff(times)))  # the last frame shows for a typical step
+    length = max(1, int(np.floor((times[-1] + last - times[0]) * target_fps + 0.5)))
+    at = times[0] + np.arange(length, dtype=np.float64) / target_fps
+    shown = np.searchsorted(times, at + 1e-6, "right") - 1  # (1 µs: float rounding)
+    return length, np.clip(shown, 0, len(times) - 1).astype(np.int64)
+
+
 def _squeezed(num_frames: int, clip_len: int) -> np.ndarray:
     """``clip_len`` indices spread evenly from 0 to ``num_frames - 1`` (a video shorter than the
     window)."""

@@ -60,6 +60,19 @@ def _reader_errors() -> Tuple[Type[BaseException], ...]:
 READER_ERRORS = _reader_errors()
 
 
+
+# Seconds: a range boundary this close to a frame's time counts as that time (float rounding).
+_TIME_EPS = 1e-6
+
+
+def _fit_times(times: np.ndarray, num_frames: int, fps: float) -> np.ndarray:
+    """``times`` of ``num_frames`` frames: cut, or continued at ``fps`` where the count the dataset
+    uses (a list's, or a few more than decode) differs from the reader's frames."""
+    if len(times) >= num_frames:
+        return times[:num_frames]
+    last = times[-1] if len(times) else -1.0 / fps
+    return np.concatenate([times, last + np.arange(1, num_frames - len(times) + 1) / fps])
+
 class ClipDataset(Dataset):
     """Clips from the videos of a :class:`~zoo.data.lists.providers.VideoList`.
 
@@ -376,25 +389,38 @@ class ClipDataset(Dataset):
             self._counted[index] = count  # a count that needed a scan is paid once per worker
         return count
 
-    def _frame_range(self, index: int, video: VideoReader, num_frames: int) -> Tuple[int, int]:
-        """[first, end) frames to sample from: the record's start/end seconds, else all.
+    def _frame_range(self, index: int, video: VideoReader, num_frames: int
+                     ) -> Tuple[int, int, Optional[np.ndarray]]:
+        """[first, end) frames to sample from (the record's start/end seconds, else all), and
+        the frames' times where the reader knows them and they are needed (a time range, or
+        TARGET_FPS): seconds on the file's timeline, as players count them.
 
         Raises:
             DecodeError: The range starts after the video's last frame (a truncated download,
                 or a file that is not the one the list means): never a clip of one frozen frame.
         """
         record = self.records[index]
-        if (record.start < 0 and record.end < 0) or not video.fps:
-            return 0, num_frames
-        if int(record.start * video.fps) >= num_frames:
+        ranged = record.start >= 0 or record.end >= 0
+        times = (video.frame_times() if (ranged or self.settings.target_fps > 0)
+                 and video.fps else None)
+        if times is not None:
+            times = _fit_times(times, num_frames, video.fps)
+        if not ranged or not video.fps:
+            return 0, num_frames, times
+        shown = times if times is not None else np.arange(num_frames) / video.fps
+        ends = float(shown[-1]) + 1.0 / video.fps  # when the last frame stops showing
+        if record.start >= ends:
             raise DecodeError(
                 f"{self.paths[index]}: the list's time range starts at {record.start:g} s, after "
-                f"the video's end ({num_frames} frames at {video.fps:.3g} fps = "
-                f"{num_frames / video.fps:.1f} s)", "short")
-        first = min(max(int(record.start * video.fps), 0), num_frames - 1)
-        end = int(round(record.end * video.fps)) if record.end > 0 else num_frames
+                f"the video's end at {ends:.1f} s ({num_frames} frames at {video.fps:.3g} fps)",
+                "short")
+        # The frame shown at the start; the frames shown before the end.
+        first = int(np.searchsorted(shown, max(record.start, 0.0) + _TIME_EPS, "right")) - 1
+        first = min(max(first, 0), num_frames - 1)
+        end = (int(np.searchsorted(shown, record.end - _TIME_EPS, "left")) if record.end > 0
+               else num_frames)
         end = min(max(end, first + 1), num_frames)
-        return first, end
+        return first, end, times
 
     def _clips(self) -> int:
         """Clips per item: ``clips_per_video`` for training, else 1."""
@@ -426,11 +452,17 @@ class ClipDataset(Dataset):
                     num_frames = self._num_frames(index, video)
                     if opened is not None:
                         opened(video, num_frames)
-                    first, end = self._frame_range(index, video, num_frames)
+                    first, end, times = self._frame_range(index, video, num_frames)
                     # Indices are drawn on the TARGET_FPS timeline (the video's own frames
-                    # when it is 0), then mapped to the video's frames.
-                    fps = video.fps if s.target_fps > 0 else None  # (costs a demux in MKV)
-                    length, scale = sampling.on_timeline(end - first, fps, s.target_fps)
+                    # when it is 0), then mapped to the video's frames: by their times where
+                    # they are shown at irregular times, else by the average rate.
+                    steps = None
+                    if (s.target_fps > 0 and times is not None
+                            and not sampling.uniform(times[first:end])):
+                        length, steps = sampling.on_times(times[first:end], s.target_fps)
+                    else:
+                        fps = video.fps if s.target_fps > 0 else None  # (a demux in MKV)
+                        length, scale = sampling.on_timeline(end - first, fps, s.target_fps)
                     if self.split == "test":
                         segments = self._test_segments(length)
                     else:
@@ -442,7 +474,8 @@ class ClipDataset(Dataset):
                             length, s.clip_len, s.frame_rate, s.sampling, s.num_segment,
                             train=self.split == "train", generator=generator,
                         ) for _ in range(windows)])
-                    segments = sampling.to_source(segments, scale, end - first) + first
+                    segments = (steps[segments] if steps is not None else
+                                sampling.to_source(segments, scale, end - first)) + first
                     if self.split != "test" and windows == 1:
                         frames = video.decode(segments[0].tolist())
                         return frames, (None if count == 1 else [None] * count)

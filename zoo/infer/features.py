@@ -218,18 +218,18 @@ def _extract_windows(cfg, dataset, targets: List[str], model: nn.Module, device:
                      ) -> Tuple[int, int]:
     """The windowed extraction (see the module docstring); returns ``(files written, D)``."""
     from ..data.decode.base import DecodeError
-    from .windows import parts_dataset, video_seconds, windows
+    from .windows import parts_dataset, video_span, windows
 
     spans: List[Tuple[float, float]] = []  # every window's seconds, video after video
     ranges: List[Tuple[int, int, int]] = []  # per video read: (its index, first, end window)
     for index, (path, record) in enumerate(zip(dataset.paths, dataset.records)):
         try:
-            seconds = video_seconds(path, cfg.CONFIG.DATA.DECODER)
+            shown, ends = video_span(path, cfg.CONFIG.DATA.DECODER)
         except DecodeError:
             unreadable.append(path)
             continue
-        first = max(record.start, 0.0)
-        last = min(record.end, seconds) if record.end > 0 else seconds
+        first = max(record.start, shown)
+        last = min(record.end, ends) if record.end > 0 else ends
         lo = len(spans)
         spans += [(first + a, first + b) for a, b in windows(max(last - first, 0.0), *cut)]
         ranges.append((index, lo, len(spans)))

@@ -15,7 +15,7 @@ from ..data.robust import NoReadableVideo
 from ..models import model_facts
 from ..utils.errors import UserError
 from .checkpoint_model import checkpoint_model
-from .windows import parts_dataset, video_seconds, windows
+from .windows import parts_dataset, video_span, windows
 
 
 class Predictor:
@@ -82,8 +82,9 @@ class Predictor:
                 continue
             try:
                 if window > 0:
-                    spans = windows(video_seconds(path, self.cfg.CONFIG.DATA.DECODER), window,
-                                    stride or window)
+                    first, end = video_span(path, self.cfg.CONFIG.DATA.DECODER)
+                    spans = [(round(first + a, 3), round(first + b, 3))
+                             for a, b in windows(end - first, window, stride or window)]
                     results.append({"video": path, "windows": [
                         {"start": a, "end": b, "top": self._top(self._views(path, a, b), topk)}
                         for a, b in spans]})

@@ -42,8 +42,11 @@ def parts_dataset(cfg, split: str, parts: Sequence[Part]):
         return build_dataset(cfg, split)
 
 
-def video_seconds(path: str, decoder: str = "auto") -> float:
-    """How long ``path`` plays: its frames over its average rate.
+def video_span(path: str, decoder: str = "auto") -> Tuple[float, float]:
+    """When ``path``'s video plays on the file's timeline, ``(first, end)`` seconds: from its first
+    frame's time (0, or later where the video stream starts after the file, behind an audio
+    track) to the end of its last frame; its frames over its average rate where the reader knows
+    no times.
 
     Raises:
         DecodeError: It cannot be read, or its frame rate is unknown.
@@ -54,7 +57,10 @@ def video_seconds(path: str, decoder: str = "auto") -> float:
         if not video.fps:
             raise DecodeError(f"{path}: its frame rate is unknown, so it cannot be cut into "
                               "windows of seconds; read it whole (no --window)", "other")
-        return video.num_frames / video.fps
+        times = video.frame_times()
+        if times is None or not len(times):
+            return 0.0, video.num_frames / video.fps
+        return max(float(times[0]), 0.0), float(times[-1]) + 1.0 / video.fps
 
 
 def windows(seconds: float, window: float, stride: float) -> List[Tuple[float, float]]:

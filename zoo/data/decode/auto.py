@@ -124,6 +124,10 @@ class AutoReader(VideoReader):
     def count_was_costly(self) -> bool:
         return self._reader.count_was_costly
 
+    def frame_times(self):
+        times = getattr(self._reader, "frame_times", None)
+        return times() if times is not None else None
+
     @property
     def decodes_from_start(self) -> bool:
         return getattr(self._reader, "decodes_from_start", False)

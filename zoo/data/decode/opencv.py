@@ -185,6 +185,14 @@ class OpenCVReader(VideoReader):
             self._from_pyav()
         return self._fps
 
+    def frame_times(self) -> Optional[np.ndarray]:
+        """PyAV's (:meth:`PyAVReader.frame_times`, demuxing only): OpenCV's frame ``i`` is the
+        ``i``-th frame a decode outputs, as PyAV's is."""
+        from .pyav import PyAVReader
+
+        with PyAVReader(self.path, num_frames_hint=self._hint) as video:
+            return video.frame_times()
+
     def _from_pyav(self) -> None:
         """Where OpenCV cannot seek exactly, its count is duration x declared fps and its rate the
         declared one: take both from PyAV, once."""
