@@ -43,6 +43,7 @@ REFUSALS = {
                     "mjpeg_avi", "mpeg4_avi_no_index")},
     ("torchcodec", "h264_raw"): "raw streams: not checked with torchcodec",
     ("torchcodec", "h264_flv"): "FLV: not checked with torchcodec",
+    ("torchcodec", "h264_ts_cut"): "MPEG-TS: torchcodec returns neighbouring frames",
     ("opencv", "h264_mkv_still_first"): "OpenCV reads the first video stream only",
     ("torchcodec", "h264_mkv_broken_pts"): "timestamps that do not increase",
     ("torchcodec", "h264_mp4_broken_pts"): "timestamps that do not increase",
@@ -54,7 +55,7 @@ LIBRARY_LIMITS = {("opencv", "av1_mp4"): "av1"}
 # Where the pyav reader decodes from the start instead of seeking (docs/datasets.md's table): no
 # presentation timestamps (AVI, raw streams) or timestamps that disagree with the decoder.
 PYAV_FROM_START = {"mpeg4_xvid_avi_audio", "xvid_packed_avi", "h264_avi", "h264_avi_remuxed",
-                   "mjpeg_avi", "mpeg4_avi_no_index", "h264_flv", "h264_raw",
+                   "mjpeg_avi", "mpeg4_avi_no_index", "h264_flv", "h264_ts_cut", "h264_raw",
                    "h264_mkv_broken_pts", "h264_mp4_broken_pts"}
 # Mean absolute difference (grey levels) allowed between two FFmpeg builds / RGB conversions.
 TOLERANCE = 3.0

@@ -203,6 +203,22 @@ def _live_mkv(path: str) -> None:
     os.remove(source)
 
 
+def _ts_cut_mid_gop(path: str) -> None:
+    """H.264 in MPEG-TS cut in the middle of a GOP (a recording joined late, a stream dump): the
+    file starts with 6 frames' packets that no decoder can show, then the keyframe whose frame
+    carries 0."""
+    _ffmpeg(path, ["-c:v", "libx264", "-preset", "ultrafast", "-crf", "16", "-g", "12",
+                   "-bf", "0", "-pix_fmt", "yuv420p", "-f", "mpegts"],
+            data=frames(NUM + 24, first=-24))
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        starts = [p.pos for p in container.demux(stream) if p.size]
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[starts[18]:])  # frame 18 of GOPs at 0, 12, 24
+
+
 def _cut_copy(path: str, cut: int = 20) -> None:
     """The usual trim of a downloaded video, ``ffmpeg -ss <t> -i in.mp4 -c copy out.mp4``: the
     packets from the keyframe before the cut are copied (frames 12-19 of the source here) and an
@@ -321,6 +337,8 @@ CASES: List[Case] = [
          "keyframe before the cut"),
     Case("h264_mkv_still_first", "still_first.mkv", _still_first, "ffmpeg",
          "H.264 in Matroska behind a one-frame still image stream (MJPEG) that comes first"),
+    Case("h264_ts_cut", "cut.ts", _ts_cut_mid_gop, "ffmpeg",
+         "H.264 in MPEG-TS cut mid-GOP (packets before the first keyframe show nothing)"),
     Case("h264_raw", "raw.h264", lambda p: _ffmpeg(p, _X264_CLI + ["-f", "h264"]), "ffmpeg",
          "raw H.264 elementary stream: no container, no timestamps"),
     Case("h264_mkv_broken_pts", "broken_pts.mkv", _broken_pts, "ffmpeg",

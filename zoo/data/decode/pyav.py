@@ -299,7 +299,16 @@ class PyAVReader(VideoReader):
                     yield packet
 
     def _count_packets(self) -> int:
-        count = sum(1 for _ in self._packets())
+        """The video packets from the first keyframe on: a decoder outputs no frame for those
+        before it (an MPEG-TS recording cut mid-GOP had 20 of 80); all of them in a stream that
+        flags no keyframe."""
+        count = leading = 0
+        for packet in self._packets():
+            if count or packet.is_keyframe:
+                count += 1
+            else:
+                leading += 1
+        count = count or leading
         if not count:
             raise DecodeError(f"{self.path}: the video stream has no frames", "empty")
         return count
