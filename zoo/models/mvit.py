@@ -41,21 +41,16 @@ import torch
 import torch.nn as nn
 
 from ..config.pyslowfast_mvit import MVIT_CONFIGS, builder_kwargs
-from ..utils.errors import UserError
 from .blockwise import BlockwiseMixin
 from .classifier import ClassifierMixin
 from .facts import IMAGENET_MEAN, IMAGENET_STD, KINETICS_MEAN, KINETICS_STD, video_facts
-from .mvit_layers import MultiScaleBlock, kv_strides_adaptive
+from .mvit_layers import MultiScaleBlock, MViTConfigError, kv_strides_adaptive
 from .mvit_positions import resize_mvit_position
 from .registry import register_model
 
 __all__ = ["MViT", "MViTConfigError", "TransformerHead", "mvit_pool_plan", "mvit_round_width"]
 
 _MODES = ("conv", "conv_unshared", "avg", "max")
-
-
-class MViTConfigError(UserError, ValueError):
-    """An MViT argument the model cannot honour; the message names it and what to use."""
 
 
 def grid_mismatch(what: str, built: List[int], got: List[int], proj: nn.Conv3d) -> str:

@@ -16,9 +16,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..utils.errors import UserError
 from .blockwise import drop_path_module
 
-__all__ = ["Mlp", "MultiScaleAttention", "MultiScaleBlock", "pool_tokens", "resize_table"]
+
+class MViTConfigError(UserError, ValueError):
+    """An MViT argument the model cannot honour; the message names it and what to use."""
+
+__all__ = ["MViTConfigError", "Mlp", "MultiScaleAttention", "MultiScaleBlock", "pool_tokens",
+           "resize_table"]
 
 Thw = Tuple[int, int, int]
 

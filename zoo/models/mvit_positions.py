@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .mvit_layers import resize_table
+from .mvit_layers import MViTConfigError, resize_table
 
 __all__ = ["resize_mvit_position"]
 
@@ -48,12 +48,6 @@ def _square(n: int) -> Optional[int]:
     return side if side * side == n else None
 
 
-def _error(message: str) -> Exception:
-    from .mvit import MViTConfigError  # mvit imports this module
-
-    return MViTConfigError(message)
-
-
 def _source_grid(key: str, tokens: int, dims: List[int]) -> List[int]:
     """The (T, H, W) grid of a joint table of ``tokens`` patch rows, for a model of grid
     ``dims``: the model's frames with a square crop, or its crop with other frames."""
@@ -69,7 +63,7 @@ def _source_grid(key: str, tokens: int, dims: List[int]) -> List[int]:
         return unique[0]
     what = (f"both {unique[0]} and {unique[1]}" if unique else
             "no grid with the model's frames or crop")
-    raise _error(
+    raise MViTConfigError(
         f"{key}: its {tokens} positions fit {what} (T, H, W); the model's is {dims}: build the "
         "model for the clip the weights were trained at (MODEL.KWARGS frames / crop_size), "
         "then change one of them at a time")
@@ -101,8 +95,8 @@ def resize_mvit_position(model: nn.Module, key: str, tensor: torch.Tensor
     if name == "pos_embed_spatial":
         side = _square(tensor.shape[1])
         if side is None:
-            raise _error(f"{key}: {tensor.shape[1]} spatial positions are not a square grid; "
-                            "give weights of a square crop")
+            raise MViTConfigError(f"{key}: {tensor.shape[1]} spatial positions are not a square "
+                                  "grid; give weights of a square crop")
         return _grid(tensor, [side, side], dims[1:], "bilinear")
     if name == "pos_embed":
         cls = 1 if getattr(model, "cls_embed_on", False) else 0
