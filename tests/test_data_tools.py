@@ -352,6 +352,27 @@ def test_reencode_keeps_every_frames_time_and_the_stream_start(tmp_path, capsys)
     assert float(after["streams"][0]["start_time"]) == pytest.approx(2.0)
 
 
+@pytest.mark.skipif(shutil.which("ffprobe") is None, reason="needs the ffprobe command")
+def test_reencode_keeps_the_sample_aspect_ratio(tmp_path, capsys):
+    """Pixels shown twice as wide as high stay so: the output is the stored picture made
+    smaller (what zoo's readers give) and players show it at the source's shape."""
+    from fractions import Fraction
+
+    from zoo.cli import reencode
+
+    src = tmp_path / "src"
+    src.mkdir()
+    write(str(src / "wide.mp4"), ramp_frames(6, 64, 96), sample_aspect_ratio=Fraction(2))
+    assert reencode.main(["--src", str(src), "--dst", str(tmp_path / "dst"), "--short-side",
+                          "32"]) == 0
+    stream = _probe(str(src / "wide.mp4"))["streams"][0]
+    assert stream["sample_aspect_ratio"] == "2:1"  # the source is what the test means
+    after = _probe(str(tmp_path / "dst" / "wide.mp4"))
+    stream = after["streams"][0]
+    assert (stream["height"], stream["width"], stream.get("sample_aspect_ratio")) == (32, 48, "2:1")
+    assert {f["sample_aspect_ratio"] for f in after["frames"]} == {"2:1"}
+
+
 @pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg command")
 def test_reencode_spaces_frames_evenly_where_the_source_has_no_times(tmp_path, capsys):
     """An MP4 stream-copied to AVI (its frames two ticks of a 50 fps clock apart) and an MKV

@@ -28,7 +28,10 @@ loader per core"): the short side matters most.
   --list copy keeps) names the same moment before and after. Sources that store no presentation
   times (AVI, which keeps only the decode order; raw streams; a file whose times are the decode
   order's) are written with their frames evenly spaced at the rate zoo's readers give them.
-* Audio is dropped. Sources with a short side at or below the target keep their size.
+* Pixels keep their shape: the stored picture is made smaller and keeps its sample aspect ratio
+  (a 320x240 picture shown 640x240 is written 320x240 shown 640x240, not resized to square
+  pixels), as zoo's readers give the stored pixels. Audio is dropped. Sources with a short side
+  at or below the target keep their size.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
              preset: str = "veryfast", threads: int = 0, upscale: bool = False) -> int:
     """Re-encode one video; returns the number of frames written. The output appears only when
     complete (written as ``<dst>.part.mp4`` first). Every frame keeps its presentation time (see
-    :class:`_SourceTimes`).
+    :class:`_SourceTimes`) and the picture keeps its sample aspect ratio.
 
     Raises:
         UnreadableSource: ``src`` cannot be opened or decoded (a broken video: the caller lists
@@ -172,6 +175,11 @@ def _encode(src: str, dst: str, settings: dict, even: bool) -> int:
         turns = int(round((first.rotation or 0) / 90.0)) % 4
         shown = (first.width, first.height) if turns % 2 else (first.height, first.width)
         height, width = target_size(*shown, settings["short_side"], settings["upscale"])
+        # Pixels that are not square (a 320x240 picture shown 640x240) stay so: zoo's readers
+        # give the stored pixels, players stretch them by this ratio.
+        aspect = stream.sample_aspect_ratio or stream.codec_context.sample_aspect_ratio
+        if aspect and turns % 2:
+            aspect = 1 / aspect
         options = {"crf": str(settings["crf"]), "preset": settings["preset"],
                    "g": str(settings["gop"]), "keyint_min": str(min(settings["gop"], 25))}
         if settings["threads"]:
@@ -180,6 +188,8 @@ def _encode(src: str, dst: str, settings: dict, even: bool) -> int:
             video = out.add_stream("libx264", rate=times.rate, options=options)
             video.height, video.width, video.pix_fmt = height, width, "yuv420p"
             video.codec_context.time_base = times.time_base
+            if aspect:
+                video.codec_context.sample_aspect_ratio = aspect
             durations = {}
             for frame in itertools.chain([first], decoded):
                 pts, duration = times(frame, frames)
