@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 
 import av
 import numpy as np
@@ -322,6 +323,78 @@ def test_reencode_writes_a_phone_portrait_video_upright(tmp_path, capsys):
     for a, b in zip(shown, out):
         small = cv2.resize(a, (48, 64), interpolation=cv2.INTER_AREA).astype(np.int16)
         assert np.abs(small - b).mean() < 6 < np.abs(small[::-1, ::-1] - b).mean()
+
+
+def _probe(path: str) -> dict:
+    """ffprobe's view of the first video stream of ``path``: the stream and every frame."""
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+         "stream=width,height,start_time,sample_aspect_ratio:frame=pts_time,sample_aspect_ratio",
+         "-of", "json", path], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+@pytest.mark.skipif(shutil.which("ffprobe") is None, reason="needs the ffprobe command")
+def test_reencode_keeps_every_frames_time_and_the_stream_start(tmp_path, capsys):
+    """A variable-rate video that starts 2 s in and pauses 4.6 s: every frame is shown at the
+    same second before and after, so a CSV list's start,end name the same moment in both."""
+    from zoo.cli import reencode
+
+    src = tmp_path / "src"
+    src.mkdir()
+    pts_ms = [2000 + 40 * i for i in range(10)] + [7000 + 40 * i for i in range(10)]
+    write(str(src / "pause.mp4"), ramp_frames(20, 32, 48), pts_ms=pts_ms)
+    assert reencode.main(["--src", str(src), "--dst", str(tmp_path / "dst")]) == 0
+    before, after = _probe(str(src / "pause.mp4")), _probe(str(tmp_path / "dst" / "pause.mp4"))
+    times = [float(f["pts_time"]) for f in after["frames"]]
+    assert [float(f["pts_time"]) for f in before["frames"]] == pytest.approx(times, abs=1e-3)
+    assert times == pytest.approx([t / 1000 for t in pts_ms], abs=1e-3)
+    assert float(after["streams"][0]["start_time"]) == pytest.approx(2.0)
+
+
+@pytest.mark.skipif(shutil.which("ffprobe") is None, reason="needs the ffprobe command")
+def test_reencode_keeps_the_sample_aspect_ratio(tmp_path, capsys):
+    """Pixels shown twice as wide as high stay so: the output is the stored picture made
+    smaller (what zoo's readers give) and players show it at the source's shape."""
+    from fractions import Fraction
+
+    from zoo.cli import reencode
+
+    src = tmp_path / "src"
+    src.mkdir()
+    write(str(src / "wide.mp4"), ramp_frames(6, 64, 96), sample_aspect_ratio=Fraction(2))
+    assert reencode.main(["--src", str(src), "--dst", str(tmp_path / "dst"), "--short-side",
+                          "32"]) == 0
+    stream = _probe(str(src / "wide.mp4"))["streams"][0]
+    assert stream["sample_aspect_ratio"] == "2:1"  # the source is what the test means
+    after = _probe(str(tmp_path / "dst" / "wide.mp4"))
+    stream = after["streams"][0]
+    assert (stream["height"], stream["width"], stream.get("sample_aspect_ratio")) == (32, 48, "2:1")
+    assert {f["sample_aspect_ratio"] for f in after["frames"]} == {"2:1"}
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg command")
+def test_reencode_spaces_frames_evenly_where_the_source_has_no_times(tmp_path, capsys):
+    """An MP4 stream-copied to AVI (its frames two ticks of a 50 fps clock apart) and an MKV
+    whose times are the decode order's carry no presentation times to keep: their frames come
+    out in order, one per 1/25 s, the rate zoo's readers give the source."""
+    import video_corpus as vc
+
+    from zoo.cli import reencode
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("h264_avi_remuxed", "h264_mkv_broken_pts"):
+        case = vc.CASES[vc.CASE_NAMES.index(name)]
+        case.write(str(src / f"{name}{os.path.splitext(case.filename)[1]}"))
+    assert reencode.main(["--src", str(src), "--dst", str(tmp_path / "dst")]) == 0
+    for name in ("h264_avi_remuxed", "h264_mkv_broken_pts"):
+        out = str(tmp_path / "dst" / f"{name}.mp4")
+        with av.open(out) as container:
+            times = [f.time for f in container.decode(video=0)]
+        assert times == pytest.approx([i / vc.FPS for i in range(vc.NUM)], abs=1e-3), name
+        numbers = [vc.read_number(image) for image in vc.reference_frames(out)]
+        assert numbers == list(range(vc.NUM)), name
 
 
 def test_kinetics_videos_named_by_yt_dlp_are_found(tmp_path):

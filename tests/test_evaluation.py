@@ -1,8 +1,10 @@
 """Evaluation through collectives: 2 ranks on an odd number of videos count each video once and
-give exactly the 1-rank metrics; metric helpers clip top-k and compute mean class accuracy."""
+give exactly the 1-rank metrics; metric helpers clip top-k and compute mean class accuracy; a
+test's outputs name the list tested and never outlive a later test that stopped."""
 
 import csv
 import json
+import os
 
 import pytest
 import torch
@@ -79,3 +81,74 @@ def test_predictions_csv_gives_each_top_k_class_its_own_column(tmp_path):
     assert [(r["top1"], r["top2"], r["top3"]) for r in rows] == [
         ("playing guitar", "air drumming", "abseiling"),
         ("air drumming", "abseiling", "playing guitar")]
+
+
+def test_a_test_names_its_list_and_leaves_no_earlier_outputs_when_it_stops(tmp_path):
+    """test_metrics.json says which list it scored and how many videos; a test that stops (too
+    many unreadable videos) leaves none of an earlier test's files to be read as its results:
+    they are moved into earlier_test_<time>/."""
+    import torch.nn as nn
+    from videos_for_tests import ramp_frames, write
+
+    import zoo
+    from zoo.config import cfg_to_yaml, load_config
+    from zoo.data.robust import TooManyBadVideos
+    from zoo.models import MODEL_REGISTRY
+
+    def eval_test_toy(num_classes=2, **kwargs):
+        return nn.Sequential(nn.Conv3d(3, 4, 3, padding=1), nn.AdaptiveAvgPool3d(1),
+                             nn.Flatten(), nn.Linear(4, num_classes))
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for name in ("a", "b", "c"):
+        write(str(videos / f"{name}.mp4"), ramp_frames(8))
+        (videos / f"{name}_broken.mp4").write_text("not a video")  # 2 of 3: too many
+    (tmp_path / "good.txt").write_text("a.mp4 -1 0\nb.mp4 -1 1\nc.mp4 -1 1\n")
+    (tmp_path / "broken.txt").write_text("a.mp4 -1 0\nb_broken.mp4 -1 1\nc_broken.mp4 -1 1\n")
+    MODEL_REGISTRY.register(eval_test_toy)
+    try:
+        cfg = load_config(None, [
+            "MODEL.NAME", "eval_test_toy", "DATA.NUM_CLASSES", "2", "DATA.CLIP_LEN", "2",
+            "DATA.CROP_SIZE", "28", "DATA.SHORT_SIDE_SIZE", "32", "DATA.NUM_WORKERS", "0",
+            "DATA.TEST_NUM_SEGMENT", "1", "DATA.TEST_NUM_CROP", "1", "TEST.BATCH_SIZE", "2",
+            "DATA.TEST_ANNO_PATH", str(tmp_path / "good.txt"),
+            "DATA.TEST_DATA_PATH", str(videos), "DDP_CONFIG.DISTRIBUTED", "False",
+            "LOG.BASE_PATH", str(tmp_path), "LOG.EXP_NAME", "run"])
+        ckpt = tmp_path / "epoch_1.pth"
+        torch.save({"model": eval_test_toy().state_dict(), "cfg": cfg_to_yaml(cfg)}, ckpt)
+        zoo.test(cfg, overrides=["TEST.CHECKPOINT", str(ckpt)])
+        run = tmp_path / "run"
+        metrics = json.loads((run / "test_metrics.json").read_text())
+        assert metrics["list"] == str(tmp_path / "good.txt")
+        assert (metrics["listed_videos"], metrics["num_videos"]) == (3, 3)
+        written = ["test_metrics.json", "predictions.csv", "confusion_matrix.csv"]
+        assert all((run / name).is_file() for name in written)
+        with pytest.raises(TooManyBadVideos):
+            zoo.test(cfg, overrides=["TEST.CHECKPOINT", str(ckpt),
+                                     "DATA.TEST_ANNO_PATH", str(tmp_path / "broken.txt")])
+        assert not [name for name in written if (run / name).exists()]
+        [aside] = [p for p in run.iterdir() if p.name.startswith("earlier_test_")]
+        assert json.loads((aside / "test_metrics.json").read_text()) == metrics  # kept
+    finally:
+        MODEL_REGISTRY._obj_map.pop("eval_test_toy", None)
+
+
+def test_zoo_test_stopped_by_its_data_check_leaves_no_earlier_outputs(tmp_path, capsys):
+    """zoo-test moves an earlier test's files aside before it checks the data, so a test that
+    stops there (a list whose videos are not in the data folder) leaves none of them either."""
+    from zoo.cli.test import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("test_metrics.json", "predictions.csv", "confusion_matrix.csv",
+                 "confusion_matrix.png"):
+        (run / name).write_text("an earlier test's")
+    (tmp_path / "test.txt").write_text("missing.mp4 -1 0\nalso_missing.mp4 -1 1\n")
+    code = main(["DATA.TEST_ANNO_PATH", str(tmp_path / "test.txt"), "DATA.TEST_DATA_PATH",
+                 str(tmp_path), "DATA.NUM_CLASSES", "2", "DDP_CONFIG.DISTRIBUTED", "False",
+                 "LOG.BASE_PATH", str(tmp_path), "LOG.EXP_NAME", "run"])
+    assert code != 0
+    assert "error: none of the first 2 videos of the test list" in capsys.readouterr().err
+    [aside] = os.listdir(run)  # moved aside, not deleted
+    assert aside.startswith("earlier_test_") and len(os.listdir(run / aside)) == 4

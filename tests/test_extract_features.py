@@ -138,7 +138,7 @@ def test_windows_give_one_row_each_with_their_seconds(feat_setup, monkeypatch):
         f.write("b/broken.mp4 12 2\n")
     out = tmp_path / "windows"
     assert main(["--config-file", cfg_path, "--output", str(out), "--window", "0.2",
-                 "--stride", "0.15", "DATA.NUM_WORKERS", "0"]) == 0
+                 "--stride", "0.15", "DATA.NUM_WORKERS", "0"]) == 1  # the broken video
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*.npy")) == sorted(
         [f"{os.path.splitext(rel)[0]}{end}" for rel in videos
          for end in (".npy", ".windows.npy")])  # none for the broken video
@@ -157,6 +157,31 @@ def test_windows_give_one_row_each_with_their_seconds(feat_setup, monkeypatch):
             clip = build_dataset(cfg, "val")[0][0]
             want = model[:-1](clip[None])[0].detach().numpy()
             np.testing.assert_allclose(feats[k], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_video_without_features_makes_the_exit_code_1(feat_setup, capsys, monkeypatch):
+    """As zoo-predict: the readable videos get their files, the unreadable one a warning, and the
+    last line counts it; the exit code is 1."""
+    from zoo.cli.extract_features import main
+    from zoo.models import MODEL_REGISTRY
+
+    # The config's EXTRA_MODULES registers toy_conv3d: into a copy of the registry, as another
+    # test of this process may have registered it from its own file.
+    monkeypatch.setattr(MODEL_REGISTRY, "_obj_map", {
+        k: v for k, v in MODEL_REGISTRY._obj_map.items() if k != "toy_conv3d"})
+    tmp_path, videos, cfg_path = feat_setup
+    (tmp_path / "data" / "b" / "broken.mp4").write_text("not a video")
+    with open(tmp_path / "val.txt", "a", encoding="utf-8") as f:
+        f.write("b/broken.mp4 12 2\n")
+    out = tmp_path / "feats"
+    assert main(["--config-file", cfg_path, "--output", str(out), "DATA.NUM_WORKERS", "0"]) == 1
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*.npy")) == sorted(
+        f"{os.path.splitext(rel)[0]}.npy" for rel in videos)
+    console = capsys.readouterr()
+    assert "error:" not in console.err, console.err
+    lines = [ln for ln in console.out.splitlines() if ln.strip()]
+    assert "no features for" in "\n".join(lines) and "broken.mp4" in "\n".join(lines)
+    assert "wrote 3 feature files" in lines[-1] and "1 video could not be read" in lines[-1]
 
 
 def test_a_zoo_run_gives_its_ema_features_and_class_count(feat_setup):

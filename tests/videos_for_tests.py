@@ -40,16 +40,20 @@ def write(
     options: Optional[Dict[str, str]] = None,
     pts_ms: Optional[Sequence[int]] = None,
     container_options: Optional[Dict[str, str]] = None,
+    sample_aspect_ratio: Optional[fractions.Fraction] = None,
 ) -> str:
     """Encode RGB ``frames`` to ``path``. ``pts_ms`` gives each frame's time in milliseconds
     (variable frame rate); otherwise the rate is a constant 25 fps. ``container_options`` go to
-    the muxer (``{"movflags": "faststart"}``: an MP4's index first)."""
+    the muxer (``{"movflags": "faststart"}``: an MP4's index first). ``sample_aspect_ratio``:
+    pixels that are not square (2: each shown twice as wide as high)."""
     opts = {"g": "8", "bf": "0", "preset": "ultrafast"} if codec == "libx264" else {}
     opts.update(options or {})
     with av.open(path, "w", options=container_options or {}) as container:
         stream = container.add_stream(codec, rate=FPS, options=opts)
         stream.height, stream.width = frames.shape[1:3]
         stream.pix_fmt = pix_fmt
+        if sample_aspect_ratio is not None:
+            stream.codec_context.sample_aspect_ratio = sample_aspect_ratio
         if pts_ms is not None:
             stream.codec_context.time_base = fractions.Fraction(1, 1000)
         for i, image in enumerate(frames):

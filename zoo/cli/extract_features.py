@@ -5,6 +5,7 @@ features of every video in the validation list, one .npy each.
     zoo-extract-features --config-file my.yaml --window 1 [--stride 0.5]   # (W, D) per video
 
 gluoncv.torch's *_feat.yaml configs run unedited; see docs/features.md for the output layout.
+The exit code is 1 when a video could not be read (it gets no file; the others get theirs).
 """
 
 from __future__ import annotations
@@ -53,9 +54,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         result.notes.append(f"features would go to {feature_dir(cfg, args.output)}")
         print_report(result)
         return 0
-    extract_features(cfg, args.output or None, args.batch_size, window=args.window,
-                     stride=args.stride)
-    return 0
+    summary = extract_features(cfg, args.output or None, args.batch_size, window=args.window,
+                               stride=args.stride)
+    # As zoo-predict: the videos that could be read have their files, and the exit code says
+    # that some could not.
+    return 1 if summary["unreadable"] else 0
 
 
 if __name__ == "__main__":

@@ -53,7 +53,8 @@ def talks_on_console() -> bool:
 
 
 def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
-        splits: Sequence[str] = ("train", "val"), preemptible: bool = False) -> int:
+        splits: Sequence[str] = ("train", "val"), preemptible: bool = False,
+        set_aside: Optional[Callable[[str], object]] = None) -> int:
     """Parse, configure, check the data and ``launch(worker)``; returns the process exit code.
 
     Every failure ends here: one ``error:`` line on the console (from the first process of each
@@ -69,6 +70,10 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
         preemptible: SIGTERM / SIGUSR1 stop the run with exit code 75 (training; see
             zoo/launch/preemption.py): this process forwards them to its workers, or, when it
             trains itself, stops at the next step with a checkpoint.
+        set_aside: Called with the run's folder by the job's first process before the data
+            checks (after the check that the folder is writable): it moves away the earlier
+            results the worker writes anew (a test's), so a job that stops there leaves none
+            where its own belong.
     """
     args = default_argument_parser(description).parse_args(argv)
     from ..launch.preemption import PREEMPTED_EXIT_CODE, launcher_signals
@@ -77,7 +82,7 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
     # Under torchrun/Slurm each process is already a rank: only rank 0 talks on the console.
     setup_logger(None, rank)
     with launcher_signals() if preemptible else contextlib.nullcontext() as guard:
-        code = _run(worker, args, rank, splits, guard)
+        code = _run(worker, args, rank, splits, guard, set_aside)
     if code not in (0, PREEMPTED_EXIT_CODE) and not talks_on_console():
         # Outside the signal guard: when the launcher stops this process, it just ends.
         time.sleep(CONSOLE_GRACE_S)
@@ -85,7 +90,7 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
 
 
 def _run(worker: Callable, args: argparse.Namespace, rank: int, splits: Sequence[str],
-         guard) -> int:
+         guard, set_aside: Optional[Callable[[str], object]] = None) -> int:
     from ..launch.job import resolve_job
     from ..launch.launch import launch
     from ..launch.preemption import PREEMPTED_EXIT_CODE, Preempted
@@ -114,8 +119,10 @@ def _run(worker: Callable, args: argparse.Namespace, rank: int, splits: Sequence
             set_console_label(f"node{spec.node_rank}")
         if guard is not None:
             guard.grace_s = spec.preempt_grace_s
-        check_data(cfg, splits, spec)
         check_output_writable(cfg)
+        if set_aside and (spec.rank == 0 if spec.assigned else spec.node_rank == 0):
+            set_aside(output_dir(cfg))
+        check_data(cfg, splits, spec)
         launch(worker, spec, cfg)
     except Preempted as e:
         # Not a failure (exit 75, "try again"): a SystemExit, caught here only to say so.

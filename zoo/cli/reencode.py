@@ -23,8 +23,15 @@ loader per core"): the short side matters most.
   libx264) stops the tool with one line, as every video would fail alike.
 * A video stored sideways with a display matrix (a phone's portrait video) is written upright, as
   zoo's readers and players show it.
-* Frame rate: the source's average rate, constant (variable-rate sources keep every frame, evenly
-  spaced). Audio is dropped. Sources with a short side at or below the target keep their size.
+* Times: every frame keeps its presentation time and the video stream its start offset, so a
+  variable-rate video keeps its pauses and a time in seconds (a CSV list's start,end, which the
+  --list copy keeps) names the same moment before and after. Sources that store no presentation
+  times (AVI, which keeps only the decode order; raw streams; a file whose times are the decode
+  order's) are written with their frames evenly spaced at the rate zoo's readers give them.
+* Pixels keep their shape: the stored picture is made smaller and keeps its sample aspect ratio
+  (a 320x240 picture shown 640x240 is written 320x240 shown 640x240, not resized to square
+  pixels), as zoo's readers give the stored pixels. Audio is dropped. Sources with a short side
+  at or below the target keep their size.
 """
 
 from __future__ import annotations
@@ -59,7 +66,8 @@ class UnreadableSource(Exception):
 def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int = 23,
              preset: str = "veryfast", threads: int = 0, upscale: bool = False) -> int:
     """Re-encode one video; returns the number of frames written. The output appears only when
-    complete (written as ``<dst>.part.mp4`` first).
+    complete (written as ``<dst>.part.mp4`` first). Every frame keeps its presentation time (see
+    :class:`_SourceTimes`) and the picture keeps its sample aspect ratio.
 
     Raises:
         UnreadableSource: ``src`` cannot be opened or decoded (a broken video: the caller lists
@@ -67,59 +75,142 @@ def reencode(src: str, dst: str, short_side: int = 256, gop: int = 16, crf: int 
         UserError: The output cannot be written (no disk space, an FFmpeg without libx264):
             every video would fail alike, so the caller stops.
     """
-    import av
-
-    from ..data.decode.pyav_streams import OPEN_OPTIONS, main_video_stream
-
-    source_errors = (av.FFmpegError, OSError, UnicodeDecodeError)
+    settings = {"short_side": short_side, "gop": gop, "crf": crf, "preset": preset,
+                "threads": threads, "upscale": upscale}
     part = dst + ".part.mp4"
     with _writing(dst):
         os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
-    frames = 0
     try:
         try:
-            inp = av.open(src, **OPEN_OPTIONS)
-        except source_errors as e:
-            raise UnreadableSource(f"cannot open: {one_line(e)}") from None
-        with inp:
-            if not inp.streams.video:
-                raise UnreadableSource("no video stream")
-            stream = main_video_stream(inp)  # the one zoo's readers read
-            stream.thread_type = "AUTO"
-            rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
-            decoded = _decoded(inp, stream, source_errors)
-            first = next(decoded, None)
-            if first is None:
-                raise UnreadableSource("no frame could be decoded")
-            # A phone's portrait video is stored sideways with a display matrix; the output is
-            # stored upright (no matrix to lose or to be ignored), as zoo's readers show it.
-            turns = int(round((first.rotation or 0) / 90.0)) % 4
-            shown = (first.width, first.height) if turns % 2 else (first.height, first.width)
-            height, width = target_size(*shown, short_side, upscale)
-            options = {"crf": str(crf), "preset": preset, "g": str(gop),
-                       "keyint_min": str(min(gop, 25))}
-            if threads:
-                options["threads"] = str(threads)
-            with _writing(dst), av.open(part, "w") as out:
-                video = out.add_stream("libx264", rate=rate, options=options)
-                video.height, video.width, video.pix_fmt = height, width, "yuv420p"
-                video.codec_context.time_base = 1 / rate
-                for frame in itertools.chain([first], decoded):
-                    small = _upright(frame, turns, height, width)
-                    small.pts, small.time_base = frames, video.codec_context.time_base
-                    for packet in video.encode(small):
-                        out.mux(packet)
-                    frames += 1
-                for packet in video.encode():
-                    out.mux(packet)
-        if frames == 0:
-            raise UnreadableSource("no frame could be decoded")
+            frames = _encode(src, dst, settings, even=False)
+        except _TimesDoNotRise:
+            frames = _encode(src, dst, settings, even=True)
         with _writing(dst):
             os.replace(part, dst)
     finally:
         if os.path.exists(part):
             os.remove(part)
     return frames
+
+
+class _TimesDoNotRise(Exception):
+    """A decoded frame has no presentation time, or one not after the frame before it."""
+
+
+class _SourceTimes:
+    """Each frame's own presentation time and duration, in the source stream's time base: a
+    variable-rate video keeps its pauses and the stream keeps its start offset, so a time in
+    seconds (a CSV list's start,end) names the same moment in the output."""
+
+    def __init__(self, stream) -> None:
+        self.time_base = Fraction(stream.time_base)
+        self.rate = stream.average_rate or stream.guessed_rate or 25
+        self.last: Optional[int] = None
+
+    def __call__(self, frame, index: int) -> Tuple[int, int]:
+        pts = frame.pts
+        if pts is None or (self.last is not None and pts <= self.last):
+            raise _TimesDoNotRise
+        duration = frame.duration or (pts - self.last if self.last is not None else 0)
+        self.last = pts
+        return pts, duration
+
+
+class _EvenTimes:
+    """Frame ``i`` at ``start + i / rate`` seconds, for sources whose frames carry no
+    presentation times (AVI stores only the decode order; raw streams nothing; some muxers write
+    decode-order times): the rate is the one zoo's readers give the source."""
+
+    TICKS = 90000  # per second (the MPEG clock): 25, 30 and 30000/1001 fps fall on whole ticks
+
+    def __init__(self, src: str, stream) -> None:
+        from ..data.decode.base import DecodeError
+        from ..data.decode.pyav import PyAVReader
+
+        try:
+            with PyAVReader(src) as video:
+                fps = video.fps
+        except DecodeError:
+            fps = None
+        fps = fps or float(stream.average_rate or stream.guessed_rate or 25)
+        self.rate = Fraction(fps).limit_denominator(1001)
+        self.time_base = Fraction(1, self.TICKS)
+        start = stream.start_time if stream.start_time is not None else 0
+        self.start = round(start * Fraction(stream.time_base) * self.TICKS)
+        self.step = self.TICKS / fps
+
+    def __call__(self, frame, index: int) -> Tuple[int, int]:
+        pts = self.start + round(index * self.step)
+        return pts, self.start + round((index + 1) * self.step) - pts
+
+
+def _encode(src: str, dst: str, settings: dict, even: bool) -> int:
+    """Writes ``src``'s main video stream to ``<dst>.part.mp4``; returns the number of frames
+    written. ``even``: frames evenly spaced (:class:`_EvenTimes`), else at their own times
+    (raises :class:`_TimesDoNotRise` where the source's times cannot be kept; AVI is always
+    evenly spaced)."""
+    import av
+
+    from ..data.decode.pyav_streams import OPEN_OPTIONS, main_video_stream
+
+    source_errors = (av.FFmpegError, OSError, UnicodeDecodeError)
+    try:
+        inp = av.open(src, **OPEN_OPTIONS)
+    except source_errors as e:
+        raise UnreadableSource(f"cannot open: {one_line(e)}") from None
+    frames = 0
+    with inp:
+        if not inp.streams.video:
+            raise UnreadableSource("no video stream")
+        stream = main_video_stream(inp)  # the one zoo's readers read
+        stream.thread_type = "AUTO"
+        avi = "avi" in inp.format.name.split(",")
+        times = _EvenTimes(src, stream) if even or avi else _SourceTimes(stream)
+        decoded = _decoded(inp, stream, source_errors)
+        first = next(decoded, None)
+        if first is None:
+            raise UnreadableSource("no frame could be decoded")
+        # A phone's portrait video is stored sideways with a display matrix; the output is
+        # stored upright (no matrix to lose or to be ignored), as zoo's readers show it.
+        turns = int(round((first.rotation or 0) / 90.0)) % 4
+        shown = (first.width, first.height) if turns % 2 else (first.height, first.width)
+        height, width = target_size(*shown, settings["short_side"], settings["upscale"])
+        # Pixels that are not square (a 320x240 picture shown 640x240) stay so: zoo's readers
+        # give the stored pixels, players stretch them by this ratio.
+        aspect = stream.sample_aspect_ratio or stream.codec_context.sample_aspect_ratio
+        if aspect and turns % 2:
+            aspect = 1 / aspect
+        options = {"crf": str(settings["crf"]), "preset": settings["preset"],
+                   "g": str(settings["gop"]), "keyint_min": str(min(settings["gop"], 25))}
+        if settings["threads"]:
+            options["threads"] = str(settings["threads"])
+        with _writing(dst), av.open(dst + ".part.mp4", "w") as out:
+            video = out.add_stream("libx264", rate=times.rate, options=options)
+            video.height, video.width, video.pix_fmt = height, width, "yuv420p"
+            video.codec_context.time_base = times.time_base
+            if aspect:
+                video.codec_context.sample_aspect_ratio = aspect
+            durations = {}
+            for frame in itertools.chain([first], decoded):
+                pts, duration = times(frame, frames)
+                durations[pts] = duration
+                small = _upright(frame, turns, height, width)
+                small.pts, small.time_base = pts, times.time_base
+                for packet in video.encode(small):
+                    _mux(out, packet, durations)
+                frames += 1
+            for packet in video.encode():
+                _mux(out, packet, durations)
+    return frames
+
+
+def _mux(out, packet, durations: dict) -> None:
+    """Writes ``packet`` with its frame's duration (the last frame's is the container's only
+    record of when the video ends)."""
+    duration = durations.pop(packet.pts, 0)
+    if duration > 0:
+        packet.duration = duration
+    out.mux(packet)
 
 
 def _upright(frame, turns: int, height: int, width: int):

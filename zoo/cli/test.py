@@ -17,9 +17,10 @@ DESCRIPTION = "Evaluate a zoo checkpoint on the test (or validation) list."
 
 @command
 def main(argv: Optional[List[str]] = None) -> int:
-    from ..infer.tester import test_worker  # here: importing the command stays cheap
+    from ..infer.tester import set_aside_test_outputs, test_worker  # here: importing stays cheap
 
-    return run(test_worker, DESCRIPTION, argv, splits=("test",))
+    return run(test_worker, DESCRIPTION, argv, splits=("test",),
+               set_aside=set_aside_test_outputs)
 
 
 if __name__ == "__main__":

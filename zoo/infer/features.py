@@ -184,9 +184,12 @@ def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
         for index, feats in _features(cfg, dataset, model, device, batch, unreadable):
             _save(targets[index], feats)
             written, dim = written + 1, feats.shape[0]
-    logger.info("wrote %d feature files (%d floats each) under %s", written, dim, out_dir)
     for path in unreadable:
         logger.warning("warning: no features for %s: the video could not be read", path)
+    missing = (f"; {len(unreadable)} video{'s' if len(unreadable) > 1 else ''} could not be "
+               "read and got none (named above)") if unreadable else ""
+    logger.info("wrote %d feature files (%d floats each) under %s%s", written, dim, out_dir,
+                missing)
     return {"output": out_dir, "written": written, "dim": dim, "unreadable": unreadable}
 
 

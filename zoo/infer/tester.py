@@ -5,14 +5,28 @@ from __future__ import annotations
 import csv
 import json
 import os
+from typing import Optional
 
 from ..data import build_loader
-from ..launch.setup import checkpoint_dir, job_config, this_process, worker_setup
+from ..launch.setup import (
+    checkpoint_dir,
+    job_config,
+    set_aside_outputs,
+    this_process,
+    worker_setup,
+)
 from ..utils import comm
 from ..utils.checkpoint_io import latest_checkpoint
 from .checkpoint_model import checkpoint_model
 from .evaluator import evaluate
 from .plots import confusion_matrix, write_confusion
+
+# What a test writes into the run's folder. An earlier test's are moved aside when a test starts
+# (by zoo-test before its data checks, and by rank 0 here), so a test that stops (too many bad
+# videos, a wrong list) leaves no earlier numbers to be taken for its own; test_metrics.json
+# names the list it scored.
+TEST_OUTPUTS = ("test_metrics.json", "predictions.csv", "confusion_matrix.csv",
+                "confusion_matrix.png")
 
 
 def find_test_checkpoint(cfg, out_dir: str = "") -> str:
@@ -32,6 +46,20 @@ def find_test_checkpoint(cfg, out_dir: str = "") -> str:
             "checkpoint file"
         )
     return path
+
+
+def set_aside_test_outputs(out_dir: str) -> Optional[str]:
+    """Moves an earlier test's :data:`TEST_OUTPUTS` from ``out_dir`` into
+    ``earlier_test_<UTC time>/`` there (returned; None when there are none)."""
+    return set_aside_outputs(out_dir, TEST_OUTPUTS, "test")
+
+
+def tested_list(cfg) -> str:
+    """The annotation list (or data folder) the test split reads, absolute: TEST_ANNO_PATH, else
+    VAL_ANNO_PATH."""
+    from ..data.build import dataset_kwargs
+
+    return os.path.abspath(dataset_kwargs(cfg, "test")["anno_path"])
 
 
 def write_predictions(path: str, dataset, raw: dict) -> None:
@@ -63,8 +91,9 @@ def test(cfg, overrides=()) -> dict:
     process through :func:`test_worker`).
 
     The model is the checkpoint's (see zoo/infer/checkpoint_model.py); MODEL.PRETRAINED is not
-    read. Rank 0 writes test_metrics.json, predictions.csv and the confusion matrix to
-    BASE_PATH/EXP_NAME.
+    read. Rank 0 moves an earlier test's outputs in BASE_PATH/EXP_NAME aside when it starts
+    (:func:`set_aside_test_outputs`) and writes test_metrics.json, predictions.csv and the confusion
+    matrix there when the test is complete.
 
     Args:
         cfg: A config or the path of a YAML file (see :func:`zoo.launch.setup.job_config`).
@@ -72,7 +101,9 @@ def test(cfg, overrides=()) -> dict:
 
     Returns:
         The test_metrics.json dict (``top1``, ``top5``, ``mean_class_acc``, ``loss``,
-        ``num_videos``, ``views``, ``skipped_videos``, ``checkpoint``), on every rank.
+        ``num_videos`` scored, ``views``, ``skipped_videos``, ``checkpoint``, ``list``: the
+        annotation list or folder tested, absolute, and ``listed_videos``: the videos it
+        names), on every rank.
     """
     cfg = job_config(cfg, overrides)
     with this_process(cfg):
@@ -86,6 +117,8 @@ def test_worker(cfg) -> None:
 
 def _test(cfg) -> dict:
     logger, device, out_dir = worker_setup(cfg, write_config=False)
+    if comm.is_main_process():
+        set_aside_test_outputs(out_dir)
     ckpt_path = find_test_checkpoint(cfg, out_dir)
     # Model name, kwargs and class count come from the checkpoint (a warning names differences);
     # the test data's class ids follow the class names it recorded.
@@ -100,6 +133,7 @@ def _test(cfg) -> dict:
         "top1": m["top1"], "top5": m["top5"], "mean_class_acc": m["mean_class_acc"],
         "loss": m["loss"], "num_videos": m["num_videos"], "views": views,
         "skipped_videos": m["skipped_videos"], "checkpoint": os.path.abspath(ckpt_path),
+        "list": tested_list(cfg), "listed_videos": len(loader.dataset),
     }
     logger.info(
         "test: top1 %.2f top5 %.2f mean-class %.2f on %d videos (%d views each)",

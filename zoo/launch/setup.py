@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from contextlib import contextmanager
 from typing import Iterator, Mapping, Optional, Sequence, Tuple
 
@@ -26,6 +27,27 @@ def output_dir(cfg) -> str:
     """BASE_PATH/EXP_NAME: the run's folder (config.yaml, logs, metrics; checkpoints unless
     ``CONFIG.LOG.CHECKPOINT_DIR`` or the engine puts them elsewhere, see :func:`checkpoint_dir`)."""
     return os.path.join(cfg.CONFIG.LOG.BASE_PATH, cfg.CONFIG.LOG.EXP_NAME)
+
+
+def set_aside_outputs(out_dir: str, names: Sequence[str], what: str) -> Optional[str]:
+    """Moves those of the files ``names`` that ``out_dir`` holds (an earlier run's results that
+    this run writes anew) into ``<out_dir>/earlier_<what>_<UTC time>/``, returned (None when
+    there are none): a run that stops leaves no earlier results where its own belong, and
+    nothing is deleted. One log line names them."""
+    found = [n for n in names if os.path.isfile(os.path.join(out_dir, n))]
+    if not found:
+        return None
+    stamp = time.strftime(f"earlier_{what}_%Y%m%d-%H%M%S", time.gmtime())
+    aside, n = os.path.join(out_dir, stamp), 1
+    while os.path.exists(aside):  # set aside twice within a second
+        n += 1
+        aside = os.path.join(out_dir, f"{stamp}-{n}")
+    os.makedirs(aside)
+    for name in found:
+        os.replace(os.path.join(out_dir, name), os.path.join(aside, name))
+    logging.getLogger("zoo").info("moved the earlier %s's %s to %s", what, ", ".join(found),
+                                  aside)
+    return aside
 
 
 def checkpoint_dir(cfg, env: Optional[Mapping[str, str]] = None) -> Tuple[str, str]:
