@@ -231,3 +231,21 @@ def test_resume_into_another_weight_layout_is_exact(tmp_path, name, weights, sav
     for p in resumed.parameters():
         for v in opt2.state[p].values():
             assert v.dim() == 0 or v.stride() == p.stride()
+
+
+def test_a_warmup_end_spelled_out_or_unused_is_not_a_config_difference():
+    # A config that writes WARMUP_END_LR as the LR the warmup ends on anyway (or sets it with no
+    # warmup) trains the schedule of one that leaves it 0: its checkpoints resume there.
+    from zoo.config import cfg_to_yaml, get_cfg, load_config
+    from zoo.train.checkpoint import config_differences
+
+    warm = ["TRAIN.USE_WARMUP", "True", "TRAIN.LR", "0.003", "TRAIN.WARMUP_START_LR", "0.0003"]
+    spelled = load_config(None, [*warm, "TRAIN.WARMUP_END_LR", "0.003"])
+    assert config_differences(cfg_to_yaml(spelled), load_config(None, warm)) == []
+    unused = get_cfg()
+    unused.CONFIG.TRAIN.WARMUP_END_LR = 0.1
+    assert config_differences(cfg_to_yaml(unused), load_config(None, [])) == []
+    # A warmup that really ends elsewhere is a different schedule.
+    other = get_cfg()
+    other.CONFIG.TRAIN.USE_WARMUP, other.CONFIG.TRAIN.WARMUP_END_LR = True, 0.5
+    assert config_differences(cfg_to_yaml(other), load_config(None, ["TRAIN.USE_WARMUP", "True"]))

@@ -328,4 +328,25 @@ def config_differences(saved_yaml: str, cfg) -> List[str]:
     saved = upgrade_config(yaml.safe_load(saved_yaml) or {}, "the checkpoint's config", log=False)
     now = yaml.safe_load(cfg_to_yaml(cfg))
     now.pop("VERSION", None)
+    for tree in (saved, now):
+        _warmup_end_as_zero(tree)
     return [f"{key}: {a!r} -> {b!r}" for key, a, b in diff_cfg(saved, now, ignore=_RESUME_FREE)]
+
+
+def _warmup_end_as_zero(tree: Dict[str, Any]) -> None:
+    """Write ``CONFIG.TRAIN.WARMUP_END_LR`` as 0 where the warmup ends on the schedule's LR
+    anyway (or there is no warmup to end): a config that spells that LR out and one that leaves
+    it 0 train the same schedule, so a checkpoint of either resumes under the other."""
+    from yacs.config import CfgNode
+
+    from ..config.validation import warmup_ends_on_schedule
+
+    train = (tree.get("CONFIG") or {}).get("TRAIN")
+    if not isinstance(train, dict) or "WARMUP_END_LR" not in train:
+        return
+    try:
+        on_schedule = warmup_ends_on_schedule(CfgNode(train))
+    except (AttributeError, KeyError, TypeError, IndexError):
+        return  # a config without the schedule's keys: compared as written
+    if on_schedule:
+        train["WARMUP_END_LR"] = 0.0
