@@ -392,6 +392,20 @@ def test_the_trainer_calls_hooks_in_order_and_counts_optimizer_steps(tmp_path):
     assert t.step.steps == 4 and t.iteration == 4
 
 
+@pytest.mark.parametrize("accum_steps, words", [
+    (2, "training epochs 1..2, 4 batches each in 2 optimizer steps (the loader's last 1 of 5, "
+        "short of an accumulation, are dropped), global batch 16 (8 per process x 1 processes "
+        "x 2 accumulation)"),
+    (1, "training epochs 1..2, 5 batches each in 5 optimizer steps, global batch 8 "),
+])
+def test_the_opening_line_counts_the_batches_and_steps_trained(tmp_path, caplog, accum_steps,
+                                                               words):
+    t = _bare_trainer(tmp_path, accum_steps=accum_steps, n_batches=5, epochs=2)
+    with caplog.at_level(logging.INFO, logger="test_hooks"):
+        t.train()
+    assert words in caplog.text
+
+
 class _Items(torch.utils.data.Dataset):
     """Four-frame clips that take ``seconds`` each to make (a slow or a fast loader)."""
 

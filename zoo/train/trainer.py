@@ -382,10 +382,14 @@ class Trainer:
             self.logger.info(describe_plan(self.multigrid, self.start_epoch, self.epoch_steps,
                                            world, train.ACCUM_STEPS, self.scheduler.base_lr))
         else:
+            trained = self.steps_per_epoch * train.ACCUM_STEPS
+            dropped = self.iters_per_epoch - trained
             self.logger.info(
-                "training epochs %d..%d, %d iterations each, global batch %d (%d per process x "
-                "%d processes x %d accumulation), peak LR %.5g",
-                self.start_epoch + 1, self.epochs, self.iters_per_epoch,
+                "training epochs %d..%d, %d batches each in %d optimizer steps%s, global batch %d "
+                "(%d per process x %d processes x %d accumulation), peak LR %.5g",
+                self.start_epoch + 1, self.epochs, trained, self.steps_per_epoch,
+                f" (the loader's last {dropped} of {self.iters_per_epoch}, short of an "
+                "accumulation, are dropped)" if dropped else "",
                 train.BATCH_SIZE * world * train.ACCUM_STEPS, train.BATCH_SIZE, world,
                 train.ACCUM_STEPS, self.scheduler.base_lr,
             )
