@@ -30,7 +30,7 @@ CONFIG = "configs/quickstart/slowfast_tiny_motion.yaml"
 # ten times slower whenever another process takes a core.
 SETTINGS = ["DATA.SYNTHETIC.TRAIN_PER_CLASS", "60", "DATA.SYNTHETIC.VAL_PER_CLASS", "50",
             "DDP_CONFIG.NUM_CPU_PROCS", "1", "VAL.FREQ", "100", "TRAIN.BATCH_SIZE", "4",
-            "TRAIN.LR", "0.001", "TRAIN.WARMUP_START_LR", "0.0001", "TRAIN.WARMUP_END_LR", "0.001",
+            "TRAIN.LR", "0.001", "TRAIN.WARMUP_START_LR", "0.0001",
             "TRAIN.LR_POLICY", "Step", "TRAIN.LR_FACTORS", "[1.0, 0.1]",
             "TRAIN.MULTIGRID_LONG_CYCLE_FACTORS", "[[0.5, 0.7071], [1.0, 1.0]]"]
 

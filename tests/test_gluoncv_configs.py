@@ -96,7 +96,7 @@ def test_gluoncv_keys_take_gluoncv_meaning(gluoncv_dir):
     # gluoncv's warmup goes from 0 to LR (it never reads WARMUP_START_LR / WARMUP_END_LR).
     sf = load_config(gluoncv_dir["slowfast_4x16_resnet50_custom"])
     t = sf.CONFIG.TRAIN
-    assert t.USE_WARMUP and t.WARMUP_START_LR == 0.0 and t.WARMUP_END_LR == pytest.approx(0.01)
+    assert t.USE_WARMUP and t.WARMUP_START_LR == 0.0 and t.WARMUP_END_LR == 0.0  # ends on LR
     assert t.LR_POLICY == "Cosine" and t.WARMUP_EPOCHS == 34
     assert not i3d.CONFIG.DATA.KEEP_ASPECT_RATIO  # frames squashed to 340x256 as in gluoncv
     assert (i3d.CONFIG.DATA.NEW_WIDTH, i3d.CONFIG.DATA.NEW_HEIGHT) == (340, 256)
@@ -300,3 +300,21 @@ def test_dry_run_says_where_weights_come_from_without_downloading(tmp_path, monk
     lines = [w for w in missing.warnings if w.startswith("pretrained:")]
     assert len(lines) == 1
     assert lines[0].startswith("pretrained: MODEL.PRETRAINED '/no/such/k400.pth' does not exist")
+
+
+def test_a_gluoncv_warmup_ends_on_lr_when_lr_is_overridden(gluoncv_dir):
+    # gluoncv's GradualWarmupScheduler(multiplier=1.0) goes from 0 to LR and never reads
+    # WARMUP_END_LR, which its files set to other values (0.1 with LR 0.01).
+    import torch.nn as nn
+
+    from zoo.solver import build_lr_scheduler
+
+    opt = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.0)
+    for stem, extra in (("slowfast_4x16_resnet50_custom", []),
+                        ("i3d_slow_resnet101_f16s4_kinetics400", ["TRAIN.USE_WARMUP", "True"])):
+        cfg = load_config(gluoncv_dir[stem], ["TRAIN.LR", "0.002", *extra])
+        s = build_lr_scheduler(cfg, opt, steps_per_epoch=4)
+        assert s.warmup_iters > 0 and s.lr_at(0) == 0.0, stem
+        assert s.lr_at(s.warmup_iters) == pytest.approx(0.002), stem
+        assert max(s.lr_at(i) for i in range(4 * cfg.CONFIG.TRAIN.EPOCH_NUM)) == \
+            pytest.approx(0.002), stem

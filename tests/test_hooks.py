@@ -392,6 +392,20 @@ def test_the_trainer_calls_hooks_in_order_and_counts_optimizer_steps(tmp_path):
     assert t.step.steps == 4 and t.iteration == 4
 
 
+@pytest.mark.parametrize("accum_steps, words", [
+    (2, "training epochs 1..2, 4 batches each in 2 optimizer steps (the loader's last 1 of 5, "
+        "short of an accumulation, are dropped), global batch 16 (8 per process x 1 processes "
+        "x 2 accumulation)"),
+    (1, "training epochs 1..2, 5 batches each in 5 optimizer steps, global batch 8 "),
+])
+def test_the_opening_line_counts_the_batches_and_steps_trained(tmp_path, caplog, accum_steps,
+                                                               words):
+    t = _bare_trainer(tmp_path, accum_steps=accum_steps, n_batches=5, epochs=2)
+    with caplog.at_level(logging.INFO, logger="test_hooks"):
+        t.train()
+    assert words in caplog.text
+
+
 class _Items(torch.utils.data.Dataset):
     """Four-frame clips that take ``seconds`` each to make (a slow or a fast loader)."""
 
@@ -474,3 +488,24 @@ def test_the_checkpoint_staging_buffer_is_made_at_the_first_optimizer_step_and_r
     assert torch.equal(ckpt["model"]["weight"], t.model.weight)
     momentum = ckpt["optimizer"]["state"][0]["momentum_buffer"]
     assert torch.equal(momentum, t.optimizer.state[t.model.weight]["momentum_buffer"])
+
+
+def test_a_train_record_carries_the_lr_its_step_used(tmp_path):
+    # A cosine over 3 steps: the steps use 0.1, 0.075 and 0.025; the schedule holds the next
+    # step's LR after each (0 after the last), which is not what the step trained with.
+    from zoo.solver import WarmupScheduler
+
+    t = FakeTrainer(tmp_path)
+    t.scheduler = WarmupScheduler(t.optimizer, base_lr=0.1, total_iters=3)
+    log = _attach(H.MetricsLogger(display_freq=1), t)
+    log.before_train()
+    log.before_epoch()
+    for i in range(3):
+        log.before_step()
+        t.inner_iter, t.iteration = i, i + 1
+        t.batch, t.loss = (None, torch.zeros(2), None, torch.zeros(2)), torch.tensor(1.0)
+        t.scheduler.step()  # the trainer's step: the update, then the schedule moves on
+        log.after_step()
+    log.after_train()
+    lrs = [r["lr"] for r in _records(tmp_path / "metrics.jsonl") if r["split"] == "train"]
+    assert lrs == pytest.approx([0.1, 0.075, 0.025])

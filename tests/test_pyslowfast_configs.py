@@ -247,8 +247,7 @@ def test_stepwise_schedule_equals_pyslowfasts(tmp_path):
     sched = WarmupScheduler(
         _Opt(), base_lr=t.LR, total_iters=t.EPOCH_NUM * per_epoch, policy=t.LR_POLICY,
         milestones=[m * per_epoch for m in t.LR_MILESTONE], factors=list(t.LR_FACTORS),
-        warmup_iters=round(t.WARMUP_EPOCHS * per_epoch), warmup_start_lr=t.WARMUP_START_LR,
-        warmup_end_lr=t.WARMUP_END_LR)
+        warmup_iters=round(t.WARMUP_EPOCHS * per_epoch), warmup_start_lr=t.WARMUP_START_LR)
     for it in range(t.EPOCH_NUM * per_epoch):
         assert sched.lr_at(it) == pytest.approx(pyslowfast_lr(solver, it / per_epoch)), it
     assert bisect.bisect_right(list(t.LR_MILESTONE), 238) == 3  # the last epoch at LRS[3]

@@ -59,7 +59,7 @@ def test_videomae_vit_b_config_has_videomaes_finetuning_values():
     assert (t.BATCH_SIZE, d.CLIPS_PER_VIDEO, d.CLIPS_WINDOW, t.EPOCH_NUM) == (12, 2, "shared", 75)
     assert (t.OPTIMIZER, t.W_DECAY, t.WARMUP_EPOCHS, t.WARMUP_START_LR) == (
         "AdamW", 0.05, 5.0, 1e-6)
-    assert t.WARMUP_END_LR == t.LR and t.LR_POLICY == "Cosine"
+    assert t.WARMUP_END_LR == 0.0 and t.LR_POLICY == "Cosine"  # the warmup ends on LR
     # run_class_finetuning.py's defaults the script keeps.
     assert (t.LAYER_DECAY, cfg.CONFIG.MODEL.DROP_PATH, t.LABEL_SMOOTHING) == (0.75, 0.1, 0.1)
     assert (t.MIXUP_ALPHA, t.CUTMIX_ALPHA) == (0.8, 1.0)

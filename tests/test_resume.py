@@ -231,3 +231,118 @@ def test_resume_into_another_weight_layout_is_exact(tmp_path, name, weights, sav
     for p in resumed.parameters():
         for v in opt2.state[p].values():
             assert v.dim() == 0 or v.stride() == p.stride()
+
+
+def test_a_warmup_end_spelled_out_or_unused_is_not_a_config_difference():
+    # A config that writes WARMUP_END_LR as the LR the warmup ends on anyway (or sets it with no
+    # warmup) trains the schedule of one that leaves it 0: its checkpoints resume there.
+    from zoo.config import cfg_to_yaml, get_cfg, load_config
+    from zoo.train.checkpoint import config_differences
+
+    warm = ["TRAIN.USE_WARMUP", "True", "TRAIN.LR", "0.003", "TRAIN.WARMUP_START_LR", "0.0003"]
+    spelled = load_config(None, [*warm, "TRAIN.WARMUP_END_LR", "0.003"])
+    assert config_differences(cfg_to_yaml(spelled), load_config(None, warm)) == []
+    unused = get_cfg()
+    unused.CONFIG.TRAIN.WARMUP_END_LR = 0.1
+    assert config_differences(cfg_to_yaml(unused), load_config(None, [])) == []
+    # A warmup that really ends elsewhere is a different schedule.
+    other = get_cfg()
+    other.CONFIG.TRAIN.USE_WARMUP, other.CONFIG.TRAIN.WARMUP_END_LR = True, 0.5
+    assert config_differences(cfg_to_yaml(other), load_config(None, ["TRAIN.USE_WARMUP", "True"]))
+
+
+# ------------------------------------------- where the LR schedule continues after a resume
+class _LrUsed:
+    """A hook: the LR each optimizer step uses (read before the step)."""
+
+    def __init__(self):
+        self.lrs = []
+
+    def before_step(self):
+        self.lrs.append(self.trainer.optimizer.param_groups[0]["lr"])
+
+
+def _schedule_cfg(epochs, resume_epoch=-1):
+    from zoo.config import load_config
+
+    return load_config(None, ["TRAIN.USE_WARMUP", "True", "TRAIN.WARMUP_EPOCHS", "1",
+                              "TRAIN.WARMUP_START_LR", "0.0", "TRAIN.LR", "0.1",
+                              "TRAIN.EPOCH_NUM", str(epochs), "TRAIN.RESUME_EPOCH",
+                              str(resume_epoch)])
+
+
+def _schedule_trainer(tmp_path, cfg, batches):
+    """A Trainer with what its loop and resume use: a linear model, ``batches`` batches an epoch
+    (fewer with more processes), warmup for one epoch, then cosine."""
+    import logging
+
+    from zoo.solver import build_lr_scheduler
+    from zoo.train.step import TrainStep
+    from zoo.train.trainer import Trainer
+
+    t = Trainer.__new__(Trainer)
+    t.cfg = cfg
+    t.logger, t.out_dir, t.save_dir = logging.getLogger("test_resume"), str(tmp_path), str(tmp_path)
+    t.model = torch.nn.Linear(4, 3)
+    t.optimizer = torch.optim.SGD(t.model.parameters(), lr=0.1)
+    t.scheduler = build_lr_scheduler(cfg, t.optimizer, batches)
+    t.step = TrainStep(t.model, t.optimizer, t.scheduler, torch.device("cpu"), 3)
+    t.train_loader = torch.utils.data.DataLoader(
+        [(torch.randn(4), i % 3, i, 0) for i in range(2 * batches)], batch_size=2)
+    t.iters_per_epoch = t.steps_per_epoch = batches
+    t.epochs, t.start_epoch, t.epoch, t.iteration, t.inner_iter = cfg.CONFIG.TRAIN.EPOCH_NUM, 0, \
+        0, 0, 0
+    t.best_top1, t.is_best, t.hooks = -1.0, False, []
+    t.multigrid, t.epoch_steps = None, None
+    t.used = _LrUsed()
+    t.register_hooks([t.used])
+    return t
+
+
+def _epoch_checkpoint(tmp_path, cfg, batches, epoch):
+    """checkpoints/epoch_<epoch>.pth of a run with ``batches`` optimizer steps an epoch."""
+    from zoo.config import cfg_to_yaml
+    from zoo.train.checkpoint import gather_rng_states, save_checkpoint, training_state
+
+    t = _schedule_trainer(tmp_path, cfg, batches)
+    for _ in range(epoch * batches):
+        t.scheduler.step()
+    state = training_state(t.model, t.optimizer, t.scheduler, None, None, epoch, epoch * batches,
+                           cfg_to_yaml(cfg), gather_rng_states(), -1.0)
+    save_checkpoint(str(tmp_path), state, epoch)
+
+
+@pytest.mark.parametrize("saved_batches", [4, 8])
+def test_a_resume_continues_the_schedule_at_the_epoch_reached_whatever_the_steps(
+        tmp_path, caplog, saved_batches):
+    # A run of 2 processes (4 steps an epoch) resumed on 1 (8 steps an epoch) from epoch 1: the
+    # warmup (1 epoch) is over and the cosine ends at the last step, as in a run of 8-step
+    # epochs from the start. The same number of steps resumes as it always did.
+    import logging
+
+    from zoo.solver import build_lr_scheduler
+
+    _epoch_checkpoint(tmp_path, _schedule_cfg(3), saved_batches, 1)
+    t = _schedule_trainer(tmp_path, _schedule_cfg(3, resume_epoch=1), 8)
+    with caplog.at_level(logging.INFO, logger="test_resume"):
+        t.train()
+    plan = build_lr_scheduler(_schedule_cfg(3), torch.optim.SGD(t.model.parameters(), lr=0), 8)
+    assert t.used.lrs == pytest.approx([plan.lr_at(i) for i in range(8, 24)])
+    assert t.used.lrs[0] == pytest.approx(0.1)  # the warmup's end, not its middle
+    assert t.scheduler.iteration == t.iteration == 24
+    moved = "the LR schedule continues from step 8, at the epoch the checkpoint reached"
+    assert (moved in caplog.text) == (saved_batches != 8)
+
+
+def test_more_epochs_on_resume_stretch_the_schedule_and_say_so(tmp_path, caplog):
+    import logging
+
+    _epoch_checkpoint(tmp_path, _schedule_cfg(3), 4, 3)  # the cosine's end: LR 0 next
+    t = _schedule_trainer(tmp_path, _schedule_cfg(5, resume_epoch=3), 4)
+    with caplog.at_level(logging.INFO, logger="test_resume"):
+        t.train()
+    b = t.scheduler.lr_at(12)
+    assert 0.0 < b < 0.1 and t.used.lrs[0] == pytest.approx(b)
+    assert (f"CONFIG.TRAIN.EPOCH_NUM is 5, the checkpoint's run had 3: the LR schedule now spans "
+            f"5 epochs and continues from epoch 3; the LR at the resume point goes from 0 to "
+            f"{b:.5g}") in caplog.text

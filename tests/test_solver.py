@@ -107,3 +107,46 @@ def test_fast_optimizer_updates_like_the_reference_loop(name):
     assert reference.state_dict()["state"].keys() == fast.state_dict()["state"].keys()
     with pytest.raises(ValueError, match="unknown optimizer 'Adam'"):
         make_optimizer("Adam", list(b.parameters()), 0.1)
+
+
+def test_the_warmup_ends_on_the_schedules_lr_whatever_lr_is():
+    import pathlib
+
+    # The VideoMAE fine-tuning config with its LR lowered on the command line: the warmup climbs
+    # to that LR, where the cosine starts, with no jump.
+    root = pathlib.Path(__file__).resolve().parents[1]
+    cfg = load_config(str(root / "configs" / "custom" / "videomae_vit_b_finetune.yaml"),
+                      ["TRAIN.LR", "1e-4"])
+    opt = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.0)
+    s = build_lr_scheduler(cfg, opt, steps_per_epoch=100)
+    end = s.warmup_iters
+    assert end > 0 and s.lr_at(end) == pytest.approx(s.base_lr)
+    assert s.lr_at(end - 1) < s.base_lr
+    assert s.lr_at(end) - s.lr_at(end - 1) == pytest.approx(s.lr_at(1) - s.lr_at(0))
+    # The defaults with a warmup and LR 0.001: the peak is 0.001.
+    cfg = load_config(None, ["TRAIN.USE_WARMUP", "True", "TRAIN.LR", "0.001",
+                             "TRAIN.WARMUP_START_LR", "0.0001"])
+    s = build_lr_scheduler(cfg, opt, steps_per_epoch=10)
+    assert max(s.lr_at(i) for i in range(100)) == pytest.approx(0.001)
+    # Step: the warmup ends on the factor of the step it reaches (PySlowFast's warmup).
+    cfg = load_config(None, ["TRAIN.USE_WARMUP", "True", "TRAIN.LR", "1.0", "TRAIN.LR_POLICY",
+                             "Step", "TRAIN.LR_MILESTONE", "[1, 4]", "TRAIN.LR_FACTORS",
+                             "[1.0, 0.5, 0.1]", "TRAIN.WARMUP_EPOCHS", "2",
+                             "TRAIN.WARMUP_START_LR", "0.0", "TRAIN.EPOCH_NUM", "6"])
+    s = build_lr_scheduler(cfg, opt, steps_per_epoch=10)
+    assert [s.lr_at(i) for i in (10, 20, 39, 40)] == pytest.approx([0.25, 0.5, 0.5, 0.1])
+
+
+def test_a_warmup_that_ends_off_the_schedule_stops_with_one_line():
+    from zoo.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["TRAIN.USE_WARMUP", "True", "TRAIN.LR", "0.001",
+                           "TRAIN.WARMUP_END_LR", "0.1"])
+    line = str(e.value)
+    assert "\n" not in line and "CONFIG.TRAIN.WARMUP_END_LR = 0.1" in line
+    assert "set WARMUP_END_LR 0" in line
+    # Equal to the schedule's LR, or no warmup at all: nothing to refuse.
+    load_config(None, ["TRAIN.USE_WARMUP", "True", "TRAIN.LR", "0.001",
+                       "TRAIN.WARMUP_END_LR", "0.001"])
+    load_config(None, ["TRAIN.LR", "0.001", "TRAIN.WARMUP_END_LR", "0.1"])

@@ -110,7 +110,7 @@ _C.CONFIG.TRAIN = CN()
 _C.CONFIG.TRAIN.EPOCH_NUM = 10
 # Clips per process per iteration (global batch = BATCH_SIZE x processes).
 _C.CONFIG.TRAIN.BATCH_SIZE = 8
-# Peak learning rate (reached at the end of warmup).
+# Peak learning rate (the warmup ends on it; the Cosine and Step schedules start from it).
 _C.CONFIG.TRAIN.LR = 0.1
 # Optimizer: "SGD" (with MOMENTUM) or "AdamW" (betas 0.9, 0.999); W_DECAY applies to both.
 _C.CONFIG.TRAIN.OPTIMIZER = "SGD"
@@ -128,14 +128,17 @@ _C.CONFIG.TRAIN.STEP = 0.1
 # before the first milestone), so it needs len(LR_MILESTONE) + 1 numbers; STEP is then unused
 # (PySlowFast's steps_with_relative_lrs). [] = multiply by STEP at each milestone.
 _C.CONFIG.TRAIN.LR_FACTORS = []
-# Linear warmup from WARMUP_START_LR to WARMUP_END_LR over WARMUP_EPOCHS (updated every iteration).
+# Linear warmup from WARMUP_START_LR to the schedule's LR over WARMUP_EPOCHS (updated every
+# iteration), as PySlowFast, VideoMAE and MMAction2 warm up.
 _C.CONFIG.TRAIN.USE_WARMUP = False
 # Length of the warmup in epochs (may be fractional).
 _C.CONFIG.TRAIN.WARMUP_EPOCHS = 1.0
 # LR at the first iteration of warmup.
 _C.CONFIG.TRAIN.WARMUP_START_LR = 0.01
-# LR at the end of warmup; the schedule then continues from LR.
-_C.CONFIG.TRAIN.WARMUP_END_LR = 0.1
+# LR at the end of warmup: 0 = the schedule's LR there (LR for Cosine; LR x the factor of the
+# step reached for Step), so it follows LR when LR changes. Any other value must be that LR: a
+# config whose warmup would end elsewhere (and the LR jump there) stops with one line.
+_C.CONFIG.TRAIN.WARMUP_END_LR = 0.0
 # Multigrid training (Wu et al. 2020; PySlowFast's MULTIGRID.*): "" = off (every iteration at
 # CLIP_LEN x CROP_SIZE with BATCH_SIZE); "long" = the long cycle: each epoch range trains a smaller
 # (frames, crop) shape with a larger batch (batch x frames x crop^2 kept), the Step schedule
@@ -159,7 +162,7 @@ _C.CONFIG.TRAIN.RESUME_EPOCH = -1
 _C.CONFIG.TRAIN.AUTO_RESUME = False
 # Keep only the newest K epoch checkpoints (0 = keep all); best.pth (best val top-1) is kept apart.
 _C.CONFIG.TRAIN.KEEP_LAST = 0
-# Linear scaling rule: when > 0, LR, WARMUP_START_LR and WARMUP_END_LR are multiplied by
+# Linear scaling rule: when > 0, LR and WARMUP_START_LR (and the warmup's end) are multiplied by
 # (global batch / REFERENCE_BATCH), so the same YAML keeps its recipe on more or fewer GPUs.
 _C.CONFIG.TRAIN.REFERENCE_BATCH = 0
 # LR multiplier for every parameter except the classifier head (e.g. 0.1 when fine-tuning).

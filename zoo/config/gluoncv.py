@@ -10,8 +10,11 @@ rewrites the raw YAML mapping of a gluoncv file so that it means in zoo what it 
   at random by 1 to 1.25; zoo's ``DATA.TRAIN_SHORT_SIDE_RANGE`` becomes ``[S, 1.25 S]``.
 * ``TRAIN.LR_POLICY`` absent: gluoncv's default is a misspelt key (``LR_POLICY: 'Cosine'`` in its
   defaults file never existed) and its trainer stepped the LR at ``LR_MILESTONE``; zoo uses "Step".
-* ``TRAIN.USE_WARMUP`` True: gluoncv warms up linearly from 0 to ``LR`` (its warmup ignores
-  ``WARMUP_START_LR`` / ``WARMUP_END_LR``); zoo's warmup keys are set to 0 and ``LR``.
+* ``TRAIN.WARMUP_END_LR``: gluoncv never read it (its ``GradualWarmupScheduler`` has
+  ``multiplier=1.0``: the warmup ends on ``LR``, where its Cosine or Step schedule starts), so it
+  is dropped and zoo's warmup ends on the schedule's LR too (``WARMUP_END_LR`` 0).
+* ``TRAIN.WARMUP_START_LR``: gluoncv's warmup starts at 0 whatever the file says, so zoo's is
+  set to 0 (also for a file without ``USE_WARMUP`` True, should the warmup be turned on).
 * ``MODEL.LOAD`` True with ``MODEL.PRETRAINED_PATH``: load that checkpoint = zoo's
   ``MODEL.PRETRAINED``.
 * ``DATA.KEEP_ASPECT_RATIO`` absent: gluoncv's default False (frames resized to NEW_WIDTH x
@@ -102,9 +105,11 @@ def _adapt_train(t: Dict[str, Any], notes: List[str], source: str) -> None:
     if "LR_POLICY" not in t and "LR_MILESTONE" in t:
         t["LR_POLICY"] = "Step"
         notes.append("no LR_POLICY -> Step at LR_MILESTONE (gluoncv's trainer)")
-    if t.get("USE_WARMUP") is True and "LR" in t:
-        t["WARMUP_START_LR"], t["WARMUP_END_LR"] = 0.0, t["LR"]
-        notes.append(f"USE_WARMUP -> linear warmup from 0 to LR {t['LR']} (gluoncv's warmup)")
+    # Neither is read by gluoncv, whose warmup (on or off) goes from 0 to LR.
+    t.pop("WARMUP_END_LR", None)
+    t["WARMUP_START_LR"] = 0.0
+    if t.get("USE_WARMUP") is True:
+        notes.append("USE_WARMUP -> linear warmup from 0 to LR (gluoncv's warmup)")
 
 
 def _adapt_model(m: Dict[str, Any], notes: List[str], source: str) -> None:

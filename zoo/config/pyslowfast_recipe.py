@@ -115,8 +115,8 @@ def solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
         "EPOCH_NUM": int(v["SOLVER.MAX_EPOCH"]), "LR": base_lr,
         "MOMENTUM": float(v["SOLVER.MOMENTUM"]), "W_DECAY": float(v["SOLVER.WEIGHT_DECAY"]),
         "USE_WARMUP": warmup > 0, "WARMUP_EPOCHS": warmup,
-        "WARMUP_START_LR": float(v["SOLVER.WARMUP_START_LR"]), "WARMUP_END_LR": base_lr,
-    }
+        "WARMUP_START_LR": float(v["SOLVER.WARMUP_START_LR"]),
+    }  # WARMUP_END_LR stays 0: the warmup ends on the schedule's LR, as PySlowFast's does
     method = str(v["SOLVER.OPTIMIZING_METHOD"]).lower()
     if method not in ("sgd", "adamw"):
         raise ConfigError(f"{source}: SOLVER.OPTIMIZING_METHOD = {method!r} has no zoo "
@@ -133,9 +133,6 @@ def solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
                          "after the warmup (PySlowFast's COSINE_AFTER_WARMUP True)")
     elif policy == "steps_with_relative_lrs":
         train.update(_steps(v, source, base_lr))
-        # PySlowFast's warmup ends on the schedule's value at WARMUP_EPOCHS.
-        passed = sum(1 for m in train["LR_MILESTONE"] if m <= warmup)
-        train["WARMUP_END_LR"] = base_lr * train["LR_FACTORS"][passed]
     else:
         raise ConfigError(f"{source}: SOLVER.LR_POLICY = {policy!r} has no zoo counterpart "
                           "(zoo converts cosine and steps_with_relative_lrs)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import math
 import multiprocessing
 import re
 from typing import Any, Callable, List, Tuple
@@ -240,6 +242,7 @@ def validate_config(cfg: CfgNode) -> None:
             f"LR_MILESTONE has {len(train.LR_MILESTONE)}: give one factor before the first "
             "milestone and one after each"
         )
+    _check_warmup_end(train)
     if "long" in train.MULTIGRID and train.LR_POLICY != "Step":
         raise ConfigError(
             f"CONFIG.TRAIN.MULTIGRID = {train.MULTIGRID!r} needs CONFIG.TRAIN.LR_POLICY Step (the "
@@ -267,6 +270,36 @@ def validate_config(cfg: CfgNode) -> None:
             f"TRAIN_SHORT_SIDE_RANGE[0] = {data.TRAIN_SHORT_SIDE_RANGE[0]}: raise the range's "
             "minimum"
         )
+
+
+def lr_after_warmup(train: CfgNode) -> float:
+    """The LR the schedule has where the warmup ends, before the linear scaling rule: LR for
+    Cosine (its decay starts there), LR times the factor of the step reached for Step."""
+    if train.LR_POLICY != "Step":
+        return float(train.LR)
+    passed = bisect.bisect_right(list(train.LR_MILESTONE), train.WARMUP_EPOCHS)
+    if train.LR_FACTORS:
+        return float(train.LR) * train.LR_FACTORS[passed]
+    return float(train.LR) * train.STEP ** passed
+
+
+def warmup_ends_on_schedule(train: CfgNode) -> bool:
+    """Whether the warmup ends on the schedule's LR (WARMUP_END_LR 0 or equal to it), or there is
+    no warmup to end."""
+    end = float(train.WARMUP_END_LR)
+    return (not train.USE_WARMUP or end == 0
+            or math.isclose(end, lr_after_warmup(train), rel_tol=1e-6))
+
+
+def _check_warmup_end(train: CfgNode) -> None:
+    """A warmup that ends off the schedule makes the LR jump where it ends (no published recipe
+    does): refuse it."""
+    if not warmup_ends_on_schedule(train):
+        raise ConfigError(
+            f"CONFIG.TRAIN.WARMUP_END_LR = {train.WARMUP_END_LR!r} is not the LR the schedule has "
+            f"where the warmup ends ({lr_after_warmup(train):.6g}, from CONFIG.TRAIN.LR = "
+            f"{train.LR!r}), so the LR would jump there: set WARMUP_END_LR 0 (the warmup then "
+            "ends on the schedule's LR, whatever LR is) or remove it from the config")
 
 
 def _check_resize_on_device(data: CfgNode) -> None:

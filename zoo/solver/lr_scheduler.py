@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
@@ -56,7 +56,9 @@ class WarmupScheduler(IterationScheduler):
             Empty = ``gamma`` at each milestone.
         warmup_iters: Length of the linear warmup (0 = none).
         warmup_start_lr: LR at iteration 0 of the warmup.
-        warmup_end_lr: LR at the end of warmup.
+        warmup_end_lr: LR at the end of warmup; None = the schedule's LR at ``warmup_iters``
+            (``base_lr`` for Cosine, ``base_lr`` times the step's factor for Step), where
+            PySlowFast, VideoMAE and MMAction2 end it.
     """
 
     def __init__(
@@ -70,7 +72,7 @@ class WarmupScheduler(IterationScheduler):
         factors: Sequence[float] = (),
         warmup_iters: int = 0,
         warmup_start_lr: float = 0.0,
-        warmup_end_lr: float = 0.0,
+        warmup_end_lr: Optional[float] = None,
     ) -> None:
         self.optimizer = optimizer
         self.base_lr = base_lr
@@ -84,7 +86,8 @@ class WarmupScheduler(IterationScheduler):
                              f"entries, got {len(self.factors)}")
         self.warmup_iters = warmup_iters
         self.warmup_start_lr = warmup_start_lr
-        self.warmup_end_lr = warmup_end_lr
+        self.warmup_end_lr = (self._after_warmup(warmup_iters) if warmup_end_lr is None
+                              else warmup_end_lr)
         self.iteration = 0
         self._apply()
 
@@ -92,6 +95,9 @@ class WarmupScheduler(IterationScheduler):
         if it < self.warmup_iters:
             frac = it / self.warmup_iters
             return self.warmup_start_lr + frac * (self.warmup_end_lr - self.warmup_start_lr)
+        return self._after_warmup(it)
+
+    def _after_warmup(self, it: int) -> float:
         if self.policy == "Cosine":
             # The cosine runs over the iterations after warmup and reaches 0 at the end.
             span = max(1, self.total_iters - self.warmup_iters)
@@ -129,5 +135,6 @@ def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, steps_per_epoch: i
         factors=list(t.LR_FACTORS),
         warmup_iters=warmup,
         warmup_start_lr=t.WARMUP_START_LR * scale,
-        warmup_end_lr=t.WARMUP_END_LR * scale,
+        # 0 = the schedule's LR where the warmup ends (validation refuses any other value)
+        warmup_end_lr=t.WARMUP_END_LR * scale if t.WARMUP_END_LR else None,
     )

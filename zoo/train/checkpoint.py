@@ -243,12 +243,16 @@ def set_aside_earlier_run(save_dir: str, logger: logging.Logger) -> Optional[str
 
 class ResumedState(NamedTuple):
     """Where a resumed run continues: epochs completed, optimizer steps taken, best val top-1,
-    and batches of the next epoch already trained (0 unless the checkpoint is mid-epoch)."""
+    batches of the next epoch already trained (0 unless the checkpoint is mid-epoch), the LR its
+    schedule had set for the next step (None when unknown) and the EPOCH_NUM of its config
+    (0 when unknown)."""
 
     epoch: int
     iteration: int
     best_top1: float
     epoch_iter: int = 0
+    lr: Optional[float] = None
+    epochs: int = 0
 
 
 def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, scaler=None,
@@ -303,7 +307,57 @@ def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, 
         logger.warning("%s holds RNG states for %s ranks, not %d: random streams restart",
                        path, ranks, world)
     return ResumedState(int(ckpt["epoch"]), int(ckpt.get("iteration", 0)),
-                        float(ckpt.get("best_top1", -1.0)), epoch_iter)
+                        float(ckpt.get("best_top1", -1.0)), epoch_iter,
+                        _scheduled_lr(ckpt.get("optimizer")), _saved_epochs(ckpt.get("cfg")))
+
+
+def _scheduled_lr(optimizer_state: Any) -> Optional[float]:
+    """The schedule's LR that a saved optimizer state holds for the next step: a group's LR over
+    its ``lr_mult`` (None when no group tells)."""
+    groups = optimizer_state.get("param_groups", []) if isinstance(optimizer_state, dict) else []
+    for group in groups:
+        mult = group.get("lr_mult", 1.0)
+        if mult and "lr" in group:
+            return float(group["lr"]) / mult
+    return None
+
+
+def _saved_epochs(saved_yaml: Any) -> int:
+    """CONFIG.TRAIN.EPOCH_NUM of a checkpoint's config (0 when it has none)."""
+    import yaml
+
+    try:
+        return int(yaml.safe_load(saved_yaml or "")["CONFIG"]["TRAIN"]["EPOCH_NUM"])
+    except (KeyError, TypeError, ValueError, yaml.YAMLError):
+        return 0
+
+
+def continue_schedule(scheduler, state: ResumedState, iteration: int, epoch: float, epochs: int,
+                      logger: logging.Logger) -> None:
+    """Put a resumed LR schedule where the checkpoint's run stopped, counted in this run's epochs.
+
+    The schedule's warmup and length are epochs times this run's optimizer steps per epoch,
+    which change with the number of processes (or the training list): the checkpoint's own step
+    count would then put it at another epoch. It continues at ``iteration`` instead, this run's
+    steps up to fractional ``epoch`` (one log line says so when that moves it); on the same
+    steps per epoch the two agree and nothing changes. A longer or shorter ``epochs`` than the
+    checkpoint's run had stretches the schedule from the same epoch on (one log line says how the
+    LR at the resume point changes).
+    """
+    before = state.lr
+    if scheduler.iteration != iteration:
+        logger.info(
+            "the checkpoint stopped at epoch %.4g after %d optimizer steps; this run's epochs "
+            "(another number of processes or another training list) reach it after %d: the LR "
+            "schedule continues from step %d, at the epoch the checkpoint reached", epoch,
+            scheduler.iteration, iteration, iteration)
+        scheduler.load_state_dict({"iteration": iteration})
+    if state.epochs and state.epochs != epochs:
+        logger.info(
+            "CONFIG.TRAIN.EPOCH_NUM is %d, the checkpoint's run had %d: the LR schedule now spans "
+            "%d epochs and continues from epoch %.4g; the LR at the resume point goes from %s to "
+            "%.5g", epochs, state.epochs, epochs, epoch,
+            "unknown" if before is None else f"{before:.5g}", scheduler.get_last_lr())
 
 
 # Keys that may change between a run and its resumption without changing what is trained.
@@ -328,4 +382,25 @@ def config_differences(saved_yaml: str, cfg) -> List[str]:
     saved = upgrade_config(yaml.safe_load(saved_yaml) or {}, "the checkpoint's config", log=False)
     now = yaml.safe_load(cfg_to_yaml(cfg))
     now.pop("VERSION", None)
+    for tree in (saved, now):
+        _warmup_end_as_zero(tree)
     return [f"{key}: {a!r} -> {b!r}" for key, a, b in diff_cfg(saved, now, ignore=_RESUME_FREE)]
+
+
+def _warmup_end_as_zero(tree: Dict[str, Any]) -> None:
+    """Write ``CONFIG.TRAIN.WARMUP_END_LR`` as 0 where the warmup ends on the schedule's LR
+    anyway (or there is no warmup to end): a config that spells that LR out and one that leaves
+    it 0 train the same schedule, so a checkpoint of either resumes under the other."""
+    from yacs.config import CfgNode
+
+    from ..config.validation import warmup_ends_on_schedule
+
+    train = (tree.get("CONFIG") or {}).get("TRAIN")
+    if not isinstance(train, dict) or "WARMUP_END_LR" not in train:
+        return
+    try:
+        on_schedule = warmup_ends_on_schedule(CfgNode(train))
+    except (AttributeError, KeyError, TypeError, IndexError):
+        return  # a config without the schedule's keys: compared as written
+    if on_schedule:
+        train["WARMUP_END_LR"] = 0.0

@@ -152,7 +152,8 @@ class ProgressBar(HookBase):
 
 
 class MetricsLogger(HookBase):
-    """The training log lines and records: a ``train`` record (loss, LR, clips/s) every
+    """The training log lines and records: a ``train`` record (loss, LR, clips/s; the LR is
+    the one the step's update used, read before the schedule moves on) every
     ``DISPLAY_FREQ`` iterations and at the epoch's end, a ``train_epoch`` record (mean loss over
     ranks, time, the share of it the loop waited for data (``data_wait_share``, mean over ranks, see
     zoo/train/data_wait.py), skipped videos and steps) per epoch, into ``trainer.writer``
@@ -178,10 +179,13 @@ class MetricsLogger(HookBase):
         self.loss_sum = torch.zeros((), device=self.trainer.device)
         self.bad, self.seen, self.skipped_before = 0, 0, self.trainer.step.skipped
         self.clips = 0  # clips of this process since the last record
+        self.lr = self.trainer.scheduler.get_last_lr()  # the LR of the epoch's first step
         self.data_wait.start()
 
     def before_step(self) -> None:
         self.data_wait.batch_ready()
+        # The step's update uses this LR; after it the schedule holds the next step's.
+        self.lr = self.trainer.scheduler.get_last_lr()
 
     def after_step(self) -> None:
         t = self.trainer
@@ -207,7 +211,7 @@ class MetricsLogger(HookBase):
         speed = self.clips * comm.get_world_size() / max(now - self.tick, 1e-9)
         self.tick, self.clips = now, 0
         record = {"split": "train", "epoch": t.epoch + 1, "iter": t.iteration,
-                  "loss": t.loss.item(), "lr": t.scheduler.get_last_lr(), "clips_per_s": speed}
+                  "loss": t.loss.item(), "lr": self.lr, "clips_per_s": speed}
         t.writer.write(record, t.iteration)
         if t.progress_bar is not None:
             t.progress_bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.4g}",

@@ -30,7 +30,9 @@ from ..utils import comm
 from ..utils.checkpoint_io import size_in_words
 from .checkpoint import (
     CheckpointError,
+    ResumedState,
     agree_on_resume,
+    continue_schedule,
     find_resume_checkpoint,
     gather_rng_states,
     is_sharded,
@@ -194,6 +196,8 @@ class Trainer:
             and the current one (0-based).
         start_iter: Batches of ``start_epoch`` trained before a mid-epoch resume (else 0); the
             run skips them without decoding them.
+        resumed: The :class:`~zoo.train.checkpoint.ResumedState` of the checkpoint resumed, or
+            None for a fresh start.
         iters_per_epoch, steps_per_epoch: Loader batches and optimizer steps per epoch.
         iteration: Optimizer steps taken since the run began (across resumes).
         inner_iter, batch, loss: The batch index in this epoch, the batch ``(clips, labels,
@@ -208,6 +212,7 @@ class Trainer:
     """
 
     start_iter = 0  # class defaults: hooks and tests may build a trainer without __init__
+    resumed: Optional[ResumedState] = None
     preemption: Optional[PreemptionWatch] = None
     execution = Execution()  # eager, as a trainer built without __init__ runs
     train_stream: Optional[EpochStream] = None
@@ -339,8 +344,9 @@ class Trainer:
             if comm.is_main_process():
                 set_aside_earlier_run(self.save_dir, self.logger)
             return
-        state = load_training_state(path, self.cfg, self.model, self.optimizer, self.scheduler,
-                                    self.step.scaler, self.step.ema, self.logger)
+        state = self.resumed = load_training_state(
+            path, self.cfg, self.model, self.optimizer, self.scheduler, self.step.scaler,
+            self.step.ema, self.logger)
         self.start_epoch, self.best_top1 = state.epoch, state.best_top1
         self.start_iter = state.epoch_iter
         where = ""
@@ -376,16 +382,24 @@ class Trainer:
             self.logger.info(describe_plan(self.multigrid, self.start_epoch, self.epoch_steps,
                                            world, train.ACCUM_STEPS, self.scheduler.base_lr))
         else:
+            trained = self.steps_per_epoch * train.ACCUM_STEPS
+            dropped = self.iters_per_epoch - trained
             self.logger.info(
-                "training epochs %d..%d, %d iterations each, global batch %d (%d per process x "
-                "%d processes x %d accumulation), peak LR %.5g",
-                self.start_epoch + 1, self.epochs, self.iters_per_epoch,
+                "training epochs %d..%d, %d batches each in %d optimizer steps%s, global batch %d "
+                "(%d per process x %d processes x %d accumulation), peak LR %.5g",
+                self.start_epoch + 1, self.epochs, trained, self.steps_per_epoch,
+                f" (the loader's last {dropped} of {self.iters_per_epoch}, short of an "
+                "accumulation, are dropped)" if dropped else "",
                 train.BATCH_SIZE * world * train.ACCUM_STEPS, train.BATCH_SIZE, world,
                 train.ACCUM_STEPS, self.scheduler.base_lr,
             )
         done = (sum(self.epoch_steps[:self.start_epoch]) if self.epoch_steps is not None
                 else self.start_epoch * self.steps_per_epoch)
         self.iteration = self.step.steps = done + self.start_iter // train.ACCUM_STEPS
+        if self.resumed is not None and self.start_epoch < self.epochs:
+            continue_schedule(self.scheduler, self.resumed, self.iteration,
+                              self.start_epoch + self.start_iter / max(1, self.iters_per_epoch),
+                              self.epochs, self.logger)
         self._call("before_train")
         for self.epoch in range(self.start_epoch, self.epochs):
             self.run_epoch()
