@@ -220,7 +220,9 @@ _C.CONFIG.TRAIN.CUTMIX_ALPHA = 0.0
 # Keep an exponential moving average of the weights with this decay (0 = off, e.g. 0.999); it is
 # validated and saved beside the model.
 _C.CONFIG.TRAIN.EMA_DECAY = 0.0
-# Before each validation, recompute BatchNorm statistics over this many training batches (0 = off).
+# Before each validation, recompute BatchNorm statistics over this many training batches (0 = off);
+# with EMA_DECAY the EMA's statistics too, with the EMA's weights, so the EMA validated and saved
+# has statistics of its own weights.
 _C.CONFIG.TRAIN.PRECISE_BN_ITERS = 0
 # What a non-finite (NaN/inf) loss or gradient does: "stop" ends the job with one line naming the
 # iteration, the rank and the first non-finite tensor, saving no checkpoint from that state;
