@@ -116,7 +116,8 @@ _C.CONFIG.TRAIN.LR = 0.1
 _C.CONFIG.TRAIN.OPTIMIZER = "SGD"
 # SGD momentum.
 _C.CONFIG.TRAIN.MOMENTUM = 0.9
-# Weight decay.
+# Weight decay, on every trainable parameter except those of at most one dimension (biases, norm
+# scales, layer scales) and those the model names in no_weight_decay() (docs/training.md).
 _C.CONFIG.TRAIN.W_DECAY = 1e-4
 # Learning-rate schedule after warmup: "Cosine" (to 0 at the last iteration) or "Step".
 _C.CONFIG.TRAIN.LR_POLICY = "Cosine"
