@@ -187,6 +187,33 @@ def test_precise_bn_recomputes_statistics_only_before_a_validation(tmp_path):
     assert torch.equal(model[0].running_mean, before)
 
 
+def test_precise_bn_recomputes_the_ema_statistics_with_the_ema_weights(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
+    ema = ModelEMA(model, 0.9)
+    with torch.no_grad():  # the average lags the trained weights: other BN inputs
+        ema.module[0].weight.mul_(-2.0).add_(0.5)
+        ema.module[0].bias.add_(3.0)
+    batches = [(torch.randn(8, 4) * (i + 1) + i, torch.zeros(8, dtype=torch.long), None, None)
+               for i in range(3)]
+    t = FakeTrainer(tmp_path, epochs=1, model=model)
+    t.train_loader = batches
+    t.step.ema = ema
+    _attach(H.PreciseBN(num_iters=3), t).after_epoch()
+
+    def reference(linear):  # each batch's BN input, its mean and unbiased variance, averaged
+        with torch.no_grad():
+            inputs = [linear(b[0]) for b in batches]
+        return (torch.stack([h.mean(0) for h in inputs]).mean(0),
+                torch.stack([h.var(0, unbiased=True) for h in inputs]).mean(0))
+
+    for net in (ema.module, model):
+        mean, var = reference(net[0])
+        assert torch.allclose(net[1].running_mean, mean, atol=1e-5)
+        assert torch.allclose(net[1].running_var, var, atol=1e-4)
+    assert not ema.module.training and model.training  # each back in its own mode
+
+
 class Fixed(nn.Module):
     """Predicts class ``pred[i]`` for the clip whose first value is ``i``."""
 

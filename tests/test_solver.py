@@ -8,6 +8,7 @@ import torch.nn as nn
 
 from zoo.config import load_config
 from zoo.solver import build_lr_scheduler, build_optimizer, lr_scale
+from zoo.solver.optimizer import param_groups
 
 
 def _net():
@@ -33,6 +34,56 @@ def test_no_weight_decay_on_norm_and_bias_and_backbone_multiplier():
     lrs = {g["lr_mult"]: g["lr"] for g in opt.param_groups}
     assert lrs[1.0] == pytest.approx(sched.lr_at(0))
     assert lrs[0.1] == pytest.approx(0.1 * sched.lr_at(0))
+
+
+class _ScaleNorm(nn.Module):
+    """A norm layer zoo has never heard of: a 1-D scale, like torch's RMSNorm (torch >= 2.4)."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * self.scale
+
+
+class _Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.RMSNorm(dim) if hasattr(nn, "RMSNorm") else _ScaleNorm(dim)
+        self.other_norm = _ScaleNorm(dim)
+        self.fc = nn.Linear(dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), 0.1))  # layer scale: 1-D, not a bias
+        self.pos_embed = nn.Parameter(torch.zeros(1, 4, dim))
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = _Block(8)
+        self.pos_embed = nn.Parameter(torch.zeros(1, 4, 8))
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, 8))
+        self.head = nn.Linear(8, 3)
+
+    def no_weight_decay(self):
+        # A full dotted name (timm's convention) names that parameter only; a last component
+        # names every parameter of that name.
+        return {"encoder.pos_embed", "cls_token"}
+
+
+def test_weight_decay_skips_every_1d_parameter_and_the_names_listed_in_full_or_last():
+    net = _Net()
+    groups = param_groups(net, 0.05)
+    names = {id(p): n for n, p in net.named_parameters()}
+    wd = {names[id(p)]: g["weight_decay"] for g in groups for p in g["params"]}
+    assert set(wd) == set(names.values())
+    # timm's param_groups_weight_decay: ndim <= 1, or ".bias", or a listed (full) name.
+    for name, p in net.named_parameters():
+        exempt = p.ndim <= 1 or name.endswith(".bias") or name in net.no_weight_decay()
+        assert wd[name] == (0.0 if exempt else 0.05), name
+    assert wd["encoder.gamma"] == wd["encoder.norm.weight"] == wd["encoder.other_norm.scale"] == 0
+    assert wd["encoder.pos_embed"] == wd["cls_token"] == 0.0
+    assert wd["pos_embed"] == wd["encoder.fc.weight"] == wd["head.weight"] == 0.05
 
 
 def test_warmup_then_cosine_per_iteration():

@@ -221,7 +221,8 @@ def test_full_swin3d_t_matches_torchvision():
 
 
 def test_relative_position_bias_tables_train_without_weight_decay():
-    """As MMAction2's recipe: norms, biases and the bias tables are not decayed, the rest is."""
+    """zoo's rule: norms, biases (1-D) and the bias tables (no_weight_decay()) are not decayed,
+    the rest is."""
     from zoo.solver.optimizer import param_groups
 
     model = zoo.create_model("swin3d_t", num_classes=3, embed_dim=16, depths=(1, 1, 1, 1),

@@ -80,3 +80,45 @@ def test_user_model_without_get_classifier_uses_its_last_linear():
     assert not hasattr(model, "get_classifier")
     assert classifier_module(model) is model.fc
     assert head_keys(model) == ("fc.weight", "fc.bias")
+
+
+IMAGENET_MODEL = '''
+import torch.nn as nn
+from zoo.models import ModelFacts, register_model
+
+
+class Tiny(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv3d(3, 4, 3), nn.AdaptiveAvgPool3d(1), nn.Flatten(),
+                                 nn.Linear(4, num_classes))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+register_model("tiny_imagenet_normalised", Tiny,
+               ModelFacts(input_frames=4, sampling_stride=2, crop_size=28,
+                          mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)),
+               "Tiny, ImageNet mean and std")
+'''
+
+
+def test_a_trainer_built_directly_normalises_with_the_models_mean_and_std(tmp_path, synth_root):
+    from zoo.data import prepare_synthetic
+    from zoo.train.trainer import Trainer
+
+    path = tmp_path / "imagenet_model.py"
+    path.write_text(IMAGENET_MODEL)
+    cfg = load_config(None, [*TINY_DATA, "CONFIG.EXTRA_MODULES", repr([str(path)]),
+                             "MODEL.NAME", "tiny_imagenet_normalised",
+                             "DDP_CONFIG.DISTRIBUTED", "False", "DATA.SYNTHETIC.ROOT", synth_root,
+                             "LOG.BASE_PATH", str(tmp_path / "runs"), "LOG.EXP_NAME", "direct"])
+    assert list(cfg.CONFIG.DATA.MEAN) == []  # empty: the model's own
+    trainer = Trainer(prepare_synthetic(cfg))  # as docs/hooks.md drives it
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    assert list(trainer.cfg.CONFIG.DATA.MEAN) == mean and list(trainer.cfg.CONFIG.DATA.STD) == std
+    got_mean, got_std = trainer.step.normalization
+    assert list(got_mean) == mean and list(got_std) == std
+    written = yaml.safe_load(open(tmp_path / "runs" / "direct" / "config.yaml"))
+    assert written["CONFIG"]["DATA"]["MEAN"] == mean

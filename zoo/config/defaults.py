@@ -116,7 +116,8 @@ _C.CONFIG.TRAIN.LR = 0.1
 _C.CONFIG.TRAIN.OPTIMIZER = "SGD"
 # SGD momentum.
 _C.CONFIG.TRAIN.MOMENTUM = 0.9
-# Weight decay.
+# Weight decay, on every trainable parameter except those of at most one dimension (biases, norm
+# scales, layer scales) and those the model names in no_weight_decay() (docs/training.md).
 _C.CONFIG.TRAIN.W_DECAY = 1e-4
 # Learning-rate schedule after warmup: "Cosine" (to 0 at the last iteration) or "Step".
 _C.CONFIG.TRAIN.LR_POLICY = "Cosine"
@@ -223,7 +224,9 @@ _C.CONFIG.TRAIN.CUTMIX_ALPHA = 0.0
 # Keep an exponential moving average of the weights with this decay (0 = off, e.g. 0.999); it is
 # validated and saved beside the model.
 _C.CONFIG.TRAIN.EMA_DECAY = 0.0
-# Before each validation, recompute BatchNorm statistics over this many training batches (0 = off).
+# Before each validation, recompute BatchNorm statistics over this many training batches (0 = off);
+# with EMA_DECAY the EMA's statistics too, with the EMA's weights, so the EMA validated and saved
+# has statistics of its own weights.
 _C.CONFIG.TRAIN.PRECISE_BN_ITERS = 0
 # What a non-finite (NaN/inf) loss or gradient does: "stop" ends the job with one line naming the
 # iteration, the rank and the first non-finite tensor, saving no checkpoint from that state;

@@ -107,6 +107,22 @@ def worker_setup(cfg, write_config: bool = True) -> tuple:
     return logging.getLogger("zoo"), device, out_dir
 
 
+def with_model_normalization(cfg):
+    """``cfg`` with empty ``DATA.MEAN`` / ``STD`` filled from the model's facts (its ``mean`` /
+    ``std``), after importing the user's modules (``CONFIG.EXTRA_MODULES``) that may register
+    the model. A config that has them already is returned as it is.
+
+    Raises:
+        RegistryError: no model of that name (one line).
+    """
+    from ..data import fill_normalization
+    from ..models import MODEL_REGISTRY, model_facts
+
+    import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
+    MODEL_REGISTRY.get(cfg.CONFIG.MODEL.NAME)  # an unknown name: one line, before anything else
+    return fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
+
+
 def job_config(cfg, overrides: Sequence[str] = ()):
     """The config ``zoo.train`` / ``zoo.test`` run with, from what their caller passed.
 
@@ -127,8 +143,7 @@ def job_config(cfg, overrides: Sequence[str] = ()):
     from yacs.config import CfgNode
 
     from ..config import load_config, merge_overrides, validate_config
-    from ..data import fill_normalization, prepare_synthetic
-    from ..models import MODEL_REGISTRY, model_facts
+    from ..data import prepare_synthetic
 
     if isinstance(cfg, (str, os.PathLike)):
         cfg = load_config(os.fspath(cfg), list(overrides))
@@ -142,10 +157,7 @@ def job_config(cfg, overrides: Sequence[str] = ()):
     else:
         raise TypeError(f"expected a config (CfgNode) or the path of a YAML file, got "
                         f"{type(cfg).__name__}")
-    import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
-    MODEL_REGISTRY.get(cfg.CONFIG.MODEL.NAME)  # an unknown name: one line, before anything else
-    cfg = fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
-    return prepare_synthetic(cfg)
+    return prepare_synthetic(with_model_normalization(cfg))
 
 
 @contextmanager

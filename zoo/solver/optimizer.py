@@ -1,7 +1,9 @@
-"""SGD or AdamW with parameter groups: no weight decay on norm parameters, biases (``bias``, and
-named biases such as VideoMAE's ``q_bias`` / ``v_bias``) and the parameters a model names in
-``no_weight_decay()`` (timm's convention: e.g. MViT's positions and class token), and an optional
-LR multiplier for the backbone (every parameter outside the classifier head).
+"""SGD or AdamW with parameter groups: no weight decay on every parameter of at most one
+dimension (biases, norm scales and shifts, layer-scale vectors, VideoMAE's ``q_bias`` /
+``v_bias``: the rule of timm's ``param_groups_weight_decay``, VideoMAE and PySlowFast's
+``ZERO_WD_1D_PARAM``) and on the parameters a model names in ``no_weight_decay()`` (timm's
+convention: e.g. MViT's positions and class token), and an optional LR multiplier for the
+backbone (every parameter outside the classifier head).
 
 Layer-wise LR decay (``layer_decay`` > 0, BEiT's and VideoMAE's fine-tuning recipe) scales the LR
 of a parameter in layer ``i`` by ``layer_decay ** (num_layers - 1 - i)``: the model names the
@@ -19,8 +21,6 @@ import torch.nn as nn
 
 from ..utils.env import torch_at_least
 from ..utils.errors import UserError
-
-_NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
 
 
 class LayerDecayError(UserError, ValueError):
@@ -43,6 +43,21 @@ def layer_scales(model: nn.Module, layer_decay: float, model_name: str = "") -> 
     return lambda name: layer_decay ** (top - model.layer_id(name))
 
 
+def no_decay_names(model: nn.Module) -> Set[str]:
+    """The names ``model.no_weight_decay()`` lists (none without the method): each is a full
+    dotted parameter name (timm's convention, ``"encoder.pos_embed"``) or a last component
+    (``"pos_embed"``: every parameter of that name)."""
+    method = getattr(model, "no_weight_decay", None)
+    return set(method()) if callable(method) else set()
+
+
+def skips_weight_decay(name: str, param: torch.Tensor, skip: Set[str]) -> bool:
+    """Whether the parameter ``name`` (its full dotted name) trains without weight decay: it has
+    at most one dimension, or ``skip`` (:func:`no_decay_names`) names it in full or by its last
+    component."""
+    return param.ndim <= 1 or name in skip or name.rpartition(".")[2] in skip
+
+
 def param_groups(model: nn.Module, weight_decay: float, head_ids: Optional[Set[int]] = None,
                  backbone_lr_mult: float = 1.0, layer_decay: float = 0.0,
                  model_name: str = "") -> list:
@@ -54,21 +69,15 @@ def param_groups(model: nn.Module, weight_decay: float, head_ids: Optional[Set[i
     """
     head_ids = head_ids or set()
     scale_of = layer_scales(model, layer_decay, model_name) if layer_decay > 0 else None
-    # Names (a parameter's last component) the model asks to train without weight decay.
-    skip = set(model.no_weight_decay()) if callable(getattr(model, "no_weight_decay", None)) \
-        else set()
+    skip = no_decay_names(model)
     buckets = {}
-    seen = set()
-    for prefix, module in model.named_modules():
-        for name, p in module.named_parameters(recurse=False):
-            if not p.requires_grad or id(p) in seen:
-                continue
-            seen.add(id(p))
-            no_decay = (isinstance(module, _NORM_TYPES) or name == "bias"
-                        or name.endswith("_bias") or name in skip)
-            is_head = id(p) in head_ids
-            scale = scale_of(f"{prefix}.{name}" if prefix else name) if scale_of else 1.0
-            buckets.setdefault((no_decay, is_head, scale), []).append(p)
+    for name, p in model.named_parameters():  # a parameter shared by two modules comes once
+        if not p.requires_grad:
+            continue
+        no_decay = skips_weight_decay(name, p, skip)
+        is_head = id(p) in head_ids
+        scale = scale_of(name) if scale_of else 1.0
+        buckets.setdefault((no_decay, is_head, scale), []).append(p)
     groups = []
     for (no_decay, is_head, scale), params in sorted(buckets.items()):
         groups.append({

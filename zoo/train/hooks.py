@@ -249,7 +249,8 @@ class MetricsLogger(HookBase):
 
 class PreciseBN(HookBase):
     """Before each validation, recompute the BatchNorm statistics over ``num_iters`` training
-    batches (``CONFIG.TRAIN.PRECISE_BN_ITERS``; see zoo/train/precise_bn.py)."""
+    batches (``CONFIG.TRAIN.PRECISE_BN_ITERS``; see zoo/train/precise_bn.py): the model's and,
+    with ``CONFIG.TRAIN.EMA_DECAY``, the EMA's, each with its own weights."""
 
     def __init__(self, num_iters: int) -> None:
         self.num_iters = num_iters
@@ -263,8 +264,10 @@ class PreciseBN(HookBase):
                 # serving the next epochs is given up (the next epoch opens a new one).
                 stream.stop(t.epoch)
                 t.train_stream = None
-            recompute_bn_stats(unwrap(t.model), t.train_loader, self.num_iters, t.device,
-                               t.step.prepare)
+            # The EMA is what is validated and saved: it gets statistics of its own weights.
+            ema = t.step.ema
+            models = [unwrap(t.model)] + ([ema.module] if ema is not None else [])
+            recompute_bn_stats(models, t.train_loader, self.num_iters, t.device, t.step.prepare)
 
 
 class Validation(HookBase):

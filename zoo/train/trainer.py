@@ -23,7 +23,14 @@ from ..infer.metrics import MetricsWriter
 from ..launch.heartbeat import note_step
 from ..launch.job import resume_config
 from ..launch.preemption import Preempted, PreemptionWatch, watching
-from ..launch.setup import checkpoint_dir, job_config, this_process, with_job_layout, worker_setup
+from ..launch.setup import (
+    checkpoint_dir,
+    job_config,
+    this_process,
+    with_job_layout,
+    with_model_normalization,
+    worker_setup,
+)
 from ..models import build_model
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
@@ -170,8 +177,10 @@ class Trainer:
     """Runs the training iterations of one process and calls its hooks around them.
 
     Construction builds everything from ``cfg`` (model, loaders, optimizer, schedule, the
-    :class:`~zoo.train.step.TrainStep`, the metrics writer); :meth:`train` resumes when the config
-    asks for it and runs the epochs. The attributes below are what hooks read.
+    :class:`~zoo.train.step.TrainStep`, the metrics writer), with empty ``DATA.MEAN`` / ``STD``
+    filled from the model's facts first, as ``zoo.train`` and the tool fill them; :meth:`train`
+    resumes when the config asks for it and runs the epochs. The attributes below are what hooks
+    read.
 
     Attributes:
         cfg, logger, device, out_dir: The run (``out_dir`` is BASE_PATH/EXP_NAME).
@@ -220,7 +229,8 @@ class Trainer:
     staging: Optional[DeviceStaging] = None
 
     def __init__(self, cfg, hooks: Sequence[HookBase] = ()) -> None:
-        self.cfg = cfg
+        # Empty DATA.MEAN / STD mean the model's own, as zoo.train and the tool fill them.
+        self.cfg = cfg = with_model_normalization(cfg)
         self.logger, self.device, self.out_dir = worker_setup(cfg)
         user_hooks = load_user_hooks(cfg.CONFIG.TRAIN.HOOKS)  # a bad entry fails before building
         # The loaders' workers outlive a preemption signal until the step that stops with a
