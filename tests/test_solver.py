@@ -199,5 +199,20 @@ def test_a_warmup_that_ends_off_the_schedule_stops_with_one_line():
     assert "set WARMUP_END_LR 0" in line
     # Equal to the schedule's LR, or no warmup at all: nothing to refuse.
     load_config(None, ["TRAIN.USE_WARMUP", "True", "TRAIN.LR", "0.001",
-                       "TRAIN.WARMUP_END_LR", "0.001"])
+                       "TRAIN.WARMUP_END_LR", "0.001", "TRAIN.WARMUP_START_LR", "0.0"])
     load_config(None, ["TRAIN.LR", "0.001", "TRAIN.WARMUP_END_LR", "0.1"])
+
+
+def test_a_warmup_that_starts_above_its_end_stops_with_one_line():
+    """USE_WARMUP with LR 0.001 and the default WARMUP_START_LR 0.01: the "warmup" lowered the
+    LR from 0.01 to 0.001, ten times the peak the log named."""
+    from zoo.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["TRAIN.USE_WARMUP", "True", "TRAIN.LR", "0.001"])
+    line = str(e.value)
+    assert "\n" not in line and "CONFIG.TRAIN.WARMUP_START_LR = 0.01 is above" in line
+    assert "(0.001, from CONFIG.TRAIN.LR = 0.001)" in line
+    load_config(None, ["TRAIN.USE_WARMUP", "True", "TRAIN.LR", "0.001",
+                       "TRAIN.WARMUP_START_LR", "0.00001"])
+    load_config(None, ["TRAIN.LR", "0.001"])  # no warmup: nothing to refuse

@@ -134,7 +134,8 @@ _C.CONFIG.TRAIN.LR_FACTORS = []
 _C.CONFIG.TRAIN.USE_WARMUP = False
 # Length of the warmup in epochs (may be fractional).
 _C.CONFIG.TRAIN.WARMUP_EPOCHS = 1.0
-# LR at the first iteration of warmup.
+# LR at the first iteration of warmup (at most the LR the warmup ends on; a config whose warmup
+# would start above it stops with one line).
 _C.CONFIG.TRAIN.WARMUP_START_LR = 0.01
 # LR at the end of warmup: 0 = the schedule's LR there (LR for Cosine; LR x the factor of the
 # step reached for Step), so it follows LR when LR changes. Any other value must be that LR: a

@@ -292,14 +292,22 @@ def warmup_ends_on_schedule(train: CfgNode) -> bool:
 
 
 def _check_warmup_end(train: CfgNode) -> None:
-    """A warmup that ends off the schedule makes the LR jump where it ends (no published recipe
-    does): refuse it."""
+    """A warmup that ends off the schedule makes the LR jump where it ends, and one that starts
+    above its end lowers the LR (no published recipe does either; the second is the default
+    WARMUP_START_LR left beside a small LR): refuse them."""
     if not warmup_ends_on_schedule(train):
         raise ConfigError(
             f"CONFIG.TRAIN.WARMUP_END_LR = {train.WARMUP_END_LR!r} is not the LR the schedule has "
             f"where the warmup ends ({lr_after_warmup(train):.6g}, from CONFIG.TRAIN.LR = "
             f"{train.LR!r}), so the LR would jump there: set WARMUP_END_LR 0 (the warmup then "
             "ends on the schedule's LR, whatever LR is) or remove it from the config")
+    end = lr_after_warmup(train)
+    if train.USE_WARMUP and float(train.WARMUP_START_LR) > end:
+        raise ConfigError(
+            f"CONFIG.TRAIN.WARMUP_START_LR = {train.WARMUP_START_LR!r} is above the LR the warmup "
+            f"ends on ({end:.6g}, from CONFIG.TRAIN.LR = {train.LR!r}), so the warmup would lower "
+            "the LR: set WARMUP_START_LR below it (0 starts from nothing; PySlowFast's recipes "
+            "start at about LR / 100)")
 
 
 def _check_resize_on_device(data: CfgNode) -> None:
