@@ -234,3 +234,18 @@ def test_prediction_windows_start_where_the_video_does(tmp_path):
     assert cutting.video_span(str(tmp_path / "late.mp4")) == pytest.approx((2.0, 3.92))
     assert cutting.video_span(str(tmp_path / "paused.mkv")) == pytest.approx(
         (0.0, PAUSED_MS[-1] / 1000 + 1 / (48 / 6.72)), abs=0.01)
+
+
+def test_zoo_reencode_keeps_the_seconds_a_list_names(tmp_path):
+    """A file whose video starts 2 s after its audio, re-encoded (audio dropped, the video's
+    times kept): its frames have the same times before and after, so a list's 3-4 s names the
+    same frames in both (the output's own start, 2 s, is not counted from)."""
+    from zoo.cli.reencode import reencode
+    from zoo.data.decode.pyav import PyAVReader
+
+    _paused_and_late(tmp_path)
+    source, output = str(tmp_path / "late.mp4"), str(tmp_path / "out" / "late.mp4")
+    reencode(source, output, short_side=48)
+    with PyAVReader(source) as a, PyAVReader(output) as b:
+        assert np.allclose(a.frame_times(), b.frame_times(), atol=1e-3)
+        assert b.frame_times()[0] == pytest.approx(2.0)

@@ -393,7 +393,7 @@ class ClipDataset(Dataset):
                      ) -> Tuple[int, int, Optional[np.ndarray]]:
         """[first, end) frames to sample from (the record's start/end seconds, else all), and
         the frames' times where the reader knows them and they are needed (a time range, or
-        TARGET_FPS): seconds on the file's timeline, as players count them.
+        TARGET_FPS): the presentation times the container stores, in seconds.
 
         Raises:
             DecodeError: The range starts after the video's last frame (a truncated download,

@@ -43,10 +43,10 @@ def parts_dataset(cfg, split: str, parts: Sequence[Part]):
 
 
 def video_span(path: str, decoder: str = "auto") -> Tuple[float, float]:
-    """When ``path``'s video plays on the file's timeline, ``(first, end)`` seconds: from its first
-    frame's time (0, or later where the video stream starts after the file, behind an audio
-    track) to the end of its last frame; its frames over its average rate where the reader knows
-    no times.
+    """When ``path``'s video plays, ``(first, end)`` seconds of the container's presentation
+    times: from its first frame's time (0, or later where the video stream starts after 0,
+    behind an audio track) to the end of its last frame; its frames over its average rate where
+    the reader knows no times.
 
     Raises:
         DecodeError: It cannot be read, or its frame rate is unknown.

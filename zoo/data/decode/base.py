@@ -234,11 +234,12 @@ class VideoReader:
         return False
 
     def frame_times(self) -> Optional[np.ndarray]:
-        """Seconds on the file's timeline (from its start, as players and ``ffmpeg -ss`` count)
-        at which each frame is shown, where the container says so; None (the default) where frame
-        ``i`` is taken to be shown at ``i / fps``. Time ranges of a list, prediction windows and
-        ``CONFIG.DATA.TARGET_FPS`` use them: a variable frame rate, or a video stream that starts
-        after the file does (behind an audio track), moves frames away from ``i / fps``."""
+        """The presentation time of each frame in seconds, as the container stores it (in a file
+        whose streams start at 0, what players and ``ffmpeg -ss`` count), where it stores them;
+        None (the default) where frame ``i`` is taken to be shown at ``i / fps``. Time ranges of
+        a list, prediction windows and ``CONFIG.DATA.TARGET_FPS`` use them: a variable frame
+        rate, or a video stream that starts after 0 (behind an audio track), moves frames away
+        from ``i / fps``."""
         return None
 
     def decode_array(self, indices: Sequence[int]) -> np.ndarray:

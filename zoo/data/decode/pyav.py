@@ -229,23 +229,22 @@ class PyAVReader(VideoReader):
         return None
 
     def frame_times(self) -> Optional[np.ndarray]:
-        """Seconds from the file's start at which each frame is shown: from the stream's start
-        and rate where its frames sit on its base rate's grid (MP4/MOV at a constant rate, read
-        at open), else from the packet timestamps (variable rate, Matroska/WebM; demuxing once).
-        None where the container stores no presentation timestamps (AVI, MPEG-TS, raw streams)
-        or they cannot be trusted."""
+        """The presentation time of each frame in seconds, as the container stores it: from the
+        stream's start and rate where its frames sit on its base rate's grid (MP4/MOV at a
+        constant rate, read at open), else from the packet timestamps (variable rate,
+        Matroska/WebM; demuxing once). None where the container stores no presentation
+        timestamps (AVI, MPEG-TS, raw streams) or they cannot be trusted."""
         time_base = self._stream.time_base
         if self._sequential or not time_base:
             return None
-        origin = (self._container.start_time or 0) / av.time_base
         base, rate = self._stream.base_rate, self._rate
         if not self._matroska and base and rate and abs(float(rate / Fraction(base)) - 1) < 0.01:
-            first = float(self._start * Fraction(time_base)) - origin
+            first = float(self._start * Fraction(time_base))
             return first + np.arange(self.num_frames, dtype=np.float64) / float(rate)
         table = self._timestamps()
         if self._sequential:
             return None
-        return np.asarray(table, dtype=np.float64) * float(time_base) - origin
+        return np.asarray(table, dtype=np.float64) * float(time_base)
 
     @property
     def stream_has_count(self) -> bool:
