@@ -81,7 +81,8 @@ def test_weight_decay_skips_every_1d_parameter_and_the_names_listed_in_full_or_l
     for name, p in net.named_parameters():
         exempt = p.ndim <= 1 or name.endswith(".bias") or name in net.no_weight_decay()
         assert wd[name] == (0.0 if exempt else 0.05), name
-    assert wd["encoder.gamma"] == wd["encoder.norm.weight"] == wd["encoder.other_norm.scale"] == 0
+    norm = "encoder.norm.weight" if hasattr(nn, "RMSNorm") else "encoder.norm.scale"
+    assert wd["encoder.gamma"] == wd[norm] == wd["encoder.other_norm.scale"] == 0
     assert wd["encoder.pos_embed"] == wd["cls_token"] == 0.0
     assert wd["pos_embed"] == wd["encoder.fc.weight"] == wd["head.weight"] == 0.05
 
