@@ -124,10 +124,12 @@ def test_prediction_windows_each_read_their_own_seconds(tmp_path, monkeypatch):
     from zoo.infer import windows as cutting
 
     path = _write(str(tmp_path / "v60.mp4"), 60)  # 2 s: frame i shows i
-    assert cutting.windows(2.0, 0.5, 0.5) == [(0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.0)]
-    assert cutting.windows(2.0, 1.5, 1.0) == [(0.0, 1.5), (1.0, 2.0)]
-    assert cutting.windows(2.0, 0.5, 1.5) == [(0.0, 0.5), (1.5, 2.0)]
-    assert cutting.windows(1.0, 4.0, 4.0) == [(0.0, 1.0)]  # shorter than one window
+    assert cutting.windows(0, 2.0, 0.5, 0.5) == [(0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.0)]
+    assert cutting.windows(0, 2.0, 1.5, 1.0) == [(0.0, 1.5), (1.0, 2.0)]
+    assert cutting.windows(0, 2.0, 0.5, 1.5) == [(0.0, 0.5), (1.5, 2.0)]
+    assert cutting.windows(0, 1.0, 4.0, 4.0) == [(0.0, 1.0)]  # shorter than one window
+    assert cutting.windows(2.0, 3.0, 0.6, 0.6) == [(2.0, 2.6), (2.6, 3.0)]  # a late start
+    assert cutting.windows(1.5, 1.0, 0.5, 0.5) == [(1.5, 1.5)]  # a part that ends before
     read, real = [], PyAVReader.decode
 
     def decode(self, indices):
@@ -144,7 +146,7 @@ def test_prediction_windows_each_read_their_own_seconds(tmp_path, monkeypatch):
         "DATA.STD", "[0.5, 0.5, 0.5]"])
     monkeypatch.setattr(predictor, "_top", lambda views, topk: [{"views": tuple(views.shape)}])
     result = predictor.predict([path], window=0.5)[0]
-    assert [(w["start"], w["end"]) for w in result["windows"]] == cutting.windows(2, 0.5, 0.5)
+    assert [(w["start"], w["end"]) for w in result["windows"]] == cutting.windows(0, 2, 0.5, 0.5)
     assert all(w["top"] == [{"views": (2, 3, 4, 32, 32)}] for w in result["windows"])
     assert len(read) == 4
     for k, numbers in enumerate(read):  # window k: frames 30k .. 30k + 29

@@ -31,6 +31,7 @@ from .lists.annotations import AnnotationError, VideoRecord
 from .lists.providers import VideoList
 from .lists.records import local_path, reencoded_paths
 from .robust import BadVideoTable, NoReadableVideo
+from .time_ranges import frame_range
 
 logger = logging.getLogger(__name__)
 
@@ -59,19 +60,6 @@ def _reader_errors() -> Tuple[Type[BaseException], ...]:
 
 READER_ERRORS = _reader_errors()
 
-
-
-# Seconds: a range boundary this close to a frame's time counts as that time (float rounding).
-_TIME_EPS = 1e-6
-
-
-def _fit_times(times: np.ndarray, num_frames: int, fps: float) -> np.ndarray:
-    """``times`` of ``num_frames`` frames: cut, or continued at ``fps`` where the count the dataset
-    uses (a list's, or a few more than decode) differs from the reader's frames."""
-    if len(times) >= num_frames:
-        return times[:num_frames]
-    last = times[-1] if len(times) else -1.0 / fps
-    return np.concatenate([times, last + np.arange(1, num_frames - len(times) + 1) / fps])
 
 class ClipDataset(Dataset):
     """Clips from the videos of a :class:`~zoo.data.lists.providers.VideoList`.
@@ -391,36 +379,10 @@ class ClipDataset(Dataset):
 
     def _frame_range(self, index: int, video: VideoReader, num_frames: int
                      ) -> Tuple[int, int, Optional[np.ndarray]]:
-        """[first, end) frames to sample from (the record's start/end seconds, else all), and
-        the frames' times where the reader knows them and they are needed (a time range, or
-        TARGET_FPS): the presentation times the container stores, in seconds.
-
-        Raises:
-            DecodeError: The range starts after the video's last frame (a truncated download,
-                or a file that is not the one the list means): never a clip of one frozen frame.
-        """
+        """The record's frames and their times (:func:`~zoo.data.time_ranges.frame_range`)."""
         record = self.records[index]
-        ranged = record.start >= 0 or record.end >= 0
-        times = (video.frame_times() if (ranged or self.settings.target_fps > 0)
-                 and video.fps else None)
-        if times is not None:
-            times = _fit_times(times, num_frames, video.fps)
-        if not ranged or not video.fps:
-            return 0, num_frames, times
-        shown = times if times is not None else np.arange(num_frames) / video.fps
-        ends = float(shown[-1]) + 1.0 / video.fps  # when the last frame stops showing
-        if record.start >= ends:
-            raise DecodeError(
-                f"{self.paths[index]}: the list's time range starts at {record.start:g} s, after "
-                f"the video's end at {ends:.1f} s ({num_frames} frames at {video.fps:.3g} fps)",
-                "short")
-        # The frame shown at the start; the frames shown before the end.
-        first = int(np.searchsorted(shown, max(record.start, 0.0) + _TIME_EPS, "right")) - 1
-        first = min(max(first, 0), num_frames - 1)
-        end = (int(np.searchsorted(shown, record.end - _TIME_EPS, "left")) if record.end > 0
-               else num_frames)
-        end = min(max(end, first + 1), num_frames)
-        return first, end, times
+        return frame_range(video, num_frames, record.start, record.end, self.paths[index],
+                           with_times=self.settings.target_fps > 0)
 
     def _clips(self) -> int:
         """Clips per item: ``clips_per_video`` for training, else 1."""

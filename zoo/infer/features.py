@@ -234,7 +234,7 @@ def _extract_windows(cfg, dataset, targets: List[str], model: nn.Module, device:
         first = max(record.start, shown)
         last = min(record.end, ends) if record.end > 0 else ends
         lo = len(spans)
-        spans += [(first + a, first + b) for a, b in windows(max(last - first, 0.0), *cut)]
+        spans += windows(first, last, *cut)
         ranges.append((index, lo, len(spans)))
     written, dim, bad = 0, 0, set(unreadable)
     window_set = parts_dataset(cfg, "val", [

@@ -83,11 +83,9 @@ class Predictor:
             try:
                 if window > 0:
                     first, end = video_span(path, self.cfg.CONFIG.DATA.DECODER)
-                    spans = [(round(first + a, 3), round(first + b, 3))
-                             for a, b in windows(end - first, window, stride or window)]
                     results.append({"video": path, "windows": [
                         {"start": a, "end": b, "top": self._top(self._views(path, a, b), topk)}
-                        for a, b in spans]})
+                        for a, b in windows(first, end, window, stride or window)]})
                 else:
                     results.append({"video": path, "top": self._top(self._views(path), topk)})
             except UserError as e:  # a video that cannot be read stops no other; a bug does

@@ -63,17 +63,19 @@ def video_span(path: str, decoder: str = "auto") -> Tuple[float, float]:
         return max(float(times[0]), 0.0), float(times[-1]) + 1.0 / video.fps
 
 
-def windows(seconds: float, window: float, stride: float) -> List[Tuple[float, float]]:
-    """``(start, end)`` seconds of the windows that cover a video of ``seconds``: one every
-    ``stride`` seconds from 0 while it starts inside the video, each ``window`` long or cut at
-    the video's end."""
+def windows(first: float, end: float, window: float, stride: float) -> List[Tuple[float, float]]:
+    """``(start, end)`` seconds (to the millisecond) of the windows that cover ``first`` to ``end``
+    seconds of a video: one every ``stride`` seconds from ``first`` while it starts before
+    ``end``, each ``window`` long or cut at ``end``; one window where ``end`` is not after
+    ``first``."""
     if window <= 0 or stride <= 0:
         raise ValueError(f"window and stride must be > 0 seconds, got {window} and {stride}")
+    seconds = max(end - first, 0.0)
     spans, start = [], 0.0
     while start < seconds or not spans:
-        end = min(start + window, seconds)
-        spans.append((round(start, 3), round(end, 3)))
-        if end >= seconds:
+        stop = min(start + window, seconds)
+        spans.append((round(first + start, 3), round(first + stop, 3)))
+        if stop >= seconds:
             break
         start += stride
     return spans

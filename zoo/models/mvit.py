@@ -45,7 +45,7 @@ from .blockwise import BlockwiseMixin
 from .classifier import ClassifierMixin
 from .facts import IMAGENET_MEAN, IMAGENET_STD, KINETICS_MEAN, KINETICS_STD, video_facts
 from .mvit_layers import MultiScaleBlock, MViTConfigError, kv_strides_adaptive
-from .mvit_positions import resize_mvit_position
+from .mvit_positions import PositionResizeMixin
 from .registry import register_model
 
 __all__ = ["MViT", "MViTConfigError", "TransformerHead", "mvit_pool_plan", "mvit_round_width"]
@@ -144,7 +144,7 @@ class TransformerHead(nn.Module):
         return self.projection(x)
 
 
-class MViT(BlockwiseMixin, ClassifierMixin, nn.Module):
+class MViT(BlockwiseMixin, ClassifierMixin, PositionResizeMixin, nn.Module):
     """MViTv1 / MViTv2 with PySlowFast's layers and names (see the module docstring).
 
     Keyword arguments are PySlowFast's ``MVIT.<KEY>`` keys lowercased, with its defaults; list
@@ -351,11 +351,6 @@ class MViT(BlockwiseMixin, ClassifierMixin, nn.Module):
             return []
         return ["pos_embed", "pos_embed_spatial", "pos_embed_temporal", "pos_embed_class",
                 "rel_pos_h", "rel_pos_w", "rel_pos_t", "cls_token"]
-
-    def resize_position_tensor(self, key: str, tensor: torch.Tensor) -> Optional[torch.Tensor]:
-        """``tensor``, position table ``key`` of weights trained at another clip size, resized
-        to this model's (:mod:`zoo.models.mvit_positions`); None for any other tensor."""
-        return resize_mvit_position(self, key, tensor)
 
     def _positions(self) -> torch.Tensor:
         if not self.sep_pos_embed:

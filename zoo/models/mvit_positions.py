@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from .mvit_layers import MViTConfigError, resize_table
 
-__all__ = ["resize_mvit_position"]
+__all__ = ["PositionResizeMixin", "resize_mvit_position"]
 
 _RELATIVE = ("rel_pos_h", "rel_pos_w", "rel_pos_t")
 
@@ -104,3 +104,12 @@ def resize_mvit_position(model: nn.Module, key: str, tensor: torch.Tensor
         patches = _grid(tensor[:, cls:], grid, dims, "trilinear")
         return torch.cat((tensor[:, :cls], patches), dim=1)
     return None
+
+
+class PositionResizeMixin:
+    """The loaders' hook for MViT-family models: position tables resized at load time."""
+
+    def resize_position_tensor(self, key: str, tensor: torch.Tensor) -> Optional[torch.Tensor]:
+        """``tensor``, position table ``key`` of weights trained at another clip size, resized
+        to this model's (:func:`resize_mvit_position`); None for any other tensor."""
+        return resize_mvit_position(self, key, tensor)

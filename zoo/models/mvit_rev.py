@@ -53,7 +53,7 @@ from .mvit import (
     mvit_pool_plan,
     mvit_round_width,
 )
-from .mvit_positions import resize_mvit_position
+from .mvit_positions import PositionResizeMixin
 from .mvit_rev_layers import (
     RevBackprop,
     ReversibleBlock,
@@ -116,7 +116,7 @@ class ReversibleStack(nn.Module):
         return nn.functional.dropout(x, p=self.dropout, training=self.training)
 
 
-class RevMViT(ClassifierMixin, nn.Module):
+class RevMViT(ClassifierMixin, PositionResizeMixin, nn.Module):
     """Reversible MViT with PySlowFast's layers and names (see the module docstring).
 
     Keyword arguments are those of :class:`zoo.models.mvit.MViT` (PySlowFast's ``MVIT.<KEY>``
@@ -275,11 +275,6 @@ class RevMViT(ClassifierMixin, nn.Module):
             if stride_q[i]:
                 input_size = [size // s for size, s in zip(input_size, stride_q[i])]
         return layers, dim_out
-
-    def resize_position_tensor(self, key: str, tensor: torch.Tensor) -> Optional[torch.Tensor]:
-        """``tensor``, position table ``key`` of weights trained at another clip size, resized
-        to this model's (:mod:`zoo.models.mvit_positions`); None for any other tensor."""
-        return resize_mvit_position(self, key, tensor)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The pooled, normalised feature ``(B, C)`` the classifier sees."""

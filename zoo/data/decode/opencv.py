@@ -8,7 +8,7 @@ presentation order, uint8 RGB out, the same errors. Like the PyAV reader they ne
 from __future__ import annotations
 
 import os
-from typing import Callable, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -26,19 +26,21 @@ from .base import (
 )
 from .threads import decoder_threads
 
+if TYPE_CHECKING:
+    from .pyav_streams import MainStreamFacts
+
+T = TypeVar("T")
+
 # With OpenCV, needed frames closer than this are reached with grab(), not with a seek.
 _CV_SEEK_GAP = 32
 # Probe results per (path, size, mtime): a data-loader worker opens the same videos every epoch.
 _SEEKABLE: Dict[tuple, bool] = {}
-# Files whose first video stream is the main one (PyAV's probe, cached the same way).
-_MAIN_FIRST: Dict[tuple, bool] = {}
-# Files whose main video stream declares BT.2020 colours (PyAV's probe, cached the same way).
-_BT2020: Dict[tuple, bool] = {}
+# Which video stream is the main one and its colours (PyAV's probe, cached the same way).
+_STREAM_FACTS: Dict[tuple, "MainStreamFacts"] = {}
 _SEEKABLE_MAX = 100_000
 
 
-def _probed(cache: Dict[tuple, bool], path: str, probe: Callable[[str], bool],
-            unreadable: bool) -> bool:
+def _probed(cache: Dict[tuple, T], path: str, probe: Callable[[str], T], unreadable: T) -> T:
     """``probe(path)`` (one of PyAV's probes), found once per file version (path, size, mtime) in
     ``cache``; ``unreadable`` where PyAV cannot read the file (OpenCV then says what it can)."""
     from .pyav import PYAV
@@ -98,14 +100,15 @@ class OpenCVReader(VideoReader):
         self.path = path
         self._threads = threads
         check_file(path)
-        from .pyav_streams import main_is_first_video_stream, main_stream_uses_bt2020
+        from .pyav_streams import MainStreamFacts, main_stream_facts
 
-        if not _probed(_MAIN_FIRST, path, main_is_first_video_stream, True):
+        facts = _probed(_STREAM_FACTS, path, main_stream_facts, MainStreamFacts(True, False))
+        if not facts.is_first:
             raise DecodeError(
                 f"{path}: its first video stream is not its main one (a still image or cover art "
                 "comes first), and OpenCV reads only the first: read it with CONFIG.DATA.DECODER "
                 "auto or pyav", "open")
-        if _probed(_BT2020, path, main_stream_uses_bt2020, False):
+        if facts.bt2020:
             # OpenCV's FFmpeg backend converts to BGR with another matrix: an HLG clip came out
             # ~37 grey levels off on average (PyAV: 3.7), with no error.
             raise DecoderLibraryError(

@@ -68,14 +68,13 @@ from .pyav_streams import (
     index_step_rate,
     indexed_frames,
     keyframe_times,
-    main_is_first_video_stream,
     main_video_stream,
     span_rate,
 )
 from .threads import decoder_threads
 
 __all__ = ["OPEN_OPTIONS", "PYAV", "PyAVReader", "codec_if_decodable",
-           "main_is_first_video_stream", "main_video_stream", "probe_seekable"]
+           "main_video_stream", "probe_seekable"]
 
 # Frames at least this large (pixels) are decoded on several threads (when threads is 0).
 _THREADED_MIN_PIXELS = 256 * 256

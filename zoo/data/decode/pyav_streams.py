@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 from fractions import Fraction
-from typing import List, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
 import av
 
@@ -25,26 +25,28 @@ def main_video_stream(container: "av.container.InputContainer") -> "av.VideoStre
     return container.streams.best("video")
 
 
-def main_is_first_video_stream(path: str) -> bool:
-    """Whether the first video stream of ``path`` is its main one (what readers that always take
-    the first one need); opens the file with PyAV, reads no packet."""
-    with av.open(path, **OPEN_OPTIONS) as container:
-        videos = container.streams.video
-        return len(videos) < 2 or main_video_stream(container).index == videos[0].index
-
-
 # FFmpeg's colour matrices of BT.2020 (AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL): HDR10, HLG and
 # other wide-gamut video.
 BT2020_MATRICES = (9, 10)
 
 
-def main_stream_uses_bt2020(path: str) -> bool:
-    """Whether the main video stream of ``path`` declares a BT.2020 colour matrix (an iPhone's
-    HDR video, HDR10); opens the file with PyAV, reads no packet."""
+class MainStreamFacts(NamedTuple):
+    """What readers that take the first video stream and convert colours themselves (OpenCV) must
+    know of a file before reading it."""
+
+    is_first: bool  # the first video stream is the main one (or there is at most one)
+    bt2020: bool  # the main video stream declares a BT.2020 colour matrix (HDR10, an iPhone's HDR)
+
+
+def main_stream_facts(path: str) -> MainStreamFacts:
+    """:class:`MainStreamFacts` of ``path``; opens the file with PyAV once, reads no packet."""
     with av.open(path, **OPEN_OPTIONS) as container:
-        if not container.streams.video:
-            return False
-        return main_video_stream(container).codec_context.colorspace in BT2020_MATRICES
+        videos = container.streams.video
+        if not videos:
+            return MainStreamFacts(True, False)
+        main = main_video_stream(container)
+        return MainStreamFacts(main.index == videos[0].index,
+                               main.codec_context.colorspace in BT2020_MATRICES)
 
 
 def indexed_frames(stream: "av.VideoStream") -> int:

@@ -226,7 +226,7 @@ def to_model_keys(state: Dict[str, torch.Tensor], model: nn.Module, fmt: str,
     """``state`` (in format ``fmt``) renamed and reshaped to ``model``'s keys, in memory."""
     if fmt == "zoo":
         return state
-    layout = Layout.of_model(model, head_keys(model), initial=model.state_dict())
+    layout = Layout.of_model(model, head_keys(model), keep_initial=True)
     converted, report = map_state(SCHEMES[fmt], state, layout)
     for line in report.lines()[1:]:
         logger.warning("%s: %s", source, line)

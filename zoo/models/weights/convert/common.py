@@ -57,10 +57,12 @@ class Layout:
 
     @classmethod
     def of_model(cls, model: torch.nn.Module, head_keys: Sequence[str],
-                 initial: Optional[Dict[str, torch.Tensor]] = None) -> "Layout":
-        """The layout of ``model`` (on any device, the meta device included)."""
-        layout = cls.from_shapes({k: v.shape for k, v in model.state_dict().items()},
-                                 head_keys, initial)
+                 keep_initial: bool = False) -> "Layout":
+        """The layout of ``model`` (on any device, the meta device included); ``keep_initial``:
+        its own tensors become :attr:`initial` (a real model's, not one on the meta device)."""
+        state = model.state_dict()
+        layout = cls.from_shapes({k: v.shape for k, v in state.items()}, head_keys,
+                                 state if keep_initial else None)
         layout.resize = getattr(model, "resize_position_tensor", None)
         return layout
 
