@@ -159,3 +159,21 @@ def test_a_zoo_yaml_without_its_config_level_is_not_called_pyslowfast(tmp_path):
     path.write_text("TRAIN:\n  EPOCH_NUM: 5\n")
     with pytest.raises(ConfigError, match="unknown config key TRAIN"):
         load_config(str(path))
+
+
+def test_batch_is_per_machine_and_shard_scaling_covers_the_warmup():
+    # PySlowFast's loader divides TRAIN.BATCH_SIZE by NUM_GPUS only: it is per machine, and
+    # BASE_LR_SCALE_NUM_SHARDS scales BASE_LR, WARMUP_START_LR and COSINE_END_LR together.
+    data = pyslowfast_yaml(4, 7)
+    data["NUM_SHARDS"] = 4
+    data["SOLVER"].update(BASE_LR_SCALE_NUM_SHARDS=True, DAMPENING=0.5)
+    data["TEST"]["BATCH_SIZE"] = 480  # clips per machine: 60 per GPU, 2 videos of 30 views
+    out, _, notes = convert_pyslowfast(data)
+    train = out["CONFIG"]["TRAIN"]
+    # 64 clips per machine over 8 GPUs, 4 machines: 8 per process, a global batch of 256.
+    assert (train["BATCH_SIZE"], train["REFERENCE_BATCH"]) == (8, 256)
+    assert out["CONFIG"]["TEST"]["BATCH_SIZE"] == 2
+    assert (train["LR"], train["WARMUP_START_LR"]) == (0.4, 0.04)
+    assert any("per machine" in n and "NUM_SHARDS = 4 machines (32 processes)" in n
+               for n in notes)
+    assert any(n.startswith("SOLVER.DAMPENING 0.5") for n in notes)

@@ -227,6 +227,17 @@ def test_val_and_test_windows():
     assert sampling.test_indices(40, 4, 2, 1)[0].tolist() == sampling.val_indices(40, 4, 2).tolist()
 
 
+def test_test_views_start_where_mmaction2_starts_them():
+    # MMAction2's SampleFrames(clip_len 32, frame_interval 2, num_clips 10, test_mode=True) on a
+    # 300-frame video: the window covers 63 frames, so starts go 237 / 9 apart, rounded.
+    views = sampling.test_indices(300, 32, 2, 10)
+    assert views[:, 0].tolist() == [0, 26, 53, 79, 105, 132, 158, 184, 211, 237]
+    assert views[-1, -1] == 299  # the last view ends on the last frame
+    assert np.all(np.diff(views, axis=1) == 2)
+    # 3 views of 8 x 1 on 100 frames: starts 0, 46, 92 (slack 92, half of it rounded to even)
+    assert sampling.test_indices(100, 8, 1, 3)[:, 0].tolist() == [0, 46, 92]
+
+
 def test_short_video_is_squeezed_not_frozen():
     # A window longer than the video is spread over all of it instead of ending in repeats.
     assert sampling.val_indices(5, 4, 2).tolist() == [0, 1, 3, 4]

@@ -88,19 +88,24 @@ def is_pyslowfast_yaml(data: Any) -> bool:
 
 
 def _batches(v: Dict[str, Any], views: int) -> Tuple[int, int, int]:
-    procs = max(1, int(v["NUM_GPUS"]) * int(v["NUM_SHARDS"]))
-    train = max(1, int(v["TRAIN.BATCH_SIZE"]) // procs)
+    """``(train, test, processes)``: PySlowFast's batch sizes are per machine (its loader divides
+    them by NUM_GPUS only), and NUM_SHARDS machines train together."""
+    gpus = max(1, int(v["NUM_GPUS"]))
+    train = max(1, int(v["TRAIN.BATCH_SIZE"]) // gpus)
     # PySlowFast counts test clips; zoo's TEST.BATCH_SIZE counts videos of `views` clips each.
-    test = max(1, int(v["TEST.BATCH_SIZE"]) // procs // views)
-    return train, test, procs
+    test = max(1, int(v["TEST.BATCH_SIZE"]) // gpus // views)
+    return train, test, gpus * max(1, int(v["NUM_SHARDS"]))
 
 
 def _batch_note(v: Dict[str, Any], procs: int, train: int, clips: int) -> str:
     per_video = f", {clips} clips per video" if clips > 1 else ""
-    return (f"TRAIN.BATCH_SIZE {v['TRAIN.BATCH_SIZE']} is global over NUM_GPUS x NUM_SHARDS = "
-            f"{procs} processes{per_video}: zoo's per-process CONFIG.TRAIN.BATCH_SIZE is {train} "
-            f"clips, and CONFIG.TRAIN.REFERENCE_BATCH {train * procs} scales the LR linearly on "
-            "other process counts")
+    machines = int(v["NUM_SHARDS"])
+    over = (f" on each of NUM_SHARDS = {machines} machines ({procs} processes)" if machines > 1
+            else "")
+    return (f"TRAIN.BATCH_SIZE {v['TRAIN.BATCH_SIZE']} is per machine, over NUM_GPUS = "
+            f"{v['NUM_GPUS']} processes{over}{per_video}: zoo's per-process "
+            f"CONFIG.TRAIN.BATCH_SIZE is {train} clips, and CONFIG.TRAIN.REFERENCE_BATCH "
+            f"{train * procs} scales the LR linearly on other process counts")
 
 
 def _data(v: Dict[str, Any], notes: List[str]) -> Dict[str, Any]:

@@ -57,8 +57,9 @@ _NOTED = {
                                       "pretraining): zoo trains classifiers on whole clips",
     "SOLVER.CLIP_GRAD_VAL": "SOLVER.CLIP_GRAD_VAL: zoo clips the global norm only "
                             "(CONFIG.TRAIN.CLIP_GRAD_NORM)",
-    "DATA.USE_OFFSET_SAMPLING": "DATA.USE_OFFSET_SAMPLING: zoo's test views are spaced evenly "
-                                "over the video from its start",
+    "DATA.USE_OFFSET_SAMPLING": "DATA.USE_OFFSET_SAMPLING: zoo's test views start evenly "
+                                "spaced from the video's first frame to the last start that "
+                                "fits, rounded to frames (the offsets are not floored)",
     "DATA.INV_UNIFORM_SAMPLE": "DATA.INV_UNIFORM_SAMPLE: zoo's scale jitter draws the short "
                                "side uniformly",
     "DATA.TRAIN_JITTER_SCALES_RELATIVE": _RESIZED_CROP,
@@ -109,13 +110,15 @@ def solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
     """CONFIG.TRAIN's optimizer and schedule keys."""
     policy = str(v["SOLVER.LR_POLICY"])
     base_lr, warmup = float(v["SOLVER.BASE_LR"]), float(v["SOLVER.WARMUP_EPOCHS"])
-    if v["SOLVER.BASE_LR_SCALE_NUM_SHARDS"]:
-        base_lr *= int(v["NUM_SHARDS"])
+    warmup_start, cosine_end = float(v["SOLVER.WARMUP_START_LR"]), float(v["SOLVER.COSINE_END_LR"])
+    if v["SOLVER.BASE_LR_SCALE_NUM_SHARDS"]:  # PySlowFast's assert_and_infer_cfg scales all three
+        shards = int(v["NUM_SHARDS"])
+        base_lr, warmup_start, cosine_end = (
+            x * shards for x in (base_lr, warmup_start, cosine_end))
     train: Dict[str, Any] = {
         "EPOCH_NUM": int(v["SOLVER.MAX_EPOCH"]), "LR": base_lr,
         "MOMENTUM": float(v["SOLVER.MOMENTUM"]), "W_DECAY": float(v["SOLVER.WEIGHT_DECAY"]),
-        "USE_WARMUP": warmup > 0, "WARMUP_EPOCHS": warmup,
-        "WARMUP_START_LR": float(v["SOLVER.WARMUP_START_LR"]),
+        "USE_WARMUP": warmup > 0, "WARMUP_EPOCHS": warmup, "WARMUP_START_LR": warmup_start,
     }  # WARMUP_END_LR stays 0: the warmup ends on the schedule's LR, as PySlowFast's does
     method = str(v["SOLVER.OPTIMIZING_METHOD"]).lower()
     if method not in ("sgd", "adamw"):
@@ -124,7 +127,7 @@ def solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
     train["OPTIMIZER"] = "SGD" if method == "sgd" else "AdamW"
     if policy == "cosine":
         train["LR_POLICY"] = "Cosine"
-        if float(v["SOLVER.COSINE_END_LR"]) != 0.0:
+        if cosine_end != 0.0:
             notes.append(f"SOLVER.COSINE_END_LR {v['SOLVER.COSINE_END_LR']}: zoo's cosine ends "
                          "at 0")
         if warmup > 0 and not v["SOLVER.COSINE_AFTER_WARMUP"]:
@@ -138,6 +141,9 @@ def solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
                           "(zoo converts cosine and steps_with_relative_lrs)")
     if v["SOLVER.NESTEROV"] and method == "sgd":
         notes.append("SOLVER.NESTEROV True (PySlowFast's default): zoo's SGD uses plain momentum")
+    if float(v["SOLVER.DAMPENING"]) != 0.0 and method == "sgd":
+        notes.append(f"SOLVER.DAMPENING {v['SOLVER.DAMPENING']}: zoo's SGD does not dampen its "
+                     "momentum (torch's dampening 0)")
     if method == "adamw":
         notes.append("SOLVER.MOMENTUM: AdamW uses torch's betas (0.9, 0.999)")
     if float(v["SOLVER.LAYER_DECAY"]) != 1.0:  # PySlowFast's 1.0 scales every layer by 1
@@ -145,9 +151,9 @@ def solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
     clip = v["SOLVER.CLIP_GRAD_L2NORM"]
     if clip is not None:
         train["CLIP_GRAD_NORM"] = float(clip)
-    if v["SOLVER.ZERO_WD_1D_PARAM"]:
-        notes.append("SOLVER.ZERO_WD_1D_PARAM True: zoo never decays norm weights and biases; "
-                     "other parameters (positional embeddings, class tokens) are decayed")
+    if not v["SOLVER.ZERO_WD_1D_PARAM"]:
+        notes.append("SOLVER.ZERO_WD_1D_PARAM False: zoo does not decay biases either (no "
+                     "parameter of at most one dimension is decayed), as PySlowFast with it True")
     return train
 
 

@@ -137,9 +137,12 @@ def val_indices(num_frames: int, clip_len: int, stride: int) -> np.ndarray:
 
 
 def test_indices(num_frames: int, clip_len: int, stride: int, num_segments: int) -> np.ndarray:
-    """``num_segments`` dense windows, each centred on one of ``num_segments`` equal parts.
+    """``num_segments`` dense windows whose starts are spaced evenly from the first frame to the
+    last start where a window fits, rounded to frames: MMAction2's test placement
+    (``SampleFrames`` in test mode), which follows PySlowFast's evenly spaced views.
 
-    With one segment this is the validation window. Windows may overlap on short videos.
+    With one segment this is the validation window (the centred one). Windows overlap on short
+    videos.
 
     Returns:
         int64 array ``(num_segments, clip_len)``.
@@ -151,8 +154,8 @@ def test_indices(num_frames: int, clip_len: int, stride: int, num_segments: int)
     if num_segments == 1:
         starts = [slack // 2]
     else:
-        centres = (np.arange(num_segments) + 0.5) * num_frames / num_segments
-        starts = np.clip(np.round(centres - span / 2), 0, slack).astype(np.int64).tolist()
+        starts = np.round(np.arange(num_segments) * (slack / (num_segments - 1)))
+        starts = starts.astype(np.int64).tolist()
     return np.stack([_window(int(s), num_frames, clip_len, stride) for s in starts])
 
 
