@@ -405,6 +405,22 @@ def test_the_dry_run_names_labels_beyond_num_classes(tmp_path):
             "NUM_CLASSES to at least 3" in w], warnings
     warnings = dry_run(load_config(None, [*common, "DATA.NUM_CLASSES", "3"])).warnings
     assert not [w for w in warnings if "labels" in w], warnings
+    # NUM_CLASSES 0: the model is checked with the count training will find in the list.
+    result = dry_run(load_config(None, [*common, "DATA.NUM_CLASSES", "0"]))
+    assert result.num_classes == 3
+    assert f"CONFIG.DATA.NUM_CLASSES 0: 3 classes found in {lst}" in result.notes
+    # Weights published for another clip: said, not refused.
+    weights = ["MODEL.PRETRAINED", str(tmp_path / "w.pth"), "DATA.NUM_CLASSES", "3"]
+    result = dry_run(load_config(None, [*common, *weights, "MODEL.NAME", "r2plus1d_18",
+                                        "DATA.CLIP_LEN", "32", "DATA.FRAME_RATE", "2",
+                                        "DATA.CROP_SIZE", "112"]))
+    assert ("r2plus1d_18's published weights were trained on 16 frames 2 apart at 112 px; this "
+            "config trains on CONFIG.DATA.CLIP_LEN 32, FRAME_RATE 2, CROP_SIZE 112"
+            ) in result.notes
+    result = dry_run(load_config(None, [*common, *weights, "MODEL.NAME", "r2plus1d_18",
+                                        "DATA.CLIP_LEN", "16", "DATA.FRAME_RATE", "2",
+                                        "DATA.CROP_SIZE", "112"]))
+    assert not [n for n in result.notes if "published weights" in n], result.notes
 
 
 def test_another_nodes_launcher_labels_its_console_lines_with_its_node():

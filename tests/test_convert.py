@@ -294,3 +294,18 @@ def test_pretrained_loading(tmp_path, caplog):
         zoo.create_model("slowfast_tiny_resnet18", pretrained=str(path), width=16, depth=18)
     with pytest.raises(RuntimeError, match=r"missing from checkpoint .*slow_res2\.2"):
         zoo.create_model("slowfast_tiny_resnet18", pretrained=str(path), width=8, depth=50)
+
+
+def test_a_damaged_file_is_called_damaged_not_refused(tmp_path):
+    from zoo.models.weights.convert.common import read_source
+
+    whole = tmp_path / "whole.pth"
+    torch.save({"state_dict": {"w": torch.zeros(64, 64)}}, whole)
+    cut = tmp_path / "cut.pth"
+    cut.write_bytes(whole.read_bytes()[:4000])
+    for unsafe in (False, True):  # --unsafe-load cannot mend a cut file, so it is not offered
+        with pytest.raises(ConversionError) as e:
+            read_source(str(cut), ["state_dict"], allow_pickle=unsafe)
+        assert "cut short or damaged" in str(e.value)
+        assert "weights_only" not in str(e.value) and "--unsafe-load" not in str(e.value)
+    assert list(read_source(str(whole), ["state_dict"])) == ["w"]

@@ -170,6 +170,16 @@ def dry_run(cfg, mode: str = "train", node_rank: Optional[int] = None) -> DryRun
     warnings = _data_warnings(cfg, mode)
     notes = []
     num_classes = int(cfg.CONFIG.DATA.NUM_CLASSES)
+    if num_classes == 0 and mode == "train" and cfg.CONFIG.DATA.TRAIN_ANNO_PATH:
+        from ..data import count_train_classes
+        from ..utils.errors import UserError
+
+        try:  # the count training finds (zoo.train.finetune.resolve_num_classes)
+            num_classes = count_train_classes(cfg)
+            notes.append(f"CONFIG.DATA.NUM_CLASSES 0: {num_classes} classes found in "
+                         f"{cfg.CONFIG.DATA.TRAIN_ANNO_PATH}")
+        except UserError:  # a missing or broken list is one of the warnings above
+            pass
     if num_classes == 0:
         num_classes = 2
         source = {"train": "the training list",
@@ -208,12 +218,32 @@ def dry_run(cfg, mode: str = "train", node_rank: Optional[int] = None) -> DryRun
             # A file on another machine, or weights zoo cannot fetch: a real run stops here.
             pretrained = f"unresolved: {cfg.CONFIG.MODEL.PRETRAINED!r}"
             warnings.append(f"pretrained: {e}")
+    if mode == "train" and cfg.CONFIG.MODEL.PRETRAINED:
+        notes += _input_notes(cfg)
     warnings += _machine_warnings(cfg, node_rank)
     return DryRunResult(
         model=cfg.CONFIG.MODEL.NAME, num_classes=num_classes,
         params=count_parameters(cfg, num_classes), pretrained=pretrained,
         warnings=warnings, notes=notes,
     )
+
+
+def _input_notes(cfg) -> List[str]:
+    """A note where the clip differs from the one the model's published weights were trained on
+    (its registered facts): fine-tuning at another size works, but should be meant."""
+    from ..models.build import model_facts
+
+    facts = model_facts(cfg.CONFIG.MODEL.NAME)
+    if facts.get("task") != "video" or not facts.get("sampling_stride"):
+        return []
+    data = cfg.CONFIG.DATA
+    published = (facts["input_frames"], facts["sampling_stride"], facts["crop_size"])
+    if (data.CLIP_LEN, data.FRAME_RATE, data.CROP_SIZE) == published:
+        return []
+    return [f"{cfg.CONFIG.MODEL.NAME}'s published weights were trained on {published[0]} frames "
+            f"{published[1]} apart at {published[2]} px; this config trains on CONFIG.DATA."
+            f"CLIP_LEN {data.CLIP_LEN}, FRAME_RATE {data.FRAME_RATE}, CROP_SIZE "
+            f"{data.CROP_SIZE}"]
 
 
 def print_report(result: DryRunResult) -> None:

@@ -217,8 +217,10 @@ def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
     if "conv1.weight" in state and any(k.startswith("layer1.") for k in keys):
         return "torchvision"
     raise WeightsError(
-        f"cannot tell which project wrote these weights (keys {', '.join(keys[:4])}, ...) and "
-        f"they are not {type(model).__name__}'s; convert them with tools/convert_checkpoint.py")
+        f"these weights (keys {', '.join(keys[:4])}, ...) are not {type(model).__name__}'s and "
+        "no converter knows their names: if they are another model's, set CONFIG.MODEL.NAME to "
+        "it (zoo-list-models lists them); if another project wrote them, convert them with "
+        "tools/convert_checkpoint.py")
 
 
 def to_model_keys(state: Dict[str, torch.Tensor], model: nn.Module, fmt: str,

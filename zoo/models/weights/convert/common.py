@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ....utils.checkpoint_io import load_failure
 from ....utils.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -237,10 +238,15 @@ def read_source(path: str, state_keys: Sequence[str], allow_pickle: bool = False
         return {re.sub(r"^module\.", "", k): v for k, v in read_safetensors(path).items()}
     try:
         obj = torch.load(path, map_location="cpu", weights_only=not allow_pickle)
-    except Exception as e:
+    except Exception as e:  # torch.load raises many types; load_failure tells what the file is
+        what, refused = load_failure(path, e)
+        if not refused:
+            raise ConversionError(f"{path}: {what}") from None
+        if allow_pickle:
+            raise ConversionError(f"{path}: torch.load could not unpickle it ({what})") from None
         raise ConversionError(
-            f"{path}: torch.load(weights_only=True) refused it ({str(e).splitlines()[0]}). If "
-            "you trust the file, pass --unsafe-load to unpickle it fully.") from None
+            f"{path}: torch.load(weights_only=True) refused it ({what}). If you trust the file, "
+            "pass --unsafe-load to unpickle it fully.") from None
     if isinstance(obj, dict):
         for key in state_keys:
             if isinstance(obj.get(key), dict):
