@@ -374,3 +374,16 @@ def test_full_vit_b_from_the_config_loads_hub_weights_and_trains_a_step(tmp_path
     loss.backward()
     assert model.head.weight.shape == (3, 768)
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("hf_pooling", [False, True])
+def test_a_classifier_of_the_other_pooling_names_the_kwarg(hf_pooling):
+    """A bare state dict has no config.json to compare: the keys tell the pooling."""
+    state = _hf_model(use_mean_pooling=hf_pooling).state_dict()
+    with pytest.raises(ConversionError) as e:
+        convert_state_dict(state, "huggingface", "videomae_vit_b", use_mean_pooling=not hf_pooling,
+                           **TINY)
+    assert "\n" not in str(e.value)
+    assert (f"set CONFIG.MODEL.KWARGS ['use_mean_pooling', {hf_pooling}]") in str(e.value)
+    convert_state_dict(state, "huggingface", "videomae_vit_b", use_mean_pooling=hf_pooling,
+                       **TINY)  # the kwarg it names fits

@@ -129,6 +129,7 @@ class HuggingFaceScheme(Scheme):
                             f", its {len(decoder)} decoder tensors are not used" if decoder
                             else "", "fc_norm and the classifier start fresh" if fresh else
                             "they have no classifier")
+        _check_pooling(source, layout)
         parts: Dict[str, Dict[str, torch.Tensor]] = {}
         out = {}
         for key, tensor in source.items():
@@ -154,6 +155,26 @@ class HuggingFaceScheme(Scheme):
             return None
 
         return to_zoo
+
+
+def _check_pooling(source: Dict[str, torch.Tensor], layout: Layout) -> None:
+    """A classifier's file trained with the other pooling than the model's (``use_mean_pooling``:
+    ``fc_norm`` after mean pooling, or ``videomae.layernorm`` before the class token's row) is one
+    line naming the kwarg, not a list of keys."""
+    pools = "fc_norm.weight" in source
+    final_norm = "videomae.layernorm.weight" in source
+    if pools == final_norm or "classifier.weight" not in source:
+        return
+    if pools and "fc_norm.weight" not in layout.shapes and "norm.weight" in layout.shapes:
+        kwarg = True
+    elif final_norm and "norm.weight" not in layout.shapes and "fc_norm.weight" in layout.shapes:
+        kwarg = False
+    else:
+        return
+    raise ConversionError(
+        f"these VideoMAE weights were trained with use_mean_pooling={kwarg} (they hold "
+        f"{'fc_norm' if kwarg else 'videomae.layernorm and no fc_norm'}) and the model was "
+        f"built with {not kwarg}: set CONFIG.MODEL.KWARGS ['use_mean_pooling', {kwarg}]")
 
 
 def _read_json(path: str) -> Dict[str, Any]:
