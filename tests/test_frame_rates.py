@@ -130,6 +130,10 @@ def test_prediction_windows_each_read_their_own_seconds(tmp_path, monkeypatch):
     assert cutting.windows(0, 1.0, 4.0, 4.0) == [(0.0, 1.0)]  # shorter than one window
     assert cutting.windows(2.0, 3.0, 0.6, 0.6) == [(2.0, 2.6), (2.6, 3.0)]  # a late start
     assert cutting.windows(1.5, 1.0, 0.5, 0.5) == [(1.5, 1.5)]  # a part that ends before
+    # 0.3 s windows over 6 s: 20 of them, the last ending at the end (20 strides summed in
+    # floating point make 5.9999 s)
+    tenths = cutting.windows(0, 6.0, 0.3, 0.3)
+    assert len(tenths) == 20 and tenths[-1] == (5.7, 6.0)
     read, real = [], PyAVReader.decode
 
     def decode(self, indices):

@@ -5,6 +5,7 @@ parts (or whole files) that no list of the run names."""
 from __future__ import annotations
 
 import csv
+import math
 import os
 import tempfile
 from typing import List, Sequence, Tuple
@@ -71,11 +72,13 @@ def windows(first: float, end: float, window: float, stride: float) -> List[Tupl
     if window <= 0 or stride <= 0:
         raise ValueError(f"window and stride must be > 0 seconds, got {window} and {stride}")
     seconds = max(end - first, 0.0)
-    spans, start = [], 0.0
-    while start < seconds or not spans:
+    # Window k starts at k x stride, counted afresh (a sum of strides drifts: 20 x 0.3 s ends at
+    # 5.9999 s, and a zero-length window would follow); a boundary within a microsecond of the
+    # end is the end.
+    count = max(1, math.ceil((seconds - window) / stride - 1e-6) + 1) if seconds > window else 1
+    spans = []
+    for k in range(count):
+        start = k * stride
         stop = min(start + window, seconds)
         spans.append((round(first + start, 3), round(first + stop, 3)))
-        if stop >= seconds:
-            break
-        start += stride
     return spans
