@@ -113,6 +113,21 @@ def test_csv_list(tmp_path):
         read_annotations(str(bad))
 
 
+def test_csv_labels_may_be_the_names_classes_txt_gives(tmp_path):
+    path = tmp_path / "list.csv"
+    path.write_text("path,label\njump/1.mp4,jump\nrun/1.mp4,run\nsit/1.mp4,2\n")
+    with pytest.raises(AnnotationError) as e:  # no classes.txt: names mean nothing yet
+        read_annotations(str(path))
+    assert str(e.value).startswith(f"{path}:2: label 'jump' is a class name, and ")
+    assert "classes.txt" in str(e.value) and "\n" not in str(e.value)
+    (tmp_path / "classes.txt").write_text("sit\nrun\njump\n")
+    assert [r.label for r in read_annotations(str(path))] == [2, 1, 2]
+    path.write_text("path,label\nwalk/1.mp4,walk\n")
+    with pytest.raises(AnnotationError, match=r"list.csv:2: label 'walk' is not a class id and "
+                                              "classes.txt"):
+        read_annotations(str(path))
+
+
 @pytest.mark.parametrize(
     "line, match",
     [("just_a_path.mp4\n", "cannot parse"), ("a.mp4 10 cat\n", "label 'cat'"),

@@ -12,9 +12,10 @@ class id; everything before them is the path, so paths may contain spaces. MMAct
 (``path label``, ``dir [offset] total_frames label``) and PySlowFast (``path label``,
 ``path,label``) lists are read too. CSV lists need a header with at least ``path`` and ``label``
 columns; ``start`` and ``end`` (seconds: use only that part of the video) and ``num_frames`` are
-optional. A ``classes.txt`` beside the list names the classes, one per line, line ``i`` naming
-class ``i``. The other sources (Kinetics CSVs, UCF101 and HMDB51 split files, class folders) are
-read by :mod:`zoo.data.lists.sources`.
+optional, and a CSV label may be a class name. A ``classes.txt`` beside the list names the
+classes, one per line, line ``i`` naming class ``i`` (a CSV's name labels are looked up there).
+The other sources (Kinetics CSVs, UCF101 and HMDB51 split files, class folders) are read by
+:mod:`zoo.data.lists.sources`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import logging
 import os
 import re
 import unicodedata
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from .formats import check_header, header_fields, parse_lines
 from .records import (  # noqa: F401  (AnnotationError, VideoRecord, list_lines re-exported)
@@ -87,6 +88,7 @@ def _read_csv_list(anno_path: str) -> List[VideoRecord]:
         i_path, i_label = columns["path"], columns["label"]
         i_frames = columns.get("num_frames")
         i_start, i_end = columns.get("start"), columns.get("end")
+        names: Dict[str, int] = {}  # classes.txt's ids by name, read at the first name label
         for row in reader:
             # csv.reader counts physical lines, which stays right for quoted multi-line fields.
             where = f"{anno_path}:{reader.line_num}"
@@ -102,12 +104,37 @@ def _read_csv_list(anno_path: str) -> List[VideoRecord]:
                 VideoRecord(
                     path=row[i_path].strip(),
                     num_frames=_parse_int(frames or "-1", "num_frames", where, CSV_FORMAT, -1),
-                    label=_parse_int(row[i_label].strip(), "label", where, CSV_FORMAT, 0),
+                    label=_csv_label(row[i_label].strip(), where, anno_path, names),
                     start=_parse_time(row, i_start, "start", where),
                     end=_parse_time(row, i_end, "end", where),
                 )
             )
     return records
+
+
+def _csv_label(text: str, where: str, anno_path: str, names: Dict[str, int]) -> int:
+    """A CSV row's class id: the integer given, or the line of ``classes.txt`` beside the list
+    that names the class (``names`` caches that file's ids by name)."""
+    if re.fullmatch(r"[+-]?\d+", text):
+        return _parse_int(text, "label", where, CSV_FORMAT, 0)
+    if not names:
+        path = os.path.join(os.path.dirname(os.path.abspath(anno_path)), "classes.txt")
+        if not os.path.isfile(path):
+            raise AnnotationError(
+                f"{where}: label {text!r} is a class name, and {path} (one class name per line, "
+                "line i naming class i) is missing: add it beside the list, or give integer "
+                "class ids")
+        listed = read_class_names(anno_path, 0)
+        twice = sorted({n for n in listed if listed.count(n) > 1})
+        if twice:
+            raise AnnotationError(f"{path} names {twice[0]!r} more than once: the name labels "
+                                  f"of {anno_path} would be ambiguous")
+        names.update({name: i for i, name in enumerate(listed)})
+    if text not in names:
+        raise AnnotationError(
+            f"{where}: label {text!r} is not a class id and classes.txt beside the list does not "
+            "name it: add it there, or fix the label")
+    return names[text]
 
 
 def read_annotations(
@@ -201,7 +228,6 @@ def read_class_names(anno_path: str, num_classes: int) -> List[str]:
     if os.path.isdir(anno_path):
         names_path = os.path.join(anno_path, "classes.txt")
         if not os.path.isfile(names_path):
-
             names = class_names_of_folder(anno_path)
             return names + [str(i) for i in range(len(names), num_classes)]
     else:
