@@ -59,9 +59,10 @@ def grid_mismatch(what: str, built: List[int], got: List[int], proj: nn.Conv3d) 
     st, sh, _ = proj.stride
     t, h, frames, size = built[0] * st, built[1] * sh, got[0] * st, got[1] * sh
     return (f"{what} was built for clips of {t} frames x {h} px (MODEL.KWARGS frames / crop_size) "
-            f"but got {frames} frames x {size} px (DATA.CLIP_LEN / CROP_SIZE): set MODEL.KWARGS "
-            f"['frames', {frames}, 'crop_size', {size}] or DATA.CLIP_LEN {t} / CROP_SIZE {h}; "
-            "the position tables of weights trained at another size are resized when loaded")
+            f"but got {frames} frames x {size} px (DATA.CLIP_LEN / CROP_SIZE): set DATA.CLIP_LEN "
+            f"{t} / CROP_SIZE {h}, or add 'frames', {frames}, 'crop_size', {size} to MODEL.KWARGS "
+            "beside its other entries (an override of KWARGS replaces the whole list); the "
+            "position tables of weights trained at another size are resized when loaded")
 
 
 def mvit_round_width(width: float, multiplier: float, min_width: int = 1,
