@@ -423,6 +423,42 @@ def test_the_dry_run_names_labels_beyond_num_classes(tmp_path):
     assert not [n for n in result.notes if "published weights" in n], result.notes
 
 
+@pytest.mark.slow
+def test_the_tools_keep_c10ds_cpp_warnings_off_the_console(tmp_path):
+    """c10 reads TORCH_CPP_LOG_LEVEL when torch is imported, so the tools set it before that:
+    otherwise a launcher whose peer dies prints c10d's warnings and stack frames above zoo's
+    one-line error."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    script = tmp_path / "peer_gone.py"
+    script.write_text(
+        "import datetime\n"
+        "from zoo.cli.job import run\n"
+        "run(lambda cfg: None, 'test', ['--config-file', 'missing.yaml'])\n"
+        "import torch.distributed as dist\n"
+        "try:\n"
+        f"    dist.TCPStore('127.0.0.1', {port}, is_master=False,\n"
+        "                  timeout=datetime.timedelta(seconds=3))\n"
+        "except Exception:\n"
+        "    pass\n")
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
+    warned = []
+    for level in ("WARNING", None):  # the user's own setting wins; zoo's default is ERROR
+        if level:
+            env["TORCH_CPP_LOG_LEVEL"] = level
+        else:
+            env.pop("TORCH_CPP_LOG_LEVEL")
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert "error: config file 'missing.yaml' does not exist" in proc.stderr
+        # c10d's warning-level line as it retries the connection
+        warned.append("retrying" in proc.stderr)
+    assert warned == [True, False]
+
+
 def test_another_nodes_launcher_labels_its_console_lines_with_its_node():
     """Node 1's launcher is no rank: its console lines said "rank0" (the job's rank 0 is on
     node 0)."""

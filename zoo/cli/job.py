@@ -76,6 +76,10 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
             where its own belong.
     """
     args = default_argument_parser(description).parse_args(argv)
+    # Before torch is imported (c10 reads it then), here and in the workers that inherit it:
+    # c10d's C++ warnings and stack frames (retries, a peer that closed) only repeat zoo's
+    # one-line errors. TORCH_CPP_LOG_LEVEL set by the user wins.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     from ..launch.preemption import PREEMPTED_EXIT_CODE, launcher_signals
 
     rank = process_rank()
