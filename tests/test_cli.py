@@ -473,3 +473,26 @@ def test_another_nodes_launcher_labels_its_console_lines_with_its_node():
     logging.getLogger("zoo_label_test").info("data check: train list has 16 videos")
     assert " node1] data check: train list has 16 videos" in out.getvalue()
     assert "rank0" not in out.getvalue()
+
+
+def test_the_doctor_calls_a_refused_connection_a_node_0_not_started():
+    """Node 1's view of node 0: a refused connection is a node 0 not started yet (no route is a
+    FAIL: tests/test_multinode.py)."""
+    import socket
+
+    from zoo.cli.preflight import _local_checks
+    from zoo.config import load_config
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there
+    cfg = load_config(None, ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_RANK", "1",
+                             "DDP_CONFIG.AUTO_RANK_MATCH", "False",
+                             "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}",
+                             "DDP_CONFIG.DIST_BACKEND", "gloo"])
+    lines = []
+    spec = _local_checks(cfg, 1, lambda *line: lines.append(line))
+    said = [line for line in lines if line[1] == "rendezvous"]
+    assert [line[0] for line in said] == ["info"], lines
+    assert "(connection refused); fine if node 0 is not started yet" in said[0][2]
+    assert spec is not None and not any("None" in line[2] for line in lines), lines

@@ -100,6 +100,21 @@ def test_doctor_in_two_namespaces_by_hostname(two_netns):
     assert "all_reduce over 2 ranks gave 2" in out1
 
 
+def test_the_doctor_fails_at_once_where_node_0_is_out_of_reach(two_netns):
+    """Node 1 with no route to node 0's address: one FAIL line and a non-zero exit within the
+    failure budget, not "does not answer yet; fine if node 0 is not started yet"."""
+    (_, _), (ns1, ip1) = two_netns
+    args = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", f"['10.99.0.1', '{ip1}']",
+            "DDP_CONFIG.DIST_URL", "tcp://10.99.0.1:29500", "DDP_CONFIG.DIST_BACKEND", "gloo",
+            "DDP_CONFIG.NUM_CPU_PROCS", "1", "DDP_CONFIG.INIT_TIMEOUT", "60"]
+    start = time.monotonic()
+    [(rc, out)] = finish_processes([start_process(tool_command("doctor.py", args, netns=ns1))],
+                                   timeout=120)
+    assert rc != 0 and time.monotonic() - start < FAILURE_BUDGET_S, out
+    assert "FAIL  rendezvous   10.99.0.1:29500 cannot be reached from this host" in out, out
+    assert "fine if node 0 is not started yet" not in out and "None" not in out, out
+
+
 def test_torchrun_runs_one_2_rank_job_without_spawning_again(tmp_path, synth_root):
     """Must-show 2: under torchrun the tool is one rank; NUM_CPU_PROCS 2 is not spawned again."""
     torchrun = shutil.which("torchrun")

@@ -83,10 +83,21 @@ def _local_checks(cfg, node_rank: Optional[int], report: Report) -> Optional[Job
             try:
                 with socket.create_connection((host, port), timeout=3):
                     report("ok", "rendezvous", f"{where} answers")
-            except OSError as e:
-                report("info", "rendezvous", f"{where} does not answer yet ({e.strerror or e}); "
-                       "fine if node 0 is not started yet")
+            except ConnectionRefusedError:  # node 0's machine answers; nothing listens yet
+                report("info", "rendezvous", f"{where} does not answer yet (connection "
+                       "refused); fine if node 0 is not started yet")
+            except OSError as e:  # no route, unreachable, or dropped: node 0 cannot be reached
+                why = "no answer within 3 s" if isinstance(e, socket.timeout) else (
+                    e.strerror or str(e))
+                report("FAIL", "rendezvous", f"{where} cannot be reached from this host ({why}): "
+                       "check the address in DDP_CONFIG.DIST_URL / WORLD_URLS, this host's "
+                       "routes and any firewall between the nodes")
+                return None
         src = net.source_address_for(host)
+        if src is None:
+            report("FAIL", "interface", f"this host has no route to {host}: check the address "
+                   "in DDP_CONFIG.DIST_URL / WORLD_URLS and this host's routes")
+            return None
         if topo.backend == "gloo" and topo.num_nodes > 1:
             ifname = net.interface_for(host)
             report("ok" if ifname else "info", "interface",
