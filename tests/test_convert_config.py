@@ -69,10 +69,12 @@ def test_converted_kinetics_configs_build_pyslowfasts_model(tmp_path, variant):
     assert (t.LR, t.EPOCH_NUM, t.MOMENTUM, t.W_DECAY, t.OPTIMIZER) == (0.1, 196, 0.9, 1e-4, "SGD")
     assert (t.LR_POLICY, t.USE_WARMUP, t.WARMUP_EPOCHS, t.WARMUP_START_LR) == (
         "Cosine", True, 34, 0.01)
+    assert t.COSINE_AFTER_WARMUP is False  # PySlowFast's default: the cosine spans all epochs
     # 64 clips over 8 GPUs: 8 per process; the LR recipe is for a global batch of 64.
     assert (t.BATCH_SIZE, t.REFERENCE_BATCH, t.PRECISE_BN_ITERS) == (8, 64, 200)
     assert (d.CLIP_LEN, d.FRAME_RATE, d.CROP_SIZE, d.TARGET_FPS) == (32, 2, 224, 30)
     assert list(d.TRAIN_SHORT_SIDE_RANGE) == [256, 320] and d.SHORT_SIDE_SIZE == 256
+    assert d.TEST_SHORT_SIDE_SIZE == 0  # 3 crops at TEST_CROP_SIZE 256: the val short side
     assert list(d.MEAN) == [0.45] * 3 and list(d.STD) == [0.225] * 3  # PySlowFast defaults
     assert (d.TEST_NUM_SEGMENT, d.TEST_NUM_CROP) == (10, 3)
     assert (cfg.CONFIG.VAL.FREQ, cfg.CONFIG.LOG.SAVE_FREQ, cfg.CONFIG.SEED) == (10, 1, 0)
@@ -177,3 +179,31 @@ def test_batch_is_per_machine_and_shard_scaling_covers_the_warmup():
     assert any("per machine" in n and "NUM_SHARDS = 4 machines (32 processes)" in n
                for n in notes)
     assert any(n.startswith("SOLVER.DAMPENING 0.5") for n in notes)
+
+
+def test_the_cosine_start_follows_cosine_after_warmup():
+    data = pyslowfast_yaml(4, 7)
+    out, _, notes = convert_pyslowfast(data)
+    assert out["CONFIG"]["TRAIN"]["COSINE_AFTER_WARMUP"] is False
+    assert not any("COSINE_AFTER_WARMUP" in n for n in notes)
+    data["SOLVER"]["COSINE_AFTER_WARMUP"] = True
+    out, _, _ = convert_pyslowfast(data)
+    assert out["CONFIG"]["TRAIN"]["COSINE_AFTER_WARMUP"] is True
+
+
+@pytest.mark.parametrize("crops, test_crop, expected", [
+    (3, 256, 0),     # short side TEST_CROP_SIZE 256 = the val short side (the jitter's 256)
+    (3, 224, 224),   # MMAction2-like: 3 crops of 224 at short side 224
+    (1, 224, 0),     # 1 crop: short side TRAIN_JITTER_SCALES[0] 256, a centre 224 crop
+])
+def test_the_test_short_side_is_pyslowfasts(crops, test_crop, expected):
+    # slowfast/datasets/kinetics.py, test mode: [TEST_CROP_SIZE] * 3 with NUM_SPATIAL_CROPS > 1,
+    # else [TRAIN_JITTER_SCALES[0]] * 2 + [TEST_CROP_SIZE].
+    data = pyslowfast_yaml(4, 7)
+    data["TEST"]["NUM_SPATIAL_CROPS"] = crops
+    data["DATA"]["TEST_CROP_SIZE"] = test_crop
+    out, _, notes = convert_pyslowfast(data)
+    d = out["CONFIG"]["DATA"]
+    assert d["SHORT_SIDE_SIZE"] == 256 and d.get("TEST_SHORT_SIDE_SIZE", 0) == expected
+    assert any(n.startswith("DATA.TRAIN_JITTER_SCALES [256, 320]: PySlowFast's val split") and
+               "short side 256" in n for n in notes)

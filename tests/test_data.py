@@ -311,6 +311,31 @@ def test_dataset_test_views_decode_once(mini, monkeypatch):
     assert not torch.equal(views[0], views[3])
 
 
+def test_the_test_split_resizes_to_its_own_short_side(mini, monkeypatch):
+    from zoo.data import transforms
+
+    sides = []
+    original = transforms.crop_boxes
+
+    def recording(height, width, crop_size, short_side, num_crop):
+        sides.append(short_side)
+        return original(height, width, crop_size, short_side, num_crop)
+
+    monkeypatch.setattr(transforms, "crop_boxes", recording)
+    cfg = _cfg(mini, "DATA.TEST_SHORT_SIDE_SIZE", "28")
+    val, test = build_dataset(cfg, "val"), build_dataset(cfg, "test")
+    assert val.output_size().short_side == 32 and test.output_size().short_side == 28
+    val[0], test[0]
+    assert sides == [32, 28]  # the val crop, then the test views (boxes shared by segments)
+    # 0 (the default): the test split resizes to SHORT_SIDE_SIZE, as validation does.
+    same = build_dataset(_cfg(mini), "test")
+    assert same.output_size().short_side == 32
+    assert not torch.equal(same[0][0], test[0][0])
+    with pytest.raises(ConfigError, match="CONFIG.DATA.CROP_SIZE = 28 is larger than CONFIG.DATA."
+                                          "TEST_SHORT_SIDE_SIZE = 24"):
+        _cfg(mini, "DATA.TEST_SHORT_SIDE_SIZE", "24")
+
+
 @pytest.mark.parametrize("kind", ["missing", "empty", "text"])
 def test_bad_video_is_replaced_and_counted(mini, tmp_path, kind, caplog):
     lines = open(mini["val_list"]).read().splitlines()

@@ -262,13 +262,13 @@ class _LrUsed:
         self.lrs.append(self.trainer.optimizer.param_groups[0]["lr"])
 
 
-def _schedule_cfg(epochs, resume_epoch=-1):
+def _schedule_cfg(epochs, resume_epoch=-1, extra=()):
     from zoo.config import load_config
 
     return load_config(None, ["TRAIN.USE_WARMUP", "True", "TRAIN.WARMUP_EPOCHS", "1",
                               "TRAIN.WARMUP_START_LR", "0.0", "TRAIN.LR", "0.1",
                               "TRAIN.EPOCH_NUM", str(epochs), "TRAIN.RESUME_EPOCH",
-                              str(resume_epoch)])
+                              str(resume_epoch), *extra])
 
 
 def _schedule_trainer(tmp_path, cfg, batches):
@@ -346,3 +346,35 @@ def test_more_epochs_on_resume_stretch_the_schedule_and_say_so(tmp_path, caplog)
     assert (f"CONFIG.TRAIN.EPOCH_NUM is 5, the checkpoint's run had 3: the LR schedule now spans "
             f"5 epochs and continues from epoch 3; the LR at the resume point goes from 0 to "
             f"{b:.5g}") in caplog.text
+
+
+@pytest.mark.parametrize("saved_batches", [4, 8])
+def test_a_cosine_from_epoch_0_continues_where_the_checkpoint_stopped(tmp_path, saved_batches):
+    from zoo.solver import build_lr_scheduler
+
+    from_0 = ["TRAIN.COSINE_AFTER_WARMUP", "False"]
+    _epoch_checkpoint(tmp_path, _schedule_cfg(3, extra=from_0), saved_batches, 1)
+    t = _schedule_trainer(tmp_path, _schedule_cfg(3, resume_epoch=1, extra=from_0), 8)
+    t.train()
+    plan = build_lr_scheduler(_schedule_cfg(3, extra=from_0),
+                              torch.optim.SGD(t.model.parameters(), lr=0), 8)
+    assert t.used.lrs == pytest.approx([plan.lr_at(i) for i in range(8, 24)])
+    # Epoch 1 of a 3-epoch cosine from epoch 0: 0.1 x (1 + cos(pi / 3)) / 2, where the warmup ends.
+    assert t.used.lrs[0] == pytest.approx(0.075)
+
+
+def test_a_checkpoint_config_without_the_cosine_start_resumes_under_its_default():
+    # A checkpoint's config written without CONFIG.TRAIN.COSINE_AFTER_WARMUP trained the cosine
+    # that starts after the warmup: the key's default, not a difference; False is one.
+    import yaml
+
+    from zoo.config import cfg_to_yaml
+    from zoo.train.checkpoint import config_differences
+
+    saved = yaml.safe_load(cfg_to_yaml(_schedule_cfg(3)))
+    del saved["CONFIG"]["TRAIN"]["COSINE_AFTER_WARMUP"]
+    saved_yaml = yaml.safe_dump(saved)
+    assert config_differences(saved_yaml, _schedule_cfg(3)) == []
+    from_0 = _schedule_cfg(3, extra=["TRAIN.COSINE_AFTER_WARMUP", "False"])
+    assert config_differences(saved_yaml, from_0) == [
+        "CONFIG.TRAIN.COSINE_AFTER_WARMUP: True -> False"]

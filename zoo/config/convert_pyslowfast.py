@@ -115,18 +115,27 @@ def _data(v: Dict[str, Any], notes: List[str]) -> Dict[str, Any]:
         "NUM_CLASSES": int(v["MODEL.NUM_CLASSES"]), "CLIP_LEN": int(v["DATA.NUM_FRAMES"]),
         "FRAME_RATE": int(v["DATA.SAMPLING_RATE"]), "TARGET_FPS": float(v["DATA.TARGET_FPS"]),
         "CROP_SIZE": int(v["DATA.TRAIN_CROP_SIZE"]),
-        "TRAIN_SHORT_SIDE_RANGE": scales, "SHORT_SIDE_SIZE": int(v["DATA.TEST_CROP_SIZE"]),
+        "TRAIN_SHORT_SIDE_RANGE": scales, "SHORT_SIDE_SIZE": scales[0],
         "MEAN": [float(x) for x in v["DATA.MEAN"]], "STD": [float(x) for x in v["DATA.STD"]],
         "TEST_NUM_SEGMENT": int(v["TEST.NUM_ENSEMBLE_VIEWS"]),
         "TEST_NUM_CROP": int(v["TEST.NUM_SPATIAL_CROPS"]),
         "NUM_WORKERS": int(v["DATA_LOADER.NUM_WORKERS"]),
     }
-    if int(v["DATA.TEST_CROP_SIZE"]) != int(v["DATA.TRAIN_CROP_SIZE"]):
-        notes.append(f"DATA.TEST_CROP_SIZE {v['DATA.TEST_CROP_SIZE']}: zoo tests on CROP_SIZE "
-                     f"{data_out['CROP_SIZE']} crops taken at short side "
-                     f"{data_out['SHORT_SIDE_SIZE']}")
     dataset = str(v["TRAIN.DATASET"]).lower()
     root = v.get("DATA.PATH_TO_DATA_DIR")
+    # PySlowFast's Kinetics test split resizes the short side to TEST_CROP_SIZE for 3 crops and
+    # to TRAIN_JITTER_SCALES[0] for 1 (slowfast/datasets/kinetics.py; ssv2.py to TEST_CROP_SIZE
+    # for both). Its val split samples as training does (a random short side from the jitter
+    # range, a random crop and flip): zoo's centre crop at the range's lower end stands in.
+    test_side = (int(v["DATA.TEST_CROP_SIZE"])
+                 if data_out["TEST_NUM_CROP"] > 1 or dataset in _UNIFORM_DATASETS else scales[0])
+    if test_side != data_out["SHORT_SIDE_SIZE"]:
+        data_out["TEST_SHORT_SIDE_SIZE"] = test_side
+    notes.append(f"DATA.TRAIN_JITTER_SCALES {scales}: PySlowFast's val split takes random crops "
+                 f"as training does; zoo validates on the centre crop at short side {scales[0]}")
+    if int(v["DATA.TEST_CROP_SIZE"]) != int(v["DATA.TRAIN_CROP_SIZE"]):
+        notes.append(f"DATA.TEST_CROP_SIZE {v['DATA.TEST_CROP_SIZE']}: zoo tests on CROP_SIZE "
+                     f"{data_out['CROP_SIZE']} crops taken at short side {test_side}")
     if dataset in _UNIFORM_DATASETS:
         del data_out["FRAME_RATE"], data_out["TARGET_FPS"]
         data_out["SAMPLING"] = "uniform"

@@ -121,6 +121,11 @@ _C.CONFIG.TRAIN.MOMENTUM = 0.9
 _C.CONFIG.TRAIN.W_DECAY = 1e-4
 # Learning-rate schedule after warmup: "Cosine" (to 0 at the last iteration) or "Step".
 _C.CONFIG.TRAIN.LR_POLICY = "Cosine"
+# Where the "Cosine" policy starts: True = at LR where the warmup ends, spanning the epochs after it
+# (VideoMAE); False = at LR at epoch 0, spanning every epoch, the warmup climbing to the cosine's
+# value where it ends (PySlowFast's SOLVER.COSINE_AFTER_WARMUP False, MMAction2's CosineAnnealingLR
+# from epoch 0, timm's CosineLRScheduler): the LR after the warmup is then lower. "Step" ignores it.
+_C.CONFIG.TRAIN.COSINE_AFTER_WARMUP = True
 # Epochs at which the "Step" policy multiplies the LR by STEP.
 _C.CONFIG.TRAIN.LR_MILESTONE = [40, 80]
 # LR multiplier at each milestone of the "Step" policy.
@@ -137,8 +142,9 @@ _C.CONFIG.TRAIN.WARMUP_EPOCHS = 1.0
 # LR at the first iteration of warmup (at most the LR the warmup ends on; a config whose warmup
 # would start above it stops with one line).
 _C.CONFIG.TRAIN.WARMUP_START_LR = 0.01
-# LR at the end of warmup: 0 = the schedule's LR there (LR for Cosine; LR x the factor of the
-# step reached for Step), so it follows LR when LR changes. Any other value must be that LR: a
+# LR at the end of warmup: 0 = the schedule's LR there (LR for Cosine after the warmup; the
+# cosine's value there with COSINE_AFTER_WARMUP False; LR x the factor of the step reached for
+# Step), so it follows LR when LR changes. Any other value must be that LR: a
 # config whose warmup would end elsewhere (and the LR jump there) stops with one line.
 _C.CONFIG.TRAIN.WARMUP_END_LR = 0.0
 # Multigrid training (Wu et al. 2020; PySlowFast's MULTIGRID.*): "" = off (every iteration at
@@ -315,8 +321,12 @@ _C.CONFIG.DATA.TEST_NUM_SEGMENT = 10
 _C.CONFIG.DATA.TEST_NUM_CROP = 3
 # Side of the square crop fed to the model.
 _C.CONFIG.DATA.CROP_SIZE = 224
-# Short side the frames are resized to for validation and testing.
+# Short side the frames are resized to for validation (and testing, unless TEST_SHORT_SIDE_SIZE).
 _C.CONFIG.DATA.SHORT_SIDE_SIZE = 256
+# Short side the frames are resized to for the test split (tools/test_ddp.py, zoo-predict) before
+# its TEST_NUM_CROP crops; 0 = SHORT_SIDE_SIZE. MMAction2's Swin and PySlowFast's 3-crop recipes
+# validate at one short side and test at another (MMAction2: Resize 256 for val, 224 for test).
+_C.CONFIG.DATA.TEST_SHORT_SIDE_SIZE = 0
 # Training short side is drawn uniformly from [min, max] per clip (scale jitter).
 _C.CONFIG.DATA.TRAIN_SHORT_SIDE_RANGE = [256, 320]
 # False = resize every decoded frame to NEW_WIDTH x NEW_HEIGHT first, ignoring its aspect ratio,
@@ -382,7 +392,8 @@ _C.CONFIG.DATA.FRAME_TEMPLATE = "img_{:05d}.jpg"
 # core"). Loader workers run torch and OpenCV on one thread each.
 _C.CONFIG.DATA.DECODE_THREADS = 0
 # True = the reader scales frames to the first size the transform needs (short side = the largest
-# TRAIN_SHORT_SIDE_RANGE for training, SHORT_SIDE_SIZE for val/test, NEW_HEIGHT x NEW_WIDTH when
+# TRAIN_SHORT_SIDE_RANGE for training, SHORT_SIDE_SIZE for val, TEST_SHORT_SIDE_SIZE (or
+# SHORT_SIDE_SIZE) for test, NEW_HEIGHT x NEW_WIDTH when
 # KEEP_ASPECT_RATIO is False; never enlarged) while it converts them to RGB, in one pass of
 # FFmpeg's bilinear scaler (pyav; other readers hand over full frames). Pixels differ from a
 # full-size decode + torch resize by interpolation details only (docs/benchmarks.md, "End-to-end

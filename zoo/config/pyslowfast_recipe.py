@@ -130,10 +130,9 @@ def solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
         if cosine_end != 0.0:
             notes.append(f"SOLVER.COSINE_END_LR {v['SOLVER.COSINE_END_LR']}: zoo's cosine ends "
                          "at 0")
-        if warmup > 0 and not v["SOLVER.COSINE_AFTER_WARMUP"]:
-            notes.append("SOLVER.COSINE_AFTER_WARMUP False: PySlowFast's cosine spans all "
-                         "MAX_EPOCH epochs and the warmup ends on it; zoo's cosine starts at LR "
-                         "after the warmup (PySlowFast's COSINE_AFTER_WARMUP True)")
+        # False (PySlowFast's default): the cosine spans all MAX_EPOCH epochs from 0 and the
+        # warmup climbs to its value where the warmup ends; True: it starts at LR after it.
+        train["COSINE_AFTER_WARMUP"] = bool(v["SOLVER.COSINE_AFTER_WARMUP"])
     elif policy == "steps_with_relative_lrs":
         train.update(_steps(v, source, base_lr))
     else:

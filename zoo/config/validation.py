@@ -80,6 +80,8 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("CONFIG.TRAIN.MOMENTUM", lambda v: 0 <= v < 1, "a number in [0, 1)"),
     ("CONFIG.TRAIN.W_DECAY", _non_negative, "a number >= 0"),
     ("CONFIG.TRAIN.LR_POLICY", lambda v: v in ("Cosine", "Step"), "one of Cosine, Step"),
+    ("CONFIG.TRAIN.COSINE_AFTER_WARMUP", lambda v: isinstance(v, bool),
+     "True (the cosine starts where the warmup ends) or False (it starts at epoch 0)"),
     ("CONFIG.TRAIN.STEP", _positive, "a number > 0"),
     ("CONFIG.TRAIN.LR_FACTORS", lambda v: all(isinstance(x, (int, float)) and x >= 0 for x in v),
      "a list of numbers >= 0 (relative LRs), or [] = STEP at each milestone"),
@@ -151,6 +153,8 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("CONFIG.DATA.TEST_NUM_CROP", lambda v: v in (1, 3), "1 or 3"),
     ("CONFIG.DATA.CROP_SIZE", _positive, "an integer >= 1"),
     ("CONFIG.DATA.SHORT_SIDE_SIZE", _positive, "an integer >= 1"),
+    ("CONFIG.DATA.TEST_SHORT_SIDE_SIZE", _non_negative,
+     "an integer >= 1, or 0 = SHORT_SIDE_SIZE"),
     (
         "CONFIG.DATA.TRAIN_SHORT_SIDE_RANGE",
         lambda v: len(v) == 2 and 0 < v[0] <= v[1],
@@ -256,6 +260,12 @@ def validate_config(cfg: CfgNode) -> None:
             f"CONFIG.DATA.SHORT_SIDE_SIZE = {data.SHORT_SIDE_SIZE}: the crop must fit inside the "
             "resized frame"
         )
+    if data.TEST_SHORT_SIDE_SIZE and data.CROP_SIZE > data.TEST_SHORT_SIDE_SIZE:
+        raise ConfigError(
+            f"CONFIG.DATA.CROP_SIZE = {data.CROP_SIZE} is larger than "
+            f"CONFIG.DATA.TEST_SHORT_SIDE_SIZE = {data.TEST_SHORT_SIDE_SIZE}: the test crops must "
+            "fit inside the resized frame; raise TEST_SHORT_SIDE_SIZE (0 = SHORT_SIDE_SIZE)"
+        )
     if cfg.CONFIG.TRAIN.BATCH_SIZE % data.CLIPS_PER_VIDEO:
         raise ConfigError(
             f"CONFIG.TRAIN.BATCH_SIZE = {cfg.CONFIG.TRAIN.BATCH_SIZE} is not a multiple of "
@@ -274,9 +284,13 @@ def validate_config(cfg: CfgNode) -> None:
 
 def lr_after_warmup(train: CfgNode) -> float:
     """The LR the schedule has where the warmup ends, before the linear scaling rule: LR for
-    Cosine (its decay starts there), LR times the factor of the step reached for Step."""
+    Cosine after the warmup (its decay starts there), the cosine's value at WARMUP_EPOCHS for one
+    from epoch 0, LR times the factor of the step reached for Step."""
     if train.LR_POLICY != "Step":
-        return float(train.LR)
+        if train.get("COSINE_AFTER_WARMUP", True) or not train.USE_WARMUP:
+            return float(train.LR)
+        frac = min(1.0, float(train.WARMUP_EPOCHS) / max(1, int(train.EPOCH_NUM)))
+        return float(train.LR) * 0.5 * (1.0 + math.cos(math.pi * frac))
     passed = bisect.bisect_right(list(train.LR_MILESTONE), train.WARMUP_EPOCHS)
     if train.LR_FACTORS:
         return float(train.LR) * train.LR_FACTORS[passed]

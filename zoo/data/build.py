@@ -9,7 +9,8 @@
   ``official_split`` (1-3): what the records provider reads
   (``zoo.data.lists.providers.ListSource``);
 * the fields of ``zoo.data.clip_settings.ClipSettings``: ``clip_len``, ``frame_rate`` (stride
-  between sampled frames), ``crop_size``, ``short_side_size``, ``train_short_side_range``
+  between sampled frames), ``crop_size``, ``short_side_size`` (``SHORT_SIDE_SIZE``; for "test"
+  ``TEST_SHORT_SIDE_SIZE`` when set), ``train_short_side_range``
   ([min, max]), ``random_flip`` (bool), ``mean`` and ``std`` (3 floats each, 0..1 scale),
   ``test_num_segment``, ``test_num_crop``, ``seed`` (int), ``sampling`` ("dense", "tsn",
   "uniform"), ``num_segment``, ``decoder`` (a name in ``zoo.data.decode.registry.DECODERS``),
@@ -132,7 +133,7 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
         "clip_len": int(data.CLIP_LEN),
         "frame_rate": int(data.FRAME_RATE),
         "crop_size": int(data.CROP_SIZE),
-        "short_side_size": int(data.SHORT_SIDE_SIZE),
+        "short_side_size": test_short_side(cfg) if split == "test" else int(data.SHORT_SIDE_SIZE),
         "train_short_side_range": [int(v) for v in data.TRAIN_SHORT_SIDE_RANGE],
         "random_flip": bool(data.RANDOM_FLIP),
         "mean": normalization(cfg)[0],
@@ -166,6 +167,13 @@ def dataset_kwargs(cfg: CfgNode, split: str) -> Dict[str, Any]:
     if split == "train" and float(data.RANDOM_ERASE) > 0:
         kwargs["random_erase"] = float(data.RANDOM_ERASE)  # likewise
     return kwargs
+
+
+def test_short_side(cfg: CfgNode) -> int:
+    """The short side of the test split's frames: ``TEST_SHORT_SIDE_SIZE``, or ``SHORT_SIDE_SIZE``
+    (the validation split's) when it is 0."""
+    data = cfg.CONFIG.DATA
+    return int(data.TEST_SHORT_SIDE_SIZE or data.SHORT_SIDE_SIZE)
 
 
 def fill_normalization(cfg: CfgNode, facts: Dict[str, Any]) -> CfgNode:

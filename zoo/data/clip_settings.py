@@ -21,7 +21,7 @@ class ClipSettings:
         target_fps: Frame rate ``frame_rate`` counts in; 0 = each video's own frames
             (``CONFIG.DATA.TARGET_FPS``, see :func:`zoo.data.sampling.on_timeline`).
         crop_size: Side of the square crop.
-        short_side_size: Short side for val/test crops.
+        short_side_size: Short side of the val or test crops (the split's own).
         train_short_side_range: ``(min, max)`` short side for training (scale jitter).
         random_flip: Randomly flip training clips left-right.
         mean: Per-channel mean (0..1 scale).

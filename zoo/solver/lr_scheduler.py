@@ -46,9 +46,13 @@ class WarmupScheduler(IterationScheduler):
 
     Args:
         optimizer: The optimizer whose groups are updated.
-        base_lr: LR after warmup (the schedule's peak).
+        base_lr: The cosine's LR at its start, or the Step schedule's before its first milestone.
         total_iters: Iterations in the whole run.
         policy: ``"Cosine"`` (decays to 0 at ``total_iters``) or ``"Step"``.
+        cosine_after_warmup: True = the cosine starts at ``base_lr`` where the warmup ends and
+            spans the iterations after it (VideoMAE); False = it spans every iteration from 0,
+            and the warmup climbs to its value where the warmup ends (PySlowFast's
+            ``COSINE_AFTER_WARMUP`` False, MMAction2, timm). ``"Step"`` ignores it.
         milestones: Iterations at which ``Step`` multiplies the LR by ``gamma``.
         gamma: Multiplier for ``Step``.
         factors: ``Step`` with explicit relative LRs: ``base_lr * factors[i]`` from milestone i
@@ -57,8 +61,9 @@ class WarmupScheduler(IterationScheduler):
         warmup_iters: Length of the linear warmup (0 = none).
         warmup_start_lr: LR at iteration 0 of the warmup.
         warmup_end_lr: LR at the end of warmup; None = the schedule's LR at ``warmup_iters``
-            (``base_lr`` for Cosine, ``base_lr`` times the step's factor for Step), where
-            PySlowFast, VideoMAE and MMAction2 end it.
+            (``base_lr`` for a cosine after the warmup, the cosine's value there for one from
+            0, ``base_lr`` times the step's factor for Step), where PySlowFast, VideoMAE and
+            MMAction2 end it.
     """
 
     def __init__(
@@ -67,6 +72,7 @@ class WarmupScheduler(IterationScheduler):
         base_lr: float,
         total_iters: int,
         policy: str = "Cosine",
+        cosine_after_warmup: bool = True,
         milestones: List[int] = (),
         gamma: float = 0.1,
         factors: Sequence[float] = (),
@@ -78,6 +84,7 @@ class WarmupScheduler(IterationScheduler):
         self.base_lr = base_lr
         self.total_iters = max(1, total_iters)
         self.policy = policy
+        self.cosine_after_warmup = bool(cosine_after_warmup)
         self.milestones = sorted(milestones)
         self.gamma = gamma
         self.factors = list(factors)
@@ -99,9 +106,11 @@ class WarmupScheduler(IterationScheduler):
 
     def _after_warmup(self, it: int) -> float:
         if self.policy == "Cosine":
-            # The cosine runs over the iterations after warmup and reaches 0 at the end.
-            span = max(1, self.total_iters - self.warmup_iters)
-            frac = min(1.0, (it - self.warmup_iters) / span)
+            # The cosine runs from its start (the warmup's end, or iteration 0) and reaches 0 at
+            # the end; from 0, the warmup replaces its first iterations.
+            start = self.warmup_iters if self.cosine_after_warmup else 0
+            span = max(1, self.total_iters - start)
+            frac = min(1.0, (it - start) / span)
             return self.base_lr * 0.5 * (1.0 + math.cos(math.pi * frac))
         passed = bisect.bisect_right(self.milestones, it)
         if self.factors:
@@ -119,8 +128,8 @@ def lr_scale(cfg, world_size: int) -> float:
 
 def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, steps_per_epoch: int,
                        world_size: int = 1) -> WarmupScheduler:
-    """Schedule from CONFIG.TRAIN.{LR, LR_POLICY, LR_MILESTONE, STEP, LR_FACTORS, USE_WARMUP,
-    WARMUP_*},
+    """Schedule from CONFIG.TRAIN.{LR, LR_POLICY, COSINE_AFTER_WARMUP, LR_MILESTONE, STEP,
+    LR_FACTORS, USE_WARMUP, WARMUP_*},
     counted in optimizer steps, with the LRs scaled by ``lr_scale``."""
     t = cfg.CONFIG.TRAIN
     scale = lr_scale(cfg, world_size)
@@ -130,6 +139,7 @@ def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, steps_per_epoch: i
         base_lr=t.LR * scale,
         total_iters=t.EPOCH_NUM * steps_per_epoch,
         policy=t.LR_POLICY,
+        cosine_after_warmup=bool(t.COSINE_AFTER_WARMUP),
         milestones=[m * steps_per_epoch for m in t.LR_MILESTONE],
         gamma=t.STEP,
         factors=list(t.LR_FACTORS),
