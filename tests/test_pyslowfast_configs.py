@@ -70,6 +70,8 @@ def _hub_params(builder: str) -> int:
     ("pytorchvideo/C2D_8x8_R50.yaml", "c2d_r50"),
     ("pytorchvideo/CSN_32x2_R101.yaml", "csn_r101"),
     ("pytorchvideo/R2PLUS1D_16x4_R50.yaml", "r2plus1d_r50"),
+    ("pytorchvideo/X3D_XS.yaml", "x3d_xs"),
+    ("pytorchvideo/X3D_L.yaml", "x3d_l"),
 ])
 def test_params_equal_pytorchvideos_builder(rel, builder, tmp_path):
     assert _params(rel, tmp_path) == _hub_params(builder)

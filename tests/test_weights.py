@@ -196,6 +196,8 @@ def test_each_published_file_fits_its_architecture(name, tag):
     state = _publisher_state(name, entry)
     kwargs = {"fuse_norm_act": False} if name.startswith("slowfast") and \
         entry.format == "mmaction2" else {}
+    if name.startswith("x3d_") and entry.format == "pytorchvideo":
+        kwargs = {"shortcut_bn": "width_change"}  # the table's note: PyTorchVideo's network
     classes = model_facts(name).get("num_classes") or 400  # gluoncv's names fix theirs
     with torch.device("meta"):
         model = zoo.create_model(name, num_classes=classes, **kwargs)

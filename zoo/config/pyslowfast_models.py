@@ -9,7 +9,7 @@ SlowFast / PTVSlowFast, arch slowfast  ``slowfast_*`` (:mod:`zoo.models.slowfast
 ResNet / PTVResNet, arch slow          ``slow_8x8_resnet{50,101}``
 ResNet, arch i3d / i3d_nopool          ``i3d_resnet50`` (+ depth, pool kwargs)
 ResNet, arch c2d / c2d_nopool          ``i3d_resnet50`` with temporal kernels 1
-X3D / PTVX3D                           ``x3d_{xs,s,m,l}``
+X3D / PTVX3D                           ``x3d_{xs,s,m,l}`` (PTVX3D: + shortcut_bn)
 PTVCSN                                 ``ircsn_resnet152`` with the depth's blocks
 PTVR2plus1D                            ``r2plus1d_16x4_resnet50`` (+ depth kwarg)
 MViT / PTVMViT                         :mod:`zoo.config.pyslowfast_mvit`
@@ -201,12 +201,10 @@ def x3d_model(v: Dict[str, Any], source: str) -> Model:
                          "bottleneck_factor", float(v["X3D.BOTTLENECK_FACTOR"]),
                          "head_width", int(v["X3D.DIM_C5"]),
                          "dropout", float(v["MODEL.DROPOUT_RATE"])]
-    notes = []
     if str(v["MODEL.MODEL_NAME"]) == "PTVX3D":
-        notes.append("MODEL.MODEL_NAME PTVX3D: zoo builds PySlowFast's X3D, whose stage-2 "
-                     "shortcut has a BN that PyTorchVideo's lacks (48 parameters more); "
-                     "PyTorchVideo's files load with that BN as an identity")
-    return f"x3d_{size}", kwargs, notes
+        # PyTorchVideo's create_x3d: no BN after res2.0's shortcut conv (its width stays the same)
+        kwargs += ["shortcut_bn", "width_change"]
+    return f"x3d_{size}", kwargs, []
 
 
 def csn_model(v: Dict[str, Any], source: str) -> Model:

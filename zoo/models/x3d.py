@@ -4,8 +4,11 @@ from a tiny base, with channel-wise 3x3x3 convs, squeeze-excitation and swish.
 Layer for layer PySlowFast's ``X3D`` (``slowfast/models/video_model_builder.py``), which
 PyTorchVideo's ``create_x3d`` reproduces but for one batch norm: PySlowFast normalises every
 shortcut conv, PyTorchVideo only those that change the width, so its stage-2 shortcut (stride 2,
-24 -> 24 channels) has no BN (48 parameters fewer). zoo builds PySlowFast's; a PyTorchVideo file
-loads with that BN as an identity and gives PyTorchVideo's logits.
+24 -> 24 channels) has no BN (48 parameters fewer). zoo builds PySlowFast's by default
+(``shortcut_bn="all"``); ``shortcut_bn="width_change"`` builds PyTorchVideo's, the network its
+files hold (``MODEL.KWARGS ['shortcut_bn', 'width_change']``). A PyTorchVideo file given to the
+default model is refused with one line naming that kwarg: a BN standing in as an identity would
+normalise with batch statistics in train mode and fine-tune another network.
 
 Module tree (``n`` = stage 2..5, ``j`` = block)::
 
@@ -15,7 +18,8 @@ Module tree (``n`` = stage 2..5, ``j`` = block)::
     res{n}.{j}.conv_b/bn_b  3x3x3 channel-wise conv (stride 1x2x2 in block 0), BN
     res{n}.{j}.se.fc1/fc2   squeeze-excitation (blocks 0, 2, 4, ...), then swish
     res{n}.{j}.conv_c/bn_c  1x1x1 conv to the stage width, BN; + shortcut, ReLU
-    res{n}.0.shortcut       1x1x1 conv (stride 1x2x2) + BN
+    res{n}.0.shortcut       1x1x1 conv (stride 1x2x2) + BN (conv only where the width stays the
+                            same and shortcut_bn="width_change": PyTorchVideo's res2.0)
     head.conv_5/bn_5        1x1x1 conv to the inner width, BN, ReLU, global average pool
     head.lin_5, head.proj   1x1x1 conv to 2048, ReLU, dropout, linear classifier
 
@@ -69,11 +73,16 @@ class SqueezeExcitation(nn.Module):
         return x * torch.sigmoid(gate)
 
 
+# Which shortcut convs a BN follows: every one (PySlowFast), or those that change the width
+# (PyTorchVideo's create_x3d_res_block).
+SHORTCUT_BN = ("all", "width_change")
+
+
 class _Shortcut(nn.Module):
-    def __init__(self, in_ch: int, out_ch: int, stride: int) -> None:
+    def __init__(self, in_ch: int, out_ch: int, stride: int, norm: bool = True) -> None:
         super().__init__()
         self.conv = nn.Conv3d(in_ch, out_ch, 1, stride=(1, stride, stride), bias=False)
-        self.bn = nn.BatchNorm3d(out_ch)
+        self.bn = nn.BatchNorm3d(out_ch) if norm else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn(self.conv(x))
@@ -82,7 +91,8 @@ class _Shortcut(nn.Module):
 class X3DBlock(nn.Module):
     """One X3D bottleneck: 1x1x1, channel-wise 3x3x3 (+ SE, swish), 1x1x1, plus the shortcut."""
 
-    def __init__(self, in_ch: int, inner: int, out_ch: int, stride: int, se_ratio: float) -> None:
+    def __init__(self, in_ch: int, inner: int, out_ch: int, stride: int, se_ratio: float,
+                 shortcut_bn: str = "all") -> None:
         super().__init__()
         self.conv_a = nn.Conv3d(in_ch, inner, 1, bias=False)
         self.bn_a = nn.BatchNorm3d(inner)
@@ -92,7 +102,8 @@ class X3DBlock(nn.Module):
         self.se = SqueezeExcitation(inner, se_ratio) if se_ratio > 0 else nn.Identity()
         self.conv_c = nn.Conv3d(inner, out_ch, 1, bias=False)
         self.bn_c = nn.BatchNorm3d(out_ch)
-        self.shortcut = (_Shortcut(in_ch, out_ch, stride) if in_ch != out_ch or stride != 1
+        norm = shortcut_bn == "all" or in_ch != out_ch
+        self.shortcut = (_Shortcut(in_ch, out_ch, stride, norm) if in_ch != out_ch or stride != 1
                          else nn.Identity())
         self.drop_path: nn.Module = nn.Identity()  # stochastic depth (see blockwise.py)
 
@@ -149,6 +160,10 @@ class X3D(StageLayersMixin, ClassifierMixin, nn.Module):
         dropout: Dropout before the classifier (PySlowFast's 0.5).
         in_channels: Input channels.
         drop_path: Stochastic depth of the last residual block (linear from 0 at the first).
+        shortcut_bn: ``"all"``: a BN after every shortcut conv (PySlowFast's X3D, its files and
+            the parameter counts above); ``"width_change"``: only after those that change the
+            width, so res2.0's strided 24 -> 24 shortcut is a bare conv (PyTorchVideo's
+            ``create_x3d``, the network its files hold; 48 parameters fewer).
     """
 
     classifier_name = "head.proj"
@@ -157,8 +172,11 @@ class X3D(StageLayersMixin, ClassifierMixin, nn.Module):
                  depth_factor: float = 2.2, bottleneck_factor: float = 2.25,
                  head_width: int = 2048, se_ratio: float = 0.0625, dropout: float = 0.5,
                  in_channels: int = 3, head_init_std: float = 0.01,
-                 drop_path: float = 0.0) -> None:
+                 drop_path: float = 0.0, shortcut_bn: str = "all") -> None:
         super().__init__()
+        if shortcut_bn not in SHORTCUT_BN:
+            raise ValueError(f"shortcut_bn must be one of {SHORTCUT_BN} (MODEL.KWARGS), got "
+                             f"{shortcut_bn!r}")
         stem_width = round_width(_BASE_C1, width_factor)
         self.stem = X3DStem(in_channels, stem_width)
         base = _BASE_C1
@@ -171,7 +189,7 @@ class X3D(StageLayersMixin, ClassifierMixin, nn.Module):
             depth = int(math.ceil(depth_factor * blocks))
             stage = nn.Sequential(*[
                 X3DBlock(in_ch if j == 0 else out_ch, inner, out_ch, 2 if j == 0 else 1,
-                         se_ratio if j % 2 == 0 else 0.0)
+                         se_ratio if j % 2 == 0 else 0.0, shortcut_bn)
                 for j in range(depth)])
             self.add_module(f"res{n + 2}", stage)
             in_ch = out_ch
@@ -202,7 +220,8 @@ def _variant(size: str, frames: int, stride: int, crop: int, depth_factor: float
 
     Args:
         num_classes: Output classes.
-        **kwargs: :class:`X3D` arguments (``dropout``, ``se_ratio``, ``head_width``, ...).
+        **kwargs: :class:`X3D` arguments (``dropout``, ``se_ratio``, ``head_width``,
+            ``shortcut_bn``, ...).
     """
     facts = video_facts(frames, stride, crop, _MEAN, _STD, params=params, gflops=gflops,
                         published_top1=top1)

@@ -108,7 +108,8 @@ def _x3d(size: str) -> Dict[str, WeightsEntry]:
         "kinetics400-pytorchvideo": WeightsEntry(
             f"{_PTV}X3D_{size.upper()}.pyth", "pytorchvideo", "kinetics400",
             source="pytorchvideo models/hub/x3d.py",
-            note="PyTorchVideo's X3D has no BN on the stage-2 shortcut: it loads as an identity"),
+            note="PyTorchVideo's X3D has no BN on the stage-2 shortcut: build with "
+                 "MODEL.KWARGS ['shortcut_bn', 'width_change'] (its network)"),
     }
 
 

@@ -16,6 +16,10 @@ X3D (``X3D_XS`` / ``X3D_S`` / ``X3D_M`` / ``X3D_L``) adds::
     s{n}.pathway0_res{j}.branch2.se.{fc1,fc2}      -> res{n}.{j}.se.{fc1,fc2}
     head.{conv_5,conv_5_bn,lin_5}                  -> head.{conv_5,bn_5,lin_5}
 
+PySlowFast's X3D has a BN after every shortcut conv: its files fit zoo's default X3D
+(``shortcut_bn="all"``); the X3D built with ``shortcut_bn="width_change"`` (PyTorchVideo's
+network) refuses them in one line naming the kwarg.
+
 MViT (``MVIT_*`` / ``MVITv2_*`` configs): zoo's MViT has PySlowFast's names; separate
 ``attn.q/k/v`` linears are fused into ``attn.qkv`` (or the reverse) where the model's differ
 (:mod:`zoo.models.weights.convert.mvit`).
@@ -36,7 +40,7 @@ from typing import Callable, Dict, Optional, Sequence
 import torch
 
 from . import mvit
-from .common import PARAM, Layout, Scheme
+from .common import PARAM, ConversionError, Layout, Scheme
 
 _BLOCK = {
     "branch1": "shortcut.conv", "branch1_bn": "shortcut.bn",
@@ -66,6 +70,8 @@ class PySlowFastScheme(Scheme):
                 ) -> Dict[str, torch.Tensor]:
         if layout.kind == "mvit":
             return mvit.fuse_or_split_qkv(source, mvit.pyslowfast_key, layout.shapes)
+        if layout.kind == "x3d":
+            _check_x3d_shortcuts(source, self.mapper(list(source), layout), layout)
         return source
 
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
@@ -97,3 +103,21 @@ class PySlowFastScheme(Scheme):
             return f"head.proj.{m.group(1)}" if m else None
 
         return to_zoo
+
+
+def _check_x3d_shortcuts(source: Dict[str, torch.Tensor], to_zoo: Callable[[str], Optional[str]],
+                         layout: Layout) -> None:
+    """Refuse, in one line, PySlowFast X3D shortcut BNs that the model was built without."""
+    for key in source:
+        m = _RES.match(key)
+        if not (m and m.group(4) == "branch1_bn" and m.group(5) == "weight"):
+            continue
+        zoo_bn = to_zoo(key) or ""
+        if zoo_bn not in layout.shapes and \
+                zoo_bn.replace(".shortcut.bn.", ".shortcut.conv.") in layout.shapes:
+            block = zoo_bn.split(".shortcut.", 1)[0]
+            raise ConversionError(
+                f"--from pyslowfast: PySlowFast's X3D has a BN after the shortcut conv of {block}, "
+                "which this model, built with shortcut_bn 'width_change', lacks: build it with "
+                "shortcut_bn 'all' (the default: take ['shortcut_bn', 'width_change'] out of "
+                "MODEL.KWARGS)")

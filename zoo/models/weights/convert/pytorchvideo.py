@@ -28,8 +28,12 @@ X3D (``create_x3d``, the ``x3d_xs`` / ``x3d_s`` / ``x3d_m`` / ``x3d_l`` hub mode
 MViT (``create_multiscale_vision_transformers``; hub ``mvit_base_16x4``): see
 :mod:`zoo.models.weights.convert.mvit` (its separate q / k / v are fused into zoo's ``qkv``).
 
-PyTorchVideo's X3D has no BN after stage 2's shortcut conv (PySlowFast's and zoo's have one):
-it is filled as an identity, so the logits are PyTorchVideo's.
+PyTorchVideo's X3D has no BN after stage 2's shortcut conv (PySlowFast's and zoo's default X3D
+have one): its files convert to the X3D built with ``shortcut_bn="width_change"``
+(``MODEL.KWARGS ['shortcut_bn', 'width_change']``, ``--kwargs shortcut_bn width_change``), which
+is PyTorchVideo's network in eval and train mode alike. Given to the default X3D they are refused
+with one line naming that kwarg (no BN is filled: in train mode it would normalise with batch
+statistics, and train).
 
 The architectures are the same (PyTorchVideo's ``create_slowfast`` reproduces PySlowFast), so the
 logits agree up to float rounding; PyTorchVideo's head projects every position then averages,
@@ -39,12 +43,12 @@ which equals zoo's average-then-project.
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence
 
 import torch
 
 from . import mvit
-from .common import PARAM, Layout, Scheme, bn_identity
+from .common import PARAM, ConversionError, Layout, Scheme
 
 _BLOCK = {
     "branch1_conv": "shortcut.conv", "branch1_norm": "shortcut.bn",
@@ -82,6 +86,8 @@ class PyTorchVideoScheme(Scheme):
                 ) -> Dict[str, torch.Tensor]:
         if layout.kind == "mvit":
             return mvit.fuse_or_split_qkv(source, mvit.pytorchvideo_key, layout.shapes)
+        if layout.kind == "x3d":
+            _check_x3d_shortcuts(source, self.mapper(list(source), layout), layout)
         return source
 
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
@@ -125,8 +131,20 @@ class PyTorchVideoScheme(Scheme):
 
         return to_zoo
 
-    def fill(self, zoo_key: str, layout: Layout) -> Optional[Tuple[torch.Tensor, str]]:
-        if layout.kind == "x3d" and re.match(r"^res\d+\.0\.shortcut\.bn\.", zoo_key):
-            return (bn_identity(zoo_key, layout.shapes[zoo_key]),
-                    "identity BN: PyTorchVideo's X3D has none after a shortcut of equal width")
-        return None
+
+def _check_x3d_shortcuts(source: Dict[str, torch.Tensor], to_zoo: Callable[[str], Optional[str]],
+                         layout: Layout) -> None:
+    """Refuse, in one line, a PyTorchVideo X3D whose shortcut convs lack the BN the model has."""
+    for key in source:
+        m = _SP_RES.match(key)
+        if not (m and m.group(3) == "branch1_conv" and m.group(4) == "weight"):
+            continue
+        norm = f"{key[:m.start(3)]}branch1_norm.weight"
+        zoo_bn = (to_zoo(key) or "").replace(".shortcut.conv.", ".shortcut.bn.")
+        if norm not in source and zoo_bn in layout.shapes:
+            block = zoo_bn.split(".shortcut.", 1)[0]
+            raise ConversionError(
+                f"--from pytorchvideo: PyTorchVideo's X3D has no BN after the shortcut conv of "
+                f"{block} (zoo's default X3D, PySlowFast's, has one): build the model with "
+                "MODEL.KWARGS ['shortcut_bn', 'width_change'] (zoo-convert-checkpoint: --kwargs "
+                "shortcut_bn width_change), PyTorchVideo's network")
