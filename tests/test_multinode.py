@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 
 import pytest
@@ -287,6 +288,72 @@ def test_busy_port_on_node_0(tmp_path):
         "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
             "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}"]),
             env={"ZOO_NODE_RANK": "0"}, expect=[f"port {port} on node 0 is already in use"])
+
+
+def _silent_listener():
+    """A plain TCP listener on 127.0.0.1 that accepts connections (the kernel's backlog does)
+    and never answers: another program on DIST_URL's port."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    return s
+
+
+def test_a_port_that_accepts_but_never_answers_ends_the_store_wait_with_one_line():
+    """The store's handshake with a program that never answers ends within INIT_TIMEOUT (the
+    call runs in a child process, so that a wait without end fails the test at its limit)."""
+    with _silent_listener() as silent:
+        port = silent.getsockname()[1]
+        code = ("from zoo.launch.rendezvous import open_store\n"
+                "from zoo.launch.topology import LaunchError\n"
+                "try:\n"
+                f"    open_store('tcp://127.0.0.1:{port}', host_it=False, timeout_s=3)\n"
+                "except LaunchError as e:\n"
+                "    print('LaunchError:', e, flush=True)\n")
+        proc = start_process([sys.executable, "-c", code])
+        [(rc, out)] = finish_processes([proc], timeout=FAILURE_BUDGET_S + 30)
+    [line] = [ln for ln in out.splitlines() if ln.startswith("LaunchError:")] or [out]
+    assert f"127.0.0.1:{port} accepts connections but did not answer" in line, out
+    assert "within 3s (DDP_CONFIG.INIT_TIMEOUT)" in line and "another program" in line, line
+    assert "DDP_CONFIG.DIST_URL" in line, line
+
+
+def test_node_1_at_a_port_that_never_answers_stops_with_one_line_and_hears_sigterm(tmp_path):
+    """Node 1's launcher waiting on a program that accepts and never answers: one error line
+    within INIT_TIMEOUT, and SIGTERM stops it at once during a long wait."""
+    with _silent_listener() as silent:
+        port = silent.getsockname()[1]
+        args = [*_listed_files(tmp_path), "DDP_CONFIG.WORLD_SIZE", "2",
+                "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+                "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}"]
+        _fails_fast(tool_command("train_ddp.py", [*args, "DDP_CONFIG.INIT_TIMEOUT", "4"]),
+                    env={"ZOO_NODE_RANK": "1"},
+                    expect=[f"127.0.0.1:{port} accepts connections but did not answer",
+                            "within 4s", "another program holds that port on node 0"])
+        proc = start_process(tool_command("train_ddp.py", [*args, "DDP_CONFIG.INIT_TIMEOUT",
+                                                           "600"]), env={"ZOO_NODE_RANK": "1"})
+        lines, waiting = [], threading.Event()
+
+        def read():
+            for line in proc.stdout:
+                lines.append(line)
+                if "has not answered as a rendezvous" in line:
+                    waiting.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            assert waiting.wait(120), "".join(lines)  # the launcher waits on the silent port
+            proc.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            rc = proc.wait(timeout=FAILURE_BUDGET_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        reader.join(10)
+    assert time.monotonic() - signalled < FAILURE_BUDGET_S, "".join(lines)
+    assert rc != 0, "".join(lines)
 
 
 def test_a_one_node_store_takes_a_free_port_when_its_port_was_taken_meanwhile():

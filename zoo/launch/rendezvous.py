@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
@@ -88,9 +89,62 @@ def _wait_for_port(host: str, port: int, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
+# A client that waits this long for node 0's store to answer says so (a store answers at once).
+_SAY_SILENT_AFTER_S = 5.0
+
+
+def _connect(host: str, port: int, timeout_s: float, wait_s: float) -> dist.Store:
+    """A client of the TCPStore at ``host:port`` (its own timeout ``timeout_s``), made within
+    ``wait_s``.
+
+    The store's constructor waits for the server's answer to its handshake with no timeout, in
+    C++, where no Python signal handler runs: a program on that port that accepts connections and
+    never answers would hold the launcher for ever, deaf to SIGTERM. So it runs in a daemon
+    thread; the calling thread waits for it with a timeout (an interruptible wait) and leaves it
+    behind after ``wait_s`` (it ends with the process).
+
+    Raises:
+        LaunchError: the port accepts connections but nothing answered as a store in time.
+    """
+    made: dict = {}
+
+    def connect() -> None:
+        try:
+            # The constructor's own retries end with the wait; the store's requests get the
+            # whole timeout.
+            store = dist.TCPStore(host, port, is_master=False,
+                                  timeout=datetime.timedelta(seconds=wait_s))
+            store.set_timeout(datetime.timedelta(seconds=timeout_s))
+            made["store"] = store
+        except BaseException as e:  # handed to the waiting thread
+            made["error"] = e
+
+    thread = threading.Thread(target=connect, name="zoo-store-connect", daemon=True)
+    thread.start()
+    where = net.format_hostport(host, port)
+    thread.join(min(wait_s, _SAY_SILENT_AFTER_S))
+    if thread.is_alive() and wait_s > _SAY_SILENT_AFTER_S:
+        logger.info("%s accepts connections but has not answered as a rendezvous for %gs; "
+                    "waiting up to DDP_CONFIG.INIT_TIMEOUT = %gs", where, _SAY_SILENT_AFTER_S,
+                    timeout_s)
+        thread.join(wait_s - _SAY_SILENT_AFTER_S)
+    if thread.is_alive():
+        raise LaunchError(
+            f"{where} accepts connections but did not answer as a zoo/torch rendezvous within "
+            f"{timeout_s:g}s (DDP_CONFIG.INIT_TIMEOUT): another program holds that port on node 0; "
+            "choose another port for DDP_CONFIG.DIST_URL (the same on every node)"
+        )
+    if "error" in made:
+        raise made["error"]
+    return made["store"]
+
+
 def open_store(url: str, host_it: bool, timeout_s: float,
                any_port: bool = False) -> Tuple[dist.Store, str]:
     """Host (node 0) or connect to the store at ``url``; returns ``(store, url with real port)``.
+
+    A client waits at most ``timeout_s`` in all for the port to accept connections and for the
+    store there to answer (a LaunchError names the address either way).
 
     ``any_port`` (a one-node job, which no other node has to find): when the port is taken by
     the time the store listens (another job started at the same moment took it since the
@@ -116,8 +170,12 @@ def open_store(url: str, host_it: bool, timeout_s: float,
         return store, url
     host, port = parse_tcp_url(url)
     if not host_it:
+        deadline = time.monotonic() + timeout_s
         _wait_for_port(host, port, timeout_s)
-        return dist.TCPStore(host, port, is_master=False, timeout=timeout), url
+        # The port answered: the store's handshake gets what is left of the timeout (a store
+        # answers in milliseconds), and a few seconds when the port answered only at the end.
+        wait_s = max(deadline - time.monotonic(), min(timeout_s, _SAY_SILENT_AFTER_S))
+        return _connect(host, port, timeout_s, wait_s), url
     try:
         store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timeout)
     except (RuntimeError, OSError) as e:
