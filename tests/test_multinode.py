@@ -535,3 +535,30 @@ def test_a_stranger_while_node_0_waits_for_nodes_is_refused_and_the_job_still_fo
     assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
     assert sum("another job identity" in ln for ln in out0.splitlines()) == 1, out0
     assert "other-job" not in out0 + out1
+
+
+def test_a_second_launcher_of_a_running_node_stops_at_once_and_the_job_finishes(
+        tmp_path, synth_root):
+    """The same command for node 1 run again while the job trains: it stops with one line naming
+    the running node 1, node 0 logs one warning, and the job finishes unharmed."""
+    port = free_port()
+    gate = tmp_path / "gate"
+    args = toy_args(tmp_path, synth_root, model="toy_gated",
+                    model_src=GATED_MODEL + f"\nGATE = {str(gate)!r}\n", epochs=2)
+    procs = two_nodes_here(args, port)
+    _wait_for_training(procs, tmp_path / "runs" / "job" / "log_rank1.txt")
+    common = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+              "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", *args]
+    _fails_fast(tool_command("train_ddp.py", common), env={"ZOO_NODE_RANK": "1"},
+                expect=["node 1: node 0 is already running this job", f"127.0.0.1:{port}",
+                        "another launcher of node 1", "ZOO_NODE_RANK"])
+    assert all(p.poll() is None for p in procs), "the running job stopped"
+    gate.touch()
+    (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=120)
+    assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
+    warned = [ln for ln in out0.splitlines() if "a second launcher of node 1" in ln]
+    assert len(warned) == 1 and "told to stop" in warned[0], out0
+    run = tmp_path / "runs" / "job"
+    epochs = [json.loads(ln)["epoch"] for ln in (run / "metrics.jsonl").read_text().splitlines()
+              if '"epoch"' in ln]
+    assert max(epochs) == 2, epochs
