@@ -68,16 +68,21 @@ def test_a_forked_child_does_not_keep_the_lock(tmp_path):
     """A DataLoader worker forked from rank 0 must not hold the folder after rank 0 is gone."""
     folder = tmp_path / "job"
     fd = acquire(str(folder))
+    ready, told = os.pipe()
     child = os.fork()
-    if child == 0:  # the child sleeps with whatever it inherited
+    if child == 0:  # the child (its fork handlers have run) sleeps with what it kept
+        os.write(told, b"x")
         time.sleep(30)
         os._exit(0)
     try:
+        assert os.read(ready, 1) == b"x"
         release(fd)  # as rank 0's death would
         release(acquire(str(folder)))
     finally:
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
+        os.close(ready)
+        os.close(told)
 
 
 def test_a_file_system_without_locks_warns_once_and_goes_on(tmp_path, monkeypatch, caplog):
