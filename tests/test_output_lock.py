@@ -1,5 +1,5 @@
 """One training job per output folder: global rank 0 holds ``BASE_PATH/EXP_NAME`` for the run;
-a second job on it stops with one line naming the folder, the holder and the fix."""
+a second job on it stops with one line naming the folder, the holder and what to do."""
 
 import errno
 import json

@@ -74,7 +74,7 @@ def acquire(folder: str) -> Optional[int]:
     the lock, or None where the file system has no locks (after one warning).
 
     Raises:
-        OutputFolderBusy: another process holds it (one line: the folder, the holder, the fix).
+        OutputFolderBusy: another process holds it (one line: the folder, the holder, what to do).
     """
     global _held_fd
     os.makedirs(folder, exist_ok=True)
@@ -105,7 +105,7 @@ def acquire(folder: str) -> Optional[int]:
 
 def release(fd: Optional[int]) -> None:
     """Give up the lock ``acquire`` returned (the file stays: removing it would let a job that
-    opened it a moment before lock a file no other job sees)."""
+    opened it a moment earlier lock a file no other job sees)."""
     global _held_fd
     if fd is None:
         return

@@ -393,7 +393,7 @@ class NodeRendezvous:
         and stop.
 
         Raises:
-            LaunchError: always (one line naming the running node and the fix).
+            LaunchError: always (one line naming the running node and what to do).
         """
         k = self.topology.node_rank
         hosts = plan.get("hosts") or []
