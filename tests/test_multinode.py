@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 
 import pytest
@@ -304,6 +305,72 @@ def test_busy_port_on_node_0(tmp_path):
             env={"ZOO_NODE_RANK": "0"}, expect=[f"port {port} on node 0 is already in use"])
 
 
+def _silent_listener():
+    """A plain TCP listener on 127.0.0.1 that accepts connections (the kernel's backlog does)
+    and never answers: another program on DIST_URL's port."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    return s
+
+
+def test_a_port_that_accepts_but_never_answers_ends_the_store_wait_with_one_line():
+    """The store's handshake with a program that never answers ends within INIT_TIMEOUT (the
+    call runs in a child process, so that a wait without end fails the test at its limit)."""
+    with _silent_listener() as silent:
+        port = silent.getsockname()[1]
+        code = ("from zoo.launch.rendezvous import open_store\n"
+                "from zoo.launch.topology import LaunchError\n"
+                "try:\n"
+                f"    open_store('tcp://127.0.0.1:{port}', host_it=False, timeout_s=3)\n"
+                "except LaunchError as e:\n"
+                "    print('LaunchError:', e, flush=True)\n")
+        proc = start_process([sys.executable, "-c", code])
+        [(rc, out)] = finish_processes([proc], timeout=FAILURE_BUDGET_S + 30)
+    [line] = [ln for ln in out.splitlines() if ln.startswith("LaunchError:")] or [out]
+    assert f"127.0.0.1:{port} accepts connections but did not answer" in line, out
+    assert "within 3s (DDP_CONFIG.INIT_TIMEOUT)" in line and "another program" in line, line
+    assert "DDP_CONFIG.DIST_URL" in line, line
+
+
+def test_node_1_at_a_port_that_never_answers_stops_with_one_line_and_hears_sigterm(tmp_path):
+    """Node 1's launcher waiting on a program that accepts and never answers: one error line
+    within INIT_TIMEOUT, and SIGTERM stops it at once during a long wait."""
+    with _silent_listener() as silent:
+        port = silent.getsockname()[1]
+        args = [*_listed_files(tmp_path), "DDP_CONFIG.WORLD_SIZE", "2",
+                "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+                "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}"]
+        _fails_fast(tool_command("train_ddp.py", [*args, "DDP_CONFIG.INIT_TIMEOUT", "4"]),
+                    env={"ZOO_NODE_RANK": "1"},
+                    expect=[f"127.0.0.1:{port} accepts connections but did not answer",
+                            "within 4s", "another program holds that port on node 0"])
+        proc = start_process(tool_command("train_ddp.py", [*args, "DDP_CONFIG.INIT_TIMEOUT",
+                                                           "600"]), env={"ZOO_NODE_RANK": "1"})
+        lines, waiting = [], threading.Event()
+
+        def read():
+            for line in proc.stdout:
+                lines.append(line)
+                if "has not answered as a rendezvous" in line:
+                    waiting.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            assert waiting.wait(120), "".join(lines)  # the launcher waits on the silent port
+            proc.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            rc = proc.wait(timeout=FAILURE_BUDGET_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        reader.join(10)
+    assert time.monotonic() - signalled < FAILURE_BUDGET_S, "".join(lines)
+    assert rc != 0, "".join(lines)
+
+
 def test_a_one_node_store_takes_a_free_port_when_its_port_was_taken_meanwhile():
     """Two one-node jobs started at the same moment both find the default port free; the one
     that binds second listens elsewhere (nothing outside the node has to find it), while a
@@ -483,3 +550,30 @@ def test_a_stranger_while_node_0_waits_for_nodes_is_refused_and_the_job_still_fo
     assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
     assert sum("another job identity" in ln for ln in out0.splitlines()) == 1, out0
     assert "other-job" not in out0 + out1
+
+
+def test_a_second_launcher_of_a_running_node_stops_at_once_and_the_job_finishes(
+        tmp_path, synth_root):
+    """The same command for node 1 run again while the job trains: it stops with one line naming
+    the running node 1, node 0 logs one warning, and the job finishes unharmed."""
+    port = free_port()
+    gate = tmp_path / "gate"
+    args = toy_args(tmp_path, synth_root, model="toy_gated",
+                    model_src=GATED_MODEL + f"\nGATE = {str(gate)!r}\n", epochs=2)
+    procs = two_nodes_here(args, port)
+    _wait_for_training(procs, tmp_path / "runs" / "job" / "log_rank1.txt")
+    common = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+              "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", *args]
+    _fails_fast(tool_command("train_ddp.py", common), env={"ZOO_NODE_RANK": "1"},
+                expect=["node 1: node 0 is already running this job", f"127.0.0.1:{port}",
+                        "another launcher of node 1", "ZOO_NODE_RANK"])
+    assert all(p.poll() is None for p in procs), "the running job stopped"
+    gate.touch()
+    (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=120)
+    assert rc0 == 0 and rc1 == 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
+    warned = [ln for ln in out0.splitlines() if "a second launcher of node 1" in ln]
+    assert len(warned) == 1 and "told to stop" in warned[0], out0
+    run = tmp_path / "runs" / "job"
+    epochs = [json.loads(ln)["epoch"] for ln in (run / "metrics.jsonl").read_text().splitlines()
+              if '"epoch"' in ln]
+    assert max(epochs) == 2, epochs

@@ -484,6 +484,8 @@ _C.CONFIG.LOG = CN()
 # Root folder of all runs.
 _C.CONFIG.LOG.BASE_PATH = "./output"
 # This run's sub-folder: BASE_PATH/EXP_NAME holds config.yaml, logs, metrics.jsonl, checkpoints/.
+# A training job's rank 0 holds it (training.lock) while it runs: a second training job on the
+# same folder stops with one line, so two jobs at once need two names.
 _C.CONFIG.LOG.EXP_NAME = "default"
 # TensorBoard event files go to BASE_PATH/EXP_NAME/<LOG_DIR>.
 _C.CONFIG.LOG.LOG_DIR = "tb_log"

@@ -11,4 +11,5 @@
 - ``rendezvous.py``: the node rendezvous at node 0's store, failure reports, restart rounds.
 - ``heartbeat.py``: hung-rank detection in every rank; ``preemption.py``: SIGTERM / SIGUSR1.
 - ``setup.py``: what every worker does first (logging, seeding, config.yaml).
+- ``output_lock.py``: one training job per output folder (global rank 0 holds it while it trains).
 """

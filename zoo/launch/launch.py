@@ -282,9 +282,13 @@ def _join(ctx: mp.ProcessContext, topo: JobSpec, rdzv: NodeRendezvous) -> None:
     """Wait for the workers of ``ctx`` (see :func:`_spawn`, which raises what this raises)."""
     try:
         while not ctx.join(timeout=1.0, **_JOIN_GRACE):
+            if topo.num_nodes == 1:
+                continue
+            # This launcher is alive: a second launcher of this node rank is told so at once.
+            rdzv.beat()
             # A worker stuck outside any collective would only notice a dead peer at its next
             # collective; a failure another node has posted stops this node right away.
-            root = rdzv.remote_failure() if topo.num_nodes > 1 else None
+            root = rdzv.remote_failure()
             if root:
                 _stop(ctx)
                 raise _RemoteFailure(root)

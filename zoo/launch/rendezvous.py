@@ -22,9 +22,16 @@ Keys (under ``zoo/<job>/``): ``session`` (``<job>/<run>/r<n>``: a fresh run id p
 0, so a reused file store is appended to, never read stale, and a round number ``n`` that node 0
 raises each time the group is re-formed after a failure, see ``DDP_CONFIG.MAX_RESTARTS``); then
 under ``zoo/<session>/``: ``count/<k>`` and ``node/<k>/<i>`` (registrations; two for one rank are
-a duplicate), ``plan``, ``failure/<i>``, ``finished``, and ``pg/`` for the process group. Each
-round has its own keys, so a restarted group never reads a failure or a process-group key of the
-round before.
+a duplicate), ``plan``, ``alive/<k>`` (a count node k's launcher raises every second while its
+workers run), ``failure/<i>``, ``finished``, and ``pg/`` for the process group. Each round has its
+own keys, so a restarted group never reads a failure or a process-group key of the round before.
+
+A launcher of node k that finds the current round already running without it (its plan posted,
+its nonce not in it) is either a re-run of a node k that died (it waits for the round node 0
+opens next, see Restarts) or a second launcher of a node k that is alive. ``alive/<k>`` tells them
+apart: when it rises while the newcomer watches, node k is alive, and the newcomer stops with one
+line, leaving only a note (under ``zoo/stranger/<i>``, as a stranger does) that node 0 logs as
+one warning.
 
 Restarts: after a failure every node's launcher stops its workers and calls :meth:`NodeRendezvous.
 reform`; node 0 opens the next round and the others register there again. A node whose launcher
@@ -42,6 +49,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
@@ -50,7 +58,7 @@ import torch.distributed as dist
 
 from ..utils import net
 from .agreement import compare_summaries, local_differences, node_summary
-from .topology import LaunchError, file_url_path, parse_tcp_url
+from .topology import NODE_RANK_ENV, LaunchError, file_url_path, parse_tcp_url
 
 if TYPE_CHECKING:  # the spec is handed in; this module never builds one
     from .job import JobSpec
@@ -88,9 +96,62 @@ def _wait_for_port(host: str, port: int, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
+# A client that waits this long for node 0's store to answer says so (a store answers at once).
+_SAY_SILENT_AFTER_S = 5.0
+
+
+def _connect(host: str, port: int, timeout_s: float, wait_s: float) -> dist.Store:
+    """A client of the TCPStore at ``host:port`` (its own timeout ``timeout_s``), made within
+    ``wait_s``.
+
+    The store's constructor waits for the server's answer to its handshake with no timeout, in
+    C++, where no Python signal handler runs: a program on that port that accepts connections and
+    never answers would hold the launcher for ever, deaf to SIGTERM. So it runs in a daemon
+    thread; the calling thread waits for it with a timeout (an interruptible wait) and leaves it
+    behind after ``wait_s`` (it ends with the process).
+
+    Raises:
+        LaunchError: the port accepts connections but nothing answered as a store in time.
+    """
+    made: dict = {}
+
+    def connect() -> None:
+        try:
+            # The constructor's own retries end with the wait; the store's requests get the
+            # whole timeout.
+            store = dist.TCPStore(host, port, is_master=False,
+                                  timeout=datetime.timedelta(seconds=wait_s))
+            store.set_timeout(datetime.timedelta(seconds=timeout_s))
+            made["store"] = store
+        except BaseException as e:  # handed to the waiting thread
+            made["error"] = e
+
+    thread = threading.Thread(target=connect, name="zoo-store-connect", daemon=True)
+    thread.start()
+    where = net.format_hostport(host, port)
+    thread.join(min(wait_s, _SAY_SILENT_AFTER_S))
+    if thread.is_alive() and wait_s > _SAY_SILENT_AFTER_S:
+        logger.info("%s accepts connections but has not answered as a rendezvous for %gs; "
+                    "waiting up to DDP_CONFIG.INIT_TIMEOUT = %gs", where, _SAY_SILENT_AFTER_S,
+                    timeout_s)
+        thread.join(wait_s - _SAY_SILENT_AFTER_S)
+    if thread.is_alive():
+        raise LaunchError(
+            f"{where} accepts connections but did not answer as a zoo/torch rendezvous within "
+            f"{timeout_s:g}s (DDP_CONFIG.INIT_TIMEOUT): another program holds that port on node 0; "
+            "choose another port for DDP_CONFIG.DIST_URL (the same on every node)"
+        )
+    if "error" in made:
+        raise made["error"]
+    return made["store"]
+
+
 def open_store(url: str, host_it: bool, timeout_s: float,
                any_port: bool = False) -> Tuple[dist.Store, str]:
     """Host (node 0) or connect to the store at ``url``; returns ``(store, url with real port)``.
+
+    A client waits at most ``timeout_s`` in all for the port to accept connections and for the
+    store there to answer (a LaunchError names the address either way).
 
     ``any_port`` (a one-node job, which no other node has to find): when the port is taken by
     the time the store listens (another job started at the same moment took it since the
@@ -116,8 +177,12 @@ def open_store(url: str, host_it: bool, timeout_s: float,
         return store, url
     host, port = parse_tcp_url(url)
     if not host_it:
+        deadline = time.monotonic() + timeout_s
         _wait_for_port(host, port, timeout_s)
-        return dist.TCPStore(host, port, is_master=False, timeout=timeout), url
+        # The port answered: the store's handshake gets what is left of the timeout (a store
+        # answers in milliseconds), and a few seconds when the port answered only at the end.
+        wait_s = max(deadline - time.monotonic(), min(timeout_s, _SAY_SILENT_AFTER_S))
+        return _connect(host, port, timeout_s, wait_s), url
     try:
         store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timeout)
     except (RuntimeError, OSError) as e:
@@ -262,7 +327,8 @@ class NodeRendezvous:
                                               "forming": forming}))
 
     def _note_strangers(self) -> None:
-        """Node 0: one warning line per launcher of another job that was refused since last time."""
+        """Node 0: one warning line per launcher that was refused since last time (another job's,
+        or a second launcher of a running node)."""
         if self.topology.node_rank != 0 or self.store is None:
             return
         n = self.store.add("zoo/strangers", 0)
@@ -271,6 +337,12 @@ class NodeRendezvous:
                 n = i - 1
                 break
             s = json.loads(self.store.get(f"zoo/stranger/{i}"))
+            if s.get("kind") == "duplicate":
+                logger.warning(
+                    "a second launcher of node %s (host %s) tried to join while node %s (%s) runs "
+                    "this job and was told to stop; this job goes on", s["node"], s["host"],
+                    s["node"], s["holder"])
+                continue
             logger.warning(
                 "a launcher with another job identity (%s, %s) tried to join as node %s from host "
                 "%s and was refused; this job goes on (give each job its own DIST_URL port)",
@@ -306,6 +378,36 @@ class NodeRendezvous:
             "and token as that job, or give this job its own DDP_CONFIG.DIST_URL port"
         )
 
+    def beat(self) -> None:
+        """Say that this node's launcher is alive (called every second while its workers run):
+        a second launcher of this node rank tells it from a dead node waiting to be re-run."""
+        if self.store is None or self._store_lost or not self.session:
+            return
+        try:
+            self.store.add(self._key(f"alive/{self.topology.node_rank}"), 1)
+        except Exception:  # node 0 finished or died; failures() notices it too
+            pass
+
+    def _refuse_duplicate(self, plan: dict) -> None:
+        """Node k > 0, left out of a running round whose node k is alive: leave a note for node 0
+        and stop.
+
+        Raises:
+            LaunchError: always (one line naming the running node and what to do).
+        """
+        k = self.topology.node_rank
+        hosts = plan.get("hosts") or []
+        holder = hosts[k] if k < len(hosts) else "another host"
+        i = self.store.add("zoo/strangers", 1)
+        self.store.set(f"zoo/stranger/{i}", json.dumps(
+            {"kind": "duplicate", "node": k, "host": self.summary["host"], "holder": holder}))
+        raise LaunchError(
+            f"node {k}: node 0 is already running this job at {self.topology.dist_url} with a "
+            f"node {k} ({holder}) whose launcher is alive: is another launcher of node {k} "
+            f"running? Stop this one, or give this node its own rank (DDP_CONFIG.WORLD_URLS / "
+            f"WORLD_RANK, {NODE_RANK_ENV})"
+        )
+
     def _post(self, plan: dict) -> None:
         self.store.set(self._key("plan"), json.dumps(plan))
 
@@ -315,6 +417,8 @@ class NodeRendezvous:
         k = self.topology.node_rank
         deadline = time.monotonic() + self.timeout_s
         registered, left_out = after or None, False
+        # When left out of a running round: (that round, node k's alive count when first seen).
+        watched: Optional[Tuple[str, int]] = None
         is_file = self.topology.dist_url.startswith("file://")
         while True:
             try:
@@ -322,13 +426,19 @@ class NodeRendezvous:
                 if job and self.store.check([f"zoo/{job}/session"]):
                     self.session = self.store.get(f"zoo/{job}/session").decode()
                     if self.session != registered:  # a new round or run of node 0 (or stale file)
-                        self._register()
+                        if not self.store.check([self._key("plan")]):  # a running one: no seat
+                            self._register()
                         registered, left_out = self.session, False
                     if self.session != after and self.store.check([self._key("plan")]):
                         plan = json.loads(self.store.get(self._key("plan")))
                         if self.nonce in plan["nonces"]:
                             return plan
                         left_out = True
+                        beats = self.store.add(self._key(f"alive/{k}"), 0)
+                        if watched is None or watched[0] != self.session:
+                            watched = (self.session, beats)
+                        elif beats > watched[1]:  # node k of that round is alive: a duplicate
+                            self._refuse_duplicate(plan)
             except LaunchError:
                 raise
             except RuntimeError as e:  # c10d errors: node 0 went away mid-rendezvous
@@ -389,13 +499,14 @@ class NodeRendezvous:
         except BaseException:
             self.close()
             raise
+        self.plan = plan
         if plan["error"]:
             self.close()
             raise LaunchError(plan["error"])
         if not after:  # the same warnings again on every restart would only repeat them
             for w in plan["warnings"]:
                 logger.warning("%s", w)
-        self.plan, self.restarts = plan, plan.get("restarts", 0)
+        self.restarts = plan.get("restarts", 0)
         k = self.topology.node_rank
         self.topology = dataclasses.replace(
             self.topology, world_size=plan["world_size"], rank_offset=plan["offsets"][k]
@@ -468,7 +579,9 @@ class NodeRendezvous:
             return
         try:
             self._note_strangers()
-            if self.session:
+            # A launcher left out of the round (a second one of a running node) is no member.
+            member = self.topology.node_rank == 0 or self.nonce in self.plan.get("nonces", ())
+            if self.session and member:
                 done = self.store.add(self._key("finished"), 1)
                 deadline = time.monotonic() + min(REPORT_GRACE_S, self.timeout_s)
                 while (self.topology.node_rank == 0 and done < self.topology.num_nodes

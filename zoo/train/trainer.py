@@ -22,10 +22,12 @@ from ..data.lists.annotations import named_classes
 from ..infer.metrics import MetricsWriter
 from ..launch.heartbeat import note_step
 from ..launch.job import resume_config
+from ..launch.output_lock import training_folder
 from ..launch.preemption import Preempted, PreemptionWatch, watching
 from ..launch.setup import (
     checkpoint_dir,
     job_config,
+    output_dir,
     this_process,
     with_job_layout,
     with_model_normalization,
@@ -543,7 +545,9 @@ def train(cfg, hooks: Sequence[HookBase] = (), overrides: Sequence[str] = ()) ->
     SIGTERM / SIGUSR1 stop it at the next step boundary with a checkpoint and raise
     :class:`~zoo.launch.preemption.Preempted` (a ``SystemExit`` with code 75; handled only when
     it runs in the main thread). A restarted job (``comm.get_restart_round()`` > 0) continues
-    from the newest checkpoint.
+    from the newest checkpoint. Global rank 0 holds the run's folder for the run: a second
+    training job on the same folder stops on every rank with
+    :class:`~zoo.launch.output_lock.OutputFolderBusy` (see zoo/launch/output_lock.py).
 
     Args:
         cfg: A config or the path of a YAML file (see :func:`zoo.launch.setup.job_config`).
@@ -558,7 +562,8 @@ def train(cfg, hooks: Sequence[HookBase] = (), overrides: Sequence[str] = ()) ->
         validation top-1 (-1 without validation) and the last ``val`` record (or None).
     """
     cfg = resolve_num_classes(job_config(cfg, overrides))
-    with this_process(cfg):
+    # One training job per output folder: rank 0 holds it for the run (zoo/launch/output_lock.py).
+    with this_process(cfg), training_folder(output_dir(cfg)):
         if comm.get_restart_round():
             cfg = resume_config(cfg)
         with watching(cfg.CONFIG.TRAIN.PREEMPT_GRACE) as watch:
