@@ -94,7 +94,7 @@ def _worker(cfg, data_path, out_path, resume_from):
     """STEPS steps of batch GLOBAL_BATCH over the ranks (after resuming from the checkpoint
     ``resume_from`` when given); rank 0 saves every rank's losses and the training checkpoint
     (``resume_from`` "more": the same STEPS batches again after the checkpoint)."""
-    seed_all(cfg.CONFIG.SEED)
+    seed_all(cfg.CONFIG.SEED + comm.get_rank())  # as the launcher seeds each rank
     data = torch.load(data_path)
     device = torch.device("cpu")
     model = prepare_model(cfg, device, logging.getLogger("test"))

@@ -82,8 +82,8 @@ def shard_units(model: nn.Module) -> List[nn.Module]:
 def shard_model(model: nn.Module, device: torch.device, cpu_offload: bool,
                 logger: logging.Logger) -> nn.Module:
     """Shard ``model`` (on ``device``, in place) over the default process group: each shard unit,
-    then the root. With ``cpu_offload`` the shards, their gradients and the optimizer step live
-    in CPU memory.
+    then the root, starting from rank 0's weights on every rank (as DDP). With ``cpu_offload``
+    the shards, their gradients and the optimizer step live in CPU memory.
 
     Returns:
         The same module, now an FSDP2 module.
@@ -102,6 +102,7 @@ def shard_model(model: nn.Module, device: torch.device, cpu_offload: bool,
     if strided:
         logger.info("FSDP2 shards contiguous weights: %d channels-last weights made contiguous",
                     len(strided))
+    _same_start_on_every_rank(model)
     units = shard_units(model)
     for unit in units:
         fully_shard(unit, **kwargs)
@@ -109,6 +110,21 @@ def shard_model(model: nn.Module, device: torch.device, cpu_offload: bool,
     logger.info("weights sharded with FSDP2 over %d units + the root%s", len(units),
                 ", offloaded to CPU memory" if cpu_offload else "")
     return model
+
+
+def _same_start_on_every_rank(model: nn.Module) -> None:
+    """Rank 0's parameters and buffers on every rank, as DDP copies them when it wraps a model:
+    each rank seeds its own random streams (SEED + rank), so freshly initialised weights (a model
+    from scratch, a fine-tune's new head) differ between ranks, and each rank would keep its
+    shard of its own."""
+    import torch.distributed as dist
+
+    seen = set()
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            if id(tensor) not in seen:  # a tied weight once
+                seen.add(id(tensor))
+                dist.broadcast(tensor.data, src=0)
 
 
 def _full_options():
