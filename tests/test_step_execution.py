@@ -85,6 +85,25 @@ def test_explicit_values_win():
     assert not ex.cudnn_benchmark
 
 
+def test_compile_stays_off_with_activation_checkpointing():
+    """torch.compile cannot trace the context that keeps a checkpointed block's BatchNorm
+    statistics: auto stays off (a note says why), and True with it stops at config time."""
+    ex = resolve_execution(_train(ACT_CHECKPOINT=True), CUDA, 1, AUTO_COMPILE_MIN_ITERS)
+    assert not ex.compile and "COMPILE auto: off with ACT_CHECKPOINT True" in ex.describe()
+    with pytest.raises(ConfigError, match="CONFIG.TRAIN.COMPILE True and CONFIG.TRAIN."
+                                          "ACT_CHECKPOINT True do not run together"):
+        load_config(None, ["TRAIN.COMPILE", "True", "TRAIN.ACT_CHECKPOINT", "True"])
+    load_config(None, ["TRAIN.ACT_CHECKPOINT", "True"])  # auto: fine
+
+
+def test_gpu_only_settings_asked_for_on_the_cpu_say_so():
+    ex = resolve_execution(_train(COMPILE="True", COMPILE_MODE="reduce-overhead",
+                                  CUDNN_BENCHMARK="True"), CPU, 1, 1)
+    assert not ex.cudnn_benchmark
+    assert "COMPILE_MODE reduce-overhead: no CUDA graphs off a CUDA GPU" in ex.describe()
+    assert "CUDNN_BENCHMARK True: no effect off a CUDA GPU" in ex.describe()
+
+
 def test_channels_last_auto_on_cuda_in_every_precision():
     for precision in ("fp32", "bf16", "fp16"):
         assert resolve_channels_last("auto", precision, CUDA)

@@ -199,7 +199,8 @@ _C.CONFIG.TRAIN.CHANNELS_LAST = False
 # Compile the model with torch.compile: "auto", True or False. The first step takes minutes to
 # compile (the log says how long). "auto" = on for a CUDA GPU when an epoch has at least 3500
 # iterations per process, no MULTIGRID and no FSDP sharding (then compiling pays within the first
-# epoch); off on the CPU, where it did not pay (docs/benchmarks.md). See docs/training.md.
+# epoch); off on the CPU, where it did not pay (docs/benchmarks.md), and with ACT_CHECKPOINT
+# (True with it stops with one line: the two do not run together). See docs/training.md.
 _C.CONFIG.TRAIN.COMPILE = "auto"
 # torch.compile mode: "auto" ("reduce-overhead" = inductor + CUDA graphs on a CUDA GPU with one
 # process and no MULTIGRID, else "default"), "default", "reduce-overhead", "max-autotune" (CUDA

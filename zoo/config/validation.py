@@ -247,6 +247,12 @@ def validate_config(cfg: CfgNode) -> None:
             "milestone and one after each"
         )
     _check_warmup_end(train)
+    if str(train.COMPILE) == "True" and train.ACT_CHECKPOINT:
+        raise ConfigError(
+            "CONFIG.TRAIN.COMPILE True and CONFIG.TRAIN.ACT_CHECKPOINT True do not run together "
+            "(torch.compile cannot trace how a recomputed block keeps BatchNorm's statistics): "
+            "set one of them False (COMPILE auto stays off with ACT_CHECKPOINT)"
+        )
     if "long" in train.MULTIGRID and train.LR_POLICY != "Step":
         raise ConfigError(
             f"CONFIG.TRAIN.MULTIGRID = {train.MULTIGRID!r} needs CONFIG.TRAIN.LR_POLICY Step (the "

@@ -103,9 +103,15 @@ def resolve_execution(train_cfg, device: torch.device, world_size: int = 1,
     static = not train_cfg.MULTIGRID  # the training loader always drops its last partial batch
     notes: List[str] = []
     compile_req = switch(train_cfg.COMPILE)
+    # Activation checkpointing keeps BatchNorm's running statistics with a context torch.compile
+    # cannot trace (zoo/models/blockwise.py): the two do not run together.
+    checkpointed = bool(getattr(train_cfg, "ACT_CHECKPOINT", False))
     if compile_req == "auto":
         compile_on = (cuda and static and not sharded and iters_per_epoch is not None
                       and iters_per_epoch >= AUTO_COMPILE_MIN_ITERS)
+        if compile_on and checkpointed:
+            notes.append("COMPILE auto: off with ACT_CHECKPOINT True")
+            compile_on = False
     else:
         compile_on = compile_req == "True"
     mode = train_cfg.COMPILE_MODE
@@ -115,8 +121,12 @@ def resolve_execution(train_cfg, device: torch.device, world_size: int = 1,
         notes.append(f"COMPILE_MODE {mode} needs static shapes; MULTIGRID "
                      f"{train_cfg.MULTIGRID!r} changes them: mode default")
         mode = "default"
+    if compile_on and mode in CUDA_GRAPH_MODES and not cuda:
+        notes.append(f"COMPILE_MODE {mode}: no CUDA graphs off a CUDA GPU")
     bench_req = switch(train_cfg.CUDNN_BENCHMARK)
     bench = (cuda and static) if bench_req == "auto" else (cuda and bench_req == "True")
+    if bench_req == "True" and not cuda:
+        notes.append("CUDNN_BENCHMARK True: no effect off a CUDA GPU")
     pad_req = switch(train_cfg.STEM_PAD_CHANNELS)
     pad = cuda if pad_req == "auto" else pad_req == "True"
     return Execution(compile_on, mode, bench, pad, tuple(notes))
