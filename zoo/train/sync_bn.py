@@ -1,8 +1,10 @@
 """SyncBN that also works on CPU (gloo): batch statistics over every rank of the process group.
 
 torch.nn.SyncBatchNorm only runs on GPUs. ``GlobalBatchNorm`` all-reduces each layer's
-(sum, sum of squares, count) with the autograd-aware ``torch.distributed.nn`` all_reduce, so its
-backward pass is exact too. ``convert_sync_bn`` picks torch's SyncBatchNorm on CUDA and this one
+(sum, sum of squares, count) with an autograd-aware sum (:class:`_SumOverRanks`: the gradient of a
+sum over ranks is the sum of the ranks' gradients), so its backward pass is exact too.
+(``torch.distributed.nn.functional.all_reduce`` does the same, deprecated from torch 2.14 in
+favour of a private module.) ``convert_sync_bn`` picks torch's SyncBatchNorm on CUDA and this one
 on CPU; it is applied by the trainer, never inside a model.
 """
 
@@ -11,9 +13,25 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.nn.functional import all_reduce
 
 from ..utils import comm
+
+
+class _SumOverRanks(torch.autograd.Function):
+    """The sum of a tensor over every rank, in the forward pass and, for its gradient, in the
+    backward pass."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        out = tensor.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad
 
 
 class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
@@ -30,8 +48,7 @@ class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
         dims = [0] + list(range(2, x.dim()))
         xf = x.float()
         count = torch.full((1,), x.numel() / c, dtype=torch.float32, device=x.device)
-        stats = all_reduce(torch.cat([xf.sum(dims), (xf * xf).sum(dims), count]),
-                           op=dist.ReduceOp.SUM)
+        stats = _SumOverRanks.apply(torch.cat([xf.sum(dims), (xf * xf).sum(dims), count]))
         n = stats[-1]
         mean = stats[:c] / n
         var = (stats[c:2 * c] / n - mean * mean).clamp_min(0.0)
