@@ -287,3 +287,27 @@ def test_a_skipped_first_step_moves_the_schedule_without_a_warning():
         step(_poisoned(), Y)
         step(X, Y)
     assert step.skipped == 1 and sched.last_epoch == 2
+
+
+def test_a_warning_inside_the_step_is_shown_once_not_at_every_step():
+    """The schedule's first step hides torch's swapped-calls warning; entering catch_warnings at
+    every step would reset Python's "once" memory, and a model's warning repeat each step."""
+
+    class Warns(nn.Linear):
+        def forward(self, x):
+            warnings.warn("a model's own warning", FutureWarning)
+            return super().forward(x)
+
+    torch.manual_seed(0)
+    model = Warns(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+    step = TrainStep(model, opt, sched, torch.device("cpu"), 3)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        for _ in range(4):
+            step(X, Y)
+        step.settle()
+    said = [str(w.message) for w in seen]
+    assert said.count("a model's own warning") == 1, said
+    assert not any("lr_scheduler.step()" in m for m in said), said

@@ -159,7 +159,14 @@ class TrainStep:
         """One step of the learning-rate schedule, which follows iterations: an update that was
         skipped (a non-finite step, GradScaler's overflow skip) moves it on too. torch warns when
         a schedule moves before the optimizer's first update, taking the calls to be swapped;
-        here they are not, so that warning is not passed on to the log."""
+        here they are not, so that warning is not passed on to the log. torch warns only at a
+        schedule's first step when no update came before it: the filter is set around that step
+        alone (entering ``catch_warnings`` resets every "once" warning, which would then repeat
+        at every step)."""
+        first = getattr(self.scheduler, "_step_count", 1) == 1
+        if not first or getattr(self.optimizer, "_opt_called", False):
+            self.scheduler.step()
+            return
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_SWAPPED_CALLS)
             self.scheduler.step()
