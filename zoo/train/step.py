@@ -164,7 +164,10 @@ class TrainStep:
         alone (entering ``catch_warnings`` resets every "once" warning, which would then repeat
         at every step)."""
         first = getattr(self.scheduler, "_step_count", 1) == 1
-        if not first or getattr(self.optimizer, "_opt_called", False):
+        # torch >= 2.2 marks an optimizer that stepped with _opt_called, older ones count steps
+        updated = (getattr(self.optimizer, "_opt_called", False)
+                   or getattr(self.optimizer, "_step_count", 0) >= 1)
+        if not first or updated:
             self.scheduler.step()
             return
         with warnings.catch_warnings():
