@@ -164,7 +164,8 @@ class TrainStep:
         alone (entering ``catch_warnings`` resets every "once" warning, which would then repeat
         at every step)."""
         first = getattr(self.scheduler, "_step_count", 1) == 1
-        # torch >= 2.2 marks an optimizer that stepped with _opt_called, older ones count steps
+        # Recent torch marks an optimizer that stepped with _opt_called; torch 2.3 counts its
+        # steps in _step_count.
         updated = (getattr(self.optimizer, "_opt_called", False)
                    or getattr(self.optimizer, "_step_count", 0) >= 1)
         if not first or updated:
