@@ -22,7 +22,8 @@ from ....utils.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ConversionError", "Layout", "Report", "Scheme", "fit_position", "is_safetensors",
+__all__ = ["ConversionError", "Layout", "Report", "Scheme", "check_x3d_shortcut_bns",
+           "fit_position", "is_safetensors",
            "map_state", "read_safetensors", "read_source", "resized_line"]
 
 # The last component of every state-dict key: what kind of tensor it is.
@@ -183,6 +184,39 @@ def bn_identity(zoo_key: str, shape: torch.Size, eps: float = 1e-5) -> torch.Ten
     if param == "running_var":
         return torch.full(shape, 1.0 - eps)
     return torch.zeros(shape)  # bias, running_mean
+
+
+def check_x3d_shortcut_bns(source_name: str, zoo_keys: Sequence[Optional[str]],
+                           layout: Layout) -> None:
+    """Refuse, in one line, an X3D file whose shortcut BNs are not where the built model has them.
+
+    PySlowFast's X3D has a BN after every shortcut conv (zoo's ``shortcut_bn="all"``);
+    PyTorchVideo's only where the width changes (``shortcut_bn="width_change"``). Filling or
+    dropping such a BN would change the network in train mode, so the kwarg must be chosen.
+
+    Args:
+        source_name: The scheme's ``--from`` name, which begins the message.
+        zoo_keys: The source's keys as named in zoo (None for keys the scheme does not map).
+        layout: The built model.
+    """
+    mapped = {key for key in zoo_keys if key}
+    for key in sorted(mapped):
+        if not key.endswith(".shortcut.conv.weight"):
+            continue
+        bn = key.replace(".shortcut.conv.", ".shortcut.bn.")
+        block = key.split(".shortcut.", 1)[0]
+        if bn not in mapped and bn in layout.shapes:
+            raise ConversionError(
+                f"--from {source_name}: the file's X3D has no BN after the shortcut conv of "
+                f"{block} (zoo's default X3D, PySlowFast's, has one): build the model with "
+                "MODEL.KWARGS ['shortcut_bn', 'width_change'] (zoo-convert-checkpoint: --kwargs "
+                "shortcut_bn width_change), PyTorchVideo's network")
+        if bn in mapped and bn not in layout.shapes:
+            raise ConversionError(
+                f"--from {source_name}: the file's X3D has a BN after the shortcut conv of "
+                f"{block}, which this model, built with shortcut_bn 'width_change', lacks: build "
+                "it with shortcut_bn 'all' (the default: take ['shortcut_bn', 'width_change'] out "
+                "of MODEL.KWARGS)")
 
 
 def is_safetensors(path: str) -> bool:

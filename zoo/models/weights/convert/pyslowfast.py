@@ -40,7 +40,7 @@ from typing import Callable, Dict, Optional, Sequence
 import torch
 
 from . import mvit
-from .common import PARAM, ConversionError, Layout, Scheme
+from .common import PARAM, Layout, Scheme, check_x3d_shortcut_bns
 
 _BLOCK = {
     "branch1": "shortcut.conv", "branch1_bn": "shortcut.bn",
@@ -71,7 +71,8 @@ class PySlowFastScheme(Scheme):
         if layout.kind == "mvit":
             return mvit.fuse_or_split_qkv(source, mvit.pyslowfast_key, layout.shapes)
         if layout.kind == "x3d":
-            _check_x3d_shortcuts(source, self.mapper(list(source), layout), layout)
+            to_zoo = self.mapper(list(source), layout)
+            check_x3d_shortcut_bns(self.name, [to_zoo(key) for key in source], layout)
         return source
 
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
@@ -103,21 +104,3 @@ class PySlowFastScheme(Scheme):
             return f"head.proj.{m.group(1)}" if m else None
 
         return to_zoo
-
-
-def _check_x3d_shortcuts(source: Dict[str, torch.Tensor], to_zoo: Callable[[str], Optional[str]],
-                         layout: Layout) -> None:
-    """Refuse, in one line, PySlowFast X3D shortcut BNs that the model was built without."""
-    for key in source:
-        m = _RES.match(key)
-        if not (m and m.group(4) == "branch1_bn" and m.group(5) == "weight"):
-            continue
-        zoo_bn = to_zoo(key) or ""
-        if zoo_bn not in layout.shapes and \
-                zoo_bn.replace(".shortcut.bn.", ".shortcut.conv.") in layout.shapes:
-            block = zoo_bn.split(".shortcut.", 1)[0]
-            raise ConversionError(
-                f"--from pyslowfast: PySlowFast's X3D has a BN after the shortcut conv of {block}, "
-                "which this model, built with shortcut_bn 'width_change', lacks: build it with "
-                "shortcut_bn 'all' (the default: take ['shortcut_bn', 'width_change'] out of "
-                "MODEL.KWARGS)")

@@ -48,7 +48,7 @@ from typing import Callable, Dict, Optional, Sequence
 import torch
 
 from . import mvit
-from .common import PARAM, ConversionError, Layout, Scheme
+from .common import PARAM, Layout, Scheme, check_x3d_shortcut_bns
 
 _BLOCK = {
     "branch1_conv": "shortcut.conv", "branch1_norm": "shortcut.bn",
@@ -87,7 +87,8 @@ class PyTorchVideoScheme(Scheme):
         if layout.kind == "mvit":
             return mvit.fuse_or_split_qkv(source, mvit.pytorchvideo_key, layout.shapes)
         if layout.kind == "x3d":
-            _check_x3d_shortcuts(source, self.mapper(list(source), layout), layout)
+            to_zoo = self.mapper(list(source), layout)
+            check_x3d_shortcut_bns(self.name, [to_zoo(key) for key in source], layout)
         return source
 
     def mapper(self, source_keys: Sequence[str], layout: Layout) -> Callable[[str], Optional[str]]:
@@ -130,21 +131,3 @@ class PyTorchVideoScheme(Scheme):
             return f"head.proj.{m.group(2)}" if m else None
 
         return to_zoo
-
-
-def _check_x3d_shortcuts(source: Dict[str, torch.Tensor], to_zoo: Callable[[str], Optional[str]],
-                         layout: Layout) -> None:
-    """Refuse, in one line, a PyTorchVideo X3D whose shortcut convs lack the BN the model has."""
-    for key in source:
-        m = _SP_RES.match(key)
-        if not (m and m.group(3) == "branch1_conv" and m.group(4) == "weight"):
-            continue
-        norm = f"{key[:m.start(3)]}branch1_norm.weight"
-        zoo_bn = (to_zoo(key) or "").replace(".shortcut.conv.", ".shortcut.bn.")
-        if norm not in source and zoo_bn in layout.shapes:
-            block = zoo_bn.split(".shortcut.", 1)[0]
-            raise ConversionError(
-                f"--from pytorchvideo: PyTorchVideo's X3D has no BN after the shortcut conv of "
-                f"{block} (zoo's default X3D, PySlowFast's, has one): build the model with "
-                "MODEL.KWARGS ['shortcut_bn', 'width_change'] (zoo-convert-checkpoint: --kwargs "
-                "shortcut_bn width_change), PyTorchVideo's network")
