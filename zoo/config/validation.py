@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import math
 import multiprocessing
 import re
@@ -11,6 +10,7 @@ from typing import Any, Callable, List, Tuple
 from yacs.config import CfgNode
 
 from ..utils.errors import UserError
+from ..utils.lr_curves import cosine_lr, step_lr
 from .tree import lookup_key
 
 # The start methods this platform has, for loader workers (CONFIG.DATA.WORKER_START_METHOD).
@@ -295,12 +295,9 @@ def lr_after_warmup(train: CfgNode) -> float:
     if train.LR_POLICY != "Step":
         if train.get("COSINE_AFTER_WARMUP", True) or not train.USE_WARMUP:
             return float(train.LR)
-        frac = min(1.0, float(train.WARMUP_EPOCHS) / max(1, int(train.EPOCH_NUM)))
-        return float(train.LR) * 0.5 * (1.0 + math.cos(math.pi * frac))
-    passed = bisect.bisect_right(list(train.LR_MILESTONE), train.WARMUP_EPOCHS)
-    if train.LR_FACTORS:
-        return float(train.LR) * train.LR_FACTORS[passed]
-    return float(train.LR) * train.STEP ** passed
+        return cosine_lr(float(train.LR), float(train.WARMUP_EPOCHS), int(train.EPOCH_NUM))
+    return step_lr(float(train.LR), train.WARMUP_EPOCHS, train.LR_MILESTONE, train.STEP,
+                   train.LR_FACTORS)
 
 
 def warmup_ends_on_schedule(train: CfgNode) -> bool:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import bisect
-import math
 from typing import List, Optional, Sequence
 
 import torch
+
+from ..utils.lr_curves import cosine_lr, step_lr
 
 
 class IterationScheduler:
@@ -109,13 +109,8 @@ class WarmupScheduler(IterationScheduler):
             # The cosine runs from its start (the warmup's end, or iteration 0) and reaches 0 at
             # the end; from 0, the warmup replaces its first iterations.
             start = self.warmup_iters if self.cosine_after_warmup else 0
-            span = max(1, self.total_iters - start)
-            frac = min(1.0, (it - start) / span)
-            return self.base_lr * 0.5 * (1.0 + math.cos(math.pi * frac))
-        passed = bisect.bisect_right(self.milestones, it)
-        if self.factors:
-            return self.base_lr * self.factors[passed]
-        return self.base_lr * self.gamma ** passed
+            return cosine_lr(self.base_lr, it - start, self.total_iters - start)
+        return step_lr(self.base_lr, it, self.milestones, self.gamma, self.factors)
 
 
 def lr_scale(cfg, world_size: int) -> float:
