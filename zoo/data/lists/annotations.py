@@ -27,7 +27,7 @@ import re
 import unicodedata
 from typing import Any, Dict, List, Optional, Sequence
 
-from .formats import check_header, header_fields, parse_lines
+from .formats import check_header, header_fields, is_int, parse_lines
 from .records import (  # noqa: F401  (AnnotationError, VideoRecord, list_lines re-exported)
     AnnotationError,
     VideoRecord,
@@ -115,7 +115,7 @@ def _read_csv_list(anno_path: str) -> List[VideoRecord]:
 def _csv_label(text: str, where: str, anno_path: str, names: Dict[str, int]) -> int:
     """A CSV row's class id: the integer given, or the line of ``classes.txt`` beside the list
     that names the class (``names`` caches that file's ids by name)."""
-    if re.fullmatch(r"[+-]?\d+", text):
+    if is_int(text):
         return _parse_int(text, "label", where, CSV_FORMAT, 0)
     if not names:
         path = os.path.join(os.path.dirname(os.path.abspath(anno_path)), "classes.txt")

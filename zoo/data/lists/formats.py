@@ -55,7 +55,7 @@ _FRAME_LIST_COLUMNS = {"original_vido_id", "video_id", "frame_id", "path", "labe
 Line = Tuple[str, str]  # (where = "file:line", text)
 
 
-def _is_int(text: str) -> bool:
+def is_int(text: str) -> bool:
     return bool(_INT.fullmatch(text))
 
 
@@ -64,7 +64,7 @@ def _is_video(path: str) -> bool:
 
 
 def _number(text: str, what: str, where: str, fmt: str, minimum: int) -> int:
-    if not _is_int(text):
+    if not is_int(text):
         raise AnnotationError(
             f"{where}: {what} {text!r} is not an integer; expected {EXPECTED[fmt]} "
             f"({KEY} {fmt!r})"
@@ -132,7 +132,7 @@ def parse_gluoncv(where: str, line: str) -> VideoRecord:
     num_frames = _number(frames, "num_frames", where, "gluoncv", -1)
     label_id = _number(label, "label", where, "gluoncv", 0)
     head, *rest = path.split()
-    if rest and _is_video(head) and all(_is_int(t) for t in rest):
+    if rest and _is_video(head) and all(is_int(t) for t in rest):
         # "a.mp4 3 5 7" read as the path "a.mp4 3": a multi-label line, not a file name.
         raise multi_label_error(where, line, "gluoncv")
     return VideoRecord(path, num_frames, label_id)
@@ -140,7 +140,7 @@ def parse_gluoncv(where: str, line: str) -> VideoRecord:
 
 def _path_label(where: str, line: str, fmt: str, sep: Optional[str]) -> VideoRecord:
     parts = [p.strip() for p in line.split(sep)]
-    if len(parts) > 2 and all(_is_int(p) for p in parts[1:]) and parts[0]:
+    if len(parts) > 2 and all(is_int(p) for p in parts[1:]) and parts[0]:
         raise multi_label_error(where, line, fmt)
     if len(parts) != 2 or not parts[0]:
         why = "MMAction2 and PySlowFast split a line at each separator" if len(parts) > 2 else ""
@@ -162,7 +162,7 @@ def parse_pyslowfast(where: str, line: str) -> VideoRecord:
 def parse_rawframes(where: str, line: str, columns: int) -> VideoRecord:
     """``dir total_frames label`` (``columns`` 3) or ``dir offset total_frames label`` (4)."""
     parts = line.split()
-    if len(parts) > columns and all(_is_int(p) for p in parts[1:]):
+    if len(parts) > columns and all(is_int(p) for p in parts[1:]):
         raise multi_label_error(where, line, "mmaction2_rawframes")
     if len(parts) != columns:
         layout = "'dir offset total_frames label'" if columns == 4 else "'dir total_frames label'"
@@ -184,11 +184,11 @@ def _shape(line: str) -> str:
     field then 2/3/4+ integers), "SP" (a path with spaces, then two integers) or "?"."""
     if line.count(",") == 1:
         path, label = line.split(",")
-        if path.strip() and _is_int(label.strip()):
+        if path.strip() and is_int(label.strip()):
             return "PL"  # PySlowFast's comma form; the path may then hold spaces
     parts = line.split()
     tail = 0
-    while tail < len(parts) - 1 and _is_int(parts[-1 - tail]):
+    while tail < len(parts) - 1 and is_int(parts[-1 - tail]):
         tail += 1
     if tail == len(parts) - 1 and tail >= 1:
         return {1: "PL", 2: "P3", 3: "P4"}.get(tail, "P5")
