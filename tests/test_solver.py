@@ -272,6 +272,23 @@ def test_the_cosine_starts_after_the_warmup_by_default():
     assert [spelled.lr_at(i) for i in range(51)] == pytest.approx(expected, abs=1e-12)
 
 
+def test_the_peak_lr_is_the_largest_the_schedule_reaches():
+    """The training log's "peak LR": a cosine from epoch 0 after a warmup never reaches LR."""
+    args = ["TRAIN.LR", "0.1", "TRAIN.EPOCH_NUM", "10", "TRAIN.USE_WARMUP", "True",
+            "TRAIN.WARMUP_EPOCHS", "2", "TRAIN.WARMUP_START_LR", "0.01"]
+    opt = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.0)
+    after = build_lr_scheduler(load_config(None, args), opt, steps_per_epoch=5)
+    from_0 = build_lr_scheduler(load_config(None, [*args, "TRAIN.COSINE_AFTER_WARMUP", "False"]),
+                                opt, steps_per_epoch=5)
+    assert after.peak_lr() == pytest.approx(0.1)
+    assert from_0.peak_lr() == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi / 5)))
+    assert from_0.peak_lr() == pytest.approx(max(from_0.lr_at(i) for i in range(51)))
+    rising = build_lr_scheduler(load_config(None, [
+        "TRAIN.LR", "0.1", "TRAIN.EPOCH_NUM", "4", "TRAIN.LR_POLICY", "Step",
+        "TRAIN.LR_MILESTONE", "[2]", "TRAIN.LR_FACTORS", "[1.0, 2.0]"]), opt, steps_per_epoch=5)
+    assert rising.peak_lr() == pytest.approx(0.2)
+
+
 def test_a_warmup_end_spelled_out_is_the_cosines_value_when_it_starts_at_epoch_0():
     from zoo.config import ConfigError
 

@@ -104,6 +104,13 @@ class WarmupScheduler(IterationScheduler):
             return self.warmup_start_lr + frac * (self.warmup_end_lr - self.warmup_start_lr)
         return self._after_warmup(it)
 
+    def peak_lr(self) -> float:
+        """The largest LR of the schedule: where the warmup starts or ends, or where a step
+        begins (a cosine from iteration 0 never reaches ``base_lr`` after a warmup)."""
+        points = {0, min(self.warmup_iters, self.total_iters)}
+        points.update(m for m in self.milestones if m <= self.total_iters)
+        return max(self.lr_at(it) for it in points)
+
     def _after_warmup(self, it: int) -> float:
         if self.policy == "Cosine":
             # The cosine runs from its start (the warmup's end, or iteration 0) and reaches 0 at

@@ -403,7 +403,7 @@ class Trainer:
                 f" (the loader's last {dropped} of {self.iters_per_epoch}, short of an "
                 "accumulation, are dropped)" if dropped else "",
                 train.BATCH_SIZE * world * train.ACCUM_STEPS, train.BATCH_SIZE, world,
-                train.ACCUM_STEPS, self.scheduler.base_lr,
+                train.ACCUM_STEPS, self.scheduler.peak_lr(),
             )
         done = (sum(self.epoch_steps[:self.start_epoch]) if self.epoch_steps is not None
                 else self.start_epoch * self.steps_per_epoch)
