@@ -251,3 +251,25 @@ def test_testing_on_other_clips_than_trained_is_named(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="zoo"):
         model_from_checkpoint(trained, str(path))  # as trained: no warning
     assert not [r for r in caplog.records if "trained on other clips" in r.getMessage()]
+
+
+def test_testing_at_another_test_short_side_is_named(tmp_path, caplog):
+    """DATA.TEST_SHORT_SIDE_SIZE (0 = SHORT_SIDE_SIZE) is compared as the side it resolves to."""
+    common = ["MODEL.NAME", "ckpt_test_toy", "DATA.NUM_CLASSES", "3", "DATA.SHORT_SIDE_SIZE", "256"]
+    trained = load_config(None, [*common, "DATA.TEST_SHORT_SIDE_SIZE", "224"])
+    path = tmp_path / "epoch_1.pth"
+    torch.save({"model": ckpt_test_toy(3).state_dict(), "cfg": cfg_to_yaml(trained)}, path)
+
+    def warnings_for(args):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="zoo"):
+            model_from_checkpoint(load_config(None, [*common, *args]), str(path))
+        return [r.getMessage() for r in caplog.records
+                if "trained on other clips" in r.getMessage()]
+
+    [line] = warnings_for([])
+    assert "TEST_SHORT_SIDE_SIZE 256 (trained: 224)" in line
+    assert warnings_for(["DATA.TEST_SHORT_SIDE_SIZE", "224"]) == []
+    # 0 resolving to the same side is no difference (the training side is named alone).
+    [line] = warnings_for(["DATA.SHORT_SIDE_SIZE", "224", "DATA.TEST_SHORT_SIDE_SIZE", "0"])
+    assert "SHORT_SIDE_SIZE 224 (trained: 256)" in line and "TEST_SHORT_SIDE_SIZE" not in line

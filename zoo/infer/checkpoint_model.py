@@ -33,6 +33,8 @@ MODEL_KEYS = ("CONFIG.MODEL.NAME", "CONFIG.MODEL.KWARGS", "CONFIG.DATA.NUM_CLASS
 INPUT_KEYS = ("CONFIG.DATA.CLIP_LEN", "CONFIG.DATA.FRAME_RATE", "CONFIG.DATA.SAMPLING",
               "CONFIG.DATA.NUM_SEGMENT", "CONFIG.DATA.CROP_SIZE", "CONFIG.DATA.SHORT_SIDE_SIZE",
               "CONFIG.DATA.KEEP_ASPECT_RATIO", "CONFIG.DATA.MEAN", "CONFIG.DATA.STD")
+# Also compared, as the side it resolves to (0 = SHORT_SIDE_SIZE).
+_TEST_SIDE = "CONFIG.DATA.TEST_SHORT_SIDE_SIZE"
 
 
 def saved_model_keys(state: Dict[str, Any]) -> Dict[str, Any]:
@@ -69,13 +71,27 @@ def warn_input_differences(cfg, state: Dict[str, Any], source: str) -> List[str]
         then = lookup_key(saved, key, None)
         if then is not None and _norm(then) != _norm(lookup_key(cfg, key)):
             differ.append(key)
+    values = {key: (lookup_key(cfg, key), lookup_key(saved, key, None)) for key in differ}
+    # The test short side follows SHORT_SIDE_SIZE unless set: compare the sides used, and only
+    # where one is set (a differing SHORT_SIDE_SIZE alone is named above).
+    now_side, then_side = _test_short_side(cfg), _test_short_side(saved)
+    if then_side is not None and now_side != then_side and (
+            lookup_key(cfg, _TEST_SIDE) or lookup_key(saved, _TEST_SIDE, 0)):
+        differ.append(_TEST_SIDE)
+        values[_TEST_SIDE] = (now_side, then_side)
     if differ:
-        what = ", ".join(f"{k.split('.')[-1]} {lookup_key(cfg, k)!r} (trained: "
-                         f"{lookup_key(saved, k, None)!r})" for k in differ)
+        what = ", ".join(f"{k.split('.')[-1]} {values[k][0]!r} (trained: {values[k][1]!r})"
+                         for k in differ)
         logger.warning("%s was trained on other clips; this run uses CONFIG.DATA %s: give the "
                        "training values (e.g. --config-file with the run's config.yaml) to "
                        "test as trained", source, what)
     return differ
+
+
+def _test_short_side(node) -> Optional[int]:
+    """The short side test clips are resized to (None when the config records neither key)."""
+    side = lookup_key(node, _TEST_SIDE, 0) or lookup_key(node, "CONFIG.DATA.SHORT_SIDE_SIZE", None)
+    return None if side is None else int(side)
 
 
 def _with(cfg, values: Dict[str, Any]):
