@@ -104,7 +104,7 @@ class Report:
         scheme: Source scheme name.
         num_source: Source tensors read (all of them were used).
         num_target: Tensors in the converted state dict.
-        filled: Zoo keys the scheme filled itself (e.g. identity BN), with a reason each.
+        filled: Zoo keys the scheme filled itself, with a reason each.
         resized: Position tables resized to the model's input size, as ``key (from) -> (to)``.
         notes: Caveats worth telling the user (e.g. an inexact architecture match).
     """
@@ -169,21 +169,6 @@ class Scheme:
     def notes(self, layout: Layout) -> List[str]:
         """Caveats about converting to this layout (default: none)."""
         return []
-
-
-def bn_identity(zoo_key: str, shape: torch.Size, eps: float = 1e-5) -> torch.Tensor:
-    """A BatchNorm tensor that makes the BN an identity in eval mode.
-
-    ``running_var`` is ``1 - eps`` so that ``sqrt(var + eps)`` is exactly 1.
-    """
-    param = zoo_key.rsplit(".", 1)[1]
-    if param == "num_batches_tracked":
-        return torch.zeros((), dtype=torch.long)
-    if param == "weight":
-        return torch.ones(shape)
-    if param == "running_var":
-        return torch.full(shape, 1.0 - eps)
-    return torch.zeros(shape)  # bias, running_mean
 
 
 def check_x3d_shortcut_bns(source_name: str, zoo_keys: Sequence[Optional[str]],

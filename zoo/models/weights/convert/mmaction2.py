@@ -18,14 +18,11 @@ Two differences from PySlowFast, handled here:
 
 * ``cls_head.fc_cls`` columns are **fast then slow** (MMAction2's ``SlowFastHead`` concatenates
   the pathways in that order); they are permuted to zoo's slow-then-fast order.
-* MMAction2's laterals are a bare conv (``norm_cfg=None, act_cfg=None``, no bias). Converting to
-  zoo's default SlowFast (conv + BN + ReLU laterals) fills each lateral BN with an identity
-  (weight 1, bias 0, running_mean 0, running_var 1 - eps, so ``sqrt(var + eps) = 1``). The lateral
-  ReLU cannot be undone by weights, so that model is **not** exactly MMAction2's: lateral outputs
-  below zero are clipped. For exact logits build the model with ``fuse_norm_act=False``
-  (``MODEL.KWARGS ['fuse_norm_act', 'False']``; ``--kwargs fuse_norm_act False`` here): its
-  laterals are bare convs and no BN is filled. Identity BNs also stop being identities once
-  trained in train mode (batch statistics), another reason to prefer ``fuse_norm_act=False``.
+* MMAction2's laterals are a bare conv (``norm_cfg=None, act_cfg=None``, no bias); zoo's default
+  SlowFast has conv + BN + ReLU laterals, which no weights make MMAction2's. Its files convert to
+  the SlowFast built with ``fuse_norm_act=False`` (``MODEL.KWARGS ['fuse_norm_act', 'False']``;
+  ``--kwargs fuse_norm_act False`` here), whose laterals are bare convs; given to the default
+  model they are refused in one line naming that kwarg.
 
 VideoMAE / VideoMAE V2 (``VisionTransformer`` of ``vit_mae.py`` with a ``TimeSformerHead``)::
 
@@ -50,7 +47,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .common import PARAM, ConversionError, Layout, Scheme, bn_identity
+from .common import PARAM, ConversionError, Layout, Scheme
 from .mmaction2_swin import MMAction2SwinScheme, is_swin3d
 
 # Target families whose MMAction2 keys another module maps: (family, is the target layout one of
@@ -75,6 +72,7 @@ _PATH = {"slow_path.": 0, "fast_path.": 1, "": 0}
 _STEM = re.compile(rf"^backbone\.((?:slow|fast)_path\.)?conv1\.(conv|bn)\.{PARAM}$")
 _RES = re.compile(rf"^backbone\.((?:slow|fast)_path\.)?layer([1-4])\.(\d+)\.(.+)\.{PARAM}$")
 _LATERAL = re.compile(rf"^backbone\.slow_path\.(conv1|layer[1-3])_lateral\.conv\.{PARAM}$")
+_LATERAL_BN = re.compile(r"^fuse_\w+\.bn\.")  # zoo's lateral BNs (fuse_norm_act True)
 _HEAD = re.compile(rf"^cls_head\.fc_cls\.{PARAM}$")
 _VIT_RULES = [
     (re.compile(rf"^backbone\.patch_embed\.projection\.{PARAM}$"), "patch_embed.proj.{0}"),
@@ -122,6 +120,13 @@ class MMAction2Scheme(Scheme):
         family = _family_scheme(layout)
         if family is not None:
             return family.prepare(source, layout)
+        if layout.kind == "slowfast" and any(map(_LATERAL.match, source)) and \
+                any(map(_LATERAL_BN.match, layout.shapes)):
+            raise ConversionError(
+                "--from mmaction2: MMAction2's SlowFast laterals are bare convs (no BN, no ReLU), "
+                "zoo's default ones conv + BN + ReLU, another network: build the model with "
+                "MODEL.KWARGS ['fuse_norm_act', 'False'] (zoo-convert-checkpoint: --kwargs "
+                "fuse_norm_act False), MMAction2's")
         table = source.get("backbone.pos_embed")
         if table is None:
             return source
@@ -189,17 +194,10 @@ class MMAction2Scheme(Scheme):
         family = _family_scheme(layout)
         if family is not None:
             return family.fill(zoo_key, layout)
-        if re.match(r"^fuse_\w+\.bn\.", zoo_key):
-            return (bn_identity(zoo_key, layout.shapes[zoo_key]),
-                    "identity BN: MMAction2 laterals have none")
         return None
 
     def notes(self, layout: Layout) -> List[str]:
         family = _family_scheme(layout)
         if family is not None:
             return family.notes(layout)
-        if any(re.match(r"^fuse_\w+\.bn\.", k) for k in layout.shapes):
-            return ["warning: zoo's laterals apply ReLU and MMAction2's do not, so the logits "
-                    "differ from MMAction2's; build the model with fuse_norm_act=False "
-                    "(--kwargs fuse_norm_act False) for an exact conversion"]
         return []
