@@ -145,7 +145,7 @@ def test_pytorchjob_two_pods_train_into_the_volume_and_resume_after_a_restart(tm
     assert "rank 1/2" in (run / "log_rank1.txt").read_text()
     log0 = (run / "log_rank0.txt").read_text()
     assert f"checkpoints go to and resume from {ckpt} (CONFIG.LOG.CHECKPOINT_DIR)" in log0
-    assert sorted(os.listdir(ckpt)) == ["best.pth", "epoch_1.pth"]
+    assert sorted(os.listdir(ckpt)) == ["best.pth", "epoch_1.pth", "training.lock"]
     assert not (run / "checkpoints").exists() and (run / "metrics.jsonl").is_file()
 
     pods(2)  # the operator restarts the pods (here: a longer schedule, same folder)
@@ -197,7 +197,7 @@ def test_sagemaker_torchrun_ranks_and_checkpoint_folder(tmp_path, synth_root):
     assert "rank 1/2" in (run / "log_rank1.txt").read_text()
     assert (f"checkpoints go to and resume from {sm_ckpt} (SageMaker (SM_CURRENT_HOST is set))"
             in log0)
-    assert sorted(os.listdir(sm_ckpt)) == ["best.pth", "epoch_1.pth"]
+    assert sorted(os.listdir(sm_ckpt)) == ["best.pth", "epoch_1.pth", "training.lock"]
     assert not (run / "checkpoints").exists()
     job(2)  # a spot restart: SageMaker put the checkpoints back; the same command resumes
     assert f"resumed from {sm_ckpt / 'epoch_1.pth'}" in (run / "log_rank0.txt").read_text()
@@ -230,7 +230,7 @@ def test_sigkill_then_auto_resume_from_a_second_folder(tmp_path, synth_root, toy
     # 32 videos, 2 ranks x batch 8: 2 steps per epoch; killed after step 3 (mid-epoch 2).
     train_killed_at(tmp_path, args, kill_at=3, exp="job")
     run = tmp_path / "runs" / "job"
-    assert sorted(os.listdir(ckpt)) == ["best.pth", "epoch_1.pth"]
+    assert sorted(os.listdir(ckpt)) == ["best.pth", "epoch_1.pth", "training.lock"]
     # What a kill during a checkpoint write leaves: the next run removes it and says so.
     (ckpt / "epoch_2.pth.tmp.4242").write_bytes(bytes(1000))
     from helpers import run_tool
@@ -241,7 +241,7 @@ def test_sigkill_then_auto_resume_from_a_second_folder(tmp_path, synth_root, toy
     assert (f"removed epoch_2.pth.tmp.4242 (1000 B) from {ckpt}: a checkpoint write cut short "
             "when an earlier run of this job was killed") in log
     assert f"resumed from {ckpt / 'epoch_1.pth'}: continuing at epoch 2" in log
-    assert sorted(os.listdir(ckpt)) == ["best.pth", "epoch_1.pth", "epoch_2.pth"]
+    assert sorted(os.listdir(ckpt)) == ["best.pth", "epoch_1.pth", "epoch_2.pth", "training.lock"]
     # The logs, metrics and config stay in BASE_PATH/EXP_NAME; no checkpoint is written there.
     assert {"config.yaml", "metrics.jsonl", "log_rank0.txt", "log_rank1.txt"} <= set(
         os.listdir(run))
@@ -310,7 +310,8 @@ def test_zoo_train_and_test_inside_a_process_group_the_caller_made(tmp_path, syn
     assert r0["events"][0][0] == "val"  # validation comes before the epoch's checkpoint
     assert r0["iteration"] == r1["iteration"] > 0 and r0["top1"] == r1["top1"]
     assert r0["checkpoint_dir"] == str(tmp_path / "ckpt")
-    assert sorted(os.listdir(tmp_path / "ckpt")) == ["best.pth", "epoch_1.pth", "epoch_2.pth"]
+    assert sorted(os.listdir(tmp_path / "ckpt")) == ["best.pth", "epoch_1.pth", "epoch_2.pth",
+                                                    "training.lock"]
     assert r0["test_top1"] == r1["test_top1"]
     run = tmp_path / "runs" / "mine"
     assert "GPU_WORLD_SIZE: 2" in (run / "config.yaml").read_text()

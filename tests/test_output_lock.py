@@ -85,6 +85,25 @@ def test_a_forked_child_does_not_keep_the_lock(tmp_path):
         os.close(told)
 
 
+def test_a_checkpoint_folder_of_its_own_is_held_too(tmp_path):
+    """Two runs of their own EXP_NAME given one CONFIG.LOG.CHECKPOINT_DIR would overwrite each
+    other's checkpoints: the second is refused naming that key, and holds nothing after."""
+    shared = tmp_path / "ckpts"
+    with output_lock.training_folder(str(tmp_path / "a"), str(shared), "CONFIG.LOG.CHECKPOINT_DIR"):
+        with pytest.raises(OutputFolderBusy) as refused:
+            with output_lock.training_folder(str(tmp_path / "b"), str(shared),
+                                             "CONFIG.LOG.CHECKPOINT_DIR"):
+                pass
+        line = str(refused.value)
+        assert f"the checkpoint folder {shared} (CONFIG.LOG.CHECKPOINT_DIR) is in use" in line
+        assert "its own CONFIG.LOG.CHECKPOINT_DIR" in line and "\n" not in line
+        release(acquire(str(tmp_path / "b")))  # the refused run let its output folder go
+    # A checkpoint folder inside the output folder is held by the output folder's lock alone.
+    with output_lock.training_folder(str(tmp_path / "c"), str(tmp_path / "c" / "checkpoints")):
+        assert not (tmp_path / "c" / "checkpoints").exists()
+    release(acquire(str(shared)))  # released at the end of the block
+
+
 def test_a_file_system_without_locks_warns_once_and_goes_on(tmp_path, monkeypatch, caplog):
     def no_locks(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")

@@ -496,7 +496,8 @@ _C.CONFIG.LOG.SAVE_DIR = "checkpoints"
 # them, apart from the run's logs, metrics.jsonl and config.yaml (which stay in BASE_PATH/EXP_NAME):
 # a folder an engine syncs or keeps (a Kubernetes volume, Ray's). Empty = the engine's own folder
 # when it defines one (SageMaker, SM_CURRENT_HOST set: /opt/ml/checkpoints, which it copies to and
-# from S3), else BASE_PATH/EXP_NAME/<SAVE_DIR>. See docs/multi_node.md, "Engines".
+# from S3), else BASE_PATH/EXP_NAME/<SAVE_DIR>. One training job at a time per folder: a second
+# one given the same folder stops (training.lock). See docs/multi_node.md, "Engines".
 _C.CONFIG.LOG.CHECKPOINT_DIR = ""
 # Save a checkpoint every SAVE_FREQ epochs (the last epoch is always saved).
 _C.CONFIG.LOG.SAVE_FREQ = 1

@@ -22,7 +22,7 @@ import os
 import socket
 import time
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Set
 
 from ..utils import comm
 from ..utils.errors import UserError
@@ -36,8 +36,8 @@ logger = logging.getLogger(__name__)
 
 LOCK_NAME = "training.lock"
 
-# The descriptor that holds this process's lock (None when it holds none).
-_held_fd: Optional[int] = None
+# The descriptors that hold this process's locks.
+_held_fds: Set[int] = set()
 
 
 class OutputFolderBusy(UserError, RuntimeError):
@@ -45,15 +45,14 @@ class OutputFolderBusy(UserError, RuntimeError):
 
 
 def _close_in_child() -> None:
-    """After a fork: the child's copy of the descriptor would keep the lock alive after rank 0
-    died (flock belongs to the open file, shared by every copy), so the child closes it."""
-    global _held_fd
-    if _held_fd is not None:
+    """After a fork: the child's copies of the descriptors would keep the locks alive after rank
+    0 died (flock belongs to the open file, shared by every copy), so the child closes them."""
+    for fd in list(_held_fds):
         try:
-            os.close(_held_fd)
+            os.close(fd)
         except OSError:
             pass
-        _held_fd = None
+    _held_fds.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -69,14 +68,20 @@ def _holder(path: str) -> str:
     return text or "holder unknown"
 
 
-def acquire(folder: str) -> Optional[int]:
+def acquire(folder: str, what: str = "output folder",
+            key: str = "CONFIG.LOG.BASE_PATH/EXP_NAME",
+            fix: str = "its own folder with CONFIG.LOG.EXP_NAME") -> Optional[int]:
     """Lock ``folder`` (created if needed) for this process; returns the descriptor that holds
     the lock, or None where the file system has no locks (after one warning).
+
+    Args:
+        folder: The folder to hold.
+        what, key, fix: How the message names the folder, the setting it comes from, and what
+            the run is given instead (defaults: the run's output folder).
 
     Raises:
         OutputFolderBusy: another process holds it (one line: the folder, the holder, what to do).
     """
-    global _held_fd
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, LOCK_NAME)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -88,56 +93,74 @@ def acquire(folder: str) -> Optional[int]:
         os.close(fd)
         if e.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
             raise OutputFolderBusy(
-                f"the output folder {folder} (CONFIG.LOG.BASE_PATH/EXP_NAME) is in use by another "
-                f"training job ({_holder(path)}): wait for it to end or stop it, or give this run "
-                "its own folder with CONFIG.LOG.EXP_NAME"
+                f"the {what} {folder} ({key}) is in use by another training job "
+                f"({_holder(path)}): wait for it to end or stop it, or give this run {fix}"
             ) from None
-        logger.warning("could not lock the output folder %s (%s), so a second training job "
-                       "started on it would not be stopped; give every job its own "
-                       "CONFIG.LOG.EXP_NAME", folder, e.strerror or e)
+        logger.warning("could not lock the %s %s (%s), so a second training job started on it "
+                       "would not be stopped; give every job %s", what, folder,
+                       e.strerror or e, fix)
         return None
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}, since {stamp}\n".encode())
-    _held_fd = fd
+    _held_fds.add(fd)
     return fd
 
 
 def release(fd: Optional[int]) -> None:
     """Give up the lock ``acquire`` returned (the file stays: removing it would let a job that
     opened it a moment earlier lock a file no other job sees)."""
-    global _held_fd
     if fd is None:
         return
     try:
         os.ftruncate(fd, 0)
     except OSError:
         pass
+    _held_fds.discard(fd)
     os.close(fd)  # closing the last descriptor of the open file ends the flock
-    if _held_fd == fd:
-        _held_fd = None
+
+
+def _inside(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder
 
 
 @contextmanager
-def training_folder(folder: str) -> Iterator[None]:
+def training_folder(folder: str, checkpoints: Optional[str] = None,
+                    checkpoints_from: str = "") -> Iterator[None]:
     """Hold ``folder`` for this training job for the block; every rank calls it.
 
     Global rank 0 takes the lock; the ranks then learn together whether it got it (one
     collective), so every rank stops with the same line when another job holds the folder.
 
+    Args:
+        folder: The run's output folder (BASE_PATH/EXP_NAME).
+        checkpoints: The checkpoint folder, held too where it is outside ``folder`` (two runs of
+            their own EXP_NAME given one CONFIG.LOG.CHECKPOINT_DIR would overwrite each other's
+            checkpoints and resume from them).
+        checkpoints_from: The setting the checkpoint folder comes from, for the message.
+
     Raises:
-        OutputFolderBusy: on every rank, when another training job holds ``folder``.
+        OutputFolderBusy: on every rank, when another training job holds either folder.
     """
-    fd, refused = None, ""
+    fds, refused = [], ""
     if comm.is_main_process():
         try:
-            fd = acquire(folder)
+            fds.append(acquire(folder))
+            if checkpoints and not _inside(checkpoints, folder):
+                fds.append(acquire(checkpoints, "checkpoint folder",
+                                   checkpoints_from or "CONFIG.LOG.CHECKPOINT_DIR",
+                                   "its own CONFIG.LOG.CHECKPOINT_DIR"))
         except OutputFolderBusy as e:
             refused = str(e)
+            for fd in fds:
+                release(fd)
+            fds = []
     refused = comm.all_gather_object(refused)[0]
     if refused:
         raise OutputFolderBusy(refused)
     try:
         yield
     finally:
-        release(fd)
+        for fd in fds:
+            release(fd)

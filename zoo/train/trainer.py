@@ -563,7 +563,7 @@ def train(cfg, hooks: Sequence[HookBase] = (), overrides: Sequence[str] = ()) ->
     """
     cfg = resolve_num_classes(job_config(cfg, overrides))
     # One training job per output folder: rank 0 holds it for the run (zoo/launch/output_lock.py).
-    with this_process(cfg), training_folder(output_dir(cfg)):
+    with this_process(cfg), training_folder(output_dir(cfg), *checkpoint_dir(cfg)):
         if comm.get_restart_round():
             cfg = resume_config(cfg)
         with watching(cfg.CONFIG.TRAIN.PREEMPT_GRACE) as watch:
