@@ -389,6 +389,25 @@ def test_a_config_that_is_not_text_yaml_reads_stops_with_one_line(tmp_path, text
     assert str(e.value).startswith(f"{path}: {says}") and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("text, says", [
+    ("CONFIG:\n  TRAIN:\n    EPOCH_NUM: 3\nCONFIG:\n  DATA:\n    CLIP_LEN: 4\n",
+     "line 4: 'CONFIG' is set twice in one section (first on line 1)"),
+    ("CONFIG:\n  TRAIN:\n    EPOCH_NUM: 3\n    LR: 0.1\n    EPOCH_NUM: 5\n",
+     "line 5: 'EPOCH_NUM' is set twice in one section (first on line 3)"),
+])
+def test_a_key_set_twice_in_a_config_stops_with_one_line(tmp_path, text, says):
+    """YAML's loaders keep the last of a duplicated key: a section written twice lost all of the
+    first without a word."""
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path), [])
+    assert str(e.value).startswith(f"{path} {says}") and "\n" not in str(e.value)
+    # The same key in two sections is no duplicate.
+    path.write_text("CONFIG:\n  TRAIN:\n    LR: 0.1\n  VAL:\n    FREQ: 2\n")
+    load_config(str(path), [])
+
+
 def test_an_mmaction2_python_config_stops_with_one_line_naming_what_to_do(tmp_path):
     """MMAction2's configs are Python (mmengine); parsed as YAML one is a plain string."""
     path = tmp_path / "slowfast_r50_8xb8-4x16x1-256e_kinetics400-rgb.py"

@@ -51,7 +51,7 @@ REFUSALS = {
 # Cases a reader's library may have no decoder for, and the codec: it must then stop with one
 # DecoderLibraryError line naming the codec (a library's limit, never a bad video); a build that
 # decodes it must give the frames. opencv-python's FFmpeg decodes AV1 only with hardware.
-LIBRARY_LIMITS = {("opencv", "av1_mp4"): "av1"}
+LIBRARY_LIMITS = {("opencv", "av1_mp4"): "av1", ("decord", "av1_mp4"): "av1"}
 # Where the pyav reader decodes from the start instead of seeking (docs/datasets.md's table): no
 # presentation timestamps (AVI, raw streams) or timestamps that disagree with the decoder.
 PYAV_FROM_START = {"mpeg4_xvid_avi_audio", "xvid_packed_avi", "h264_avi", "h264_avi_remuxed",

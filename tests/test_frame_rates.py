@@ -205,6 +205,28 @@ def test_time_ranges_are_the_seconds_players_show(tmp_path, decoder):
         assert max(numbers) - min(numbers) >= 12, (name, numbers)  # the clip spans the range
 
 
+@pytest.mark.parametrize("decoder", ["pyav", "opencv"])
+def test_a_time_range_before_the_video_starts_is_a_bad_record(tmp_path, decoder):
+    """0-1.5 s of a file whose video starts at 2 s holds no frame: one line says so (it gave a
+    clip of the first frame, frozen), while 1.5-3 s reads the frames shown by 3 s."""
+    from zoo.data.decode.base import DecodeError
+
+    _paused_and_late(tmp_path)
+    (tmp_path / "list.csv").write_text("path,label,start,end\nlate.mp4,0,0,1.5\n"
+                                       "late.mp4,0,1.5,3\n")
+    cfg = load_config(None, [
+        "DATA.VAL_ANNO_PATH", str(tmp_path / "list.csv"), "DATA.VAL_DATA_PATH", str(tmp_path),
+        "DATA.CLIP_LEN", "4", "DATA.FRAME_RATE", "2", "DATA.NUM_CLASSES", "2",
+        "DATA.DECODER", decoder])
+    dataset = build_dataset(cfg, "val")
+    with pytest.raises(DecodeError) as err:
+        dataset._read(0, torch.Generator().manual_seed(0))
+    assert "ends at 1.5 s, before the video's first frame shows at 2.0 s" in str(err.value)
+    assert err.value.kind == "short"
+    frames, _ = dataset._read(1, torch.Generator().manual_seed(0))
+    assert {vc.read_number(image) for image in frames.numpy()} <= set(range(25))
+
+
 def test_a_target_rate_follows_the_frames_times():
     """TARGET_FPS on frames shown at irregular times: each step of the timeline takes the frame
     shown at its time, so a pause repeats the frame before it."""

@@ -229,7 +229,9 @@ def write_converted(src: str, dst: str) -> Tuple[str, List[str], List[str]]:
 
     if not os.path.isfile(src):
         raise ConfigError(f"{src!r} does not exist")
-    data = read_yaml_with_base(src)  # PySlowFast's fvcore configs may name a _BASE_ too
+    # PySlowFast's fvcore configs may name a _BASE_ too; a key set twice is read as its loader
+    # reads it (the last wins).
+    data = read_yaml_with_base(src, unique_keys=False)
     out, unmatched, notes = convert_pyslowfast(data, src)
     header = (f"# Converted from the PySlowFast config {os.path.basename(src)} by "
               "tools/convert_config.py.\n# Batch sizes are per process (PySlowFast's are global); "

@@ -20,8 +20,35 @@ from .validation import ConfigError
 BASE_KEY = "_BASE_"
 
 
-def read_yaml(path: str) -> Any:
-    """One YAML file as Python data (``{}`` when empty); a missing or broken file is one line."""
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, first: int, again: int) -> None:
+        super().__init__(f"{key!r} twice")
+        self.key, self.first, self.again = key, first, again
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key set twice in one mapping (YAML's loaders keep the last
+    silently: a section written twice loses all of the first)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: Dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark.line + 1)
+                except TypeError:  # an unhashable key: the constructor below refuses it
+                    continue
+                if first != key_node.start_mark.line + 1:
+                    raise _DuplicateKey(key, first, key_node.start_mark.line + 1)
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(path: str, unique_keys: bool = True) -> Any:
+    """One YAML file as Python data (``{}`` when empty); a missing or broken file, or (with
+    ``unique_keys``) a key set twice in one mapping, is one line."""
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path!r} does not exist")
     if path.endswith(".py"):
@@ -32,7 +59,18 @@ def read_yaml(path: str) -> Any:
             "of models goes to --extra-modules")
     with open(path, "rb") as f:  # bytes: YAML's reader takes UTF-8, or UTF-16 by its mark
         try:
-            return yaml.safe_load(f) or {}
+            return yaml.load(f, _UniqueKeyLoader if unique_keys else yaml.SafeLoader) or {}
+        except _DuplicateKey as e:
+            from .convert_pyslowfast import is_pyslowfast_yaml
+
+            # PySlowFast's own files have some: the caller's refusal of them names the converter.
+            f.seek(0)
+            data = yaml.safe_load(f)
+            if is_pyslowfast_yaml(data):
+                return data
+            raise ConfigError(
+                f"{path} line {e.again}: {e.key!r} is set twice in one section (first on line "
+                f"{e.first}), and YAML would keep only the last: merge them into one") from None
         except yaml.reader.ReaderError as e:  # not UTF-8 / UTF-16, or a control character
             raise ConfigError(f"{path}: {_reader_problem(path, e)}") from None
         except yaml.YAMLError as e:
@@ -57,7 +95,8 @@ def _reader_problem(path: str, error: "yaml.reader.ReaderError") -> str:
 
 
 def read_yaml_with_base(
-    path: str, each: Optional[Callable[[Any, str], Any]] = None, _chain: Optional[List[str]] = None
+    path: str, each: Optional[Callable[[Any, str], Any]] = None, _chain: Optional[List[str]] = None,
+    unique_keys: bool = True,
 ) -> Any:
     """The mapping of ``path`` merged over its ``_BASE_`` files (recursively), without _BASE_.
 
@@ -65,6 +104,8 @@ def read_yaml_with_base(
         path: The YAML file.
         each: Called as ``each(data, file)`` on every file's own mapping before it is merged
             (the VERSION upgrade: each file's keys are named as of its own VERSION).
+        unique_keys: Refuse a key set twice in one mapping (False: the last wins, as other
+            projects' loaders read their own files).
 
     Raises:
         ConfigError: a file is missing or not YAML, ``_BASE_`` is not a path, or the files
@@ -75,7 +116,7 @@ def read_yaml_with_base(
     if real in (os.path.realpath(p) for p in chain):
         names = " -> ".join(chain + [path])
         raise ConfigError(f"_BASE_ files include each other ({names}); remove one _BASE_ line")
-    data = read_yaml(path)
+    data = read_yaml(path, unique_keys)
     base = data.pop(BASE_KEY, None) if isinstance(data, dict) else None
     if each is not None:
         data = each(data, path)
@@ -90,7 +131,7 @@ def read_yaml_with_base(
     if not os.path.isfile(base_path):
         raise ConfigError(f"{path}: _BASE_ {base!r} does not exist (looked for {base_path}; "
                           "a relative _BASE_ is relative to the file that names it)")
-    merged = read_yaml_with_base(base_path, each, chain + [path])
+    merged = read_yaml_with_base(base_path, each, chain + [path], unique_keys)
     if not isinstance(merged, dict):
         raise ConfigError(f"{base_path}: top level must be a mapping of keys (it is the _BASE_ "
                           f"of {path})")

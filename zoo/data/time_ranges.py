@@ -33,7 +33,8 @@ def frame_range(video: VideoReader, num_frames: int, start: float, end: float, p
 
     Raises:
         DecodeError: The range starts after the video's last frame (a truncated download, or a
-            file that is not the one the list means): never a clip of one frozen frame.
+            file that is not the one the list means), or ends before its first frame shows (a
+            video stream that starts late): never a clip of one frozen frame.
     """
     ranged = start >= 0 or end >= 0
     times = video.frame_times() if (ranged or with_times) and video.fps else None
@@ -47,6 +48,10 @@ def frame_range(video: VideoReader, num_frames: int, start: float, end: float, p
         raise DecodeError(
             f"{path}: the list's time range starts at {start:g} s, after the video's end at "
             f"{ends:.1f} s ({num_frames} frames at {video.fps:.3g} fps)", "short")
+    if 0 < end <= float(shown[0]) + _TIME_EPS:
+        raise DecodeError(
+            f"{path}: the list's time range ends at {end:g} s, before the video's first frame "
+            f"shows at {float(shown[0]):.1f} s (its video stream starts late)", "short")
     # The frame shown at the start; the frames shown before the end.
     first = int(np.searchsorted(shown, max(start, 0.0) + _TIME_EPS, "right")) - 1
     first = min(max(first, 0), num_frames - 1)

@@ -13,6 +13,7 @@ import numpy as np
 from .base import (
     END_SLACK,
     DecodeError,
+    DecoderLibraryError,
     DecodingLibrary,
     VideoReader,
     check_deadline,
@@ -23,11 +24,20 @@ from .base import (
     open_kind,
     short_error,
 )
+from .probes import stream_facts
 
 
 def _decord(decord) -> DecodingLibrary:
-    # decord's own error (DECORDError, a RuntimeError) for broken files, and the file system's.
-    return DecodingLibrary("decord", "decord", (RuntimeError, ValueError, OSError))
+    # decord's own error for broken files (DECORDError, an Exception of its own: not a
+    # RuntimeError), the RuntimeError / ValueError of its bindings, and the file system's.
+    from decord._ffi.base import DECORDError
+
+    return DecodingLibrary("decord", "decord", (DECORDError, RuntimeError, ValueError, OSError))
+
+
+# FFmpeg's names of the MPEG program and transport stream containers: decord 0.6 returned frame
+# i + 12 for frame i there (MPEG-2 at 50 fps), or failed at their end (H.264).
+_SHIFTED_CONTAINERS = {"mpeg", "mpegts"}
 
 
 
@@ -61,18 +71,58 @@ class DecordReader(VideoReader):
         self.path = path
         self._threads = max(threads, 1)
         check_file(path)
+        facts = stream_facts(path)
+        if facts.video_streams > 1:
+            raise DecodeError(
+                f"{path}: it has {facts.video_streams} video streams (a still image or cover art "
+                "among them), and decord may read another than the main one: read it with "
+                "CONFIG.DATA.DECODER auto or pyav", "open")
+        if facts.container in _SHIFTED_CONTAINERS:
+            raise DecoderLibraryError(
+                f"{path} is an MPEG program or transport stream ({facts.container}), where decord "
+                f"{self._library.version()} returns frames 12 later than asked (not a bad "
+                "video): set CONFIG.DATA.DECODER auto or pyav")
         self._open()
         self._len = len(self._vr)
+        if facts.edit_list_hides and self._len > 0:
+            # decord counts the frames an MP4 edit list hides (a cut made with -c copy) and
+            # repeats the last shown frame for them: PyAV's count is the frames shown.
+            from .pyav import PyAVReader
+
+            with PyAVReader(path) as video:
+                self._len = min(self._len, video.num_frames)
         if self._len <= 0:
             raise DecodeError(f"{path}: the video stream has no frames", "empty")
         fps = self._vr.get_avg_fps()
         self.fps = float(fps) if fps and fps > 0 else None
 
     def _open(self) -> None:
-        with self._library.reading(self.path, "cannot open", open_kind):
-            self._vr = self._decord.VideoReader(self.path, ctx=self._decord.cpu(0),
-                                                num_threads=self._threads)
+        try:
+            with self._library.reading(self.path, "cannot open", open_kind):
+                self._vr = self._decord.VideoReader(self.path, ctx=self._decord.cpu(0),
+                                                    num_threads=self._threads)
+        except DecodeError:
+            self._refuse_if_pyav_reads()
+            raise
         self._next = 0  # index of the frame next() returns
+
+    def _refuse_if_pyav_reads(self) -> None:
+        """decord cannot open the file: where PyAV decodes its first and last frames, the file
+        is sound and decord lacks its codec or container (AV1, GIF, Ogg): a library's limit,
+        which stops the job instead of passing every such video as broken."""
+        from .pyav import PyAVReader, codec_if_decodable
+
+        try:
+            with PyAVReader(self.path) as video:
+                last = video.num_frames - 1
+        except DecodeError:
+            return
+        codec = codec_if_decodable(self.path, 0) and codec_if_decodable(self.path, last)
+        if codec is not None:
+            raise DecoderLibraryError(
+                f"decord {self._library.version()} cannot open {self.path} ({codec}), which PyAV "
+                "decodes: decord lacks its codec or container (not a bad video): set "
+                "CONFIG.DATA.DECODER auto or pyav") from None
 
     def close(self) -> None:
         self._vr = None

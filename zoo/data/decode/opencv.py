@@ -8,7 +8,7 @@ presentation order, uint8 RGB out, the same errors. Like the PyAV reader they ne
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, TypeVar
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -24,41 +24,11 @@ from .base import (
     fill_rows,
     index_rows,
 )
+from .probes import SEEK_COUNTS, probed, stream_facts
 from .threads import decoder_threads
-
-if TYPE_CHECKING:
-    from .pyav_streams import MainStreamFacts
-
-T = TypeVar("T")
 
 # With OpenCV, needed frames closer than this are reached with grab(), not with a seek.
 _CV_SEEK_GAP = 32
-# Probe results per (path, size, mtime): a data-loader worker opens the same videos every epoch.
-_SEEKABLE: Dict[tuple, bool] = {}
-# Which video stream is the main one and its colours (PyAV's probe, cached the same way).
-_STREAM_FACTS: Dict[tuple, "MainStreamFacts"] = {}
-_SEEKABLE_MAX = 100_000
-
-
-def _probed(cache: Dict[tuple, T], path: str, probe: Callable[[str], T], unreadable: T) -> T:
-    """``probe(path)`` (one of PyAV's probes), found once per file version (path, size, mtime) in
-    ``cache``; ``unreadable`` where PyAV cannot read the file (OpenCV then says what it can)."""
-    from .pyav import PYAV
-
-    stat = os.stat(path)
-    key = (path, stat.st_size, stat.st_mtime_ns)
-    if key not in cache:
-        try:
-            with PYAV.reading(path, "cannot open", "open"):
-                found = probe(path)
-        except DecodeError:
-            found = unreadable
-        if len(cache) >= _SEEKABLE_MAX:
-            cache.clear()
-        cache[key] = found
-    return cache[key]
-
-
 def _quiet_cv2():
     """cv2, with its own warnings and its FFmpeg's log off (a broken file is reported by us)."""
     os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
@@ -72,6 +42,11 @@ def _quiet_cv2():
     return cv2
 
 
+def _major(version: str) -> int:
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
 def _opencv(cv2) -> DecodingLibrary:
     # A broken file makes OpenCV return False, or raise cv2.error; anything else is its API.
     return DecodingLibrary("OpenCV", "cv2", (cv2.error, OSError))
@@ -82,10 +57,12 @@ class OpenCVReader(VideoReader):
 
     OpenCV seeks (``CAP_PROP_POS_FRAMES``) by converting a frame number to a timestamp, which is
     exact only where the container stores presentation timestamps on a constant-rate grid. Before
-    its first seek the file is probed with PyAV (:func:`~zoo.data.decode.pyav.probe_seekable`,
+    its first seek the file is probed with PyAV (:func:`~zoo.data.decode.pyav.probe_seek_count`,
     demuxing only); elsewhere (AVI, raw streams, variable frame rate, broken timestamps) frames are
-    grabbed from the start, and the frame count is PyAV's. OpenCV turns rotated videos upright by
-    itself (``CAP_PROP_ORIENTATION_AUTO``, on by default), as the other readers do.
+    grabbed from the start. The frame count is PyAV's either way. A seek that stops short of its
+    frame (a truncated file: OpenCV then returns the last frame it could decode) is an error.
+    OpenCV turns rotated videos upright by itself (``CAP_PROP_ORIENTATION_AUTO``, on by default),
+    as the other readers do.
 
     Args:
         path: Video file path.
@@ -100,9 +77,7 @@ class OpenCVReader(VideoReader):
         self.path = path
         self._threads = threads
         check_file(path)
-        from .pyav_streams import MainStreamFacts, main_stream_facts
-
-        facts = _probed(_STREAM_FACTS, path, main_stream_facts, MainStreamFacts(True, False))
+        facts = stream_facts(path)
         if not facts.is_first:
             raise DecodeError(
                 f"{path}: its first video stream is not its main one (a still image or cover art "
@@ -115,6 +90,13 @@ class OpenCVReader(VideoReader):
                 f"{path} has BT.2020 colours (HDR or wide-gamut video), which OpenCV "
                 f"{self._library.version()} converts to RGB with another colour matrix (tens of "
                 "grey levels off; not a bad video): set CONFIG.DATA.DECODER auto or pyav")
+        if facts.interlaced and _major(cv2.__version__) >= 5:
+            # OpenCV 5.0's FFmpeg backend turns interlaced frames near-black (mean grey level
+            # 0-5 where PyAV's is ~127), with no error; 4.10 read them right.
+            raise DecoderLibraryError(
+                f"{path} is interlaced, and OpenCV {self._library.version()} returns interlaced "
+                "frames near-black (not a bad video): set CONFIG.DATA.DECODER auto or pyav, or "
+                "install opencv-python<5")
         self._cap = cap = self._open()
         width, height = cap.get(cv2.CAP_PROP_FRAME_WIDTH), cap.get(cv2.CAP_PROP_FRAME_HEIGHT)
         if width <= 0 or height <= 0:
@@ -128,6 +110,7 @@ class OpenCVReader(VideoReader):
         self._counted = False
         self._asked_pyav = False  # count and rate taken from PyAV (see _from_pyav)
         self._seekable: Optional[bool] = None  # probed before the first seek
+        self._seek_count: Optional[int] = None  # PyAV's frame count, where seeks are exact
         self._read_any = False  # a frame of the file was decoded (its codec is supported)
 
     def _open(self):
@@ -147,9 +130,10 @@ class OpenCVReader(VideoReader):
     def _can_seek(self) -> bool:
         """Whether OpenCV's frame-number seek is exact in this file (probed once, with PyAV)."""
         if self._seekable is None:
-            from .pyav import probe_seekable
+            from .pyav import probe_seek_count
 
-            self._seekable = _probed(_SEEKABLE, self.path, probe_seekable, False)
+            self._seek_count = probed(SEEK_COUNTS, self.path, probe_seek_count, None)
+            self._seekable = self._seek_count is not None
         return self._seekable
 
     @property
@@ -164,6 +148,8 @@ class OpenCVReader(VideoReader):
     def num_frames(self) -> int:
         if self._count > 0 and not self._can_seek():
             self._from_pyav()
+        elif self._count > 0 and self._seek_count:
+            self._count = self._seek_count
         if self._count <= 0 and self._hint > 0:
             self._count = self._hint
         if self._count <= 0:
@@ -221,7 +207,16 @@ class OpenCVReader(VideoReader):
         if index >= self._next and index - self._next <= _CV_SEEK_GAP:
             return  # grab() through the gap
         if self._can_seek():
-            self._cap.set(self._cv2.CAP_PROP_POS_FRAMES, index)  # seeks, then decodes forward
+            cv2 = self._cv2
+            self._cap.set(cv2.CAP_PROP_POS_FRAMES, index)  # seeks, then decodes forward
+            landed = int(round(self._cap.get(cv2.CAP_PROP_POS_FRAMES)))
+            if landed != index:  # it stops at the last frame it could decode, without an error
+                self._next = landed
+                raise DecodeError(
+                    f"{self.path}: a seek to frame {index} stopped at frame {landed} although "
+                    f"{self.num_frames} frames are claimed (corrupt or truncated video, or a wrong "
+                    "num_frames in the list)",
+                    "short" if index >= self.num_frames - END_SLACK else "decode")
             self._next = index
         elif index < self._next:
             self._rewind()

@@ -74,7 +74,7 @@ from .pyav_streams import (
 from .threads import decoder_threads
 
 __all__ = ["OPEN_OPTIONS", "PYAV", "PyAVReader", "codec_if_decodable",
-           "main_video_stream", "probe_seekable"]
+           "main_video_stream", "probe_seek_count"]
 
 # Frames at least this large (pixels) are decoded on several threads (when threads is 0).
 _THREADED_MIN_PIXELS = 256 * 256
@@ -607,21 +607,24 @@ class _Sink:
         self.out = fill_rows(self.out, self.length, self.rows[index], image)
 
 
-def probe_seekable(path: str) -> bool:
-    """Whether a frame-number seek by timestamp (as OpenCV's) finds frame ``i`` exactly in
-    ``path``: the container stores presentation timestamps, they are trustworthy, and they sit on a
-    constant-rate grid. Read with PyAV, demuxing only (no decoding). An MP4/MOV whose edit list
-    hides frames is not: OpenCV's frame count and frame numbers include the hidden ones."""
+def probe_seek_count(path: str) -> Optional[int]:
+    """The frame count of ``path`` where a frame-number seek by timestamp (as OpenCV's) finds
+    frame ``i`` exactly, else None. Exact means: the container stores presentation timestamps,
+    they are trustworthy, and they sit on a constant-rate grid. Read with PyAV, demuxing only (no
+    decoding). An MP4/MOV whose edit list hides frames is not: OpenCV's frame count and frame
+    numbers include the hidden ones. The count is the demuxer's (OpenCV's own is the duration
+    from time 0 times the rate, too high for an MKV whose video starts later)."""
     with PyAVReader(path) as video:
         if video._sequential or video._rate is None:
-            return False
+            return None
         if not video._matroska and discarded_frames(video._stream):
-            return False
+            return None
         table = video._timestamps()
         if video._sequential:
-            return False
+            return None
         scale = video._stream.time_base * video._rate
-        return all(abs((t - video._start) * scale - i) <= _OFF_GRID for i, t in enumerate(table))
+        on_grid = all(abs((t - video._start) * scale - i) <= _OFF_GRID for i, t in enumerate(table))
+        return len(table) if on_grid else None
 
 
 def codec_if_decodable(path: str, index: int) -> Optional[str]:

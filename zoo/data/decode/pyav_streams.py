@@ -30,23 +30,49 @@ def main_video_stream(container: "av.container.InputContainer") -> "av.VideoStre
 BT2020_MATRICES = (9, 10)
 
 
+# FFmpeg's field orders (AVFieldOrder) that are not interlaced: unknown, progressive.
+_PROGRESSIVE_ORDERS = (0, 1)
+
+
 class MainStreamFacts(NamedTuple):
-    """What readers that take the first video stream and convert colours themselves (OpenCV) must
-    know of a file before reading it."""
+    """What readers that pick their own stream, count frames or convert colours themselves
+    (OpenCV, decord) must know of a file before reading it."""
 
     is_first: bool  # the first video stream is the main one (or there is at most one)
     bt2020: bool  # the main video stream declares a BT.2020 colour matrix (HDR10, an iPhone's HDR)
+    interlaced: bool = False  # the main stream's fields are interlaced (TV, camcorder footage)
+    video_streams: int = 1  # how many video streams (cover art counts)
+    edit_list_hides: bool = False  # an MP4/MOV edit list hides frames of the main stream
+    container: str = ""  # FFmpeg's name of the container format ("mpegts", "mov,mp4,...")
 
 
 def main_stream_facts(path: str) -> MainStreamFacts:
-    """:class:`MainStreamFacts` of ``path``; opens the file with PyAV once, reads no packet."""
+    """:class:`MainStreamFacts` of ``path``; opens the file with PyAV once, reads no packet (one
+    frame with PyAV before 18, for the field order)."""
     with av.open(path, **OPEN_OPTIONS) as container:
         videos = container.streams.video
         if not videos:
-            return MainStreamFacts(True, False)
+            return MainStreamFacts(True, False, video_streams=0)
         main = main_video_stream(container)
+        context = main.codec_context
         return MainStreamFacts(main.index == videos[0].index,
-                               main.codec_context.colorspace in BT2020_MATRICES)
+                               context.colorspace in BT2020_MATRICES,
+                               interlaced=_interlaced(container, main),
+                               video_streams=len(videos),
+                               edit_list_hides=discarded_frames(main) > 0,
+                               container=container.format.name)
+
+
+def _interlaced(container: "av.container.InputContainer", stream: "av.VideoStream") -> bool:
+    """Whether ``stream``'s fields are interlaced: the field order FFmpeg's probe at open found
+    (PyAV 18 and later), else whether its first frame says so (one frame decoded)."""
+    order = getattr(stream.codec_context, "field_order", None)
+    if order is not None:
+        return int(order) not in _PROGRESSIVE_ORDERS
+    try:
+        return bool(next(container.decode(stream)).interlaced_frame)
+    except (av.error.FFmpegError, StopIteration):  # no frame decodes: the reader will say so
+        return False
 
 
 def indexed_frames(stream: "av.VideoStream") -> int:
