@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from videos_for_tests import frame_number, has_encoder, long_video, ramp_frames, write
 
+from zoo.data.decode.base import DecoderLibraryError
 from zoo.data.decode.registry import DECODERS, DecodeError, PyAVReader, open_video
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,6 +89,10 @@ def test_same_frames_for_same_indices(videos, name, decoder):
     assert n == SPECS[name][4]
     if decoder == "decord" and SPECS[name][3][1] % 64:
         pytest.skip("decord 0.6 fails or shifts pixels on some frame widths (48, odd sizes)")
+    if decoder == "decord" and path.endswith((".ts", ".mts", ".m2ts", ".mpg")):
+        with pytest.raises(DecoderLibraryError, match="MPEG program or transport stream"):
+            open_video(path, decoder)  # decord gave MPEG-2 frames 12 late there
+        return
     source = frames_dir if decoder == "frames" else path
     indices = _indices(n)
     with open_video(source, decoder) as video:

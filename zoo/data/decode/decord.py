@@ -40,8 +40,6 @@ def _decord(decord) -> DecodingLibrary:
 _SHIFTED_CONTAINERS = {"mpeg", "mpegts"}
 
 
-
-
 class DecordReader(VideoReader):
     """A video read with decord (optional: ``pip install decord``; unmaintained since 2021).
 
@@ -50,12 +48,16 @@ class DecordReader(VideoReader):
     reader never seeks: it reads frames one by one from the start (``next()``), continues forward
     between calls, and opens the file again to go back. Exact everywhere it opens, but a frame far
     into a long video costs the decode of everything before it: use ``pyav`` for speed. decord turns
-    rotated videos upright by itself (display matrix), as the other readers do. It cannot open raw
-    H.264/HEVC streams (no duration): that is a :class:`DecodeError`.
+    rotated videos upright by itself (display matrix), as the other readers do. The frame rate is
+    PyAV's (decord's is the declared one), and so is the count where an MP4 edit list hides frames.
+
+    Refused: MPEG program / transport streams (frames 12 late) and what decord cannot open but
+    PyAV decodes (raw H.264/HEVC streams, AV1, GIF) with a :class:`DecoderLibraryError`; a file of
+    several video streams (decord may read another than the main one) with a :class:`DecodeError`.
 
     Args:
         path: Video file path.
-        num_frames_hint: Unused (decord indexes every frame when it opens a file).
+        num_frames_hint: The list's frame count, for PyAV's count where it needs one.
         threads: Decoder threads; 0 = 1.
     """
 
@@ -84,17 +86,18 @@ class DecordReader(VideoReader):
                 "video): set CONFIG.DATA.DECODER auto or pyav")
         self._open()
         self._len = len(self._vr)
-        if facts.edit_list_hides and self._len > 0:
-            # decord counts the frames an MP4 edit list hides (a cut made with -c copy) and
-            # repeats the last shown frame for them: PyAV's count is the frames shown.
-            from .pyav import PyAVReader
-
-            with PyAVReader(path) as video:
-                self._len = min(self._len, video.num_frames)
         if self._len <= 0:
             raise DecodeError(f"{path}: the video stream has no frames", "empty")
-        fps = self._vr.get_avg_fps()
-        self.fps = float(fps) if fps and fps > 0 else None
+        # decord's rate is the declared one (wrong for variable-rate video and for an MP4
+        # stream-copied to AVI), and it counts the frames an MP4 edit list hides (a cut made with
+        # -c copy), repeating the last shown frame for them: PyAV's rate and count are the
+        # frames shown (demuxing only).
+        from .pyav import PyAVReader
+
+        with PyAVReader(path, num_frames_hint=num_frames_hint) as video:
+            self.fps = video.fps
+            if facts.edit_list_hides:
+                self._len = min(self._len, video.num_frames)
 
     def _open(self) -> None:
         try:
@@ -120,8 +123,8 @@ class DecordReader(VideoReader):
         codec = codec_if_decodable(self.path, 0) and codec_if_decodable(self.path, last)
         if codec is not None:
             raise DecoderLibraryError(
-                f"decord {self._library.version()} cannot open {self.path} ({codec}), which PyAV "
-                "decodes: decord lacks its codec or container (not a bad video): set "
+                f"decord {self._library.version()} cannot open {self.path}, which PyAV decodes: "
+                f"this decord cannot decode {codec} or read its container (not a bad video): set "
                 "CONFIG.DATA.DECODER auto or pyav") from None
 
     def close(self) -> None:
