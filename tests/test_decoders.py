@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -234,3 +235,40 @@ def test_bt2020_video_is_read_in_its_colours_or_refused(tmp_path):
         open_video(path, "opencv")
     assert "BT.2020" in str(err.value) and "DECODER auto or pyav" in str(err.value)
     assert path in str(err.value) and "\n" not in str(err.value)
+
+
+def test_interlaced_video_is_read_right_or_refused(tmp_path):
+    """OpenCV 5.0 returns interlaced frames near-black (mean grey level ~5 where PyAV's is ~127)
+    with no error; 4.10 read them right. So opencv 5 stops with one line; pyav reads them."""
+    path = str(tmp_path / "interlaced.mp4")
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
+                    "testsrc=s=160x120:r=25:d=0.4", "-vf", "tinterlace=interleave_top",
+                    "-c:v", "libx264", "-flags", "+ilme+ildct", path],
+                   check=True, capture_output=True)
+    with open_video(path, "pyav") as video:
+        want = video.decode_array([0, 4]).astype(np.float64)
+    assert want.mean() > 100
+    if int(cv2.__version__.split(".")[0]) >= 5:
+        with pytest.raises(DecoderLibraryError) as err:
+            open_video(path, "opencv")
+        assert "is interlaced" in str(err.value) and "DECODER auto or pyav" in str(err.value)
+        assert path in str(err.value) and "\n" not in str(err.value)
+    else:
+        with open_video(path, "opencv") as video:
+            assert np.abs(video.decode_array([0, 4]) - want).mean() < 3.0
+
+
+def test_opencv_seek_past_a_truncation_is_an_unreadable_video(tmp_path):
+    """A download cut in half: OpenCV's seek beyond the cut stops at the last frame it decodes and
+    returned that frame for every later index, without an error."""
+    whole = str(tmp_path / "whole.mp4")
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
+                    "testsrc=s=160x120:r=25:d=12", "-c:v", "libx264", "-g", "50",
+                    "-movflags", "+faststart", whole], check=True, capture_output=True)
+    data = open(whole, "rb").read()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(data[:len(data) // 2])
+    with open_video(str(cut), "opencv") as video:
+        with pytest.raises(DecodeError) as err:
+            video.decode_array([20, 150, 280])
+    assert re.search(r": a seek to frame (150|280) stopped at frame \d+ although", str(err.value))
