@@ -442,3 +442,22 @@ def test_old_spelling_in_a_zoo_file_keeps_zoo_meaning(tmp_path, caplog):
     line = next(r.getMessage() for r in caplog.records if "gluoncv.torch config" in r.getMessage())
     assert "it has DDP_CONFIG.WOLRD_URLS" in line and "no KEEP_ASPECT_RATIO -> False" in line
     assert "rename WOLRD_URLS to WORLD_URLS" in line
+
+
+
+def test_a_gluoncv_only_key_in_a_zoo_file_stops_with_one_line(tmp_path, caplog):
+    """DATA.NUM_CROP beside a _BASE_ turned the whole file into a gluoncv one (frames squashed,
+    warmup from 0) with a log line blaming WOLRD_URLS, which the file did not have."""
+    _write(tmp_path / "base.yaml", "CONFIG:\n  TRAIN:\n    LR: 0.1\n")
+    path = _write(tmp_path / "x.yaml", "_BASE_: base.yaml\nCONFIG:\n  DATA:\n    NUM_CROP: 1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "CONFIG.DATA.NUM_CROP is a gluoncv.torch key" in str(e.value)
+    assert "has a _BASE_ or a VERSION" in str(e.value) and "\n" not in str(e.value)
+    # Named as the _BASE_, a gluoncv file keeps gluoncv's meaning (test above).
+    # A gluoncv file (neither) with both kinds of marker: the log names its gluoncv-only keys.
+    with caplog.at_level("INFO", logger="zoo"):
+        load_config(_write(tmp_path / "g.yaml", "DDP_CONFIG:\n  WOLRD_URLS: ['a']\nCONFIG:\n"
+                                                "  DATA:\n    NUM_CROP: 1\n"))
+    line = next(r.getMessage() for r in caplog.records if "gluoncv.torch config" in r.getMessage())
+    assert "it has gluoncv-only keys" in line and "rename WOLRD_URLS" not in line

@@ -7,6 +7,7 @@ gluoncv.torch YAMLs that zoo does not use are dropped with a warning instead of 
 
 from __future__ import annotations
 
+import copy
 import difflib
 import logging
 from typing import Any, Dict, List, Optional, Sequence
@@ -16,7 +17,7 @@ from yacs.config import CfgNode
 
 from . import version
 from .defaults import _C
-from .gluoncv import adapt_gluoncv
+from .gluoncv import adapt_gluoncv, refuse_in_zoo_file
 from .tree import flatten_cfg, parse_literal, to_dict
 from .validation import ConfigError, validate_config
 from .yaml_files import read_yaml_with_base
@@ -201,13 +202,18 @@ def load_config(
     cfg.VERSION = version.CURRENT_VERSION
     if config_file:
         declared: List[bool] = []  # per file read: whether it declares a VERSION
+        own: List[tuple] = []  # per file read, the named one first: (path, its own mapping)
 
         def upgrade(d: Any, path: str) -> Any:
             declared.append(isinstance(d, dict) and "VERSION" in d)
+            own.append((path, copy.deepcopy(d)))  # (merging later changes a base's mapping)
             return version.upgrade_config(d, path)
 
         data = read_yaml_with_base(config_file, each=upgrade)
         _refuse_foreign(data, config_file)
+        for k, (path, mapping) in enumerate(own):
+            if k < len(own) - 1 or declared[k]:  # it has a _BASE_ (a file read after it) or a
+                refuse_in_zoo_file(mapping, path)  # VERSION: a zoo file
         zoo_file = len(declared) > 1 or any(declared)  # a _BASE_ or a VERSION: gluoncv has none
         _merge_dict(cfg, adapt_gluoncv(data, config_file, zoo_file), "", config_file)
     if opts:

@@ -36,6 +36,7 @@ import logging
 from typing import Any, Dict, List
 
 from .tree import lookup_key
+from .validation import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -57,12 +58,35 @@ _MARKERS = (
 _TRAIN_SCALE_MAX = 1.25
 
 
+def _gluoncv_keys(data: Any, markers=_MARKERS) -> List[str]:
+    """The keys of ``markers`` that the YAML mapping sets."""
+    if not isinstance(data, dict):
+        return []
+    return [k for k in markers if lookup_key(data, k, None) is not None]
+
+
 def is_gluoncv_yaml(data: Any, zoo_file: bool = False) -> bool:
     """True when the YAML mapping carries a key that only gluoncv.torch configs write
     (``zoo_file``: the file has a ``_BASE_`` or a ``VERSION``, so ``WOLRD_URLS`` is only a
     misspelling there)."""
-    markers = _MARKERS if zoo_file else (_SPELLING_MARKER, *_MARKERS)
-    return isinstance(data, dict) and any(lookup_key(data, k, None) is not None for k in markers)
+    return bool(_gluoncv_keys(data, _MARKERS if zoo_file else (_SPELLING_MARKER, *_MARKERS)))
+
+
+def refuse_in_zoo_file(data: Any, source: str) -> None:
+    """A file with a ``_BASE_`` or a ``VERSION`` (gluoncv files have neither) is a zoo file: a
+    gluoncv-only key written there would turn the whole config into a gluoncv one (frames
+    squashed, warmup from 0), or be dropped, and which one the user means is not clear.
+
+    Raises:
+        ConfigError: the file's own mapping sets a gluoncv-only key.
+    """
+    foreign = _gluoncv_keys(data)
+    if foreign:
+        raise ConfigError(
+            f"{source}: {foreign[0]} is a gluoncv.torch key, and this file has a _BASE_ or a "
+            "VERSION (gluoncv files have neither), so it is read as a zoo config, which has no "
+            "such key: remove it, or name the gluoncv file as the _BASE_ to read it with "
+            "gluoncv's meaning (docs/migrating.md)")
 
 
 def _section(data: Dict[str, Any], name: str) -> Dict[str, Any]:
@@ -153,12 +177,12 @@ def adapt_gluoncv(data: Any, source: str, zoo_file: bool = False) -> Any:
     """
     if not is_gluoncv_yaml(data, zoo_file):
         return data
+    only_spelling = not _gluoncv_keys(data)  # only WOLRD_URLS: likely a zoo file, misspelt
     notes: List[str] = []
     _adapt_data(_section(data, "DATA"), source, notes)
     _adapt_train(_section(data, "TRAIN"), notes, source)
     _adapt_model(_section(data, "MODEL"), notes, source)
     if notes:
-        only_spelling = not is_gluoncv_yaml(data, zoo_file=True)
         logger.info("%s: a gluoncv.torch config (it has %s); its keys are read with gluoncv's "
                     "meaning: %s%s", source,
                     "DDP_CONFIG.WOLRD_URLS" if only_spelling else "gluoncv-only keys",
