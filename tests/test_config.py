@@ -445,6 +445,19 @@ def test_old_spelling_in_a_zoo_file_keeps_zoo_meaning(tmp_path, caplog):
 
 
 
+@pytest.mark.parametrize("order", ["old first", "new first"])
+def test_a_key_and_its_old_spelling_together_stop_with_one_line(tmp_path, order):
+    """NEW_LENGTH and CLIP_LEN in one section: whichever came last won, without a word."""
+    lines = ["    CLIP_LEN: 16\n", "    NEW_LENGTH: 8\n"]
+    if order == "old first":
+        lines.reverse()
+    path = _write(tmp_path / "x.yaml", "CONFIG:\n  DATA:\n" + "".join(lines))
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "sets both CONFIG.DATA.NEW_LENGTH and CONFIG.DATA.CLIP_LEN" in str(e.value)
+    assert "keep CONFIG.DATA.CLIP_LEN alone" in str(e.value)
+
+
 def test_a_gluoncv_only_key_in_a_zoo_file_stops_with_one_line(tmp_path, caplog):
     """DATA.NUM_CROP beside a _BASE_ turned the whole file into a gluoncv one (frames squashed,
     warmup from 0) with a log line blaming WOLRD_URLS, which the file did not have."""

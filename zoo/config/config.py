@@ -123,6 +123,10 @@ def _merge_dict(cfg: CfgNode, data: Dict[str, Any], prefix: str, source: str) ->
         full_key = f"{prefix}{k}"
         if full_key in _RENAMED_KEYS:
             new = _RENAMED_KEYS[full_key]
+            if new.rsplit(".", 1)[1] in data:
+                raise ConfigError(
+                    f"{source}: sets both {full_key} and {new}, the old and the new spelling of "
+                    f"one key: keep {new} alone")
             logger.warning("%s: %s is the old spelling of %s; please rename it", source, full_key,
                            new)
             full_key = new
