@@ -381,6 +381,24 @@ def test_build_dataset_splits_and_errors(mini, tmp_path):
         build_dataset(one_class, "val")
 
 
+def test_more_classes_than_the_training_list_names_stops_with_one_line(mini, tmp_path):
+    """classes.txt names 2 classes and NUM_CLASSES is 5: a 5-way head trained on 2 classes (top-5
+    accuracy trivially 100%) without a word; the validation list is not checked (a subset)."""
+    import shutil
+
+    train = tmp_path / "train.txt"
+    shutil.copy(mini["train_list"], train)
+    labels = {int(line.split()[-1]) for line in train.read_text().splitlines() if line.strip()}
+    (tmp_path / "classes.txt").write_text("".join(f"class{i}\n" for i in sorted(labels)))
+    named = len(labels)
+    args = ["DATA.TRAIN_ANNO_PATH", str(train), "DATA.NUM_CLASSES"]
+    with pytest.raises(ConfigError) as e:
+        build_dataset(_cfg(mini, *args, str(named + 3)), "train")
+    assert f"names {named} classes but CONFIG.DATA.NUM_CLASSES = {named + 3}" in str(e.value)
+    assert f"set NUM_CLASSES {named} (or 0 to count them)" in str(e.value)
+    build_dataset(_cfg(mini, *args, str(named)), "train")
+
+
 def test_build_loader_single_process(mini):
     loader = build_loader(_cfg(mini), "train")
     assert loader.sampler.__class__.__name__ == "EpochSampler" and loader.drop_last

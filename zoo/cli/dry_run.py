@@ -86,9 +86,10 @@ def _data_warnings(cfg, mode: str) -> List[str]:
 
 def _label_warnings(cfg) -> List[str]:
     """What a real run says about the training list's labels before training: labels beyond
-    ``NUM_CLASSES``, or a list it cannot read (the list of a registered dataset recipe only;
+    ``NUM_CLASSES``, fewer classes named than ``NUM_CLASSES``, or a list it cannot read (the list of a registered dataset recipe only;
     nothing is decoded)."""
-    from ..data.build import check_label_count, dataset_kwargs
+    from ..data.build import check_label_count, check_named_count, dataset_kwargs
+    from ..data.lists.annotations import named_classes
     from ..data.dataset_recipes import DatasetRecipe
     from ..data.registry import DATASET_REGISTRY
     from ..utils.errors import UserError
@@ -98,9 +99,13 @@ def _label_warnings(cfg) -> List[str]:
         return []
     try:
         kwargs = dataset_kwargs(cfg, "train")
-        labels = [r.label for r in entry.read(**kwargs).records]
-        check_label_count(max(labels, default=-1) + 1, int(cfg.CONFIG.DATA.NUM_CLASSES),
-                          f"CONFIG.DATA.TRAIN_ANNO_PATH = {kwargs['anno_path']!r}")
+        videos = entry.read(**kwargs)
+        where = f"CONFIG.DATA.TRAIN_ANNO_PATH = {kwargs['anno_path']!r}"
+        labels = [r.label for r in videos.records]
+        check_label_count(max(labels, default=-1) + 1, int(cfg.CONFIG.DATA.NUM_CLASSES), where)
+        names = named_classes(videos.classes or [])
+        if names:
+            check_named_count(len(names), int(cfg.CONFIG.DATA.NUM_CLASSES), where)
     except UserError as e:
         return [f"{e} (a real run stops here)"]
     except OSError as e:

@@ -264,6 +264,10 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False,
     found = getattr(dataset, "num_classes_found", None)
     if found is not None:
         check_label_count(found, cfg.CONFIG.DATA.NUM_CLASSES, f"{key} = {kwargs['anno_path']!r}")
+    names = named_classes(getattr(dataset, "classes", None) or [])
+    if split == "train" and names:
+        check_named_count(len(names), cfg.CONFIG.DATA.NUM_CLASSES, f"{key} = "
+                          f"{kwargs['anno_path']!r}")
     return dataset
 
 
@@ -277,6 +281,19 @@ def check_label_count(found: int, num_classes: int, where: str) -> None:
     if 0 < num_classes < found:
         raise ConfigError(f"{where} has labels up to {found - 1} but CONFIG.DATA.NUM_CLASSES = "
                           f"{num_classes}: raise NUM_CLASSES to at least {found}")
+
+
+def check_named_count(named: int, num_classes: int, where: str) -> None:
+    """Stop when ``NUM_CLASSES`` is more than the training data names (``classes.txt``, class
+    folders, a Kinetics CSV's names): the extra outputs are classes no clip shows, and top-k
+    accuracy over them means little (0 = counted: never).
+
+    Raises:
+        ConfigError: One line naming the list (``where``) and the count to set.
+    """
+    if num_classes > named:
+        raise ConfigError(f"{where} names {named} classes but CONFIG.DATA.NUM_CLASSES = "
+                          f"{num_classes}: set NUM_CLASSES {named} (or 0 to count them)")
 
 
 def count_train_classes(cfg: CfgNode) -> int:
