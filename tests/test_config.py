@@ -458,6 +458,33 @@ def test_a_key_and_its_old_spelling_together_stop_with_one_line(tmp_path, order)
     assert "keep CONFIG.DATA.CLIP_LEN alone" in str(e.value)
 
 
+@pytest.mark.parametrize("text, key", [
+    ("  TRAIN:\n    LR_POLICY: Step\n    LR_MILESTONE: [30 60]\n", "CONFIG.TRAIN.LR_MILESTONE"),
+    ("  TRAIN:\n    LR_MILESTONE: [20, 10]\n", "CONFIG.TRAIN.LR_MILESTONE"),
+    ("  DATA:\n    TRAIN_SHORT_SIDE_RANGE: [64, null]\n", "CONFIG.DATA.TRAIN_SHORT_SIDE_RANGE"),
+    ("  DATA:\n    COLOR_JITTER: [x, 0, 0, 0]\n", "CONFIG.DATA.COLOR_JITTER"),
+    ("  DATA:\n    MEAN: [a, b, c]\n", "CONFIG.DATA.MEAN"),
+    ("  TRAIN:\n    MULTIGRID_LONG_CYCLE_FACTORS: [[a, b]]\n",
+     "CONFIG.TRAIN.MULTIGRID_LONG_CYCLE_FACTORS"),
+])
+def test_list_entries_of_another_type_stop_with_one_line(tmp_path, text, key):
+    """A missing comma or a word in a list of numbers: an internal TypeError (or a failure later
+    in the run) before; now the key's one line."""
+    path = _write(tmp_path / "x.yaml", "CONFIG:\n" + text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{key} = ") and "is not allowed: expected" in str(e.value)
+
+
+def test_segments_without_tsn_sampling_stop_with_one_line():
+    """NUM_SEGMENT 3 with the default dense sampling was ignored without a word."""
+    with pytest.raises(ConfigError, match=r"^CONFIG.DATA.NUM_SEGMENT = 3 is read only by "
+                                          r"CONFIG.DATA.SAMPLING tsn, and SAMPLING is 'dense'"):
+        load_config(None, ["DATA.NUM_SEGMENT", "3"])
+    assert load_config(None, ["DATA.NUM_SEGMENT", "3", "DATA.SAMPLING", "tsn"]).CONFIG.DATA.\
+        NUM_SEGMENT == 3
+
+
 def test_a_gluoncv_only_key_in_a_zoo_file_stops_with_one_line(tmp_path, caplog):
     """DATA.NUM_CROP beside a _BASE_ turned the whole file into a gluoncv one (frames squashed,
     warmup from 0) with a log line blaming WOLRD_URLS, which the file did not have."""

@@ -86,11 +86,11 @@ def _data_warnings(cfg, mode: str) -> List[str]:
 
 def _label_warnings(cfg) -> List[str]:
     """What a real run says about the training list's labels before training: labels beyond
-    ``NUM_CLASSES``, fewer classes named than ``NUM_CLASSES``, or a list it cannot read (the list of a registered dataset recipe only;
-    nothing is decoded)."""
+    ``NUM_CLASSES``, fewer classes named than ``NUM_CLASSES``, or a list it cannot read (the list
+    of a registered dataset recipe only; nothing is decoded)."""
     from ..data.build import check_label_count, check_named_count, dataset_kwargs
-    from ..data.lists.annotations import named_classes
     from ..data.dataset_recipes import DatasetRecipe
+    from ..data.lists.annotations import named_classes
     from ..data.registry import DATASET_REGISTRY
     from ..utils.errors import UserError
 

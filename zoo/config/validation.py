@@ -32,6 +32,11 @@ def _non_negative(v: Any) -> bool:
     return v >= 0
 
 
+def _numbers(v: Any) -> bool:
+    """Every entry of the list is a number (YAML reads ``[30 60]`` as one string)."""
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+
+
 def _frame_template_ok(template: str) -> bool:
     """A str.format pattern with one integer field that names files (not folders) and gives
     different names for different frame numbers (CONFIG.DATA.FRAME_TEMPLATE)."""
@@ -112,6 +117,14 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
                         "max-autotune-no-cudagraphs"),
         "one of auto, default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs",
     ),
+    (
+        "CONFIG.TRAIN.LR_MILESTONE",
+        lambda v: _numbers(v) and all(a < b for a, b in zip(v, v[1:])) and _non_negative(min(
+            v, default=0)),
+        "epochs >= 0 in increasing order, e.g. [30, 60]",
+    ),
+    ("CONFIG.TRAIN.LR_FACTORS", lambda v: _numbers(v) and all(f >= 0 for f in v),
+     "numbers >= 0, e.g. [1.0, 0.1, 0.01]"),
     ("CONFIG.TRAIN.ACCUM_STEPS", _positive, "an integer >= 1"),
     ("CONFIG.TRAIN.CLIP_GRAD_NORM", _non_negative, "a number >= 0 (0 = off)"),
     ("CONFIG.TRAIN.LABEL_SMOOTHING", lambda v: 0 <= v < 1, "a number in [0, 1)"),
@@ -162,10 +175,11 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ),
     ("CONFIG.DATA.NEW_HEIGHT", _positive, "an integer >= 1"),
     ("CONFIG.DATA.NEW_WIDTH", _positive, "an integer >= 1"),
-    ("CONFIG.DATA.MEAN", lambda v: len(v) in (0, 3), "3 numbers (R, G, B), or [] = the model's"),
+    ("CONFIG.DATA.MEAN", lambda v: len(v) in (0, 3) and _numbers(v),
+     "3 numbers (R, G, B), or [] = the model's"),
     (
         "CONFIG.DATA.STD",
-        lambda v: len(v) in (0, 3) and all(s > 0 for s in v),
+        lambda v: len(v) in (0, 3) and _numbers(v) and all(s > 0 for s in v),
         "3 numbers > 0, or [] = the model's",
     ),
     ("CONFIG.DATA.NUM_WORKERS", _non_negative, "an integer >= 0"),
@@ -237,7 +251,11 @@ def validate_config(cfg: CfgNode) -> None:
     """Raise ConfigError on the first impossible value, naming the key and what is allowed."""
     for key, ok, allowed in _RULES:
         value = lookup_key(cfg, key)
-        if not ok(value):
+        try:
+            fits = ok(value)
+        except (TypeError, ValueError, IndexError):  # entries of another type: ['a', 'b'], None
+            fits = False
+        if not fits:
             raise ConfigError(f"{key} = {value!r} is not allowed: expected {allowed}")
     train = cfg.CONFIG.TRAIN
     if train.LR_FACTORS and len(train.LR_FACTORS) != len(train.LR_MILESTONE) + 1:
@@ -271,6 +289,11 @@ def validate_config(cfg: CfgNode) -> None:
             f"CONFIG.DATA.CROP_SIZE = {data.CROP_SIZE} is larger than "
             f"CONFIG.DATA.TEST_SHORT_SIDE_SIZE = {data.TEST_SHORT_SIDE_SIZE}: the test crops must "
             "fit inside the resized frame; raise TEST_SHORT_SIDE_SIZE (0 = SHORT_SIDE_SIZE)"
+        )
+    if data.NUM_SEGMENT > 1 and data.SAMPLING != "tsn":
+        raise ConfigError(
+            f"CONFIG.DATA.NUM_SEGMENT = {data.NUM_SEGMENT} is read only by CONFIG.DATA.SAMPLING "
+            f"tsn, and SAMPLING is {data.SAMPLING!r}: set SAMPLING tsn, or NUM_SEGMENT 1"
         )
     if cfg.CONFIG.TRAIN.BATCH_SIZE % data.CLIPS_PER_VIDEO:
         raise ConfigError(
