@@ -339,6 +339,26 @@ def test_convert_checkpoint_reads_its_paths_wherever_kwargs_stand(order, monkeyp
     assert e.value.code == 2 and "required: src, out" in capsys.readouterr().err
 
 
+def test_a_second_config_file_is_a_usage_error(capsys):
+    """Two --config-file flags: the first was dropped without a word."""
+    main = _load_wrapper(os.path.join(ROOT, "tools", "train_ddp.py")).main
+    with pytest.raises(SystemExit) as e:
+        main(["--config-file", "a.yaml", "--config-file", "b.yaml", "--dry-run"])
+    assert e.value.code == 2
+    assert "--config-file is given twice (a.yaml and b.yaml)" in capsys.readouterr().err
+
+
+def test_convert_config_refuses_to_write_over_its_input(tmp_path, capsys):
+    from zoo.cli import convert_config
+
+    src = tmp_path / "SLOWFAST.yaml"
+    src.write_text("TRAIN:\n  ENABLE: True\nMODEL:\n  ARCH: slowfast\n")
+    with pytest.raises(SystemExit) as e:
+        convert_config.main(["--from", "pyslowfast", str(src), str(src)])
+    assert e.value.code == 2 and "is the config to convert" in capsys.readouterr().err
+    assert src.read_text().startswith("TRAIN:")
+
+
 def test_flags_after_the_overrides_are_read_as_flags(parse_only):
     """argparse's REMAINDER takes everything after the first override, flags too."""
     main = _load_wrapper(os.path.join(ROOT, "tools", "train_ddp.py")).main

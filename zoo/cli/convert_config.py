@@ -10,6 +10,7 @@ differently; then check the result with ``python tools/train_ddp.py --config-fil
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import List, Optional
 
@@ -30,7 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 @command
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if os.path.exists(args.output) and os.path.samefile(args.config, args.output):
+        parser.error(f"the output {args.output} is the config to convert: write the zoo YAML to "
+                     "another file (the PySlowFast one would be lost)")
     from ..config.convert_pyslowfast import write_converted
 
     name, unmatched, notes = write_converted(args.config, args.output)

@@ -106,12 +106,25 @@ class ToolArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
+class _OneConfigFile(argparse.Action):
+    """``--config-file`` given once: a second one replaced the first without a word (files do
+    not stack on the command line; ``_BASE_`` stacks them)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, "_config_file_given", False):
+            parser.error(f"--config-file is given twice ({getattr(namespace, self.dest)} and "
+                         f"{values}): give one; a file builds on another with _BASE_: other.yaml")
+        namespace._config_file_given = True
+        setattr(namespace, self.dest, values)
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, default: str = "",
                          overrides: bool = True, dry_run: bool = False,
                          required: bool = False) -> None:
     """``--config-file``, ``--extra-modules`` and (with ``overrides``) trailing ``KEY VALUE``
     overrides, spelled the same in every command that reads a config."""
     parser.add_argument("--config-file", default=default, metavar="FILE", required=required,
+                        action=_OneConfigFile,
                         help="YAML config file" + (f" (default: {default})" if default else ""))
     add_extra_modules_argument(parser, "; added to CONFIG.EXTRA_MODULES")
     if dry_run:
