@@ -485,6 +485,21 @@ def test_segments_without_tsn_sampling_stop_with_one_line():
         NUM_SEGMENT == 3
 
 
+def test_command_line_slips_get_the_fix_in_their_line(tmp_path):
+    """KEY=VALUE, a lower-case key, a section at the top level, digits for a name."""
+    with pytest.raises(ConfigError, match=r"write KEY VALUE with a space, not =: "
+                                          r"TRAIN.EPOCH_NUM 2$"):
+        load_config(None, ["TRAIN.EPOCH_NUM=2"])
+    with pytest.raises(ConfigError, match=r"did you mean CONFIG.TRAIN.EPOCH_NUM\?$"):
+        load_config(None, ["train.epoch_num", "2"])
+    with pytest.raises(ConfigError, match=r"did you mean CONFIG.TRAIN \(indent it under CONFIG:"):
+        load_config(_write(tmp_path / "x.yaml", "TRAIN:\n  EPOCH_NUM: 3\n"))
+    cfg = load_config(None, ["LOG.EXP_NAME", "2024", "MODEL.PRETRAINED", "0"])
+    assert cfg.CONFIG.LOG.EXP_NAME == "2024" and cfg.CONFIG.MODEL.PRETRAINED == "0"
+    with pytest.raises(ConfigError, match=r"\"'1.5'\" on the command line"):
+        load_config(None, ["LOG.EXP_NAME", "1.5"])
+
+
 def test_a_gluoncv_only_key_in_a_zoo_file_stops_with_one_line(tmp_path, caplog):
     """DATA.NUM_CROP beside a _BASE_ turned the whole file into a gluoncv one (frames squashed,
     warmup from 0) with a log line blaming WOLRD_URLS, which the file did not have."""

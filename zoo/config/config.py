@@ -92,7 +92,10 @@ def _coerce(value: Any, default: Any, key: str) -> Any:
     if isinstance(default, str):
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{key} = {value!r} has the wrong type: expected a string (quote it)")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)  # a name or tag of digits (EXP_NAME 2024; PRETRAINED 0)
+        raise ConfigError(f"{key} = {value!r} has the wrong type: expected a string (quote it: "
+                          f"'{value}' in YAML, \"'{value}'\" on the command line)")
     if isinstance(default, (list, tuple)):
         if isinstance(value, (list, tuple)):
             return list(value)
@@ -105,7 +108,10 @@ def _coerce(value: Any, default: Any, key: str) -> Any:
 def _unknown_key(full_key: str, node: CfgNode, prefix: str) -> ConfigError:
     here = [f"{prefix}{k}" for k in node.keys()]
     everything = list(flatten_cfg(_C))
-    close = difflib.get_close_matches(full_key, here + everything, n=1, cutoff=0.6)
+    if not prefix and full_key in _C.CONFIG:  # a section written at the top level
+        return ConfigError(f"unknown config key {full_key}; did you mean CONFIG.{full_key} "
+                           f"(indent it under CONFIG:)?")
+    close = difflib.get_close_matches(full_key.upper(), here + everything, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]}?" if close else f"; keys here: {', '.join(sorted(here))}"
     return ConfigError(f"unknown config key {full_key}{hint}")
 
@@ -160,6 +166,12 @@ def _set_key(cfg: CfgNode, full_key: str, value: Any) -> None:
 
 def merge_overrides(cfg: CfgNode, opts: Sequence[str]) -> None:
     """Apply ``["KEY", "VALUE", ...]`` command-line overrides (yacs merge_from_list semantics)."""
+    glued = next((o for o in opts[0::2] if isinstance(o, str) and "=" in o
+                  and not o.startswith(("[", "(", "{", "'", '"'))), None)
+    if glued is not None:
+        key, _, value = glued.partition("=")
+        raise ConfigError(f"override {glued!r}: write KEY VALUE with a space, not =: "
+                          f"{key} {value}")
     if len(opts) % 2:
         raise ConfigError(
             f"overrides must be KEY VALUE pairs; {opts[-1]!r} has no value after it"
