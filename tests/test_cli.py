@@ -339,6 +339,18 @@ def test_convert_checkpoint_reads_its_paths_wherever_kwargs_stand(order, monkeyp
     assert e.value.code == 2 and "required: src, out" in capsys.readouterr().err
 
 
+def test_ctrl_c_ends_a_command_with_one_line_and_130(capsys):
+    from zoo.cli.command import command
+
+    @command
+    def main(argv=None):
+        raise KeyboardInterrupt
+
+    assert main([]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("error: interrupted (Ctrl-C).") and err.count("\n") == 1
+
+
 def test_a_second_config_file_is_a_usage_error(capsys):
     """Two --config-file flags: the first was dropped without a word."""
     main = _load_wrapper(os.path.join(ROOT, "tools", "train_ddp.py")).main

@@ -9,7 +9,8 @@ message of a user error, or the type and message of a bug with its traceback) an
 same codes as every other command: 0 success, 2 a config or usage error (argparse's own usage
 errors too), 1 anything else; a preempted training run exits 75 (zoo/launch/preemption.py).
 Output cut short by its reader (``zoo-list-models | head``) ends the command quietly, as a shell
-tool would: exit 141 (128 + SIGPIPE), nothing on stderr.
+tool would: exit 141 (128 + SIGPIPE), nothing on stderr. Ctrl-C ends it with one line and exit
+130 (128 + SIGINT), as a shell tool would, instead of a traceback.
 The mains under tools/ and datasets/ and the [project.scripts] entry points are the wrapped ones.
 """
 
@@ -37,6 +38,12 @@ def command(main: Main) -> Main:
         except BrokenPipeError:
             _silence_stdout()
             return 141
+        except KeyboardInterrupt:
+            # Ctrl-C reaches every process of the job: one line, not a traceback from each.
+            print("error: interrupted (Ctrl-C). A training run keeps the checkpoints it wrote "
+                  "(CONFIG.TRAIN.AUTO_RESUME True continues from the last); kill -TERM stops it "
+                  "with a checkpoint of the step it is at", file=sys.stderr)
+            return 130
         except Exception as e:
             return report_failure(e)
 
