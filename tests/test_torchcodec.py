@@ -203,6 +203,34 @@ def test_frames_sharing_a_timestamp_are_refused_not_mixed_up(files, tmp_path):
 
 @needs_ffmpeg
 @needs_torchcodec
+def test_a_size_change_mid_stream_is_a_torchcodec_limit_not_a_bad_video(tmp_path):
+    """Two H.264 streams of different sizes, one after the other: PyAV reads them (the second
+    resized to the first's size); torchcodec 0.17 fails on its pre-allocated frame size. That is
+    NotExact (auto reads it with PyAV), not a bad video."""
+    parts = []
+    for k, size in enumerate(("160x120", "320x240")):
+        part = str(tmp_path / f"{k}.h264")
+        _ffmpeg(part, ["-c:v", "libx264", "-f", "h264"],
+                source=["-f", "lavfi", "-i", f"testsrc=size={size}:rate=25:duration=1"])
+        parts.append(open(part, "rb").read())
+    (tmp_path / "both.h264").write_bytes(b"".join(parts))
+    path = str(tmp_path / "both.mp4")
+    _ffmpeg(path, ["-c", "copy"], source=["-f", "h264", "-r", "25", "-i",
+                                          str(tmp_path / "both.h264")])
+    with open_video(path, "pyav") as video:
+        want = video.decode_array([0, 30])
+    try:
+        with open_video(path, "torchcodec") as video:
+            got = video.decode_array([0, 30])
+        assert np.abs(got.astype(int) - want).mean() < 3  # a torchcodec that reads it
+    except NotExact as e:
+        assert "which PyAV decodes" in str(e) and "DECODER auto or pyav" in str(e)
+    with open_video(path, "auto") as video:
+        assert np.abs(video.decode_array([0, 30]).astype(int) - want).mean() < 3
+
+
+@needs_ffmpeg
+@needs_torchcodec
 def test_errors_are_one_line_of_the_shared_kinds(files, tmp_path):
     path, reference = _get(files, "h264_mkv")
     n = len(reference)

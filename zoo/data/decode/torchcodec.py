@@ -60,6 +60,18 @@ def _reason(error: BaseException) -> str:
     return _CPP_PREFIX.sub("", one_line(error))
 
 
+def _pyav_decodes(path: str, indices: List[int]) -> bool:
+    """Whether PyAV decodes the frames ``indices`` of ``path`` (a file torchcodec failed on)."""
+    from .pyav import PyAVReader
+
+    try:
+        with PyAVReader(path) as video:
+            video.decode_array(indices)
+        return True
+    except DecodeError:
+        return False
+
+
 def _import_torchcodec():
     """torchcodec's VideoDecoder, or one ImportError line saying what to install."""
     try:
@@ -173,7 +185,16 @@ class TorchCodecReader(VideoReader):
         except TORCHCODEC.file_errors:
             # Seen on open-GOP H.264: a seek into the last GOP fails although decoding through
             # to it works, so the frames are reached from an earlier keyframe instead.
-            batch, pts = self._decode_through(wanted)
+            try:
+                batch, pts = self._decode_through(wanted)
+            except DecodeError as e:
+                if e.kind != "timeout" and _pyav_decodes(self.path, wanted):
+                    raise NotExact(
+                        f"{self.path}: torchcodec cannot decode frames {wanted[0]}-{wanted[-1]}, "
+                        "which PyAV decodes (a torchcodec limit, e.g. a size change mid-stream): "
+                        "use CONFIG.DATA.DECODER auto or pyav for this file (torchcodec said: "
+                        f"{str(e).split(': ', 1)[-1]})") from None
+                raise
         check_deadline()
         if any(b <= a for a, b in zip(pts, pts[1:])):
             # Frames that share a timestamp (a broken mux) cannot be told apart by it: torchcodec
