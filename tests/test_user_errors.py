@@ -397,3 +397,22 @@ def test_output_cut_short_by_its_reader_ends_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert first.startswith(b"| model |") and err == ""
+
+
+@pytest.mark.parametrize("message, says", [
+    ("DataLoader worker (pid 4242) is killed by signal: Killed. ",
+     "data-loader worker (pid 4242) was killed by signal Killed, from outside zoo: most often "
+     "the kernel's out-of-memory killer (see dmesg)"),
+    ("DataLoader worker (pid 77) is killed by signal: Bus error. It is possible that dataloader's "
+     "workers are out of shared memory.", "shared memory (/dev/shm) ran out"),
+    ("DataLoader worker (pid(s) 12, 13) exited unexpectedly", "(pid 12, 13) exited unexpectedly"),
+])
+def test_a_loader_worker_killed_from_outside_is_not_called_a_bug(message, says, capsys):
+    """The kernel's OOM killer (or a full /dev/shm) ending a loader worker was reported as
+    'unexpected RuntimeError ... an internal error, please report it'."""
+    from zoo.utils.errors import report_failure
+
+    assert report_failure(RuntimeError(message)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: data-loader worker") and says in err
+    assert "internal error" not in err and err.count("\n") == 1

@@ -66,6 +66,31 @@ def one_line(e: BaseException) -> str:
     return "; ".join(lines) if lines else type(e).__name__
 
 
+# torch's messages for a DataLoader worker process that ended from outside zoo's code.
+_WORKER_KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.]+)")
+_WORKER_GONE = re.compile(r"DataLoader worker \(pids?\(?s?\)? ?([\d, ]+)\) exited unexpectedly")
+
+
+def environment_failure(e: BaseException) -> Optional[str]:
+    """The one line for a failure the machine caused, not zoo's code (a data-loader worker
+    killed by the kernel's out-of-memory killer, or by a bus error on a full /dev/shm); None for
+    anything else."""
+    text = str(e)
+    m = _WORKER_KILLED.search(text)
+    if m and "bus error" in m.group(2).lower():
+        return (f"data-loader worker (pid {m.group(1)}) died of a bus error: shared memory "
+                "(/dev/shm) ran out; give the job more (docker run --shm-size=8g, a larger "
+                "/dev/shm), or lower CONFIG.DATA.NUM_WORKERS or the batch size")
+    m = m or _WORKER_GONE.search(text)
+    if m is None:
+        return None
+    how = (f"was killed by signal {m.group(2)}, from outside zoo" if m.re is _WORKER_KILLED
+           else "exited unexpectedly")
+    return (f"data-loader worker (pid {m.group(1).strip()}) {how}: most often the kernel's "
+            "out-of-memory killer (see dmesg); lower CONFIG.DATA.NUM_WORKERS or the batch size, "
+            "or give the job more memory")
+
+
 def exit_code(e: BaseException) -> int:
     """The process exit code for ``e``: its class's ``exit_code`` (2 for a config or usage
     error, like argparse's usage errors), 1 for everything else."""
@@ -89,7 +114,8 @@ def report_failure(e: BaseException, output_dir: Optional[str] = None, rank: int
         The process exit code.
     """
     text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    user = is_user_error(e)
+    environment = environment_failure(e)
+    user = is_user_error(e) or environment is not None
     make_file = output_dir if (not user or not console) else None
     if getattr(e, "zoo_traceback_logged", False):
         log_path = write_to_log_file(f"{type(e).__name__}: {one_line(e)} (traceback above)",
@@ -97,7 +123,7 @@ def report_failure(e: BaseException, output_dir: Optional[str] = None, rank: int
     else:
         log_path = write_to_log_file(text.rstrip(), make_file, rank)
     if user:
-        line = f"error: {one_line(e)}"
+        line = f"error: {environment or one_line(e)}"
     else:
         if log_path is None and console:
             sys.stderr.write(text)  # nowhere else to keep it
