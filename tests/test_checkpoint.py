@@ -100,6 +100,21 @@ def test_what_is_not_a_checkpoint_is_named(tmp_path):
         read_state_dict(str(cut))
 
 
+def test_a_damaged_checkpoint_of_the_run_names_the_way_back(tmp_path):
+    """Resuming from the run's own damaged checkpoint: nothing to download again; the line says
+    to move it aside (the one before it is taken) or name an earlier epoch."""
+    from zoo.train.checkpoint import load_training_state
+
+    good = tmp_path / "epoch_3.pth"
+    torch.save({"model": {"w": torch.zeros(64, 64)}}, str(good))
+    good.write_bytes(good.read_bytes()[:2000])
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(RuntimeError) as e:
+        load_training_state(str(good), load_config(None, []), model, None, None)
+    assert f"move it out of {tmp_path} to resume from the one before it" in str(e.value)
+    assert "CONFIG.TRAIN.RESUME_EPOCH" in str(e.value) and "download" not in str(e.value)
+
+
 def test_keep_last_and_best(tmp_path):
     for epoch in range(1, 6):
         save_checkpoint(str(tmp_path), {"epoch": epoch}, epoch, keep_last=2, is_best=epoch == 2)

@@ -274,7 +274,16 @@ def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, 
             up to six keys), or cannot be read.
     """
     logger = logger or logging.getLogger("zoo")
-    ckpt = load_checkpoint(path)
+    try:
+        ckpt = load_checkpoint(path)
+    except CheckpointError as e:
+        if "cut short or damaged" not in str(e):
+            raise
+        # The run's own file: nothing to download again; the one before it is there.
+        raise CheckpointError(
+            f"{path}: cut short or damaged (zoo writes checkpoints whole, so a disk or a copy "
+            f"damaged it): move it out of {os.path.dirname(path) or '.'} to resume from the one "
+            "before it, or name an earlier epoch with CONFIG.TRAIN.RESUME_EPOCH") from None
     diffs = config_differences(ckpt.get("cfg", ""), cfg)
     if diffs:
         raise CheckpointError(
