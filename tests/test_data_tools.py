@@ -133,6 +133,22 @@ def test_a_group_stays_on_one_side_and_every_class_gets_both_sides(tmp_path):
     assert {recording(p) for p, _ in train} & {recording(p) for p, _ in val}
 
 
+def test_a_link_and_its_target_stay_on_one_side_and_links_to_nothing_are_left_out(tmp_path,
+                                                                                   capsys):
+    """A symbolic link beside its target (or another link to it) is one video: it went to train
+    while its target went to val. A link to nothing was listed as a video."""
+    _touch(tmp_path / "v", [f"a/{i:02d}.mp4" for i in range(30)] + ["b/x.mp4", "b/y.mp4"])
+    for i in range(30):
+        os.symlink(f"{i:02d}.mp4", tmp_path / "v" / "a" / f"link{i:02d}.mp4")
+    os.symlink("gone.mp4", tmp_path / "v" / "b" / "dangling.mp4")
+    train, val = _make_lists(tmp_path, "--val-fraction", "0.5")
+    real = lambda path: os.path.realpath(tmp_path / "v" / path)  # noqa: E731
+    assert not {real(p) for p, _ in train} & {real(p) for p, _ in val}
+    assert any("link" in p for p, _ in val) or any("link" in p for p, _ in train)
+    assert all("dangling" not in p for p, _ in train | val)
+    assert "left out 1 symbolic link(s) to nothing, e.g. b/dangling.mp4" in capsys.readouterr().out
+
+
 def test_a_group_pattern_that_matches_nothing_or_does_not_compile_stops(tmp_path, capsys):
     _touch(tmp_path / "v", ["a/x.mp4", "b/y.mp4"])
     main = _script("datasets/build_lists_from_folders.py").main

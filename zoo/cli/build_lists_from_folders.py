@@ -56,10 +56,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     # The same classes and files as training on the folder itself (CONFIG.DATA.TRAIN_ANNO_PATH
     # = the folder): hidden folders and files are passed over.
     records, classes = class_folder_records(args.root)
+    records = _without_dangling_links(records, args.root)
     try:
         keys, matched = group_keys([r.path for r in records], args.group)
     except GroupPatternError as e:
         raise UsageError(str(e)) from e
+    keys = _same_file_same_side(records, keys, args.root)
     train_records, val_records = hold_out(records, args.val_fraction, args.seed, keys)
     train = [(r.path, r.label) for r in train_records]
     val = [(r.path, r.label) for r in val_records]
@@ -75,6 +77,26 @@ def main(argv: Optional[List[str]] = None) -> int:
               "their own)")
     _name_one_sided(classes, train, val, args.val_fraction)
     return 0
+
+
+def _without_dangling_links(records, root: str) -> list:
+    """The records whose file exists: a symbolic link to nothing is left out, with one line."""
+    gone = [r.path for r in records if not os.path.exists(os.path.join(root, r.path))]
+    if gone:
+        print(f"left out {len(gone)} symbolic link(s) to nothing, e.g. {gone[0]}")
+    return [r for r in records if r.path not in set(gone)] if gone else list(records)
+
+
+def _same_file_same_side(records, keys: List[str], root: str) -> List[str]:
+    """``keys`` with every file that is a link to another listed file (or its target) in the
+    group of the first of them, so that one video is never on both sides of the split."""
+    first: dict = {}
+    out = list(keys)
+    for i, record in enumerate(records):
+        real = os.path.realpath(os.path.join(root, record.path))
+        j = first.setdefault(real, i)
+        out[i] = out[j]
+    return out
 
 
 def _name_one_sided(classes, train, val, fraction: float) -> None:
