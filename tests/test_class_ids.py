@@ -24,7 +24,8 @@ from zoo.data.lists.sources import class_folder_records, kinetics_stem, visible_
 
 SMALL = ["DATA.CLIP_LEN", "4", "DATA.FRAME_RATE", "2", "DATA.CROP_SIZE", "28",
          "DATA.SHORT_SIDE_SIZE", "32", "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]",
-         "DATA.TEST_NUM_SEGMENT", "1", "DATA.TEST_NUM_CROP", "1", "DATA.NUM_WORKERS", "0"]
+         "DATA.TEST_NUM_SEGMENT", "1", "DATA.TEST_NUM_CROP", "1", "DATA.NUM_WORKERS", "0",
+         "DATA.NUM_CLASSES", "0"]  # count the classes the training data names
 
 
 def _videos(root, names):
