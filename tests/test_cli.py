@@ -162,7 +162,7 @@ def test_predict_takes_trailing_overrides(tmp_path, capsys):
 
 
 def test_predict_reads_the_videos_of_a_folder_and_stops_on_one_without_any(tmp_path, capsys):
-    from zoo.cli.predict import parse_args
+    from zoo.cli.predict import parse_args, videos_of
     from zoo.utils.errors import UsageError
 
     for name in ("b/2.MTS", "b/1.mp4", "a.webm", "notes.txt", ".hidden/x.mp4", "b/._1.mp4"):
@@ -172,13 +172,15 @@ def test_predict_reads_the_videos_of_a_folder_and_stops_on_one_without_any(tmp_p
     args = parse_args(["--checkpoint", "m.pth", str(tmp_path / "v"), "one.mp4", "DATA.CLIP_LEN",
                        "8"])
     folder = str(tmp_path / "v")
-    assert args.videos == [os.path.join(folder, "a.webm"), os.path.join(folder, "b", "1.mp4"),
-                           os.path.join(folder, "b", "2.MTS"), "one.mp4"]
+    assert args.videos == [folder, "one.mp4"]  # read once the checkpoint says videos or images
+    assert videos_of(args.videos) == [
+        os.path.join(folder, "a.webm"), os.path.join(folder, "b", "1.mp4"),
+        os.path.join(folder, "b", "2.MTS"), "one.mp4"]
     assert args.opts == ["DATA.CLIP_LEN", "8"]
     said = capsys.readouterr().err  # the files of the folder it does not read, once
     assert f"{folder}: 1 file(s) passed over, not of a video extension (e.g. notes.txt)" in said
     with pytest.raises(UsageError, match="the folder .*empty' holds no video file"):
-        parse_args(["--checkpoint", "m.pth", str(tmp_path / "empty")])
+        videos_of([str(tmp_path / "empty")])
     args = parse_args(["--checkpoint", "m.pth", "one.mp4", "--window", "2", "--stride", "1"])
     assert (args.window, args.stride) == (2.0, 1.0)
     for wrong in (["--stride", "1"], ["--window", "-2"], ["--topk", "0"]):

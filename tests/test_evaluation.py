@@ -4,6 +4,7 @@ test's outputs name the list tested and never outlive a later test that stopped.
 
 import csv
 import json
+import math
 import os
 
 import pytest
@@ -43,6 +44,40 @@ def test_two_rank_evaluation_equals_one_rank_on_an_odd_dataset(tmp_path, synth_r
     assert [r["pred"] for r in one[1]] == [r["pred"] for r in two[1]]
     assert (tmp_path / "two" / "confusion_matrix.csv").is_file()
     assert (tmp_path / "two" / "confusion_matrix.png").stat().st_size > 1000
+
+
+def _scored(batches):
+    """evaluate() of a model whose logits are its input: a batch of logits (B, V, K) is one of
+    V views per video, (B, K) one clip per video."""
+    from zoo.infer.evaluator import evaluate
+
+    loader = [(logits.view(*logits.shape, 1, 1, 1), torch.tensor(labels),
+               torch.arange(start, start + len(labels)), torch.zeros(len(labels)))
+              for start, (logits, labels) in batches]
+    return evaluate(torch.nn.Flatten(), loader, torch.device("cpu"))
+
+
+def test_validation_loss_is_the_cross_entropy_of_the_logits_without_a_cap():
+    """A diverged run's wrong videos score their real cross-entropy (thousands), not the
+    -log(1e-12) = 27.63 a clamped softmax probability gives whatever the logits."""
+    # Video 0: two views that both miss class 0 by 3000 and 5000; the log of their mean
+    # probability is -3000 - log 2. Video 1: two views, right by a wide margin (loss ~0).
+    logits = torch.tensor([[[0.0, 3000.0, 0.0], [0.0, 0.0, 5000.0]],
+                           [[900.0, 0.0, 0.0], [800.0, 0.0, 0.0]]])
+    m = _scored([(0, (logits, [0, 0]))])
+    assert m["loss"] == pytest.approx((3000 + math.log(2)) / 2, rel=1e-6)
+    assert m["top1"] == 50.0
+    worse = _scored([(0, (logits * 8, [0, 0]))])  # the same errors, larger: a larger loss
+    assert worse["loss"] == pytest.approx((24000 + math.log(2)) / 2, rel=1e-6)
+    # Where nothing underflows it is -log of the view-averaged probability (what the metrics
+    # rank), and for one view the cross-entropy of its logits.
+    torch.manual_seed(0)
+    mild = torch.randn(4, 3, 5)
+    labels = [1, 4, 0, 2]
+    want = -torch.log(mild.softmax(2).mean(1)[torch.arange(4), labels]).mean()
+    assert _scored([(0, (mild, labels))])["loss"] == pytest.approx(float(want), rel=1e-5)
+    want = torch.nn.functional.cross_entropy(mild[:, 0], torch.tensor(labels))
+    assert _scored([(0, (mild[:, 0], labels))])["loss"] == pytest.approx(float(want), rel=1e-5)
 
 
 def test_topk_is_clipped_to_the_class_count():

@@ -105,3 +105,52 @@ def test_a_zoo_run_exports_with_its_classes_kwargs_and_ema(tmp_path):
         got, want = exported(clip), ema.eval()(clip)
     assert got.shape == (1, 5)
     assert (got - want).abs().max() < 1e-4
+
+
+# A small VideoMAE built for 4-frame 32 px clips (its sine position table follows the clip).
+SMALL_VIDEOMAE = dict(embed_dim=64, depth=2, num_heads=4, frames=4, crop_size=32)
+
+
+def test_a_converted_checkpoint_exports_at_the_clip_its_kwargs_build(tmp_path):
+    """A converted checkpoint records MODEL.KWARGS only (no DATA.CLIP_LEN / CROP_SIZE): the
+    example clip is the one its kwargs frames / crop_size build the model for, and the ONNX
+    graph takes the model's real clips."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from zoo.utils.checkpoint_io import make_checkpoint
+
+    torch.manual_seed(0)
+    model = zoo.create_model("videomae_vit_s", num_classes=3, **SMALL_VIDEOMAE).eval()
+    pairs = [x for k, v in SMALL_VIDEOMAE.items() for x in (k, repr(v))]  # as the converter
+    cfg = ("CONFIG:\n  MODEL:\n    NAME: videomae_vit_s\n"
+           f"    KWARGS: {json.dumps(pairs)}\n  DATA:\n    NUM_CLASSES: 3\n")
+    ckpt = tmp_path / "vmae.pth"
+    torch.save(make_checkpoint(model.state_dict(), cfg,
+                               converted_from={"scheme": "huggingface"}), ckpt)
+    result = export_model(None, str(tmp_path / "e"), ("onnx",), pretrained=str(ckpt))
+    session = ort.InferenceSession(result["onnx"]["path"], providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].shape[1:] == [3, 4, 32, 32]
+    clip = torch.randn(2, 3, 4, 32, 32)
+    (got,) = session.run(["logits"], {"clip": clip.numpy()})
+    with torch.no_grad():
+        assert (torch.from_numpy(got) - model(clip)).abs().max() < 1e-4
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit:FutureWarning")
+def test_export_takes_the_clip_from_kwargs_and_names_its_own_flags(tmp_path):
+    """--model mvit_v2_s --kwargs frames 4 crop_size 64 exports at 4 x 64 (not the facts'
+    16 x 224, which the model refuses); a refused --input-shape is one line naming zoo-export's
+    flags, not a training run's config keys."""
+    from zoo.infer.export import ExportError
+
+    kwargs = dict(frames=4, crop_size=64, depth=3, embed_dim=16, dim_mul=[[1, 2.0]],
+                  head_mul=[[1, 2.0]], pool_q_stride=[[1, 1, 2, 2]])
+    result = export_model("mvit_v2_s", str(tmp_path), ("torchscript",), num_classes=3,
+                          model_kwargs=kwargs)
+    assert result["torchscript"]["max_abs_diff"] < 1e-4
+    with pytest.raises(ExportError) as e:
+        export_model("mvit_v2_s", str(tmp_path), ("torchscript",), num_classes=3,
+                     model_kwargs=kwargs, input_shape=(1, 3, 8, 64, 64))
+    text = str(e.value)
+    assert "\n" not in text and "DATA." not in text
+    assert "--input-shape 1 3 4 64 64" in text and "--kwargs frames" in text

@@ -135,6 +135,30 @@ def test_hub_folder_loads_with_create_model_and_converts(tmp_path):
     _same_logits(model, hf)
 
 
+def test_a_converted_hub_folder_records_the_class_names_of_id2label(tmp_path):
+    """config.json's id2label becomes the converted checkpoint's ``classes`` (the names testing
+    and prediction print), when it names every class; transformers' placeholder LABEL_<id>
+    names and a mapping that misses a class are not recorded."""
+    from zoo.config import get_cfg
+    from zoo.infer.checkpoint_model import checkpoint_model
+    from zoo.utils.checkpoint_io import load_checkpoint
+
+    names = ["abseiling", "air drumming", "archery", "baking", "bowling"]
+    _hf_model().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    cases = [({str(i): n for i, n in enumerate(names)}, names),
+             ({str(i): f"LABEL_{i}" for i in range(CLASSES)}, []),
+             ({str(i): names[i] for i in range(CLASSES - 1)}, [])]
+    for id2label, want in cases:
+        config["id2label"] = id2label
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        out = str(tmp_path / "zoo.pth")
+        convert_checkpoint(str(tmp_path), out, "huggingface", "videomae_vit_b", dict(TINY))
+        state = load_checkpoint(out)
+        assert state.get("classes", []) == want
+        assert checkpoint_model(get_cfg(), out, state).classes == want
+
+
 @pytest.mark.parametrize("key", ["qv_bias", "qkv_bias"])
 def test_the_q_v_bias_flag_is_read_under_both_names(tmp_path, key):
     hf = _hf_model(**{BIAS_FLAG: False})

@@ -5,9 +5,11 @@ check each export against eager.
     zoo-export --model slowfast_4x16_resnet50 --format onnx \\
         --kwargs width 8 depth 18 --input-shape 1 3 16 32 32 --out /tmp/sf_small
 
-The example input defaults to batch 1 at the model's facts (frames, crop); the exported graph
-keeps its T, H, W and a free batch axis. Exit status 1 when an export differs from eager by more
-than --atol + --rtol x max |logit|.
+The example input defaults to batch 1 at the clip the model is built for: its --kwargs (or a
+checkpoint's recorded MODEL.KWARGS) frames / crop_size where the model takes them (MViT,
+VideoMAE), else the clip a zoo run's checkpoint was trained on, else the model's facts (frames,
+crop); the exported graph keeps its T, H, W and a free batch axis. Exit status 1 when an export
+differs from eager by more than --atol + --rtol x max |logit|.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kwargs", nargs="+", default=[], metavar="KEY VALUE",
                         help="builder arguments as KEY VALUE pairs")
     parser.add_argument("--input-shape", nargs="+", type=int, default=None, metavar="N",
-                        help="example input shape, e.g. 1 3 32 224 224")
+                        help="example input shape, e.g. 1 3 32 224 224 (default: the clip "
+                        "the --kwargs frames / crop_size build the model for, else its facts)")
     parser.add_argument("--atol", type=float, default=1e-4,
                         help="accepted max |exported - eager| (plus --rtol x max |logit|)")
     parser.add_argument("--rtol", type=float, default=1e-5,

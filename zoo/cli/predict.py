@@ -11,7 +11,10 @@ are the config the checkpoint was trained with, which every zoo training checkpo
     zoo-predict --config-file x.yaml --checkpoint ckpt.pth a.mp4 [KEY VALUE ...]
 
 A folder stands for the video files under it (any depth, sorted; hidden files and folders are
-passed over; the extensions of zoo.data.lists.records.VIDEO_EXTS count). With --window a video is
+passed over; the extensions of zoo.data.lists.records.VIDEO_EXTS count). A checkpoint trained on
+images (DATA.DATASET ImageFolderDataset or ImageListDataset) scores image files instead, as
+tools/test_ddp.py does (the "image" decoder, TEST_NUM_CROP views): a folder stands for the image
+files under it (IMAGE_EXTS), and --window is refused. With --window a video is
 scored window by window (each read as testing reads a video: its TEST_NUM_SEGMENT x TEST_NUM_CROP
 views inside the window), one every --stride seconds.
 
@@ -93,20 +96,21 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.window < 0 or args.stride < 0 or (args.stride and not args.window):
         p.error(f"--window {args.window:g} --stride {args.stride:g}: both are seconds >= 0, and "
                 "--stride needs --window")
-    args.videos = videos_of(args.videos)
     return args
 
 
-def videos_of(paths: List[str]) -> List[str]:
-    """``paths`` with each folder replaced by the video files under it (sorted, hidden entries
-    passed over); files are kept as given.
+def videos_of(paths: List[str], images: bool = False) -> List[str]:
+    """``paths`` with each folder replaced by the video files under it (the image files, with
+    ``images``: for a checkpoint trained on images), sorted, hidden entries passed over; files
+    are kept as given.
 
     Raises:
-        UsageError: A folder holds no video file.
+        UsageError: A folder holds no file of the kind.
     """
-    from ..data.lists.records import VIDEO_EXTS
+    from ..data.lists.records import IMAGE_EXTS, VIDEO_EXTS
     from ..data.lists.sources import visible_walk
 
+    exts, kind = (IMAGE_EXTS, "image") if images else (VIDEO_EXTS, "video")
     out = []
     for path in paths:
         if not os.path.isdir(path):
@@ -115,17 +119,19 @@ def videos_of(paths: List[str]) -> List[str]:
         found, skipped = [], []
         for folder, _, names in visible_walk(path):
             for f in names:
-                if f.lower().endswith(VIDEO_EXTS):
+                if f.lower().endswith(exts):
                     found.append(os.path.join(folder, f))
                 else:
                     skipped.append(os.path.relpath(os.path.join(folder, f), path))
         if not found:
-            raise UsageError(f"the folder {path!r} holds no video file (these extensions count: "
-                             f"{' '.join(VIDEO_EXTS)})")
+            trained = " (the checkpoint was trained on images)" if images else ""
+            raise UsageError(f"the folder {path!r} holds no {kind} file{trained} (these "
+                             f"extensions count: {' '.join(exts)})")
         if skipped:
-            print(f"{path}: {len(skipped)} file(s) passed over, not of a video extension (e.g. "
-                  f"{skipped[0]}); name a file on the command line to predict it anyway",
-                  file=sys.stderr)
+            article = "an" if images else "a"
+            print(f"{path}: {len(skipped)} file(s) passed over, not of {article} {kind} "
+                  f"extension (e.g. {skipped[0]}); name a file on the command line to predict "
+                  "it anyway", file=sys.stderr)
         out += found
     return out
 
@@ -201,6 +207,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         state = load_checkpoint(args.checkpoint)
     predictor = Predictor(cfg, args.checkpoint, _device(args.device), state)
     del state  # the model holds its weights: the rest (optimizer state) is freed
+    # Folders are read once the checkpoint says whether it scores videos or images.
+    args.videos = videos_of(args.videos, images=predictor.images)
     results = predictor.predict(args.videos, args.topk, args.window, args.stride)
     if args.json:
         print(json.dumps(results, indent=2))

@@ -1,8 +1,11 @@
 """Clip transforms on tensors: uint8 frames ``(T, H, W, C)`` in, normalised ``(C, T, H, W)`` out.
 
 Every crop is cut from the decoded frames first and then resized to ``crop_size`` in one step, which
-is the same picture as "resize the short side, then crop" up to a border pixel but touches only the
-pixels that are kept (on a 340x256 clip ~10x less work than resizing whole float frames). Frames
+touches only the pixels that are kept (on a 340x256 clip ~10x less work than resizing whole float
+frames). It is nearly, not exactly, "resize the short side, then crop": the box is rounded to whole
+decoded pixels (:func:`_source_side`, :func:`crop_boxes`), so against torchvision's ``Resize(256)``
++ ``CenterCrop(224)`` a 480x640 frame's crop sits 0.4 to 0.6 output pixels to the right and the
+pixel values differ slightly (docs/datasets.md, "Transforms", gives the numbers). Frames
 stay uint8 until the final normalisation: torch's antialiased bilinear resize has a fast uint8
 path. Colour jitter is torchvision's ``transforms.v2.ColorJitter`` with one draw per clip, so
 every frame of a clip gets the same change; so do RandAugment and random erasing

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import torch.nn as nn
 
 from ..config import lookup_key
-from ..models import build_model
+from ..models import build_model, parse_model_kwargs
 from ..models.classifier import head_keys
 from ..utils.checkpoint_io import CheckpointError, load_checkpoint, recorded_config
 
@@ -220,10 +220,11 @@ def model_from_checkpoint(cfg, path: str) -> Tuple[Any, nn.Module]:
 
 def zoo_run_model(path: str, state: Dict[str, Any], name: Optional[str] = None,
                   num_classes: Optional[int] = None,
-                  kwargs: Optional[Dict[str, Any]] = None) -> Tuple[str, nn.Module, int]:
-    """``(model name, model, class count)`` of a zoo run's checkpoint, for tools without a
-    config (export): the model, kwargs and class count it records, each unless given; a given
-    value that differs is reported and the checkpoint's used (:func:`checkpoint_model`).
+                  kwargs: Optional[Dict[str, Any]] = None
+                  ) -> Tuple[str, nn.Module, int, Dict[str, Any]]:
+    """``(model name, model, class count, builder kwargs)`` of a zoo run's checkpoint, for tools
+    without a config (export): the model, kwargs and class count it records, each unless given;
+    a given value that differs is reported and the checkpoint's used (:func:`checkpoint_model`).
 
     Raises:
         CheckpointError: the checkpoint records no model name and ``name`` is None.
@@ -242,4 +243,5 @@ def zoo_run_model(path: str, state: Dict[str, Any], name: Optional[str] = None,
     values["CONFIG.DATA.NUM_CLASSES"] = values["CONFIG.DATA.NUM_CLASSES"] or 0
     values["CONFIG.MODEL.KWARGS"] = values["CONFIG.MODEL.KWARGS"] or []
     cfg, model, _ = checkpoint_model(_with(get_cfg(), values), path, state, check_input=False)
-    return cfg.CONFIG.MODEL.NAME, model, int(cfg.CONFIG.DATA.NUM_CLASSES)
+    return (cfg.CONFIG.MODEL.NAME, model, int(cfg.CONFIG.DATA.NUM_CLASSES),
+            parse_model_kwargs(list(cfg.CONFIG.MODEL.KWARGS)))

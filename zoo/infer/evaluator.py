@@ -5,6 +5,7 @@ over every video exactly once. No shared file system is needed."""
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Dict
 
 import torch
@@ -27,12 +28,13 @@ def run_inference(model: nn.Module, loader, device: torch.device,
     per video, whose softmax scores are averaged.
 
     Returns:
-        On every rank: ``{"index", "probs", "labels"}`` tensors sorted by dataset index with each
-        video once, and ``n_bad`` (bad videos skipped while loading, summed over ranks).
+        On every rank: ``{"index", "probs", "labels", "nll"}`` tensors sorted by dataset index
+        with each video once (``nll``: each video's :func:`video_nll`), and ``n_bad`` (bad videos
+        skipped while loading, summed over ranks).
     """
     was_training = model.training
     model.eval()
-    indices, probs, labels = [], [], []
+    indices, probs, labels, nll = [], [], [], []
     n_bad = 0
     iterator = loader
     if show_progress(progress):
@@ -45,14 +47,15 @@ def run_inference(model: nn.Module, loader, device: torch.device,
         clips = clips.to(device, non_blocking=True)
         if clips.dim() == 6:
             b, v = clips.shape[:2]
-            logits = model(clips.flatten(0, 1))
-            p = F.softmax(logits.float(), dim=1).view(b, v, -1).mean(dim=1)
+            logits = model(clips.flatten(0, 1)).float().view(b, v, -1)
         else:
-            p = F.softmax(model(clips).float(), dim=1)
+            logits = model(clips).float().unsqueeze(1)
+        p = F.softmax(logits, dim=2).mean(dim=1)
         indices.append(index.cpu())
         # Kept on the device: one copy to the host after the last batch instead of a wait for
         # the device after every batch.
         probs.append(p)
+        nll.append(video_nll(logits, target.to(p.device, non_blocking=True)))
         labels.append(target.cpu())
         n_bad += int(bad.sum())
     model.train(was_training)
@@ -61,11 +64,13 @@ def run_inference(model: nn.Module, loader, device: torch.device,
         torch.cat(probs).cpu() if probs else torch.zeros(0),
         torch.cat(labels) if labels else torch.zeros(0, dtype=torch.long),
         n_bad,
+        torch.cat(nll).cpu() if nll else torch.zeros(0),
     )
     gathered = comm.all_gather_object(local)
     all_idx = torch.cat([g[0] for g in gathered])
     all_probs = torch.cat([g[1] for g in gathered if g[1].numel()])
     all_labels = torch.cat([g[2] for g in gathered])
+    all_nll = torch.cat([g[4] for g in gathered])
     order = torch.argsort(all_idx, stable=True)
     all_idx, all_probs, all_labels = all_idx[order], all_probs[order], all_labels[order]
     keep = torch.ones_like(all_idx, dtype=torch.bool)
@@ -74,18 +79,42 @@ def run_inference(model: nn.Module, loader, device: torch.device,
         "index": all_idx[keep],
         "probs": all_probs[keep],
         "labels": all_labels[keep],
+        "nll": all_nll[order][keep],
         "n_bad": sum(g[3] for g in gathered),
     }
 
 
+def video_nll(view_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Each video's cross-entropy: ``-log`` of its label's softmax probability averaged over its
+    views (the probabilities the metrics rank), from the logits and without a floor.
+
+    ``log mean_v softmax(z_v) = logsumexp_v(log_softmax(z_v)) - log V``: exact where the
+    probabilities underflow float32 (a diverged run's wrong videos score thousands, not the
+    ``-log 1e-12`` = 27.63 a clamped probability gives). One view is plain cross-entropy.
+
+    Args:
+        view_logits: ``(B, V, num_classes)`` float logits, V views per video.
+        labels: ``(B,)`` class ids.
+
+    Returns:
+        ``(B,)`` losses.
+    """
+    log_probs = F.log_softmax(view_logits, dim=2)
+    picked = log_probs.gather(2, labels.view(-1, 1, 1).expand(-1, view_logits.shape[1], 1))
+    views = view_logits.shape[1]
+    return math.log(views) - torch.logsumexp(picked.squeeze(2), dim=1)
+
+
 def evaluate(model: nn.Module, loader, device: torch.device,
              progress: bool = False) -> Dict[str, Any]:
-    """top1/top5/mean class accuracy (percent) and loss over the whole split, same on every rank."""
+    """top1/top5/mean class accuracy (percent) and loss over the whole split, same on every rank.
+
+    ``loss`` is the mean over videos of each video's cross-entropy (:func:`video_nll`: of the
+    view-averaged probabilities), computed from the logits without a cap."""
     out = run_inference(model, loader, device, progress=progress)
     probs, labels = out["probs"], out["labels"]
     metrics = classification_metrics(probs, labels)
-    picked = probs.gather(1, labels.view(-1, 1)).clamp_min(1e-12)
-    metrics["loss"] = float(-picked.log().mean()) if labels.numel() else 0.0
+    metrics["loss"] = float(out["nll"].double().mean()) if labels.numel() else 0.0
     metrics["num_videos"] = int(labels.numel())
     metrics["skipped_videos"] = out["n_bad"]
     metrics["_raw"] = out

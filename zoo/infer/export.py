@@ -137,8 +137,10 @@ def export_model(
             that differs is reported and the checkpoint's used) and its EMA weights when it has
             them. Other weights (a file in another project's format, a tag, a URL) load into
             the model ``name`` builds.
-        input_shape: Example input shape (default: batch 1 at the clip length and crop a zoo
-            run's checkpoint was trained on, else at the model's facts).
+        input_shape: Example input shape (default: batch 1 at the clip the model is built
+            for: its kwargs ``frames`` / ``crop_size`` where it takes them (MViT, VideoMAE; a
+            converted checkpoint records only those), else the clip length and crop a zoo run's
+            checkpoint was trained on, else the model's facts).
         verify: Run each export and compare its logits with eager.
         atol: Accepted max-abs difference ...
         rtol: ... plus this fraction of the largest eager logit (float32 rounding grows with
@@ -151,7 +153,7 @@ def export_model(
 
     Raises:
         ExportError: when a verified export differs from eager by more than
-            ``atol + rtol * max_abs_logit``.
+            ``atol + rtol * max_abs_logit``, or the model does not run on the example clip.
     """
     from ..models.build import model_facts
     from ..models.flops import facts_input_shape
@@ -160,12 +162,18 @@ def export_model(
     if unknown:
         raise ValueError(f"unknown export formats {unknown}; choose from {FORMATS}")
     torch.manual_seed(seed)
-    name, model, trained_on = _model_to_export(name, num_classes, pretrained, model_kwargs)
+    name, model, trained_on, built_for = _model_to_export(name, num_classes, pretrained,
+                                                          model_kwargs)
     model.eval()
-    shape = tuple(input_shape or facts_input_shape({**model_facts(name), **trained_on}))
+    clip = {**model_facts(name), **trained_on, **built_for}
+    shape = tuple(input_shape or facts_input_shape(clip))
     example = torch.randn(shape)
-    with torch.no_grad():
-        scale = model(example).abs().max().item()
+    try:
+        with torch.no_grad():
+            scale = model(example).abs().max().item()
+    except UserError as e:  # the model's own line names the config keys of a training run
+        raise ExportError(_clip_refused(name, shape, tuple(facts_input_shape(clip)),
+                                        type(e).__name__)) from None
     os.makedirs(out_dir, exist_ok=True)
     results: Dict[str, Dict[str, Any]] = {}
     for fmt in formats:
@@ -176,19 +184,38 @@ def export_model(
     return results
 
 
+# Builder kwargs that fix the clip a model is built for (MViT's and VideoMAE's position tables),
+# as the model-facts keys of that clip.
+_CLIP_KWARGS = (("frames", "input_frames"), ("crop_size", "crop_size"))
+
+
+def clip_of_kwargs(kwargs: Optional[Dict[str, Any]]) -> Dict[str, int]:
+    """The clip builder ``kwargs`` build a model for, as model-facts keys (``input_frames``,
+    ``crop_size``): those of :data:`_CLIP_KWARGS` it gives as positive integers."""
+    clip = {}
+    for kwarg, fact in _CLIP_KWARGS:
+        value = (kwargs or {}).get(kwarg)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            clip[fact] = value
+    return clip
+
+
 def _model_to_export(name: Optional[str], num_classes: Optional[int], pretrained: Optional[str],
                      model_kwargs: Optional[Dict[str, Any]]
-                     ) -> Tuple[str, nn.Module, Dict[str, int]]:
-    """``(name, model, the clip it was trained on)`` with the weights of ``pretrained`` (see
-    :func:`export_model`); the clip as model-facts keys (``input_frames``, ``crop_size``), only
-    those a zoo run's checkpoint records."""
+                     ) -> Tuple[str, nn.Module, Dict[str, int], Dict[str, int]]:
+    """``(name, model, the clip it was trained on, the clip it is built for)`` with the weights
+    of ``pretrained`` (see :func:`export_model`); each clip as model-facts keys
+    (``input_frames``, ``crop_size``): the first only those a zoo run's checkpoint records in
+    DATA, the second only those its builder kwargs (the checkpoint's, else ``model_kwargs``)
+    give (:func:`clip_of_kwargs`)."""
     from ..models.build import create_model
     from ..utils.checkpoint_io import recorded_config
     from .checkpoint_model import read_zoo_run, zoo_run_model
 
     state = read_zoo_run(pretrained) if pretrained else None
     if state is not None:
-        name, model, classes = zoo_run_model(pretrained, state, name, num_classes, model_kwargs)
+        name, model, classes, kwargs = zoo_run_model(pretrained, state, name, num_classes,
+                                                     model_kwargs)
         logger.info("%s: a zoo checkpoint of %s, %d classes%s", pretrained, name, classes,
                     ", its EMA weights" if state.get("ema") else "")
         config = recorded_config(state).get("CONFIG")
@@ -198,13 +225,23 @@ def _model_to_export(name: Optional[str], num_classes: Optional[int], pretrained
             for key, fact in (("CLIP_LEN", "input_frames"), ("CROP_SIZE", "crop_size")):
                 if isinstance(data.get(key), int) and data[key] > 0:
                     trained_on[fact] = data[key]
-        return name, model, trained_on
+        return name, model, trained_on, clip_of_kwargs(kwargs)
     if not name:
         raise ExportError("--model is required: " + (
             f"--pretrained {pretrained} is not a zoo run's checkpoint, so it names no model"
             if pretrained else "name the registered model to export"))
     return name, create_model(name, num_classes=num_classes, pretrained=pretrained,
-                              **(model_kwargs or {})), {}
+                              **(model_kwargs or {})), {}, clip_of_kwargs(model_kwargs)
+
+
+def _clip_refused(name: str, shape: Tuple[int, ...], built: Tuple[int, ...], error: str) -> str:
+    """The one line for a model that refuses the example clip ``shape``, in zoo-export's own
+    flags: ``built`` is the clip its kwargs / facts describe."""
+    fix = (f"give --input-shape {' '.join(map(str, built))} (the clip its --kwargs frames / "
+           "crop_size build it for), or " if built != shape else "give ")
+    return (f"{name} does not run on the example clip {' '.join(map(str, shape))} ({error}): "
+            f"{fix}--kwargs frames T crop_size S to build it for a clip of T frames x S px "
+            "with --input-shape 1 3 T S S")
 
 
 def _export_one(fmt: str, name: str, model: nn.Module, example: torch.Tensor,

@@ -1,4 +1,5 @@
-"""Predict the classes of video files with a trained checkpoint (multi-view, like testing)."""
+"""Predict the classes of video files (or image files, for a checkpoint trained on images) with a
+trained checkpoint (multi-view, like testing)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ import torch.nn.functional as F
 from ..data import fill_normalization
 from ..data.decode.base import DecodeError
 from ..data.lists.annotations import read_class_names
+from ..data.lists.records import IMAGE_EXTS
 from ..data.robust import NoReadableVideo
 from ..models import model_facts
-from ..utils.errors import UserError
+from ..utils.errors import UsageError, UserError
 from .checkpoint_model import checkpoint_model
-from .windows import parts_dataset, video_span, windows
+from .windows import parts_dataset, reads_images, video_span, windows
 
 
 class Predictor:
-    """Loads a checkpoint once and scores videos with the config's test views.
+    """Loads a checkpoint once and scores videos with the config's test views; a checkpoint
+    trained on images (``DATA.DATASET`` ImageFolderDataset, ImageListDataset) scores image files
+    as testing does, with the "image" decoder and ``TEST_NUM_CROP`` views.
 
     Args:
         cfg: The run's config (crop and test view settings); the model name, kwargs and class
@@ -30,6 +34,8 @@ class Predictor:
         state: The checkpoint's contents when the caller has read them (None = read the file).
     """
 
+    images = False  # the checkpoint was trained on images (set from its config when loaded)
+
     def __init__(self, cfg, checkpoint: str, device: str = "cpu", state=None) -> None:
         # Model name, kwargs and class count come from the checkpoint (a warning names
         # differences); MODEL.PRETRAINED is not read.
@@ -37,6 +43,7 @@ class Predictor:
         self.cfg = cfg = fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
         self.device = torch.device(device)
         self.model.to(self.device).eval()
+        self.images = reads_images(cfg)
         num_classes = cfg.CONFIG.DATA.NUM_CLASSES
         anno = cfg.CONFIG.DATA.TRAIN_ANNO_PATH or cfg.CONFIG.DATA.VAL_ANNO_PATH
         if recorded:  # the names the checkpoint's training data gave
@@ -73,12 +80,25 @@ class Predictor:
         Returns:
             For each path ``{"video", "top": [{"class", "name", "prob"}, ...]}``, with a window
             ``{"video", "windows": [{"start", "end", "top"}, ...]}``, or ``{"video", "error"}``
-            for a video that cannot be read.
+            for a video that cannot be read (or, for a checkpoint trained on images, a file
+            that is not an image).
+
+        Raises:
+            UsageError: A window is asked of a checkpoint trained on images.
         """
+        if window > 0 and self.images:
+            raise UsageError(f"--window {window:g}: the checkpoint was trained on images "
+                             f"(DATA.DATASET {self.cfg.CONFIG.DATA.DATASET}), which have no "
+                             "seconds to cut into windows; leave out --window")
         results = []
         for path in paths:
             if not os.path.isfile(path):
                 results.append({"video": path, "error": "no such file"})
+                continue
+            if self.images and not path.lower().endswith(IMAGE_EXTS):
+                results.append({"video": path, "error": (
+                    f"not an image ({' '.join(IMAGE_EXTS)}): the checkpoint was trained on "
+                    f"images (DATA.DATASET {self.cfg.CONFIG.DATA.DATASET})")})
                 continue
             try:
                 if window > 0:

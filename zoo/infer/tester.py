@@ -84,11 +84,22 @@ def write_predictions(path: str, dataset, raw: dict) -> None:
             ])
 
 
+def views_per_video(cfg, dataset) -> int:
+    """The views ``dataset`` scores each test video with, as its settings give them: an image
+    source fixes TEST_NUM_SEGMENT to 1, so an image has TEST_NUM_CROP views. A dataset of the
+    user's without zoo's clip settings: TEST_NUM_SEGMENT x TEST_NUM_CROP of the config."""
+    settings = getattr(dataset, "settings", None)
+    if settings is not None and hasattr(settings, "test_num_segment"):
+        return int(settings.test_num_segment * settings.test_num_crop)
+    return cfg.CONFIG.DATA.TEST_NUM_SEGMENT * cfg.CONFIG.DATA.TEST_NUM_CROP
+
+
 def test(cfg, overrides=()) -> dict:
     """Evaluate a checkpoint on the test list with TEST_NUM_SEGMENT x TEST_NUM_CROP views
-    (``zoo.test(cfg)``): this process's share of the job, inside the process group the caller
-    set up or none (as :func:`zoo.train.trainer.train`; ``tools/test_ddp.py`` runs it in every
-    process through :func:`test_worker`).
+    (TEST_NUM_CROP for images, :func:`views_per_video`) (``zoo.test(cfg)``): this process's
+    share of the job, inside the process group the caller set up or none (as
+    :func:`zoo.train.trainer.train`; ``tools/test_ddp.py`` runs it in every process through
+    :func:`test_worker`).
 
     The model is the checkpoint's (see zoo/infer/checkpoint_model.py); MODEL.PRETRAINED is not
     read. Rank 0 moves an earlier test's outputs in BASE_PATH/EXP_NAME aside when it starts
@@ -125,8 +136,7 @@ def _test(cfg) -> dict:
     cfg, model, classes = checkpoint_model(cfg, ckpt_path)
     model.to(device)
     loader = build_loader(cfg, "test", classes=classes)
-    data = cfg.CONFIG.DATA
-    views = data.TEST_NUM_SEGMENT * data.TEST_NUM_CROP
+    views = views_per_video(cfg, loader.dataset)
     logger.info("testing %s on %d videos x %d views", ckpt_path, len(loader.dataset), views)
     m = evaluate(model, loader, device, progress=cfg.CONFIG.LOG.PROGRESS_BAR)
     result = {

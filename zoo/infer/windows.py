@@ -12,32 +12,60 @@ from typing import List, Sequence, Tuple
 
 from ..data.decode.base import DecodeError
 from ..data.decode.registry import open_video
+from ..utils.errors import UsageError
 
 # A file or part of one: (path, label, start seconds, end seconds); start < 0 = the whole file.
 Part = Tuple[str, int, float, float]
+
+
+def reads_images(cfg) -> bool:
+    """Whether ``cfg``'s dataset is a source of images (its registered entry always uses the
+    "image" decoder, as ImageFolderDataset and ImageListDataset do): its checkpoint scores
+    image files, one frame and ``TEST_NUM_CROP`` views each."""
+    from ..data.build import DATASET_REGISTRY  # registers the built-in datasets
+
+    name = cfg.CONFIG.DATA.DATASET
+    if name not in DATASET_REGISTRY:  # a user's dataset whose module is not imported
+        return False
+    return getattr(DATASET_REGISTRY.get(name), "fixed", {}).get("decoder") == "image"
 
 
 def parts_dataset(cfg, split: str, parts: Sequence[Part]):
     """The ``split`` dataset of ``parts``, read as the run reads that split's list (its clip
     settings, decoder and views), whatever source the run trained on: the parts are written into
     a temporary CSV list (``path,label,start,end``, absolute paths) that the dataset reads when
-    it is built. A run trained on extracted frames reads these files with ``auto``."""
+    it is built. A run trained on extracted frames reads these files with ``auto``; a run
+    trained on images (:func:`reads_images`) reads them as ImageListDataset does, with the
+    "image" decoder and its ``TEST_NUM_CROP`` views, so an image scores as testing scored it.
+
+    Raises:
+        UsageError: A part of a run trained on images is a window of seconds.
+    """
     from ..data import build_dataset
 
+    images = reads_images(cfg)
+    if images and any(a >= 0 for _, _, a, _ in parts):
+        raise UsageError(f"{cfg.CONFIG.DATA.DATASET} (DATA.DATASET) is a source of images, "
+                         "which have no seconds to cut into windows: leave out --window")
     with tempfile.TemporaryDirectory() as tmp:
         lst = os.path.join(tmp, "parts.csv")
         with open(lst, "w", encoding="utf-8", newline="") as f:
             out = csv.writer(f)
-            out.writerow(["path", "label", "start", "end"])
-            out.writerows([os.path.abspath(path), label] + ([a, b] if a >= 0 else ["", ""])
-                          for path, label, a, b in parts)
+            if images:
+                out.writerow(["path", "label"])
+                out.writerows([os.path.abspath(path), label] for path, label, _, _ in parts)
+            else:
+                out.writerow(["path", "label", "start", "end"])
+                out.writerows([os.path.abspath(path), label] + ([a, b] if a >= 0 else ["", ""])
+                              for path, label, a, b in parts)
         cfg = cfg.clone()
         cfg.defrost()
         data = cfg.CONFIG.DATA
-        data.SYNTHETIC.ENABLE, data.DATASET, data.LIST_FORMAT = False, "VideoListDataset", "auto"
+        data.SYNTHETIC.ENABLE, data.LIST_FORMAT = False, "auto"
+        data.DATASET = "ImageListDataset" if images else "VideoListDataset"
         key = split.upper()
         data[f"{key}_ANNO_PATH"], data[f"{key}_DATA_PATH"] = lst, "/"
-        if data.DECODER in ("frames", "image"):
+        if not images and data.DECODER in ("frames", "image"):
             data.DECODER = "auto"
         cfg.freeze()
         return build_dataset(cfg, split)

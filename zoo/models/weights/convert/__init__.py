@@ -40,6 +40,7 @@ from .huggingface import (
     HuggingFaceScheme,
     check_hub_config,
     find_hub_config,
+    hub_class_names,
     read_hub_config,
     read_hub_folder,
 )
@@ -128,7 +129,10 @@ def convert_checkpoint(
 
     The written dict has the zoo checkpoint keys (``model``, ``optimizer``, ``scheduler``,
     ``scaler``, ``epoch``, ``iteration``, ``cfg``, ``rng``; all but ``model`` and ``cfg`` empty)
-    plus ``converted_from``; it loads with ``torch.load(weights_only=True)``.
+    plus ``converted_from``, and ``classes`` (the class names, as a zoo run records its data's)
+    when a Hugging Face config.json's ``id2label`` names every class
+    (:func:`~zoo.models.weights.convert.huggingface.hub_class_names`); it loads with
+    ``torch.load(weights_only=True)``.
 
     Args:
         src: Source checkpoint file.
@@ -146,17 +150,22 @@ def convert_checkpoint(
         source = read_hub_folder(src)
     else:
         source = read_source(src, _scheme(scheme).state_keys, allow_pickle=allow_pickle)
+    hub_config = None
     if scheme == "huggingface" and (os.path.isdir(src) or find_hub_config(src)):
         # What the Hub folder says the network is, checked before any key.
         folder = src if os.path.isdir(src) else os.path.dirname(os.path.abspath(src))
         probe = _meta_model(model_name, model_facts(model_name).get("num_classes") or 400,
                             model_kwargs)
-        check_hub_config(read_hub_config(folder), probe, src)
+        hub_config = read_hub_config(folder)
+        check_hub_config(hub_config, probe, src)
     state, num_classes, report = convert_state_dict(source, scheme, model_name, **model_kwargs)
+    # config.json's id2label names the classes, as a zoo run's checkpoint records its data's.
+    classes = hub_class_names(hub_config, num_classes, src) if hub_config else []
     ckpt = make_checkpoint(
         state, _cfg_text(model_name, num_classes, model_kwargs),
         converted_from={"scheme": scheme, "file": os.path.basename(src),
-                        "num_tensors": len(source)})
+                        "num_tensors": len(source)},
+        **({"classes": classes} if classes else {}))
     try:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         atomic_save(ckpt, out, hint="free space or write OUT to another disk")

@@ -31,7 +31,7 @@ import json
 import logging
 import os
 import re
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -45,8 +45,8 @@ logger = logging.getLogger(__name__)
 # fine-tune at another size (a warning), not another network.
 _CLIP_KEYS = ("num_frames", "image_size")
 
-__all__ = ["HuggingFaceScheme", "check_hub_config", "find_hub_config", "looks_like_huggingface",
-           "read_hub_config", "read_hub_folder"]
+__all__ = ["HuggingFaceScheme", "check_hub_config", "find_hub_config", "hub_class_names",
+           "looks_like_huggingface", "read_hub_config", "read_hub_folder"]
 
 _LAYER = r"^videomae\.encoder\.layer\.(\d+)\."
 _QKV = re.compile(_LAYER + r"attention\.attention\.(query|key|value)\.weight$")
@@ -250,6 +250,29 @@ def _videomae_values(model: nn.Module) -> Dict[str, Any]:
 _HF_DEFAULTS = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
                 "patch_size": 16, "tubelet_size": 2, "num_frames": 16, "image_size": 224,
                 "use_mean_pooling": True, "qv_bias": True}
+
+
+def hub_class_names(config: Dict[str, Any], num_classes: int, where: str) -> List[str]:
+    """The class names of a config.json's ``id2label`` in id order, for the converted
+    checkpoint's ``classes`` entry (what testing and prediction print): only when it names
+    every one of the ``num_classes`` ids and is not transformers' placeholder ``LABEL_<id>``
+    set; else ``[]`` (ids are printed), with one log line saying why when it has names."""
+    id2label = config.get("id2label")
+    if not isinstance(id2label, dict) or not id2label:
+        return []
+    try:
+        names = {int(k): str(v) for k, v in id2label.items()}
+    except (TypeError, ValueError):
+        names = {}
+    if sorted(names) != list(range(num_classes)):
+        logger.info("%s: config.json id2label does not name the classifier's %d classes (ids "
+                    "0..%d) one each; the checkpoint records no class names", where,
+                    num_classes, num_classes - 1)
+        return []
+    ordered = [names[i] for i in range(num_classes)]
+    if ordered == [f"LABEL_{i}" for i in range(num_classes)]:  # transformers' default
+        return []
+    return ordered
 
 
 def check_hub_config(config: Dict[str, Any], model: nn.Module, where: str) -> None:
