@@ -390,6 +390,7 @@ def _bare_trainer(tmp_path, accum_steps, n_batches, epochs):
     t.optimizer = torch.optim.SGD(t.model.parameters(), lr=0.1)
     t.scheduler = torch.optim.lr_scheduler.LambdaLR(t.optimizer, lambda s: 1.0)
     t.scheduler.base_lr = 0.1
+    t.scheduler.peak_lr = lambda: 0.1  # what the opening line reports (WarmupScheduler.peak_lr)
     t.step = TrainStep(t.model, t.optimizer, t.scheduler, torch.device("cpu"), 3,
                        accum_steps=accum_steps)
     t.train_loader = torch.utils.data.DataLoader(

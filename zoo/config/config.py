@@ -20,7 +20,7 @@ from .defaults import _C
 from .gluoncv import adapt_gluoncv, refuse_in_zoo_file
 from .tree import flatten_cfg, parse_literal, to_dict
 from .validation import ConfigError, validate_config
-from .yaml_files import read_yaml_with_base
+from .yaml_files import DuplicateKeyError, read_yaml_with_base
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +225,11 @@ def load_config(
             own.append((path, copy.deepcopy(d)))  # (merging later changes a base's mapping)
             return version.upgrade_config(d, path)
 
-        data = read_yaml_with_base(config_file, each=upgrade)
+        try:
+            data = read_yaml_with_base(config_file, each=upgrade)
+        except DuplicateKeyError as e:
+            _refuse_foreign(e.data, e.path)  # a PySlowFast file: the line names the converter
+            raise
         _refuse_foreign(data, config_file)
         for k, (path, mapping) in enumerate(own):
             if k < len(own) - 1 or declared[k]:  # it has a _BASE_ (a file read after it) or a

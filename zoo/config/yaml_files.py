@@ -26,6 +26,16 @@ class _DuplicateKey(yaml.YAMLError):
         self.key, self.first, self.again = key, first, again
 
 
+class DuplicateKeyError(ConfigError):
+    """A key set twice in one mapping of ``path``; ``data`` is the file as YAML's loaders read it
+    (the last wins), for a caller that tells another project's file by it (PySlowFast's own
+    files have such keys, and their refusal names the converter)."""
+
+    def __init__(self, message: str, path: str, data: Any) -> None:
+        super().__init__(message)
+        self.path, self.data = path, data
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key set twice in one mapping (YAML's loaders keep the last
     silently: a section written twice loses all of the first)."""
@@ -61,16 +71,11 @@ def read_yaml(path: str, unique_keys: bool = True) -> Any:
         try:
             return yaml.load(f, _UniqueKeyLoader if unique_keys else yaml.SafeLoader) or {}
         except _DuplicateKey as e:
-            from .convert_pyslowfast import is_pyslowfast_yaml
-
-            # PySlowFast's own files have some: the caller's refusal of them names the converter.
             f.seek(0)
-            data = yaml.safe_load(f)
-            if is_pyslowfast_yaml(data):
-                return data
-            raise ConfigError(
+            raise DuplicateKeyError(
                 f"{path} line {e.again}: {e.key!r} is set twice in one section (first on line "
-                f"{e.first}), and YAML would keep only the last: merge them into one") from None
+                f"{e.first}), and YAML would keep only the last: merge them into one",
+                path, yaml.safe_load(f)) from None
         except yaml.reader.ReaderError as e:  # not UTF-8 / UTF-16, or a control character
             raise ConfigError(f"{path}: {_reader_problem(path, e)}") from None
         except yaml.YAMLError as e:
