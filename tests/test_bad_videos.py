@@ -172,6 +172,9 @@ def test_each_bad_case_is_replaced_counted_and_named_once(media, kind, caplog):
     named = [r for r in caplog.records if os.path.basename(path) in r.getMessage()]
     assert len(named) == 1, "the file is named in exactly one warning"
     assert ds.bad_videos.bad_indices() == [0]
+    # FFmpeg's own words ("Invalid data found ...") get what to do; zoo's own reasons have it.
+    told = "copy or download it again, or take it out of the list" in named[0].getMessage()
+    assert told == (kind in ("truncated", "text", "unreadable_frame")), named[0].getMessage()
 
 
 def test_all_bad_raises_with_the_reasons(tmp_path):

@@ -60,6 +60,10 @@ def _reader_errors() -> Tuple[Type[BaseException], ...]:
 
 READER_ERRORS = _reader_errors()
 
+# What to do about a video its decoding library cannot open or decode.
+_FIX = (" (a damaged or incomplete file: copy or download it again, or take it out of the "
+        "list)")
+
 
 class ClipDataset(Dataset):
     """Clips from the videos of a :class:`~zoo.data.lists.providers.VideoList`.
@@ -347,7 +351,9 @@ class ClipDataset(Dataset):
         if reason.startswith(prefix):
             reason = reason[len(prefix):]  # the warning names the file already
         if self.bad_videos.mark(index, error.kind):
-            logger.warning("skipping unreadable video %s: %s", self.paths[index], reason)
+            # A library's own complaint ("cannot open (Invalid data ...)") says what, not why.
+            fix = _FIX if reason.startswith(("cannot open (", "cannot decode")) else ""
+            logger.warning("skipping unreadable video %s: %s%s", self.paths[index], reason, fix)
         return reason
 
     def _replacement(self, index: int, attempt: int,
