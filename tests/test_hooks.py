@@ -537,3 +537,27 @@ def test_a_train_record_carries_the_lr_its_step_used(tmp_path):
     log.after_train()
     lrs = [r["lr"] for r in _records(tmp_path / "metrics.jsonl") if r["split"] == "train"]
     assert lrs == pytest.approx([0.1, 0.075, 0.025])
+
+
+def test_a_mid_epoch_resume_keeps_the_train_records_of_the_batches_before_its_checkpoint(
+        tmp_path):
+    # ACCUM_STEPS 2, 8 batches an epoch: a checkpoint after batch 4 of epoch 2 is after step 6,
+    # and batch 5, the first micro-batch after it, is logged with iter 6 too. A run resumed from
+    # that checkpoint and killed after batch 6 leaves the records of batches 5 and 6 behind; the
+    # next resume from the same checkpoint must drop both, or batch 5 is recorded twice.
+    t = _bare_trainer(tmp_path, accum_steps=2, n_batches=8, epochs=2)
+    t.device, t.progress_bar = torch.device("cpu"), None
+    t.writer = MetricsWriter(str(tmp_path), None)
+    t.register_hooks([H.MetricsLogger(display_freq=1)])
+    t.train()
+    path = tmp_path / "metrics.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    train = [i for i, line in enumerate(lines) if json.loads(line)["split"] == "train"]
+    straight = [(r["epoch"], r["iter"]) for r in map(json.loads, lines) if r["split"] == "train"]
+    assert straight[8:14] == [(2, 4), (2, 5), (2, 5), (2, 6), (2, 6), (2, 7)]
+
+    path.write_text("".join(lines[:train[13] + 1]))  # up to batch 6 of epoch 2
+    t.start_epoch, t.start_iter, t.iteration = 1, 4, 6  # the checkpoint: 4 batches, 6 steps
+    t.hooks[-1].before_train()
+    kept = [(r["epoch"], r["iter"]) for r in _records(path) if r["split"] == "train"]
+    assert kept == straight[:12]

@@ -13,7 +13,7 @@ import time
 
 import pytest
 import torch
-from helpers import ROOT, TINY_DATA, run_tool
+from helpers import ROOT, TINY_DATA, run_tool, train_killed_at
 
 from zoo.launch.preemption import PREEMPTED_EXIT_CODE, PreemptionWatch
 
@@ -143,6 +143,52 @@ def test_sigterm_mid_epoch_checkpoints_exits_75_and_resumes_bitwise(tmp_path, sy
     iters = [r["iter"] for r in map(json.loads, open(run_dir / "metrics.jsonl"))
              if r.get("split") == "train" and r.get("epoch") == 2]
     assert iters == list(range(steps_per_epoch + 1, 2 * steps_per_epoch + 1)), iters
+
+
+def _train_records(path):
+    return [(r["epoch"], r["iter"], r.get("batch")) for r in map(json.loads, open(path))
+            if r.get("split") == "train"]
+
+
+@pytest.mark.slow
+def test_a_resume_killed_after_a_preemption_leaves_no_record_twice(tmp_path, synth_root,
+                                                                   toy_model_file):
+    # One process, ACCUM_STEPS 2 (4 steps of 8 batches an epoch): SIGTERM in epoch 2 leaves a
+    # mid-epoch checkpoint; the resumed run is SIGKILLed two batches later (the first of them is
+    # logged with the checkpoint's step count), and the next run resumes from that checkpoint
+    # again. metrics.jsonl then holds the train records of a run never stopped, each once.
+    common = ["--extra-modules", toy_model_file, "MODEL.NAME", "toy_conv3d", *TINY_DATA,
+              "DATA.SYNTHETIC.TRAIN_PER_CLASS", "8", "DATA.SYNTHETIC.ROOT", synth_root,
+              "DDP_CONFIG.NUM_CPU_PROCS", "1", "TRAIN.EPOCH_NUM", "2", "TRAIN.ACCUM_STEPS", "2",
+              "TRAIN.AUTO_RESUME", "True", "VAL.FREQ", "0", "LOG.BASE_PATH", str(tmp_path)]
+    straight = run_tool("train_ddp.py", [*common, "LOG.EXP_NAME", "straight"])
+    assert straight.returncode == 0, straight.stdout[-3000:] + straight.stderr[-2000:]
+
+    hook_file = tmp_path / "term_hook.py"
+    hook_file.write_text(TERM_HOOK.format(kill_at=6, stamp=str(tmp_path / "sent_at")))
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "tools", "train_ddp.py"), *common,
+         "LOG.EXP_NAME", "stopped", "TRAIN.HOOKS", f"['{hook_file}:TermAt']"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert proc.wait(timeout=240) == PREEMPTED_EXIT_CODE
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    run_dir = tmp_path / "stopped"
+    (name,) = [n for n in os.listdir(run_dir / "checkpoints") if n.startswith("preempt_")]
+    stop_at = torch.load(run_dir / "checkpoints" / name, weights_only=True)["iteration"]
+
+    train_killed_at(tmp_path, common, kill_at=stop_at + 1, exp="stopped")
+    assert sorted(os.listdir(run_dir / "checkpoints")) == ["epoch_1.pth", name]
+    left = [r[:2] for r in _train_records(run_dir / "metrics.jsonl")]
+    assert left[-2:] == [(2, stop_at), (2, stop_at + 1)]
+    resumed = run_tool("train_ddp.py", [*common, "LOG.EXP_NAME", "stopped"])
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    expected = _train_records(tmp_path / "straight" / "metrics.jsonl")
+    assert len(expected) == 16
+    assert _train_records(run_dir / "metrics.jsonl") == expected
 
 
 class _FakeGroup:

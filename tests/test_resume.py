@@ -329,7 +329,7 @@ def test_a_resume_continues_the_schedule_at_the_epoch_reached_whatever_the_steps
     plan = build_lr_scheduler(_schedule_cfg(3), torch.optim.SGD(t.model.parameters(), lr=0), 8)
     assert t.used.lrs == pytest.approx([plan.lr_at(i) for i in range(8, 24)])
     assert t.used.lrs[0] == pytest.approx(0.1)  # the warmup's end, not its middle
-    assert t.scheduler.iteration == t.iteration == 24
+    assert t.scheduler.iteration == 24 and t.iteration == saved_batches + 16  # steps taken
     moved = "the LR schedule continues from step 8, at the epoch the checkpoint reached"
     assert (moved in caplog.text) == (saved_batches != 8)
 
@@ -378,3 +378,32 @@ def test_a_checkpoint_config_without_the_cosine_start_resumes_under_its_default(
     from_0 = _schedule_cfg(3, extra=["TRAIN.COSINE_AFTER_WARMUP", "False"])
     assert config_differences(saved_yaml, from_0) == [
         "CONFIG.TRAIN.COSINE_AFTER_WARMUP: True -> False"]
+
+
+def test_the_step_count_goes_on_from_the_checkpoints_when_the_schedule_moves(tmp_path, caplog):
+    # A checkpoint of 4-step epochs (2 processes, say) resumed with 8-step epochs (1 process):
+    # the LR schedule continues at step 8, where this run's epochs reach epoch 1, but 4
+    # optimizer steps were taken, and the log records, checkpoints and step count go on from 4.
+    import logging
+
+    from zoo.config import cfg_to_yaml
+    from zoo.infer.metrics import MetricsWriter
+    from zoo.train.hooks import Checkpointer, MetricsLogger
+
+    _epoch_checkpoint(tmp_path, _schedule_cfg(3), 4, 1)
+    cfg = _schedule_cfg(3, resume_epoch=1)
+    t = _schedule_trainer(tmp_path, cfg, 8)
+    t.device, t.cfg_yaml, t.progress_bar = torch.device("cpu"), cfg_to_yaml(cfg), None
+    t.writer, t.hooks = MetricsWriter(str(tmp_path), None), []
+    t.register_hooks([MetricsLogger(display_freq=1), Checkpointer(str(tmp_path), 1)])
+    with caplog.at_level(logging.INFO, logger="test_resume"):
+        t.train()
+    assert t.scheduler.iteration == 24  # the schedule as before: 8 + 2 x 8
+    assert t.iteration == t.step.steps == 4 + 16
+    iters = [r["iter"] for r in _records(tmp_path / "metrics.jsonl") if r["split"] == "train"]
+    assert iters == list(range(5, 21))
+    for epoch, steps in ((2, 12), (3, 20)):
+        ckpt = torch.load(tmp_path / f"epoch_{epoch}.pth", weights_only=True)
+        assert ckpt["iteration"] == steps and ckpt["scheduler"]["iteration"] == steps + 4
+    assert ("the LR schedule continues from step 8, at the epoch the checkpoint reached (the "
+            "count of optimizer steps in the logs and checkpoints goes on from 4)") in caplog.text

@@ -60,17 +60,20 @@ class MetricsWriter:
             except ImportError:  # tensorboard is optional at run time
                 logger.warning("tensorboard is not installed; writing metrics.jsonl only")
 
-    def start(self, resumed_epoch: int, resumed_iter: int = 0) -> None:
+    def start(self, resumed_epoch: int, resumed_batches: int = 0,
+              resumed_steps: int = 0) -> None:
         """Begin this run's records: after a resume, drop the records of epochs after the
         checkpoint (a killed epoch is trained again); on a fresh start, keep an older file of the
         same folder as ``metrics.<time>.jsonl`` instead of mixing two runs in one file.
 
-        ``resumed_iter`` > 0: the checkpoint was mid-epoch, after that optimizer step of epoch
-        ``resumed_epoch + 1``; that epoch's ``train`` records up to it are kept.
+        ``resumed_batches`` > 0: the checkpoint was mid-epoch, after that many batches of epoch
+        ``resumed_epoch + 1``; that epoch's ``train`` records of those batches are kept (their
+        ``batch``). A record without ``batch`` (an older zoo's) is kept when its ``iter`` is at
+        most ``resumed_steps``, the checkpoint's optimizer steps.
         """
         if not self.enabled or not os.path.isfile(self.path):
             return
-        if resumed_epoch <= 0 and resumed_iter <= 0:
+        if resumed_epoch <= 0 and resumed_batches <= 0:
             os.replace(self.path, self.path.replace(".jsonl", f".{int(time.time())}.jsonl"))
             return
         with open(self.path, encoding="utf-8") as f:
@@ -83,8 +86,9 @@ class MetricsWriter:
                 continue  # a line cut short by the crash
             epoch = record.get("epoch", 0)
             if epoch <= resumed_epoch or (
-                    resumed_iter > 0 and epoch == resumed_epoch + 1
-                    and record.get("split") == "train" and record.get("iter", 0) <= resumed_iter):
+                    resumed_batches > 0 and epoch == resumed_epoch + 1
+                    and record.get("split") == "train" and _before_stop(
+                        record, resumed_batches, resumed_steps)):
                 kept.append(line)
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
@@ -99,9 +103,18 @@ class MetricsWriter:
         if self.tb is not None:
             split = record.get("split", "train")
             for key, value in record.items():
-                if isinstance(value, (int, float)) and key not in ("epoch", "iter"):
+                if isinstance(value, (int, float)) and key not in ("epoch", "iter", "batch"):
                     self.tb.add_scalar(f"{split}/{key}", value, step)
 
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+
+
+def _before_stop(record: Dict, batches: int, steps: int) -> bool:
+    """Whether a ``train`` record of the epoch a mid-epoch checkpoint stopped in came before the
+    checkpoint. Its ``batch`` says so; ``iter`` alone cannot under gradient accumulation, where
+    the first micro-batch after the checkpoint's step has that step's ``iter`` too."""
+    if "batch" in record:
+        return record["batch"] <= batches
+    return record.get("iter", 0) <= steps

@@ -349,17 +349,20 @@ def continue_schedule(scheduler, state: ResumedState, iteration: int, epoch: flo
     which change with the number of processes (or the training list): the checkpoint's own step
     count would then put it at another epoch. It continues at ``iteration`` instead, this run's
     steps up to fractional ``epoch`` (one log line says so when that moves it); on the same
-    steps per epoch the two agree and nothing changes. A longer or shorter ``epochs`` than the
-    checkpoint's run had stretches the schedule from the same epoch on (one log line says how the
-    LR at the resume point changes).
+    steps per epoch the two agree and nothing changes. Only the schedule moves: the optimizer
+    steps the run counts (logs, metrics.jsonl, checkpoints) go on from ``state.iteration``, the
+    steps actually taken. A longer or shorter ``epochs`` than the checkpoint's run had stretches
+    the schedule from the same epoch on (one log line says how the LR at the resume point
+    changes).
     """
     before = state.lr
     if scheduler.iteration != iteration:
         logger.info(
             "the checkpoint stopped at epoch %.4g after %d optimizer steps; this run's epochs "
             "(another number of processes or another training list) reach it after %d: the LR "
-            "schedule continues from step %d, at the epoch the checkpoint reached", epoch,
-            scheduler.iteration, iteration, iteration)
+            "schedule continues from step %d, at the epoch the checkpoint reached (the count of "
+            "optimizer steps in the logs and checkpoints goes on from %d)", epoch,
+            state.iteration, iteration, iteration, state.iteration)
         scheduler.load_state_dict({"iteration": iteration})
     if state.epochs and state.epochs != epochs:
         logger.info(

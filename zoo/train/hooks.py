@@ -169,7 +169,7 @@ class MetricsLogger(HookBase):
 
     def before_train(self) -> None:
         t = self.trainer
-        t.writer.start(t.start_epoch, t.iteration if getattr(t, "start_iter", 0) else 0)
+        t.writer.start(t.start_epoch, getattr(t, "start_iter", 0), t.iteration)
 
     def after_train(self) -> None:
         self.trainer.writer.close()
@@ -210,7 +210,7 @@ class MetricsLogger(HookBase):
         now = time.perf_counter()
         speed = self.clips * comm.get_world_size() / max(now - self.tick, 1e-9)
         self.tick, self.clips = now, 0
-        record = {"split": "train", "epoch": t.epoch + 1, "iter": t.iteration,
+        record = {"split": "train", "epoch": t.epoch + 1, "iter": t.iteration, "batch": i + 1,
                   "loss": t.loss.item(), "lr": self.lr, "clips_per_s": speed}
         t.writer.write(record, t.iteration)
         if t.progress_bar is not None:

@@ -405,11 +405,16 @@ class Trainer:
                 train.BATCH_SIZE * world * train.ACCUM_STEPS, train.BATCH_SIZE, world,
                 train.ACCUM_STEPS, self.scheduler.peak_lr(),
             )
-        done = (sum(self.epoch_steps[:self.start_epoch]) if self.epoch_steps is not None
-                else self.start_epoch * self.steps_per_epoch)
-        self.iteration = self.step.steps = done + self.start_iter // train.ACCUM_STEPS
+        # The optimizer steps taken go on from the checkpoint's count. The LR schedule goes on
+        # from this run's steps up to where the checkpoint was instead: another number of
+        # processes has epochs of another number of steps, and the schedule is set in epochs.
+        self.iteration = self.step.steps = (self.resumed.iteration if self.resumed is not None
+                                            else 0)
         if self.resumed is not None and self.start_epoch < self.epochs:
-            continue_schedule(self.scheduler, self.resumed, self.iteration,
+            done = (sum(self.epoch_steps[:self.start_epoch]) if self.epoch_steps is not None
+                    else self.start_epoch * self.steps_per_epoch)
+            continue_schedule(self.scheduler, self.resumed,
+                              done + self.start_iter // train.ACCUM_STEPS,
                               self.start_epoch + self.start_iter / max(1, self.iters_per_epoch),
                               self.epochs, self.logger)
         self._call("before_train")
