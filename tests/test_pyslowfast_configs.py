@@ -16,8 +16,14 @@ import torch
 from zoo.cli.dry_run import dry_run_file
 from zoo.config import load_config
 from zoo.config.convert_pyslowfast import write_converted
-from zoo.config.yaml_files import read_yaml
+from zoo.config.yaml_files import read_yaml as read_zoo_yaml
 from zoo.solver.lr_scheduler import WarmupScheduler
+
+
+def read_yaml(path: str):
+    """A PySlowFast file as its own loader reads it (a key set twice: the last wins)."""
+    return read_zoo_yaml(path, unique_keys=False)
+
 
 ROOT = pathlib.Path(__file__).parent / "data" / "pyslowfast" / "configs" / "Kinetics"
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.yaml"))

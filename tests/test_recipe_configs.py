@@ -9,10 +9,16 @@ import yaml
 
 from zoo.config import flatten_cfg, load_config
 from zoo.config.convert_pyslowfast import convert_pyslowfast
-from zoo.config.yaml_files import read_yaml
+from zoo.config.yaml_files import read_yaml as read_zoo_yaml
 from zoo.models import build_model
 from zoo.models.registry import model_facts
 from zoo.solver import build_optimizer
+
+
+def read_yaml(path: str):
+    """A PySlowFast file as its own loader reads it (a key set twice: the last wins)."""
+    return read_zoo_yaml(path, unique_keys=False)
+
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MVIT = ROOT / "configs" / "kinetics400" / "mvit_v2_s_16x4.yaml"
