@@ -1,7 +1,8 @@
 """CONFIG.DATA.LOADER_TIMEOUT (zoo.data.loader_timeout): a loader worker that stops delivering
 ends the wait for its batch with one error naming the key and the worker, and the process then
 exits, whether the batch's message was already on the queue (its tensors are then fetched from the
-stopped worker with no time limit of the DataLoader's own) or not yet made."""
+stopped worker with no time limit of the DataLoader's own) or not yet made, and whatever other
+loader's worker is stopped too."""
 
 from __future__ import annotations
 
@@ -40,15 +41,24 @@ _SCRIPT = textwrap.dedent("""
             return torch.full((3, 8, 8), float(index))
 
 
-    loader = GuardedLoader(Frames(), batch_size=2, num_workers=1, timeout=float(sys.argv[1]),
-                           persistent_workers=True, multiprocessing_context="fork", split="train")
-    batches = iter(loader)
+    def loader(split):
+        return GuardedLoader(Frames(), batch_size=2, num_workers=1, timeout=float(sys.argv[1]),
+                             persistent_workers=True, multiprocessing_context="fork", split=split)
+
+
+    # Another loader's worker is stopped too, as by "kill -STOP" on all of them: the process must
+    # still exit (it waits for every child process at exit).
+    val = loader("val")
+    next(iter(val))
+    [other] = multiprocessing.active_children()
+    batches = iter(loader("train"))
     next(batches)
     if not SLOW:
         time.sleep(1.0)  # the next batches are made and their messages wait on the queue
-    [worker] = multiprocessing.active_children()
+    [worker] = [p for p in multiprocessing.active_children() if p.pid != other.pid]
     os.kill(worker.pid, signal.SIGSTOP)
-    print("stopped", worker.pid, flush=True)
+    os.kill(other.pid, signal.SIGSTOP)
+    print("stopped", worker.pid, other.pid, flush=True)
     try:
         next(batches)
     except LoaderTimeout as e:
@@ -70,10 +80,11 @@ def test_a_stopped_loader_worker_ends_the_wait_with_one_line_naming_loader_timeo
     except subprocess.TimeoutExpired as e:
         out = (e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout) or ""
         if out.startswith("stopped "):  # leave no stopped worker behind
-            try:
-                os.kill(int(out.split()[1]), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
+            for pid in out.splitlines()[0].split()[1:]:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
         pytest.fail(f"still waiting {time.monotonic() - start:.0f} s after it started, with "
                     f"LOADER_TIMEOUT {timeout_s} s: {out!r}")
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]

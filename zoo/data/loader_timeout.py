@@ -7,7 +7,9 @@ of that worker), with no time limit: a worker stopped or stuck at that moment bl
 process forever, and its heartbeat thread keeps beating. :class:`WatchedWorkersIterator` times the
 whole wait for each batch from a thread of its own; past the limit it kills the loader's workers,
 which fails whatever read was blocked on them, and the wait ends with :class:`LoaderTimeout`, one
-line naming the key and the worker.
+line naming the key and the worker. When the iterator shuts down, a worker that outlived the
+DataLoader's own join and SIGTERM (a stopped one keeps SIGTERM pending) is killed, or the
+interpreter's exit, which waits for every child process, would hang on it.
 """
 
 from __future__ import annotations
@@ -51,10 +53,8 @@ class _Watch:
         """The wait is over (with ``error`` when it failed): whether it ran out the limit, in
         which case the workers were killed."""
         with self._lock:
-            since, self._since = self._since, None
-            if self.killed is None and error is not None and since is not None and (
-                    time.monotonic() - since >= self.timeout_s
-                    or "DataLoader timed out" in str(error)):
+            self._since = None
+            if self.killed is None and "DataLoader timed out" in str(error or ""):
                 self._kill()  # the DataLoader's own timeout came first: the workers must go too
             return self.killed is not None
 
@@ -124,3 +124,14 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         if watch.end():
             raise watch.error()
         return data
+
+    def _shutdown_workers(self) -> None:
+        super()._shutdown_workers()
+        if not getattr(self, "_shutdown", False):
+            return  # not shut down (the interpreter is exiting): multiprocessing ends them
+        # A worker still there after the DataLoader's join and SIGTERM is stuck for good (a stopped
+        # process keeps SIGTERM pending), and the interpreter's exit would wait for it forever.
+        for w in getattr(self, "_workers", ()):
+            if w.is_alive():
+                w.kill()
+                w.join(1.0)
