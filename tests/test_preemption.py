@@ -274,6 +274,84 @@ def test_grace_runs_out_exits_75_saying_no_checkpoint_was_written(monkeypatch, c
     assert "no checkpoint was written" in lines[0]
 
 
+# A process whose main thread blocks inside C++ (a TCPStore get of a key nobody sets, as a step
+# blocked in a collective does), so no Python signal handler can run. First it forks a child that
+# handles SIGTERM itself (as a data worker does) and stops it with SIGTERM: the child's signal is
+# not the parent's.
+_BLOCKED_IN_CPP = """
+import datetime
+import multiprocessing
+import os
+import signal
+import sys
+import time
+
+import torch.distributed as dist
+
+from zoo.launch.preemption import PreemptionWatch
+
+
+def child(ready):
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(0))
+    ready.set()
+    time.sleep(60)
+
+
+store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                      timeout=datetime.timedelta(seconds=120))
+watch = PreemptionWatch(float(sys.argv[1]))
+assert watch.install()
+ctx = multiprocessing.get_context("fork")
+ready = ctx.Event()
+worker = ctx.Process(target=child, args=(ready,))
+worker.start()
+assert ready.wait(30)
+os.kill(worker.pid, signal.SIGTERM)
+worker.join()
+time.sleep(0.5)  # time for the watchdog to see a signal, had it been this process's
+print("after the child's SIGTERM:", watch.received, flush=True)
+print("blocked", flush=True)
+store.get("never-set")
+print("store.get returned", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_grace_runs_out_while_the_main_thread_is_blocked_in_cpp():
+    """SIGTERM while the step is blocked in C++ (a collective a stopped rank never joins): no
+    Python handler runs, yet the process exits 75 with its one line PREEMPT_GRACE after the
+    signal, not when (or if) the blocking call returns."""
+    grace = 1.0
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-c", _BLOCKED_IN_CPP, str(grace)], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not lines or lines[-1] != "blocked\n":
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read()[-3000:]
+            lines.append(line)
+        assert lines[-2] == "after the child's SIGTERM: None\n", lines
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the process was still blocked 60 s after SIGTERM; "
+                        f"PREEMPT_GRACE is {grace:g}s")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == PREEMPTED_EXIT_CODE, out + err[-3000:]
+    assert "store.get returned" not in out
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert errors == [f"error: rank 0 preempted by SIGTERM: CONFIG.TRAIN.PREEMPT_GRACE = "
+                      f"{grace:g}s ran out; no checkpoint was written (a resume continues from "
+                      "the newest checkpoint in the run's folder, if it has one); exiting with 75"
+                      ], err[-3000:]
+
+
 def test_mid_epoch_checkpoints_sort_after_their_epoch_and_are_never_epoch_files(tmp_path):
     from zoo.config import get_cfg
     from zoo.infer.tester import find_test_checkpoint

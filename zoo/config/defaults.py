@@ -421,8 +421,9 @@ _C.CONFIG.DATA.DECODE_TIMEOUT = 30.0
 _C.CONFIG.DATA.MAX_TRIES = 10
 # Stop the job when more than this share of an epoch's videos could not be read (1.0 = never).
 _C.CONFIG.DATA.MAX_BAD_FRACTION = 0.1
-# Seconds a training process waits for one batch from its loader workers before stopping with an
-# error (the last guard against a decoder stuck inside C code); 0 = wait forever.
+# Seconds a training process waits for one batch from its loader workers, whatever the wait is
+# blocked on, before it kills them and stops with an error naming the worker (the last guard
+# against a decoder stuck inside C code or a stopped worker); 0 = wait forever.
 _C.CONFIG.DATA.LOADER_TIMEOUT = 900
 # Colour jitter of training clips: [brightness, contrast, saturation, hue] as in torchvision's
 # ColorJitter, drawn once per clip (all 0 = off; hue is the costly one).

@@ -9,7 +9,8 @@
   when more than ``max_bad_fraction`` of an epoch's items were: exactly at the end of the epoch,
   and early at a few checkpoints (64, 128, 256, ... items) when the count is far (3 standard
   deviations) above the limit, so that a wrong data root stops a long epoch in seconds without a
-  noisy start stopping a healthy run.
+  noisy start stopping a healthy run. With workers and a ``timeout`` its iterator bounds every
+  wait for a batch (:mod:`zoo.data.loader_timeout`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from torch.utils.data import DataLoader
 
 from ..utils.errors import UserError
 from .decode.base import BAD_KINDS, KIND_NAMES
+from .loader_timeout import WatchedWorkersIterator
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +107,12 @@ class GuardedLoader(DataLoader):
         self.clips_per_item = int(clips_per_item)
 
     def _get_iterator(self):
-        iterator = super()._get_iterator()
+        if self.num_workers > 0 and self.timeout > 0:
+            # LOADER_TIMEOUT also for a batch whose unpickling blocks on a stuck worker.
+            self.check_worker_number_rationality()
+            iterator = WatchedWorkersIterator(self)
+        else:
+            iterator = super()._get_iterator()
         _ITERATORS.add(iterator)
         return iterator
 

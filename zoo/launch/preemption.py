@@ -17,7 +17,9 @@ treats SIGTERM and SIGUSR1 alike, wherever they land:
   preempted) also exits 75.
 
 A watchdog thread bounds the whole stop: ``PREEMPT_GRACE`` seconds after the signal a worker exits
-75 whatever it is doing, with one line saying whether the checkpoint was written.
+75 whatever it is doing, with one line saying whether the checkpoint was written. It learns of the
+signal by itself, through :func:`signal.set_wakeup_fd`: a Python signal handler runs only once the
+main thread is back in the interpreter, which a step blocked in a collective or in C code never is.
 
 Exit code 75 is ``EX_TEMPFAIL`` of sysexits.h, "try again later": the job did not fail, it was
 interrupted and resumes when run again (``examples/slurm/`` requeues on it). It is never a
@@ -30,6 +32,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import select
 import signal
 import sys
 import threading
@@ -52,6 +55,10 @@ LAUNCHER_MARGIN_S = 10.0
 DEFAULT_GRACE_S = 60.0
 
 logger = logging.getLogger("zoo")
+
+# The wakeup pipe's write end of the PreemptionWatch installed in this process and the wakeup fd it
+# replaced, so that a forked child (a data worker) gets the replaced one back (_wakeup_in_child).
+_WAKEUP: Optional[tuple] = None
 
 
 class Preempted(SystemExit):
@@ -115,6 +122,7 @@ class PreemptionWatch:
         self._closed = threading.Event()
         self._noticed = False
         self._group = None  # the process group the flags travel through (see prepare)
+        self._wakeup: Optional[tuple] = None  # (wakeup pipe's write end, the fd it replaced)
 
     # -- signals and the watchdog
     def install(self) -> bool:
@@ -126,8 +134,41 @@ class PreemptionWatch:
             logger.warning("preemption signals are not handled: training runs outside the main "
                            "thread")
             return False
-        threading.Thread(target=self._watchdog, name="zoo-preempt-watchdog", daemon=True).start()
+        wakeup = self._open_wakeup()
+        threading.Thread(target=self._watchdog, args=(wakeup,), name="zoo-preempt-watchdog",
+                         daemon=True).start()
         return True
+
+    def _open_wakeup(self) -> Optional[int]:
+        """Make the interpreter write the number of every signal it catches into a pipe the
+        watchdog reads, the moment the signal arrives (whichever thread takes it); the read end,
+        or None when the interpreter refuses it (then the grace starts when the handler runs)."""
+        global _WAKEUP
+        read_fd, write_fd = os.pipe()
+        try:
+            os.set_blocking(write_fd, False)  # as set_wakeup_fd requires
+            replaced = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        except (AttributeError, ValueError, OSError):  # e.g. Windows takes only a socket
+            os.close(read_fd)
+            os.close(write_fd)
+            return None
+        self._wakeup = (write_fd, replaced)
+        _WAKEUP = self._wakeup
+        return read_fd
+
+    def _close_wakeup(self) -> None:
+        global _WAKEUP
+        if self._wakeup is None:
+            return
+        write_fd, replaced = self._wakeup
+        try:
+            signal.set_wakeup_fd(replaced)
+        except (ValueError, OSError):  # off the main thread or a closed fd: leave it
+            pass
+        if _WAKEUP is self._wakeup:
+            _WAKEUP = None
+        self._wakeup = None
+        os.close(write_fd)  # the watchdog closes the read end
 
     def close(self, finish: bool = True) -> None:
         """Restore the previous handlers and stop the watchdog; with ``finish``, first wait for
@@ -138,18 +179,48 @@ class PreemptionWatch:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        self._close_wakeup()
         self._closed.set()
 
-    def _on_signal(self, signum: int, frame) -> None:
-        # Only note it: the main thread may be anywhere (inside a collective, the logging module,
-        # a lock), so taking locks or logging here could deadlock.
+    def _note(self, signum: int) -> None:
         if self.received is None:
             self.received, self.received_at = signal_name(signum), time.monotonic()
 
-    def _watchdog(self) -> None:
-        while not self._closed.wait(0.2):
-            if self.received_at is not None and time.monotonic() - self.received_at > self.grace_s:
-                self._expire()
+    def _on_signal(self, signum: int, frame) -> None:
+        # Only note it: the main thread may be anywhere (inside a collective, the logging module,
+        # a lock), so taking locks or logging here could deadlock. (The watchdog usually noted it
+        # already: this handler runs only when the main thread is back in the interpreter.)
+        self._note(signum)
+
+    def _watchdog(self, wakeup: Optional[int]) -> None:
+        try:
+            while not self._closed.is_set():
+                if wakeup is None:
+                    self._closed.wait(0.2)
+                elif select.select([wakeup], [], [], 0.2)[0]:
+                    self._read_wakeup(wakeup)
+                if (self.received_at is not None and not self._closed.is_set()
+                        and time.monotonic() - self.received_at > self.grace_s):
+                    self._expire()
+        finally:
+            if wakeup is not None:
+                os.close(wakeup)
+
+    def _read_wakeup(self, wakeup: int) -> None:
+        try:
+            data = os.read(wakeup, 512)
+        except OSError:
+            return
+        for signum in data:
+            if signum in PREEMPT_SIGNALS:
+                self._note(signum)
+        wake = self._wakeup
+        replaced = wake[1] if wake is not None else -1
+        if replaced != -1:  # whoever had the wakeup fd before (an event loop) still gets them
+            try:
+                os.write(replaced, data)
+            except OSError:
+                pass
 
     def _expire(self) -> None:
         """The grace period ran out: say how far the stop got, then leave at once."""
@@ -227,6 +298,22 @@ def watching(grace_s: float) -> Iterator[PreemptionWatch]:
         watch.close(finish=False)  # a failed run: a pending all-reduce may never complete
         raise
     watch.close()
+
+
+def _wakeup_in_child() -> None:
+    """In a child forked from a watched process (a data worker): the signals the child catches are
+    not the parent's, so they go to the wakeup fd the parent had before the watch, not to the
+    parent's watchdog (a worker stopped with SIGTERM would read as a preemption of the parent)."""
+    if _WAKEUP is None:
+        return
+    try:
+        signal.set_wakeup_fd(_WAKEUP[1])
+    except (ValueError, OSError):  # forked off the main thread: the child cannot change it
+        pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_wakeup_in_child)
 
 
 # -- the launcher's side
