@@ -69,10 +69,16 @@ def _interlaced(container: "av.container.InputContainer", stream: "av.VideoStrea
     order = getattr(stream.codec_context, "field_order", None)
     if order is not None:
         return int(order) not in _PROGRESSIVE_ORDERS
+    # One decoder thread: a codec context whose frame threads started, freed later by the
+    # garbage collector in the middle of another decode, was seen to deadlock there (PyAV 17).
+    stream.codec_context.thread_count = 1
+    frames = container.decode(stream)
     try:
-        return bool(next(container.decode(stream)).interlaced_frame)
+        return bool(next(frames).interlaced_frame)
     except (av.error.FFmpegError, StopIteration):  # no frame decodes: the reader will say so
         return False
+    finally:
+        frames.close()
 
 
 def indexed_frames(stream: "av.VideoStream") -> int:
