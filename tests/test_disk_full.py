@@ -95,7 +95,8 @@ def test_a_full_checkpoint_disk_stops_in_one_line(tmp_path, synth_root, toy_mode
     assert "No space left on device" in lines[0] and "0 B free" in lines[0], lines[0]
     assert "internal error" not in lines[0]
     leftovers = sorted(n for n in os.listdir(small_tmpfs) if n != "filler")
-    assert leftovers == ["best.pth", "epoch_1.pth"], leftovers  # no epoch_2, no .tmp
+    # No epoch_2, no .tmp (training.lock: the run holds its checkpoint folder).
+    assert leftovers == ["best.pth", "epoch_1.pth", "training.lock"], leftovers
     state = torch.load(small_tmpfs / "epoch_1.pth", weights_only=True)
     assert state["epoch"] == 1 and state["model"]
 

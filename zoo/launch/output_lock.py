@@ -101,8 +101,11 @@ def acquire(folder: str, what: str = "output folder",
                        e.strerror or e, fix)
         return None
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}, since {stamp}\n".encode())
+    try:  # who holds it, for a second job's message; a full disk keeps the lock without it
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}, since {stamp}\n".encode())
+    except OSError:
+        pass
     _held_fds.add(fd)
     return fd
 
