@@ -120,7 +120,7 @@ class DecordReader(VideoReader):
                 last = video.num_frames - 1
         except DecodeError:
             return
-        codec = codec_if_decodable(self.path, 0) and codec_if_decodable(self.path, last)
+        codec = codec_if_decodable(self.path, [0, last])
         if codec is not None:
             raise DecoderLibraryError(
                 f"decord {self._library.version()} cannot open {self.path}, which PyAV decodes: "

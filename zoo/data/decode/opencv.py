@@ -271,7 +271,7 @@ class OpenCVReader(VideoReader):
         passing every such video as broken."""
         from .pyav import codec_if_decodable
 
-        codec = codec_if_decodable(self.path, index)
+        codec = codec_if_decodable(self.path, [index])
         if codec is not None:
             raise DecoderLibraryError(
                 f"OpenCV {self._library.version()} reads no frame of {self.path} ({codec}), "

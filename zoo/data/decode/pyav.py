@@ -627,13 +627,13 @@ def probe_seek_count(path: str) -> Optional[int]:
         return len(table) if on_grid else None
 
 
-def codec_if_decodable(path: str, index: int) -> Optional[str]:
-    """The codec of ``path``'s main video stream (``"av1"``) when PyAV decodes its frame
-    ``index`` (what another reader that decodes no frame of the file is missing), else None (the
-    file is broken there)."""
+def codec_if_decodable(path: str, indices: Sequence[int]) -> Optional[str]:
+    """The codec of ``path``'s main video stream (``"av1"``) when PyAV decodes its frames
+    ``indices`` (what another reader that fails on the file is missing), else None (the file is
+    broken there)."""
     try:
         with PyAVReader(path) as video:
-            video.decode_array([index])
+            video.decode_array(list(indices))
             codec = video._stream.codec_context.codec
             return getattr(codec, "canonical_name", None) or codec.name
     except DecodeError:

@@ -60,18 +60,6 @@ def _reason(error: BaseException) -> str:
     return _CPP_PREFIX.sub("", one_line(error))
 
 
-def _pyav_decodes(path: str, indices: List[int]) -> bool:
-    """Whether PyAV decodes the frames ``indices`` of ``path`` (a file torchcodec failed on)."""
-    from .pyav import PyAVReader
-
-    try:
-        with PyAVReader(path) as video:
-            video.decode_array(indices)
-        return True
-    except DecodeError:
-        return False
-
-
 def _import_torchcodec():
     """torchcodec's VideoDecoder, or one ImportError line saying what to install."""
     try:
@@ -188,7 +176,9 @@ class TorchCodecReader(VideoReader):
             try:
                 batch, pts = self._decode_through(wanted)
             except DecodeError as e:
-                if e.kind != "timeout" and _pyav_decodes(self.path, wanted):
+                from .pyav import codec_if_decodable
+
+                if e.kind != "timeout" and codec_if_decodable(self.path, wanted):
                     raise NotExact(
                         f"{self.path}: torchcodec cannot decode frames {wanted[0]}-{wanted[-1]}, "
                         "which PyAV decodes (a torchcodec limit, e.g. a size change mid-stream): "
