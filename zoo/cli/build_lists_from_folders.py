@@ -84,7 +84,8 @@ def _without_dangling_links(records, root: str) -> list:
     gone = [r.path for r in records if not os.path.exists(os.path.join(root, r.path))]
     if gone:
         print(f"left out {len(gone)} symbolic link(s) to nothing, e.g. {gone[0]}")
-    return [r for r in records if r.path not in set(gone)] if gone else list(records)
+    missing = set(gone)
+    return [r for r in records if r.path not in missing]
 
 
 def _same_file_same_side(records, keys: List[str], root: str) -> List[str]:
