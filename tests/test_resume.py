@@ -271,9 +271,10 @@ def _schedule_cfg(epochs, resume_epoch=-1, extra=()):
                               str(resume_epoch), *extra])
 
 
-def _schedule_trainer(tmp_path, cfg, batches):
+def _schedule_trainer(tmp_path, cfg, batches, world=1):
     """A Trainer with what its loop and resume use: a linear model, ``batches`` batches an epoch
-    (fewer with more processes), warmup for one epoch, then cosine."""
+    (fewer with more processes), warmup for one epoch, then cosine, LRs scaled as for ``world``
+    processes."""
     import logging
 
     from zoo.solver import build_lr_scheduler
@@ -285,7 +286,7 @@ def _schedule_trainer(tmp_path, cfg, batches):
     t.logger, t.out_dir, t.save_dir = logging.getLogger("test_resume"), str(tmp_path), str(tmp_path)
     t.model = torch.nn.Linear(4, 3)
     t.optimizer = torch.optim.SGD(t.model.parameters(), lr=0.1)
-    t.scheduler = build_lr_scheduler(cfg, t.optimizer, batches)
+    t.scheduler = build_lr_scheduler(cfg, t.optimizer, batches, world)
     t.step = TrainStep(t.model, t.optimizer, t.scheduler, torch.device("cpu"), 3)
     t.train_loader = torch.utils.data.DataLoader(
         [(torch.randn(4), i % 3, i, 0) for i in range(2 * batches)], batch_size=2)
@@ -299,16 +300,17 @@ def _schedule_trainer(tmp_path, cfg, batches):
     return t
 
 
-def _epoch_checkpoint(tmp_path, cfg, batches, epoch):
-    """checkpoints/epoch_<epoch>.pth of a run with ``batches`` optimizer steps an epoch."""
+def _epoch_checkpoint(tmp_path, cfg, batches, epoch, world=1):
+    """checkpoints/epoch_<epoch>.pth of a run of ``world`` processes with ``batches`` optimizer
+    steps an epoch."""
     from zoo.config import cfg_to_yaml
     from zoo.train.checkpoint import gather_rng_states, save_checkpoint, training_state
 
-    t = _schedule_trainer(tmp_path, cfg, batches)
+    t = _schedule_trainer(tmp_path, cfg, batches, world)
     for _ in range(epoch * batches):
         t.scheduler.step()
     state = training_state(t.model, t.optimizer, t.scheduler, None, None, epoch, epoch * batches,
-                           cfg_to_yaml(cfg), gather_rng_states(), -1.0)
+                           cfg_to_yaml(cfg), gather_rng_states() * world, -1.0)
     save_checkpoint(str(tmp_path), state, epoch)
 
 
@@ -332,6 +334,28 @@ def test_a_resume_continues_the_schedule_at_the_epoch_reached_whatever_the_steps
     assert t.scheduler.iteration == 24 and t.iteration == saved_batches + 16  # steps taken
     moved = "the LR schedule continues from step 8, at the epoch the checkpoint reached"
     assert (moved in caplog.text) == (saved_batches != 8)
+
+
+@pytest.mark.parametrize("reference", [0, 4])
+def test_a_resume_on_fewer_processes_says_when_the_reference_batch_rescales_the_lr(
+        tmp_path, caplog, reference):
+    # A run of 2 processes resumed on 1: with REFERENCE_BATCH every LR halves, and one warning
+    # says so; without it the LRs are the same and nothing is said.
+    import logging
+
+    cfg = _schedule_cfg(3, extra=["TRAIN.BATCH_SIZE", "2", "TRAIN.REFERENCE_BATCH",
+                                  str(reference)])
+    _epoch_checkpoint(tmp_path, cfg, 4, 1, world=2)
+    cfg = _schedule_cfg(3, resume_epoch=1, extra=["TRAIN.BATCH_SIZE", "2",
+                                                  "TRAIN.REFERENCE_BATCH", str(reference)])
+    t = _schedule_trainer(tmp_path, cfg, 8)
+    with caplog.at_level(logging.INFO, logger="test_resume"):
+        t.train()
+    said = ("the checkpoint's run had 2 processes (global batch 4), this one has 1 (global batch "
+            "2): CONFIG.TRAIN.REFERENCE_BATCH 4 scales every LR of the schedule by 0.5 times the "
+            "checkpoint's run's (peak LR 0.05); resume on 2 processes to keep its LRs")
+    assert (said in caplog.text) == (reference > 0)
+    assert t.used.lrs[0] == pytest.approx(0.05 if reference else 0.1)
 
 
 def test_more_epochs_on_resume_stretch_the_schedule_and_say_so(tmp_path, caplog):

@@ -244,8 +244,8 @@ def set_aside_earlier_run(save_dir: str, logger: logging.Logger) -> Optional[str
 class ResumedState(NamedTuple):
     """Where a resumed run continues: epochs completed, optimizer steps taken, best val top-1,
     batches of the next epoch already trained (0 unless the checkpoint is mid-epoch), the LR its
-    schedule had set for the next step (None when unknown) and the EPOCH_NUM of its config
-    (0 when unknown)."""
+    schedule had set for the next step (None when unknown), the EPOCH_NUM of its config
+    (0 when unknown) and the number of processes its run had (0 when unknown)."""
 
     epoch: int
     iteration: int
@@ -253,6 +253,7 @@ class ResumedState(NamedTuple):
     epoch_iter: int = 0
     lr: Optional[float] = None
     epochs: int = 0
+    processes: int = 0
 
 
 def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, scaler=None,
@@ -317,7 +318,8 @@ def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, 
                        path, ranks, world)
     return ResumedState(int(ckpt["epoch"]), int(ckpt.get("iteration", 0)),
                         float(ckpt.get("best_top1", -1.0)), epoch_iter,
-                        _scheduled_lr(ckpt.get("optimizer")), _saved_epochs(ckpt.get("cfg")))
+                        _scheduled_lr(ckpt.get("optimizer")), _saved_epochs(ckpt.get("cfg")),
+                        ranks if isinstance(rng, list) else 0)
 
 
 def _scheduled_lr(optimizer_state: Any) -> Optional[float]:

@@ -370,6 +370,23 @@ class Trainer:
         self.logger.info("resumed from %s: continuing at epoch %d%s", path, self.start_epoch + 1,
                          where)
 
+    def _say_if_the_lr_scale_moved(self, world: int) -> None:
+        """One warning when the resumed checkpoint's run had another number of processes and
+        CONFIG.TRAIN.REFERENCE_BATCH scales the LRs with the global batch: every LR from here on
+        is then another multiple of CONFIG.TRAIN.LR than the checkpoint's run used."""
+        train, state = self.cfg.CONFIG.TRAIN, self.resumed
+        if (state is None or train.REFERENCE_BATCH <= 0 or not state.processes
+                or state.processes == world or self.start_epoch >= self.epochs):
+            return
+        per_process = train.BATCH_SIZE * train.ACCUM_STEPS
+        self.logger.warning(
+            "the checkpoint's run had %d processes (global batch %d), this one has %d (global "
+            "batch %d): CONFIG.TRAIN.REFERENCE_BATCH %d scales every LR of the schedule by %.4g "
+            "times the checkpoint's run's (peak LR %.5g); resume on %d processes to keep its LRs",
+            state.processes, per_process * state.processes, world, per_process * world,
+            train.REFERENCE_BATCH, world / state.processes, self.scheduler.peak_lr(),
+            state.processes)
+
     def train(self, preemption: Optional[PreemptionWatch] = None) -> None:
         """Resume if asked, then train epochs ``start_epoch + 1 .. EPOCH_NUM``.
 
@@ -405,6 +422,7 @@ class Trainer:
                 train.BATCH_SIZE * world * train.ACCUM_STEPS, train.BATCH_SIZE, world,
                 train.ACCUM_STEPS, self.scheduler.peak_lr(),
             )
+        self._say_if_the_lr_scale_moved(world)
         # The optimizer steps taken go on from the checkpoint's count. The LR schedule goes on
         # from this run's steps up to where the checkpoint was instead: another number of
         # processes has epochs of another number of steps, and the schedule is set in epochs.
