@@ -272,3 +272,27 @@ def test_opencv_seek_past_a_truncation_is_an_unreadable_video(tmp_path):
         with pytest.raises(DecodeError) as err:
             video.decode_array([20, 150, 280])
     assert re.search(r": a seek to frame (150|280) stopped at frame \d+ although", str(err.value))
+
+
+def test_a_display_matrix_of_no_quarter_turn_is_an_unreadable_video(tmp_path):
+    """A 45 degree display matrix: players tilt the picture (FFmpeg's rotate filter, corners
+    filled); zoo turns by quarter turns only, and rounded it to none."""
+    import math
+    import struct
+
+    path = tmp_path / "tilted.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
+                    "testsrc=s=160x120:r=25:d=0.4", "-c:v", "libx264", str(path)],
+                   check=True, capture_output=True)
+    data = bytearray(path.read_bytes())
+    at = data.find(b"tkhd")
+    assert at > 0 and data[at + 4] == 0  # a version 0 track header: its matrix 44 bytes on
+    c = int(round(math.cos(math.radians(45)) * 65536))
+    struct.pack_into(">9i", data, at + 44, c, c, 0, -c, c, 0, 0, 0, 0x40000000)
+    path.write_bytes(bytes(data))
+    with open_video(str(path), "pyav") as video:
+        with pytest.raises(DecodeError) as err:
+            video.decode_array([0, 4])
+    message = str(err.value)
+    assert str(path) in message and "turns the picture by -45 degrees" in message
+    assert "\n" not in message

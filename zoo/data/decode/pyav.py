@@ -565,6 +565,12 @@ class PyAVReader(VideoReader):
         """The frame as upright RGB (turned by its display matrix, as a player shows it), scaled
         to the output size when one is set."""
         rotation = frame.rotation
+        if abs(rotation - 90.0 * round(rotation / 90.0)) > 1.0:  # FFmpeg's own tolerance
+            raise DecodeError(
+                f"{self.path}: its display matrix turns the picture by {rotation:g} degrees, "
+                "not a quarter turn, and zoo turns pictures by quarter turns only (a player "
+                "shows it tilted, with filled corners): re-encode it as players show it with the "
+                "ffmpeg command, or take it out of the list")
         size = self._scaled_size(frame, rotation)
         if size is None:
             image = self._to_rgb.reformat(frame, format="rgb24",
