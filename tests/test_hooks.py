@@ -561,3 +561,29 @@ def test_a_mid_epoch_resume_keeps_the_train_records_of_the_batches_before_its_ch
     t.hooks[-1].before_train()
     kept = [(r["epoch"], r["iter"]) for r in _records(path) if r["split"] == "train"]
     assert kept == straight[:12]
+
+
+def test_a_resume_hides_the_tensorboard_events_a_killed_run_wrote_after_its_checkpoint(
+        tmp_path):
+    # A run wrote steps 1..8 and was killed; its checkpoint is after step 5. The resumed run
+    # writes steps 6..8 again: TensorBoard shows each step once, with the resumed run's values.
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tb_dir = str(tmp_path / "tb")
+    first = MetricsWriter(str(tmp_path), tb_dir)
+    first.start(0)
+    for step in range(1, 9):
+        first.write({"split": "train", "epoch": 1 + step // 5, "loss": float(step)}, step)
+    first.close()
+    time.sleep(1.1)  # event files are named by the second they are opened in
+    resumed = MetricsWriter(str(tmp_path), tb_dir)
+    resumed.start(1, resumed_steps=5)
+    for step in range(6, 9):
+        resumed.write({"split": "train", "epoch": 2, "loss": 100.0 + step}, step)
+    resumed.close()
+    events = EventAccumulator(tb_dir)
+    events.Reload()
+    shown = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    assert shown == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0),
+                     (6, 106.0), (7, 107.0), (8, 108.0)]

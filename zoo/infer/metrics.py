@@ -51,14 +51,21 @@ class MetricsWriter:
     def __init__(self, output_dir: str, tb_dir: Optional[str] = None) -> None:
         self.enabled = comm.is_main_process()
         self.path = os.path.join(output_dir, "metrics.jsonl")
+        self.tb_dir = tb_dir if self.enabled else None
         self.tb = None
-        if self.enabled and tb_dir:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(log_dir=tb_dir)
-            except ImportError:  # tensorboard is optional at run time
-                logger.warning("tensorboard is not installed; writing metrics.jsonl only")
+    def _open_tensorboard(self, purge_step: Optional[int] = None) -> None:
+        """The TensorBoard writer, once; ``purge_step`` hides the events an earlier run of the
+        folder wrote at that step and later (a resumed run writes those steps again)."""
+        if self.tb is not None or not self.tb_dir:
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(log_dir=self.tb_dir, purge_step=purge_step)
+        except ImportError:  # tensorboard is optional at run time
+            logger.warning("tensorboard is not installed; writing metrics.jsonl only")
+        self.tb_dir = None
 
     def start(self, resumed_epoch: int, resumed_batches: int = 0,
               resumed_steps: int = 0) -> None:
@@ -69,8 +76,12 @@ class MetricsWriter:
         ``resumed_batches`` > 0: the checkpoint was mid-epoch, after that many batches of epoch
         ``resumed_epoch + 1``; that epoch's ``train`` records of those batches are kept (their
         ``batch``). A record without ``batch`` (an older zoo's) is kept when its ``iter`` is at
-        most ``resumed_steps``, the checkpoint's optimizer steps.
+        most ``resumed_steps``, the checkpoint's optimizer steps. TensorBoard's events after
+        those steps are hidden likewise (its ``purge_step``; under gradient accumulation a
+        mid-epoch checkpoint's next record shares its step and may show twice there).
         """
+        resumed = resumed_epoch > 0 or resumed_batches > 0
+        self._open_tensorboard(resumed_steps + 1 if resumed else None)
         if not self.enabled or not os.path.isfile(self.path):
             return
         if resumed_epoch <= 0 and resumed_batches <= 0:
@@ -100,6 +111,7 @@ class MetricsWriter:
             return
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+        self._open_tensorboard()
         if self.tb is not None:
             split = record.get("split", "train")
             for key, value in record.items():
