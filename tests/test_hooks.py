@@ -587,3 +587,18 @@ def test_a_resume_hides_the_tensorboard_events_a_killed_run_wrote_after_its_chec
     shown = [(e.step, e.value) for e in events.Scalars("train/loss")]
     assert shown == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0),
                      (6, 106.0), (7, 107.0), (8, 108.0)]
+
+
+def test_a_fresh_start_moves_an_earlier_runs_tensorboard_events_into_a_run_of_their_own(
+        tmp_path):
+    pytest.importorskip("tensorboard")
+    tb_dir = tmp_path / "tb"
+    for _ in range(2):
+        writer = MetricsWriter(str(tmp_path), str(tb_dir))
+        writer.start(0)
+        writer.write({"split": "train", "epoch": 1, "loss": 1.0}, 1)
+        writer.close()
+    here = [n for n in os.listdir(tb_dir) if n.startswith("events.out.tfevents.")]
+    aside = [d for d in tb_dir.iterdir() if d.is_dir()]
+    assert len(here) == 1 and len(aside) == 1 and aside[0].name.startswith("earlier_")
+    assert len(os.listdir(aside[0])) == 1

@@ -71,7 +71,8 @@ class MetricsWriter:
               resumed_steps: int = 0) -> None:
         """Begin this run's records: after a resume, drop the records of epochs after the
         checkpoint (a killed epoch is trained again); on a fresh start, keep an older file of the
-        same folder as ``metrics.<time>.jsonl`` instead of mixing two runs in one file.
+        same folder as ``metrics.<time>.jsonl`` instead of mixing two runs in one file (and an
+        older run's TensorBoard events in a folder of their own, ``earlier_<time>/``).
 
         ``resumed_batches`` > 0: the checkpoint was mid-epoch, after that many batches of epoch
         ``resumed_epoch + 1``; that epoch's ``train`` records of those batches are kept (their
@@ -81,6 +82,8 @@ class MetricsWriter:
         mid-epoch checkpoint's next record shares its step and may show twice there).
         """
         resumed = resumed_epoch > 0 or resumed_batches > 0
+        if not resumed and self.tb_dir:
+            _set_aside_events(self.tb_dir)
         self._open_tensorboard(resumed_steps + 1 if resumed else None)
         if not self.enabled or not os.path.isfile(self.path):
             return
@@ -121,6 +124,20 @@ class MetricsWriter:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+
+
+def _set_aside_events(tb_dir: str) -> None:
+    """Move an earlier run's TensorBoard event files into ``tb_dir/earlier_<time>/``: TensorBoard
+    shows that folder as a run of its own instead of two runs' curves in one."""
+    if not os.path.isdir(tb_dir):
+        return
+    names = [n for n in os.listdir(tb_dir) if n.startswith("events.out.tfevents.")]
+    if not names:
+        return
+    aside = os.path.join(tb_dir, time.strftime("earlier_%Y%m%d-%H%M%S", time.gmtime()))
+    os.makedirs(aside, exist_ok=True)
+    for name in names:
+        os.replace(os.path.join(tb_dir, name), os.path.join(aside, name))
 
 
 def _before_stop(record: Dict, batches: int, steps: int) -> bool:
