@@ -159,6 +159,40 @@ def test_hmdb51_split_files(tmp_path):
     assert val[1][0].shape == (3, 4, 28, 28)
 
 
+def test_hmdb51_ids_follow_the_sorted_class_names_not_the_split_file_names(tmp_path):
+    # "climb_stairs_test_split1.txt" sorts before "climb_test_split1.txt"; MMAction2's and
+    # gluoncv's ids put climb (the shorter name) first.
+    from zoo.data.lists.sources import hmdb51_records
+
+    for cls in ("climb", "climb_stairs", "kick", "kick_ball"):
+        (tmp_path / f"{cls}_test_split1.txt").write_text(f"{cls}_1.avi 1 \n")
+    records, classes = hmdb51_records(str(tmp_path), train=True)
+    assert classes == ["climb", "climb_stairs", "kick", "kick_ball"]
+    assert [(r.path, r.label) for r in records] == [
+        ("climb/climb_1.avi", 0), ("climb_stairs/climb_stairs_1.avi", 1),
+        ("kick/kick_1.avi", 2), ("kick_ball/kick_ball_1.avi", 3)]
+
+
+def test_an_official_split_file_of_another_split_than_official_split_stops(tmp_path):
+    from zoo.data.lists.sources import hmdb51_records, ucf101_records
+
+    (tmp_path / "classInd.txt").write_text("1 Walk\n")
+    (tmp_path / "trainlist01.txt").write_text("Walk/v_Walk_g01_c01.avi 1\n")
+    (tmp_path / "brush_hair_test_split1.txt").write_text("a.avi 1\n")
+    (tmp_path / "brush_hair_test_split2.txt").write_text("a.avi 2\n")
+    with pytest.raises(AnnotationError) as err:
+        ucf101_records(str(tmp_path / "trainlist01.txt"), train=True, split_id=2)
+    assert str(err.value) == (
+        f"{tmp_path / 'trainlist01.txt'} is split 1's file, and CONFIG.DATA.OFFICIAL_SPLIT is 2: "
+        "set OFFICIAL_SPLIT 1, or give the folder of the split files and OFFICIAL_SPLIT picks "
+        "them")
+    with pytest.raises(AnnotationError, match="is split 2's file, and CONFIG.DATA.OFFICIAL_SPLIT "
+                                              "is 1: set OFFICIAL_SPLIT 2"):
+        hmdb51_records(str(tmp_path / "brush_hair_test_split2.txt"), train=True, split_id=1)
+    assert len(ucf101_records(str(tmp_path / "trainlist01.txt"), True, 1)[0]) == 1
+    assert len(hmdb51_records(str(tmp_path / "brush_hair_test_split2.txt"), False, 2)[0]) == 1
+
+
 def test_class_folders_write_classes_txt(tmp_path):
     root = tmp_path / "videos"
     _video(str(root / "walk" / "x.mp4"), frames=8)

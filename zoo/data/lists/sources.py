@@ -206,7 +206,18 @@ def _split_file(anno_path: str, pattern: str, split_id: int) -> str:
         if not os.path.isfile(path):
             raise AnnotationError(f"{anno_path}: no {pattern.format(split_id)} in this folder")
         return path
+    _check_split_number(anno_path, re.search(r"list0*(\d+)\.txt$", anno_path), split_id)
     return anno_path
+
+
+def _check_split_number(path: str, named: Optional["re.Match"], split_id: int) -> None:
+    """Stop when an official split file given by its path names another split than
+    ``CONFIG.DATA.OFFICIAL_SPLIT`` (``named``: the match of its number in the file name)."""
+    if named is not None and int(named.group(1)) != split_id:
+        raise AnnotationError(
+            f"{path} is split {int(named.group(1))}'s file, and CONFIG.DATA.OFFICIAL_SPLIT is "
+            f"{split_id}: set OFFICIAL_SPLIT {int(named.group(1))}, or give the folder of the "
+            "split files and OFFICIAL_SPLIT picks them")
 
 
 def ucf101_records(anno_path: str, train: bool, split_id: int = 1) -> Records:
@@ -260,16 +271,19 @@ def hmdb51_records(split_dir: str, train: bool, split_id: int = 1) -> Records:
         split_id: 1, 2 or 3.
     """
     if os.path.isfile(split_dir):
+        _check_split_number(split_dir, re.search(r"_test_split(\d+)\.txt$", split_dir),
+                            split_id)
         split_dir = os.path.dirname(os.path.abspath(split_dir))
     suffix = f"_test_split{split_id}.txt"
-    files = sorted(n for n in os.listdir(split_dir) if n.endswith(suffix))
-    if not files:
+    # Sorted by class name (as MMAction2's and gluoncv's HMDB51 ids are), not by file name:
+    # "climb_stairs_test_split1.txt" sorts before "climb_test_split1.txt".
+    classes = sorted(n[: -len(suffix)] for n in os.listdir(split_dir) if n.endswith(suffix))
+    if not classes:
         raise AnnotationError(f"{split_dir}: no *{suffix} files (HMDB51 split folder expected)")
-    classes = [n[: -len(suffix)] for n in files]
     wanted = "1" if train else "2"
     records = []
-    for label, (name, cls) in enumerate(zip(files, classes)):
-        with open_text(os.path.join(split_dir, name)) as f:
+    for label, cls in enumerate(classes):
+        with open_text(os.path.join(split_dir, cls + suffix)) as f:
             for line in f:
                 parts = line.split()
                 if len(parts) >= 2 and parts[-1] == wanted:
