@@ -313,6 +313,26 @@ def test_reencode_list_with_absolute_paths_and_repeated_videos(tmp_path, capsys)
     assert "is not under --src" in err and err.count("\n") == 1, err
 
 
+def test_reencode_list_keeps_the_class_names_beside_it(tmp_path, capsys):
+    from zoo.cli import reencode
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    write(str(src / "v.avi"), ramp_frames(6, 32, 48), codec="mpeg4")
+    (src / "classes.txt").write_text("archery\nbowling\n")
+    (src / "train.csv").write_text("path,label\nv.avi,bowling\n")
+    args = ["--src", str(src), "--dst", str(dst), "--list", str(src / "train.csv")]
+    assert reencode.main(args) == 0
+    capsys.readouterr()
+    assert (dst / "classes.txt").read_text() == "archery\nbowling\n"
+    assert (dst / "train.csv").read_text().splitlines() == ["path,label,start,end", "v.mp4,1,,"]
+    (dst / "classes.txt").write_text("bowling\n")
+    assert reencode.main(args) == 1
+    err = capsys.readouterr().err
+    assert f"{dst / 'classes.txt'} differs from {src / 'classes.txt'}" in err
+    assert err.count("\n") == 1
+
+
 @pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg command")
 def test_reencode_writes_a_phone_portrait_video_upright(tmp_path, capsys):
     """A portrait video stored sideways with a display matrix comes out stored upright: read by

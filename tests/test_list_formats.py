@@ -360,3 +360,25 @@ def test_class_count_from_the_list_uses_list_format_and_data_path(tmp_path):
     assert resolve_num_classes(cfg).CONFIG.DATA.NUM_CLASSES == 5
     with pytest.raises(AnnotationError, match="l.txt:2: .*LIST_FORMAT"):
         resolve_num_classes(load_config(None, base))  # no folder "sit/v 2" beside the list
+
+
+def test_official_ucf101_and_hmdb51_split_files_read_as_lists_stop(tmp_path):
+    # trainlist01.txt's second column is a 1-based class id and an HMDB51 split file's a
+    # train/test flag: read as a list's label, every id would be silently wrong.
+    (tmp_path / "classInd.txt").write_text("1 ApplyEyeMakeup\n2 Archery\n")
+    ucf = tmp_path / "trainlist01.txt"
+    ucf.write_text("ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi 1\n"
+                   "Archery/v_Archery_g08_c01.avi 2\n")
+    hmdb = tmp_path / "brush_hair_test_split1.txt"
+    hmdb.write_text("April_09_brush_hair_u_nm_np1_ba_goo_0.avi 1 \n")
+    with pytest.raises(AnnotationError) as err:
+        read_annotations(str(ucf))
+    assert str(err.value).startswith(
+        f"{ucf} is UCF101's official split file (1-based ids from classInd.txt): set "
+        "CONFIG.DATA.DATASET 'UCF101Dataset' to read it")
+    with pytest.raises(AnnotationError, match="one of HMDB51's official split files .* set "
+                                              "CONFIG.DATA.DATASET 'HMDB51Dataset'"):
+        read_annotations(str(hmdb))
+    # A list of that name without UCF101's classInd.txt beside it is a list like any other.
+    (tmp_path / "classInd.txt").unlink()
+    assert [r.label for r in read_annotations(str(ucf))] == [1, 2]

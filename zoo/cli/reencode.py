@@ -346,7 +346,8 @@ def _rewrite_list(list_path: str, src_root: str, dst_root: str) -> str:
     """A copy of a list whose paths end in .mp4, written into ``dst_root``: a text list (any
     LIST_FORMAT auto recognises) is written in the gluoncv format, a CSV list as a CSV. A
     relative path stays relative (to ``dst_root`` now); an absolute one points into
-    ``dst_root``."""
+    ``dst_root``. A ``classes.txt`` beside the list (the names of its ids) is copied beside the
+    copy."""
     from ..data.lists.annotations import read_annotations
 
     def new_path(path: str) -> str:
@@ -366,7 +367,31 @@ def _rewrite_list(list_path: str, src_root: str, dst_root: str) -> str:
                                  r.end if r.end >= 0 else ""])
         else:
             f.writelines(f"{new_path(r.path)} -1 {r.label}\n" for r in records)
+    names = _class_names_to_copy(list_path, dst_root)
+    if names:
+        import shutil
+
+        shutil.copyfile(names, os.path.join(dst_root, "classes.txt"))
     return out
+
+
+def _class_names_to_copy(list_path: str, dst_root: str) -> Optional[str]:
+    """``classes.txt`` beside ``list_path`` (the names of its ids), which the copied list needs
+    beside it in ``dst_root``; None when there is none or it is there already.
+
+    Raises:
+        UserError: ``dst_root`` holds another ``classes.txt``.
+    """
+    import filecmp
+
+    names = os.path.join(os.path.dirname(os.path.abspath(list_path)), "classes.txt")
+    there = os.path.join(dst_root, "classes.txt")
+    if not os.path.isfile(names) or os.path.abspath(names) == os.path.abspath(there):
+        return None
+    if os.path.isfile(there) and not filecmp.cmp(names, there, shallow=False):
+        raise UserError(f"{there} differs from {names}, the class names of the list's ids: move "
+                        "it away, or re-encode into another --dst")
+    return names
 
 
 @command
@@ -397,6 +422,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     from tqdm import tqdm
 
     rels = _sources(args.src, args.list, args.dst)
+    if args.list:
+        _class_names_to_copy(args.list, args.dst)  # a conflict stops before any encoding
     options = {"short_side": args.short_side, "gop": args.gop, "crf": args.crf,
                "preset": args.preset, "upscale": args.upscale,
                "threads": 1 if args.workers > 1 else 0}

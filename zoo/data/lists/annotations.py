@@ -79,7 +79,7 @@ def _read_csv_list(anno_path: str) -> List[VideoRecord]:
         if "youtube_id" in columns:
             raise AnnotationError(
                 f"{anno_path} is a Kinetics CSV (label,youtube_id,time_start,time_end,split): set "
-                "CONFIG.DATA.DATASET 'KineticsDataset' to read it"
+                f"CONFIG.DATA.DATASET 'KineticsDataset' to read it{_REENCODE_HINT}"
             )
         if "path" not in columns or "label" not in columns:
             raise AnnotationError(
@@ -137,6 +137,30 @@ def _csv_label(text: str, where: str, anno_path: str, names: Dict[str, int]) -> 
     return names[text]
 
 
+# What zoo-reencode, which reads lists too, does with a dataset's own files instead.
+_REENCODE_HINT = (" (zoo-reencode: re-encode the videos' folder without --list; the datasets read "
+                  "the .mp4 files it writes in place of the listed ones)")
+
+
+def _refuse_official_split_file(anno_path: str) -> None:
+    """Stop on UCF101's and HMDB51's official split files read as plain lists: their second
+    column is a 1-based class id (UCF101) or a train/test flag (HMDB51), which a list's label
+    column would take as 0-based class ids."""
+    folder, name = os.path.split(os.path.abspath(anno_path))
+    if (re.fullmatch(r"(train|test)list0[1-3]\.txt", name)
+            and os.path.isfile(os.path.join(folder, "classInd.txt"))):
+        raise AnnotationError(
+            f"{anno_path} is UCF101's official split file (1-based ids from classInd.txt): set "
+            "CONFIG.DATA.DATASET 'UCF101Dataset' to read it, or turn it into lists with "
+            f"datasets/build_split_lists.py ucf101{_REENCODE_HINT}")
+    if re.search(r"_test_split[1-3]\.txt$", name):
+        raise AnnotationError(
+            f"{anno_path} is one of HMDB51's official split files (its numbers are train/test "
+            "flags, not labels): set CONFIG.DATA.DATASET 'HMDB51Dataset' with the folder of "
+            "them, or turn them into lists with datasets/build_split_lists.py hmdb51"
+            f"{_REENCODE_HINT}")
+
+
 def read_annotations(
     anno_path: str, list_format: str = "auto", data_root: Optional[str] = None
 ) -> List[VideoRecord]:
@@ -165,6 +189,7 @@ def read_annotations(
         return class_folder_records(anno_path)[0]
     if not os.path.isfile(anno_path):
         raise AnnotationError(f"annotation list {anno_path!r} does not exist")
+    _refuse_official_split_file(anno_path)
     lines = list(list_lines(anno_path))
     fields = header_fields(lines[0][1]) if lines else None
     if fields:
