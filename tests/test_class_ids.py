@@ -17,7 +17,7 @@ import yaml
 from helpers import ROOT, TOY_MODEL, run_tool
 from videos_for_tests import ramp_frames, write
 
-from zoo.config import load_config
+from zoo.config import ConfigError, load_config
 from zoo.data import build_dataset
 from zoo.data.lists.annotations import AnnotationError, check_same_classes, named_classes
 from zoo.data.lists.sources import class_folder_records, kinetics_stem, visible_walk
@@ -312,6 +312,26 @@ def test_the_data_check_warns_when_validation_videos_are_training_videos(tmp_pat
         assert len(said) == int(shared > 0), said
         if shared:
             assert said[0].startswith(f"data check: {shared} of the {shared} validation videos")
+
+
+def test_the_data_check_passes_over_a_data_path_a_folder_of_class_folders_does_not_use(
+        tmp_path):
+    # A class-folder dataset finds its videos in its ANNO_PATH folder: a TRAIN_DATA_PATH left
+    # by a base config (the custom recipe's 'videos') names nothing it reads.
+    from zoo.cli.data_preflight import check_data
+
+    root = tmp_path / "videos"
+    _videos(root, ["run/a.mp4", "walk/c.mp4"])
+    for dataset in ("VideoFolderDataset", "VideoListDataset"):
+        cfg = _cfg(root, "", "DATA.DATASET", dataset, "DATA.TRAIN_DATA_PATH",
+                   str(tmp_path / "not_there"), "TRAIN.BATCH_SIZE", "1",
+                   "DDP_CONFIG.DISTRIBUTED", "False")
+        check_data(cfg, ("train",))
+    (tmp_path / "train.txt").write_text("run/a.mp4 8 0\nwalk/c.mp4 8 1\n")
+    cfg = _cfg(tmp_path / "train.txt", "", "DATA.TRAIN_DATA_PATH", str(tmp_path / "not_there"),
+               "TRAIN.BATCH_SIZE", "1", "DDP_CONFIG.DISTRIBUTED", "False")
+    with pytest.raises(ConfigError, match="TRAIN_DATA_PATH = .* does not exist"):
+        check_data(cfg, ("train",))  # a list's paths are relative to it: still checked
 
 
 def test_the_data_check_warns_when_a_training_video_has_two_labels(tmp_path, caplog):

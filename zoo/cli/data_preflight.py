@@ -59,6 +59,8 @@ def _data_key(cfg, split: str) -> str:
 
 
 def _check_videos_found(cfg, split: str, dataset, data_path: str) -> None:
+    if getattr(dataset, "root", data_path) != data_path:
+        return  # found in a folder of class folders, not under the data path (unused then)
     key = _data_key(cfg, split)
     if not os.path.isdir(data_path):
         what = "is not a folder" if os.path.exists(data_path) else "does not exist"

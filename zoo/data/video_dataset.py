@@ -91,6 +91,7 @@ class ClipDataset(Dataset):
     Attributes:
         settings: The settings.
         anno_path: The list the videos came from (``videos.where``), named in messages.
+        root: The folder the records' paths are relative to (``videos.root``).
         records: The records, in list order.
         paths: Full video paths, in list order.
         labels: Integer labels, in list order.
@@ -109,6 +110,7 @@ class ClipDataset(Dataset):
         self.settings = settings
         self.split = split
         self.anno_path = videos.where
+        self.root = videos.root
         self.records: List[VideoRecord] = list(videos.records)
         self.paths: List[str] = [local_path(videos.root, r.path) for r in self.records]
         paths = reencoded_paths(self.paths)
