@@ -377,6 +377,20 @@ def test_the_data_check_tells_a_frame_folders_runs_apart(tmp_path, caplog):
     assert said == [], said
 
 
+def test_a_list_finds_files_whose_names_the_disk_holds_in_the_other_unicode_form(tmp_path):
+    import unicodedata
+
+    from zoo.data.lists.records import local_path
+
+    composed = "caf\u00e9/cr\u00e8me.mp4"
+    decomposed = unicodedata.normalize("NFD", composed)
+    _videos(tmp_path / "macos", [decomposed])
+    _videos(tmp_path / "linux", [composed])
+    assert local_path(str(tmp_path / "macos"), composed) == str(tmp_path / "macos" / decomposed)
+    assert local_path(str(tmp_path / "linux"), decomposed) == str(tmp_path / "linux" / composed)
+    assert local_path(str(tmp_path / "none"), composed) == str(tmp_path / "none" / composed)
+
+
 def test_class_folders_named_in_decomposed_unicode_are_the_same_classes(tmp_path):
     """macOS writes names decomposed (NFD); the same names typed on Linux are composed (NFC)."""
     import unicodedata

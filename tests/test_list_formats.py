@@ -382,3 +382,11 @@ def test_official_ucf101_and_hmdb51_split_files_read_as_lists_stop(tmp_path):
     # A list of that name without UCF101's classInd.txt beside it is a list like any other.
     (tmp_path / "classInd.txt").unlink()
     assert [r.label for r in read_annotations(str(ucf))] == [1, 2]
+
+
+def test_a_json_label_file_given_as_a_list_stops_with_one_line(tmp_path):
+    path = tmp_path / "something-something-v2-train.json"
+    path.write_text('[{"id": "78687", "label": "holding potato next to vicks vaporub bottle"}]')
+    with pytest.raises(AnnotationError) as err:
+        read_annotations(str(path))
+    assert str(err.value).startswith(f"{path} is a JSON file")

@@ -190,6 +190,11 @@ def read_annotations(
     if not os.path.isfile(anno_path):
         raise AnnotationError(f"annotation list {anno_path!r} does not exist")
     _refuse_official_split_file(anno_path)
+    if anno_path.lower().endswith(".json"):
+        raise AnnotationError(
+            f"{anno_path} is a JSON file (Something-Something's labels are): annotation lists "
+            "are text or CSV; write its videos as 'path label' lines, ids from 0, with a "
+            "classes.txt beside them (docs/datasets.md)")
     lines = list(list_lines(anno_path))
     fields = header_fields(lines[0][1]) if lines else None
     if fields:

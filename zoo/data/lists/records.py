@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import io
 import os
+import unicodedata
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
@@ -74,12 +75,19 @@ def open_text(path: str, newline: Optional[str] = None) -> io.StringIO:
 def local_path(root: str, path: str) -> str:
     """``root/path``; a path with Windows separators (``a\\b.mp4``, a list written on Windows)
     names the file with ``/`` where only that one exists (a backslash is a legal character of a
-    file name here, so a file named with one is kept)."""
+    file name here, so a file named with one is kept). A name with accents names the file
+    written in the other Unicode form where only that one exists (``café`` composed in the list,
+    decomposed on a disk that macOS wrote)."""
     full = os.path.join(root, path)
     if "\\" in path and os.sep == "/" and not os.path.exists(full):
         posix = os.path.join(root, path.replace("\\", "/"))
         if os.path.exists(posix):
             return posix
+    if not path.isascii() and not os.path.exists(full):
+        for form in ("NFD", "NFC"):
+            other = os.path.join(root, unicodedata.normalize(form, path))
+            if other != full and os.path.exists(other):
+                return other
     return full
 
 
