@@ -332,6 +332,23 @@ def test_the_data_check_passes_over_a_data_path_a_folder_of_class_folders_does_n
                "TRAIN.BATCH_SIZE", "1", "DDP_CONFIG.DISTRIBUTED", "False")
     with pytest.raises(ConfigError, match="TRAIN_DATA_PATH = .* does not exist"):
         check_data(cfg, ("train",))  # a list's paths are relative to it: still checked
+    # A list of absolute paths written on another machine: the data path does not apply.
+    (tmp_path / "train.txt").write_text("/home/else/run/a.mp4 8 0\n/home/else/walk/c.mp4 8 1\n")
+    cfg = _cfg(tmp_path / "train.txt", "", "DATA.TRAIN_DATA_PATH", str(root),
+               "TRAIN.BATCH_SIZE", "1", "DDP_CONFIG.DISTRIBUTED", "False")
+    with pytest.raises(ConfigError) as err:
+        check_data(cfg, ("train",))
+    assert str(err.value) == (
+        "none of the first 2 videos of the train list exists (e.g. '/home/else/run/a.mp4'), "
+        "and its paths are absolute, so CONFIG.DATA.TRAIN_DATA_PATH does not apply to them: "
+        "write the list's paths relative to the data folder and set "
+        "CONFIG.DATA.TRAIN_DATA_PATH to it")
+    # Absolute paths that exist need no data path at all.
+    (tmp_path / "train.txt").write_text(f"{root / 'run' / 'a.mp4'} 8 0\n"
+                                        f"{root / 'walk' / 'c.mp4'} 8 1\n")
+    cfg = _cfg(tmp_path / "train.txt", "", "DATA.TRAIN_DATA_PATH", "", "TRAIN.BATCH_SIZE", "1",
+               "DDP_CONFIG.DISTRIBUTED", "False")
+    check_data(cfg, ("train",))
 
 
 def test_the_data_check_warns_when_a_training_video_has_two_labels(tmp_path, caplog):

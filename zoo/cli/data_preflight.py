@@ -62,12 +62,20 @@ def _check_videos_found(cfg, split: str, dataset, data_path: str) -> None:
     if getattr(dataset, "root", data_path) != data_path:
         return  # found in a folder of class folders, not under the data path (unused then)
     key = _data_key(cfg, split)
+    paths = list(getattr(dataset, "paths", []))[:_PROBE]
+    found = any(os.path.exists(p) for p in paths)
+    if all(os.path.isabs(r.path) for r in getattr(dataset, "records", [])[:_PROBE]) and paths:
+        if not found:  # a list written on another machine: the data path does not apply
+            raise ConfigError(
+                f"none of the first {len(paths)} videos of the {split} list exists (e.g. "
+                f"{paths[0]!r}), and its paths are absolute, so {key} does not apply to them: "
+                f"write the list's paths relative to the data folder and set {key} to it")
+        return
     if not os.path.isdir(data_path):
         what = "is not a folder" if os.path.exists(data_path) else "does not exist"
         raise ConfigError(f"{key} = {data_path!r} {what}: set it to the folder the "
                           f"{split} list's paths are relative to")
-    paths = list(getattr(dataset, "paths", []))[:_PROBE]
-    if paths and not any(os.path.exists(p) for p in paths):
+    if paths and not found:
         raise ConfigError(
             f"none of the first {len(paths)} videos of the {split} list is in {key} = "
             f"{data_path!r} (e.g. {paths[0]!r} does not exist): is {key} the folder the list's "
