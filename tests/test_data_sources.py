@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import cv2
@@ -71,7 +72,7 @@ def test_gluoncv_list_with_spaces_and_csv_with_times(tmp_path, spy_indices):
         ds[0]
 
 
-def test_kinetics_csv(tmp_path, spy_indices):
+def test_kinetics_csv(tmp_path, spy_indices, caplog):
     root = tmp_path / "k400"
     _video(str(root / "train" / "abseiling" / f"{kinetics_stem('aaa', 1, 11)}.mp4"))
     _video(str(root / "train" / "playing guitar" / f"{kinetics_stem('b-b', 5.0, 15.0)}.mkv"))
@@ -94,7 +95,11 @@ def test_kinetics_csv(tmp_path, spy_indices):
         "DATA.CLIP_LEN", "4", "DATA.FRAME_RATE", "2", "DATA.CROP_SIZE", "28",
         "DATA.SHORT_SIDE_SIZE", "32", "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]",
     ])
-    ds = build_dataset(cfg, "val")
+    with caplog.at_level(logging.WARNING):
+        ds = build_dataset(cfg, "val")
+        build_dataset(cfg, "train")  # the same CSV again: its missing rows are said once
+    said = [r for r in caplog.records if "have no file under" in r.getMessage()]
+    assert len(said) == 1 and "1 of 4 videos" in said[0].getMessage()
     assert len(ds) == 3 and ds.classes == classes
     assert ds[1][0].shape == (3, 4, 28, 28)
     spy_indices.clear()

@@ -130,6 +130,11 @@ class AnnotationListRecords(RecordsProvider):
         return _labelled(records, source.anno_path, source.data_path)
 
 
+# (CSV, data root, rows without a file) already reported: the data check, the class count and
+# the dataset each read the CSV.
+_SAID_MISSING: set = set()
+
+
 @dataclass(frozen=True)
 class KineticsRecords(RecordsProvider):
     """A Kinetics CSV; files found by name under the data root (see
@@ -139,7 +144,8 @@ class KineticsRecords(RecordsProvider):
     def read(self, source: ListSource) -> VideoList:
         anno, root = source.anno_path, source.data_path
         records, classes, missing = kinetics_records(anno, root, _given(source), source.frames)
-        if missing:
+        if missing and (anno, root, len(missing)) not in _SAID_MISSING:  # once, not per read
+            _SAID_MISSING.add((anno, root, len(missing)))
             logger.warning(
                 "%s: %d of %d videos have no file under %s and are left out (e.g. %s)",
                 anno, len(missing), len(missing) + len(records), root, ", ".join(missing[:3]),
