@@ -506,3 +506,31 @@ def test_kinetics_lists_stop_when_no_video_has_a_name_of_the_csv(tmp_path, capsy
                         "--out", str(out)]) == 0
     assert (out / "train_missing.txt").read_text() == "b2_000003_000013\n"
 
+
+def test_split_lists_find_the_mp4_files_zoo_reencode_wrote(tmp_path, capsys):
+    ucf = tmp_path / "ucfTrainTestlist"
+    ucf.mkdir()
+    (ucf / "classInd.txt").write_text("1 Archery\n2 Bowling\n")
+    (ucf / "trainlist01.txt").write_text("Archery/v_Archery_g01_c01.avi 1\n"
+                                         "Bowling/v_Bowling_g01_c01.avi 2\n"
+                                         "Bowling/v_Bowling_g03_c01.avi 2\n")
+    (ucf / "testlist01.txt").write_text("Bowling/v_Bowling_g02_c01.avi\n")
+    reencoded = tmp_path / "ucf_256"
+    _touch(reencoded, ["Archery/v_Archery_g01_c01.mp4", "Bowling/v_Bowling_g01_c01.mp4",
+                       "Bowling/v_Bowling_g02_c01.mp4"])
+    script = _script("datasets/build_split_lists.py")
+    out = tmp_path / "lists"
+    assert script.main(["ucf101", "--splits", str(ucf), "--split-ids", "1", "--out", str(out),
+                        "--videos", str(reencoded)]) == 0
+    assert (out / "train_split1.txt").read_text() == ("Archery/v_Archery_g01_c01.mp4 -1 0\n"
+                                                      "Bowling/v_Bowling_g01_c01.mp4 -1 1\n")
+    assert (out / "val_split1.txt").read_text() == "Bowling/v_Bowling_g02_c01.mp4 -1 1\n"
+    assert "1 missing videos left out" in capsys.readouterr().out
+    # A folder with none of the split's videos stops with one line, and writes nothing.
+    other = tmp_path / "other"
+    _touch(other, ["clips/x.mkv"])
+    assert script.main(["ucf101", "--splits", str(ucf), "--split-ids", "1", "--out",
+                        str(tmp_path / "l2"), "--videos", str(other)]) != 0
+    err = _error_line(capsys)
+    assert str(other) in err and "clips/x.mkv" in err and "Archery/v_Archery_g01_c01.avi" in err
+    assert not (tmp_path / "l2").exists()
