@@ -448,3 +448,109 @@ def test_kinetics_videos_named_by_yt_dlp_are_found(tmp_path):
     assert [(r.path, r.start, r.end) for r in records] == [
         ("Learn to abseil! [a1b2c3d4e5F].webm", 3.0, 13.0)]
     assert missing == ["short_000000_000010"]
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    return err
+
+
+def test_kinetics_lists_stop_before_writing_over_an_input_csv(tmp_path, capsys):
+    """Untrimmed videos give '<out>/<csv name>.csv': with --out the CSVs' folder, the CSV."""
+    k400 = tmp_path / "k400"
+    (k400 / "videos").mkdir(parents=True)
+    write(str(k400 / "videos" / "a1.mp4"), ramp_frames(4))
+    text = "label,youtube_id,time_start,time_end,split\nabseiling,a1,0,1,train\n"
+    (k400 / "train.csv").write_text(text)
+    script = _script("datasets/build_kinetics_lists.py")
+    for out in (str(k400), str(k400 / "videos" / "..")):
+        rc = script.main(["--csv", str(k400 / "train.csv"), "--videos", str(k400 / "videos"),
+                          "--out", out])
+        assert rc != 0
+        err = _error_line(capsys)
+        assert "train.csv" in err and "--out" in err
+        assert (k400 / "train.csv").read_text() == text
+        assert sorted(os.listdir(k400)) == ["train.csv", "videos"]  # nothing written
+    out = tmp_path / "lists"
+    assert script.main(["--csv", str(k400 / "train.csv"), "--videos", str(k400 / "videos"),
+                        "--out", str(out)]) == 0
+    assert (out / "train.csv").read_text().splitlines() == ["path,label,start,end",
+                                                           "a1.mp4,0,0.0,1.0"]
+
+
+def test_kinetics_csv_with_spaces_after_the_commas(tmp_path):
+    """A header and rows written 'label, youtube_id, ...' (pandas' sep=', ', a hand edit)."""
+    from zoo.data.lists.sources import kinetics_records
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    write(str(videos / f"{kinetics_stem('a1', 3, 13)}.mp4"), ramp_frames(4))
+    write(str(videos / "b2.mp4"), ramp_frames(4))
+    csv_path = tmp_path / "train.csv"
+    csv_path.write_text("label, youtube_id, time_start, time_end, split\n"
+                        "abseiling, a1, 3, 13, train\ntai chi, b2, 25, 35, train\n")
+    records, classes, missing = kinetics_records(str(csv_path), str(videos))
+    assert classes == ["abseiling", "tai chi"] and missing == []
+    assert [(r.path, r.label, r.start) for r in records] == [
+        ("a1_000003_000013.mp4", 0, -1.0), ("b2.mp4", 1, 25.0)]
+    out = tmp_path / "lists"
+    rc = _script("datasets/build_kinetics_lists.py").main(
+        ["--csv", str(csv_path), "--videos", str(videos), "--out", str(out)])
+    assert rc == 0
+    assert (out / "classes.txt").read_text() == "abseiling\ntai chi\n"
+    assert (out / "train.csv").read_text().splitlines()[1:] == [
+        "a1_000003_000013.mp4,0,,", "b2.mp4,1,25.0,35.0"]
+
+
+def test_kinetics_lists_stop_when_no_video_has_a_name_of_the_csv(tmp_path, capsys):
+    """piaxar/kinetics-downloader names a clip '<id>_<start>_<end - start>.mp4': none is found,
+    which stops with one line instead of writing empty lists."""
+    videos = tmp_path / "videos" / "abseiling"
+    videos.mkdir(parents=True)
+    for vid in ("a1", "b2"):
+        (videos / f"{vid}_3_10.mp4").write_bytes(b"x")
+    csv_path = tmp_path / "train.csv"
+    csv_path.write_text("label,youtube_id,time_start,time_end,split\n"
+                        "abseiling,a1,3,13,train\nabseiling,b2,3,13,train\n")
+    out = tmp_path / "lists"
+    script = _script("datasets/build_kinetics_lists.py")
+    assert script.main(["--csv", str(csv_path), "--videos", str(tmp_path / "videos"),
+                        "--out", str(out)]) != 0
+    err = _error_line(capsys)
+    assert str(tmp_path / "videos") in err and "abseiling/a1_3_10.mp4" in err
+    assert "<youtube_id>_<start:06d>_<end:06d>" in err and "a1_000003_000013.mp4" in err
+    assert not out.exists()
+    (videos / "a1_3_10.mp4").rename(videos / "a1_000003_000013.mp4")  # one found: a list
+    assert script.main(["--csv", str(csv_path), "--videos", str(tmp_path / "videos"),
+                        "--out", str(out)]) == 0
+    assert (out / "train_missing.txt").read_text() == "b2_000003_000013\n"
+
+
+def test_split_lists_find_the_mp4_files_zoo_reencode_wrote(tmp_path, capsys):
+    ucf = tmp_path / "ucfTrainTestlist"
+    ucf.mkdir()
+    (ucf / "classInd.txt").write_text("1 Archery\n2 Bowling\n")
+    (ucf / "trainlist01.txt").write_text("Archery/v_Archery_g01_c01.avi 1\n"
+                                         "Bowling/v_Bowling_g01_c01.avi 2\n"
+                                         "Bowling/v_Bowling_g03_c01.avi 2\n")
+    (ucf / "testlist01.txt").write_text("Bowling/v_Bowling_g02_c01.avi\n")
+    reencoded = tmp_path / "ucf_256"
+    _touch(reencoded, ["Archery/v_Archery_g01_c01.mp4", "Bowling/v_Bowling_g01_c01.mp4",
+                       "Bowling/v_Bowling_g02_c01.mp4"])
+    script = _script("datasets/build_split_lists.py")
+    out = tmp_path / "lists"
+    assert script.main(["ucf101", "--splits", str(ucf), "--split-ids", "1", "--out", str(out),
+                        "--videos", str(reencoded)]) == 0
+    assert (out / "train_split1.txt").read_text() == ("Archery/v_Archery_g01_c01.mp4 -1 0\n"
+                                                      "Bowling/v_Bowling_g01_c01.mp4 -1 1\n")
+    assert (out / "val_split1.txt").read_text() == "Bowling/v_Bowling_g02_c01.mp4 -1 1\n"
+    assert "1 missing videos left out" in capsys.readouterr().out
+    # A folder with none of the split's videos stops with one line, and writes nothing.
+    other = tmp_path / "other"
+    _touch(other, ["clips/x.mkv"])
+    assert script.main(["ucf101", "--splits", str(ucf), "--split-ids", "1", "--out",
+                        str(tmp_path / "l2"), "--videos", str(other)]) != 0
+    err = _error_line(capsys)
+    assert str(other) in err and "clips/x.mkv" in err and "Archery/v_Archery_g01_c01.avi" in err
+    assert not (tmp_path / "l2").exists()

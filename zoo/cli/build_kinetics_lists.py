@@ -8,7 +8,10 @@ relative to --videos) and ``<out>/<csv name>_missing.txt`` (the clips with no fi
 ``<out>/classes.txt`` shared by all (sorted label names of the first CSV: the standard order).
 Videos are found by name anywhere under --videos: ``<id>_<start:06d>_<end:06d>.<ext>`` (trimmed
 clips, the usual convention), else ``<id>.<ext>`` (untrimmed; then a CSV list with start/end
-seconds is written instead, so only the labelled part is read). See datasets/kinetics400/README.md.
+seconds is written instead, so only the labelled part is read). Every CSV is read before anything
+is written: a CSV none of whose videos is found, or a list that would be written over an input
+CSV (--out the CSVs' own folder), stops the command with one line. See
+datasets/kinetics400/README.md.
 """
 
 from __future__ import annotations
@@ -18,21 +21,21 @@ import os
 import sys
 from typing import List, Optional
 
-from ..data.lists.annotations import AnnotationError
-from ..data.lists.records import open_text
-from ..data.lists.sources import kinetics_records, write_classes
+from ..data.lists.sources import kinetics_records, kinetics_rows, write_classes
 from ..utils.errors import UsageError
 from .command import command
 from .parser import tool_parser
 
 
-def _sorted_labels(csv_path: str) -> list:
-    with open_text(csv_path, newline="") as f:
-        try:
-            return sorted({row["label"].strip() for row in csv.DictReader(f)})
-        except KeyError:
-            raise AnnotationError(f"{csv_path}: no 'label' column (the test split has no "
-                                  "labels and cannot be used)") from None
+def _refuse_writing_over_inputs(outputs: List[str], csvs: List[str]) -> None:
+    """Stops, before anything is written, when a file to be written is one of the input CSVs (an
+    untrimmed dataset's ``<out>/train.csv`` with --out the CSVs' own folder)."""
+    for out in outputs:
+        for csv_path in csvs:
+            if os.path.exists(out) and os.path.samefile(out, csv_path):
+                raise UsageError(
+                    f"the list {out} would be written over the input CSV {csv_path}: give "
+                    "another --out folder")
 
 
 @command
@@ -53,15 +56,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
     if not os.path.isdir(args.videos):
         raise UsageError(f"--videos {args.videos!r} is not a folder")
-    classes = _sorted_labels(args.csv[0])
-    os.makedirs(args.out, exist_ok=True)
+    classes = sorted({row["label"] for row in kinetics_rows(args.csv[0])})
+    lists = []  # (csv, list path, records, missing): every CSV is read before anything is written
     for csv_path in args.csv:
         records, _, missing = kinetics_records(csv_path, args.videos, classes, args.frames)
         name = os.path.splitext(os.path.basename(csv_path))[0]
         trimmed = all(r.start < 0 for r in records)
         list_path = os.path.join(args.out, name + (".txt" if trimmed else ".csv"))
+        lists.append((csv_path, list_path, records, missing))
+    outputs = [os.path.join(args.out, "classes.txt")]
+    for _, list_path, _, _ in lists:
+        stem = os.path.splitext(list_path)[0]
+        outputs += [list_path, f"{stem}_missing.txt"]
+    _refuse_writing_over_inputs(outputs, args.csv)
+    os.makedirs(args.out, exist_ok=True)
+    for csv_path, list_path, records, missing in lists:
         with open(list_path, "w", encoding="utf-8", newline="") as f:
-            if trimmed:
+            if list_path.endswith(".txt"):
                 f.writelines(f"{r.path} -1 {r.label}\n" for r in records)
             else:
                 writer = csv.writer(f)
@@ -69,7 +80,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 for r in records:
                     writer.writerow([r.path, r.label, r.start if r.start >= 0 else "",
                                      r.end if r.end >= 0 else ""])
-        with open(os.path.join(args.out, f"{name}_missing.txt"), "w", encoding="utf-8") as f:
+        with open(f"{os.path.splitext(list_path)[0]}_missing.txt", "w", encoding="utf-8") as f:
             f.writelines(f"{stem}\n" for stem in missing)
         print(f"{csv_path}: {len(records)} videos -> {list_path} ({len(missing)} missing)")
     write_classes(args.out, classes, required=True)

@@ -134,10 +134,35 @@ def index_files(
 _YT_DLP_ID = re.compile(r" \[([A-Za-z0-9_-]{11})\]$")
 
 
+def kinetics_rows(csv_path: str) -> List[Dict[str, str]]:
+    """The rows of a Kinetics CSV (``label,youtube_id,time_start,time_end,split[,is_cc]``) as
+    ``{column: value}``, names and values with the spaces around them dropped (a header written
+    ``label, youtube_id, time_start, ...`` reads as the official one).
+
+    Raises:
+        AnnotationError: The CSV has no rows, or lacks a column (the test split has no labels).
+    """
+    with open_text(csv_path, newline="") as f:
+        reader = csv.reader(f)
+        header = [name.strip() for name in next(reader, [])]
+        rows = [{name: value.strip() for name, value in zip(header, values + [""] * len(header))}
+                for values in reader if any(value.strip() for value in values)]
+    if not rows:
+        raise AnnotationError(f"{csv_path}: no rows")
+    lacking = [c for c in KINETICS_COLUMNS if c not in header]
+    if lacking:
+        raise AnnotationError(
+            f"{csv_path}: a Kinetics CSV needs the columns {', '.join(KINETICS_COLUMNS)} "
+            f"(missing: {', '.join(lacking)}; the test split has no labels and cannot be used)"
+        )
+    return rows
+
+
 def kinetics_records(
     csv_path: str, data_root: str, classes: Optional[Sequence[str]] = None, frames: bool = False
 ) -> Tuple[List[VideoRecord], List[str], List[str]]:
-    """Read a Kinetics CSV (``label,youtube_id,time_start,time_end,split[,is_cc]``).
+    """Read a Kinetics CSV (``label,youtube_id,time_start,time_end,split[,is_cc]``; spaces around
+    names and values are dropped, :func:`kinetics_rows`).
 
     Files are found by name anywhere under ``data_root``: first the trimmed clip
     ``<id>_<start:06d>_<end:06d>.<ext>`` (any video extension, any sub-folder layout), else an
@@ -155,46 +180,64 @@ def kinetics_records(
         ``(records, classes, missing)``: ``missing`` lists the stems that had no file.
 
     Raises:
-        AnnotationError: The CSV lacks a column, has no label column (the test split), or a label
-            is not among ``classes``.
+        AnnotationError: The CSV lacks a column, has no label column (the test split), has a time
+            that is not a number, or a label is not among ``classes``; or no row has a file (one
+            line naming the folder, a file found there and the names looked for).
     """
-    with open_text(csv_path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise AnnotationError(f"{csv_path}: no rows")
-    header = {k.strip() for k in rows[0] if k}
-    lacking = [c for c in KINETICS_COLUMNS if c not in header]
-    if lacking:
-        raise AnnotationError(
-            f"{csv_path}: a Kinetics CSV needs the columns {', '.join(KINETICS_COLUMNS)} "
-            f"(missing: {', '.join(lacking)}; the test split has no labels and cannot be used)"
-        )
+    rows = kinetics_rows(csv_path)
     if classes is None:
         classes = _names_file(os.path.join(os.path.dirname(os.path.abspath(csv_path)),
                                            "classes.txt"))
     if classes is None:
-        classes = sorted({row["label"].strip() for row in rows})
+        classes = sorted({row["label"] for row in rows})
     label_ids = class_ids(classes, csv_path)
     index = index_files(data_root, folders=frames)
     records, missing = [], []
     for line_no, row in enumerate(rows, start=2):
-        name = row["label"].strip()
+        name = row["label"]
         if name not in label_ids:
             raise AnnotationError(
                 f"{csv_path}:{line_no}: label {name!r} is not among the {len(label_ids)} classes "
                 "(the training data's for a validation or test CSV, else classes.txt beside the "
                 "CSV or the CSV's own labels)")
-        start, end = float(row["time_start"]), float(row["time_end"])
-        stem = kinetics_stem(row["youtube_id"].strip(), start, end)
+        try:
+            start, end = float(row["time_start"]), float(row["time_end"])
+        except ValueError:
+            raise AnnotationError(
+                f"{csv_path}:{line_no}: time_start {row['time_start']!r} and time_end "
+                f"{row['time_end']!r} must be numbers of seconds") from None
+        stem = kinetics_stem(row["youtube_id"], start, end)
         if stem in index:
             records.append(VideoRecord(index[stem], -1, label_ids[name]))
-        elif row["youtube_id"].strip() in index:
-            records.append(
-                VideoRecord(index[row["youtube_id"].strip()], -1, label_ids[name], start, end)
-            )
+        elif row["youtube_id"] in index:
+            records.append(VideoRecord(index[row["youtube_id"]], -1, label_ids[name], start, end))
         else:
             missing.append(stem)
+    if not records:
+        raise AnnotationError(_none_found(csv_path, data_root, index, missing[0], frames))
     return records, list(classes), missing
+
+
+def _none_found(csv_path: str, data_root: str, index: Dict[str, str], stem: str,
+                frames: bool) -> str:
+    """The message for a Kinetics CSV none of whose rows has a file under ``data_root``: the
+    folder, one of its files (or that it holds none) and the names looked for, with the first
+    row's ``stem`` as the example."""
+    kind = "frame folders" if frames else "video files"
+    found = sorted(set(index.values()))
+    if not found:
+        return (f"{csv_path}: none of its videos is under {data_root!r}, which holds no {kind}"
+                f"{'' if frames else ' (' + ' '.join(VIDEO_EXTS) + ')'}: give the folder that "
+                "holds them")
+    if frames:
+        names = (f"<youtube_id>_<start:06d>_<end:06d> (e.g. {stem!r}) or <youtube_id> "
+                 "(untrimmed)")
+    else:
+        names = (f"<youtube_id>_<start:06d>_<end:06d>.<ext> (e.g. {stem + '.mp4'!r}), "
+                 "<youtube_id>.<ext> (untrimmed) or yt-dlp's '<title> [<youtube_id>].<ext>'")
+    return (f"{csv_path}: none of its videos is under {data_root!r}, which holds {len(found)} "
+            f"{kind}, e.g. {found[0]!r}, but none named as the rows say: {names}, in any "
+            "sub-folder: rename them to one of these names, or give the folder that holds them")
 
 
 # ----------------------------------------------------------------------------- UCF101 / HMDB51
