@@ -219,6 +219,26 @@ def test_a_warmup_that_starts_above_its_end_stops_with_one_line():
     load_config(None, ["TRAIN.LR", "0.001"])  # no warmup: nothing to refuse
 
 
+def test_a_warmup_as_long_as_a_cosine_from_epoch_0_stops_naming_the_epochs():
+    """The Swin recipe (warmup 2.5 epochs, cosine from epoch 0) run for 2 epochs: the cosine is
+    0 where the warmup ends, so every LR was 0 (with WARMUP_START_LR 0) and nothing trained."""
+    from zoo.config import ConfigError
+
+    short = ["TRAIN.USE_WARMUP", "True", "TRAIN.LR", "0.001", "TRAIN.COSINE_AFTER_WARMUP",
+             "False", "TRAIN.WARMUP_EPOCHS", "2.5", "TRAIN.WARMUP_START_LR", "0.0"]
+    for epochs in ("2", "1"):
+        with pytest.raises(ConfigError) as e:
+            load_config(None, [*short, "TRAIN.EPOCH_NUM", epochs])
+        assert str(e.value) == (
+            f"CONFIG.TRAIN.WARMUP_EPOCHS = 2.5 is not below CONFIG.TRAIN.EPOCH_NUM = {epochs}, "
+            "and the cosine runs from epoch 0 (COSINE_AFTER_WARMUP False): it reaches 0 before "
+            "the warmup ends, so the run would not train; lower WARMUP_EPOCHS below EPOCH_NUM "
+            "or raise EPOCH_NUM")
+    load_config(None, [*short, "TRAIN.EPOCH_NUM", "3"])
+    load_config(None, [*short[:4], "TRAIN.WARMUP_EPOCHS", "2.5", "TRAIN.EPOCH_NUM", "2",
+                       "TRAIN.WARMUP_START_LR", "0.0"])  # after the warmup: it still trains
+
+
 def _pyslowfast_lr(epoch, base_lr, max_epoch, warmup_epochs, warmup_start):
     """PySlowFast's get_lr_at_epoch for LR_POLICY cosine with COSINE_AFTER_WARMUP False and
     COSINE_END_LR 0 (slowfast/utils/lr_policy.py), written out from its definition."""

@@ -334,7 +334,16 @@ def warmup_ends_on_schedule(train: CfgNode) -> bool:
 def _check_warmup_end(train: CfgNode) -> None:
     """A warmup that ends off the schedule makes the LR jump where it ends, and one that starts
     above its end lowers the LR (no published recipe does either; the second is the default
-    WARMUP_START_LR left beside a small LR): refuse them."""
+    WARMUP_START_LR left beside a small LR): refuse them. A cosine from epoch 0 that reaches 0
+    before the warmup ends would leave nothing to train: refuse that first, naming the epochs."""
+    if (train.USE_WARMUP and train.LR_POLICY != "Step"
+            and not train.get("COSINE_AFTER_WARMUP", True)
+            and float(train.WARMUP_EPOCHS) >= int(train.EPOCH_NUM)):
+        raise ConfigError(
+            f"CONFIG.TRAIN.WARMUP_EPOCHS = {train.WARMUP_EPOCHS!r} is not below CONFIG.TRAIN."
+            f"EPOCH_NUM = {train.EPOCH_NUM!r}, and the cosine runs from epoch 0 "
+            "(COSINE_AFTER_WARMUP False): it reaches 0 before the warmup ends, so the run "
+            "would not train; lower WARMUP_EPOCHS below EPOCH_NUM or raise EPOCH_NUM")
     if not warmup_ends_on_schedule(train):
         raise ConfigError(
             f"CONFIG.TRAIN.WARMUP_END_LR = {train.WARMUP_END_LR!r} is not the LR the schedule has "
