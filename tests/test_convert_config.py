@@ -181,6 +181,17 @@ def test_batch_is_per_machine_and_shard_scaling_covers_the_warmup():
     assert any(n.startswith("SOLVER.DAMPENING 0.5") for n in notes)
 
 
+def test_nesterov_follows_pyslowfasts_solver_nesterov_default_true():
+    data = pyslowfast_yaml(4, 7)
+    out, _, notes = convert_pyslowfast(data)
+    assert out["CONFIG"]["TRAIN"]["NESTEROV"] is True  # PySlowFast's default, not in the file
+    assert not any("NESTEROV" in n for n in notes)
+    data["SOLVER"]["NESTEROV"] = False
+    assert convert_pyslowfast(data)[0]["CONFIG"]["TRAIN"]["NESTEROV"] is False
+    data["SOLVER"].update(NESTEROV=True, OPTIMIZING_METHOD="adamw")
+    assert "NESTEROV" not in convert_pyslowfast(data)[0]["CONFIG"]["TRAIN"]
+
+
 def test_the_cosine_start_follows_cosine_after_warmup():
     data = pyslowfast_yaml(4, 7)
     out, _, notes = convert_pyslowfast(data)

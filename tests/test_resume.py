@@ -387,9 +387,10 @@ def test_a_cosine_from_epoch_0_continues_where_the_checkpoint_stopped(tmp_path, 
     assert t.used.lrs[0] == pytest.approx(0.075)
 
 
-def test_a_checkpoint_config_without_the_cosine_start_resumes_under_its_default():
-    # A checkpoint's config written without CONFIG.TRAIN.COSINE_AFTER_WARMUP trained the cosine
-    # that starts after the warmup: the key's default, not a difference; False is one.
+def test_a_checkpoint_config_without_the_cosine_start_or_nesterov_resumes_under_defaults():
+    # A checkpoint's config written without CONFIG.TRAIN.COSINE_AFTER_WARMUP or NESTEROV trained
+    # the cosine that starts after the warmup and plain momentum: the keys' defaults, not
+    # differences; the other values are.
     import yaml
 
     from zoo.config import cfg_to_yaml
@@ -397,11 +398,13 @@ def test_a_checkpoint_config_without_the_cosine_start_resumes_under_its_default(
 
     saved = yaml.safe_load(cfg_to_yaml(_schedule_cfg(3)))
     del saved["CONFIG"]["TRAIN"]["COSINE_AFTER_WARMUP"]
+    del saved["CONFIG"]["TRAIN"]["NESTEROV"]
     saved_yaml = yaml.safe_dump(saved)
     assert config_differences(saved_yaml, _schedule_cfg(3)) == []
-    from_0 = _schedule_cfg(3, extra=["TRAIN.COSINE_AFTER_WARMUP", "False"])
-    assert config_differences(saved_yaml, from_0) == [
-        "CONFIG.TRAIN.COSINE_AFTER_WARMUP: True -> False"]
+    other = _schedule_cfg(3, extra=["TRAIN.COSINE_AFTER_WARMUP", "False",
+                                    "TRAIN.NESTEROV", "True"])
+    assert config_differences(saved_yaml, other) == [
+        "CONFIG.TRAIN.COSINE_AFTER_WARMUP: True -> False", "CONFIG.TRAIN.NESTEROV: False -> True"]
 
 
 def test_the_step_count_goes_on_from_the_checkpoints_when_the_schedule_moves(tmp_path, caplog):

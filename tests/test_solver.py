@@ -219,6 +219,35 @@ def test_a_warmup_that_starts_above_its_end_stops_with_one_line():
     load_config(None, ["TRAIN.LR", "0.001"])  # no warmup: nothing to refuse
 
 
+def test_nesterov_sgd_is_torchs_nesterov_update_and_needs_sgd_with_momentum():
+    # One step of zoo's optimizer against torch's SGD(nesterov=True) written out: the second
+    # update of plain and of Nesterov momentum differ, so the test tells them apart.
+    from zoo.config import ConfigError
+    from zoo.solver import build_optimizer
+
+    for nesterov in (False, True):
+        cfg = load_config(None, ["TRAIN.LR", "0.1", "TRAIN.W_DECAY", "0.0",
+                                 "TRAIN.NESTEROV", str(nesterov)])
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2, bias=False)
+        weight = model.weight.detach().clone()
+        optimizer = build_optimizer(cfg, model)
+        assert optimizer.param_groups[0]["nesterov"] is nesterov
+        buf = torch.zeros_like(weight)
+        for _ in range(2):
+            optimizer.zero_grad()
+            model(torch.ones(1, 3)).pow(2).sum().backward()
+            grad = model.weight.grad.detach().clone()
+            optimizer.step()
+            buf = 0.9 * buf + grad
+            weight -= 0.1 * (grad + 0.9 * buf if nesterov else buf)
+            assert torch.allclose(model.weight.detach(), weight, atol=1e-6)
+    for wrong in (["TRAIN.OPTIMIZER", "AdamW"], ["TRAIN.MOMENTUM", "0.0"]):
+        with pytest.raises(ConfigError, match="CONFIG.TRAIN.NESTEROV True needs OPTIMIZER 'SGD' "
+                                              "with MOMENTUM above 0"):
+            load_config(None, ["TRAIN.NESTEROV", "True", *wrong])
+
+
 def test_a_warmup_as_long_as_a_cosine_from_epoch_0_stops_naming_the_epochs():
     """The Swin recipe (warmup 2.5 epochs, cosine from epoch 0) run for 2 epochs: the cosine is
     0 where the warmup ends, so every LR was 0 (with WARMUP_START_LR 0) and nothing trained."""

@@ -116,6 +116,9 @@ _C.CONFIG.TRAIN.LR = 0.1
 _C.CONFIG.TRAIN.OPTIMIZER = "SGD"
 # SGD momentum.
 _C.CONFIG.TRAIN.MOMENTUM = 0.9
+# SGD with Nesterov's momentum (PySlowFast's SOLVER.NESTEROV, True by default there); False =
+# plain momentum (MMAction2's and gluoncv's SGD). Needs OPTIMIZER SGD and MOMENTUM above 0.
+_C.CONFIG.TRAIN.NESTEROV = False
 # Weight decay, on every trainable parameter except those of at most one dimension (biases, norm
 # scales, layer scales) and those the model names in no_weight_decay() (docs/training.md).
 _C.CONFIG.TRAIN.W_DECAY = 1e-4

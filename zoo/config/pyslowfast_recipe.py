@@ -138,8 +138,8 @@ def solver(v: Dict[str, Any], source: str, notes: List[str]) -> Dict[str, Any]:
     else:
         raise ConfigError(f"{source}: SOLVER.LR_POLICY = {policy!r} has no zoo counterpart "
                           "(zoo converts cosine and steps_with_relative_lrs)")
-    if v["SOLVER.NESTEROV"] and method == "sgd":
-        notes.append("SOLVER.NESTEROV True (PySlowFast's default): zoo's SGD uses plain momentum")
+    if method == "sgd":
+        train["NESTEROV"] = bool(v["SOLVER.NESTEROV"]) and float(v["SOLVER.MOMENTUM"]) > 0
     if float(v["SOLVER.DAMPENING"]) != 0.0 and method == "sgd":
         notes.append(f"SOLVER.DAMPENING {v['SOLVER.DAMPENING']}: zoo's SGD does not dampen its "
                      "momentum (torch's dampening 0)")

@@ -83,6 +83,7 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("CONFIG.TRAIN.LR", _non_negative, "a number >= 0"),
     ("CONFIG.TRAIN.OPTIMIZER", lambda v: v in ("SGD", "AdamW"), "one of SGD, AdamW"),
     ("CONFIG.TRAIN.MOMENTUM", lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    ("CONFIG.TRAIN.NESTEROV", lambda v: isinstance(v, bool), "True or False"),
     ("CONFIG.TRAIN.W_DECAY", _non_negative, "a number >= 0"),
     ("CONFIG.TRAIN.LR_POLICY", lambda v: v in ("Cosine", "Step"), "one of Cosine, Step"),
     ("CONFIG.TRAIN.COSINE_AFTER_WARMUP", lambda v: isinstance(v, bool),
@@ -265,6 +266,11 @@ def validate_config(cfg: CfgNode) -> None:
             "milestone and one after each"
         )
     _check_warmup_end(train)
+    if train.NESTEROV and (train.OPTIMIZER != "SGD" or train.MOMENTUM <= 0):
+        raise ConfigError(
+            f"CONFIG.TRAIN.NESTEROV True needs OPTIMIZER 'SGD' with MOMENTUM above 0 (they are "
+            f"{train.OPTIMIZER!r} and {train.MOMENTUM!r}): set NESTEROV False, or use SGD with "
+            "momentum")
     if str(train.COMPILE) == "True" and train.ACT_CHECKPOINT:
         raise ConfigError(
             "CONFIG.TRAIN.COMPILE True and CONFIG.TRAIN.ACT_CHECKPOINT True do not run together "

@@ -61,8 +61,9 @@ def grid_mismatch(what: str, built: List[int], got: List[int], proj: nn.Conv3d) 
     return (f"{what} was built for clips of {t} frames x {h} px (MODEL.KWARGS frames / crop_size) "
             f"but got {frames} frames x {size} px (DATA.CLIP_LEN / CROP_SIZE): set DATA.CLIP_LEN "
             f"{t} / CROP_SIZE {h}, or add 'frames', {frames}, 'crop_size', {size} to MODEL.KWARGS "
-            "beside its other entries (an override of KWARGS replaces the whole list); the "
-            "position tables of weights trained at another size are resized when loaded")
+            "beside its other entries (an override of KWARGS replaces the whole list; a tested "
+            "or predicted checkpoint is built from its own KWARGS, so there only DATA applies); "
+            "the position tables of weights trained at another size are resized when loaded")
 
 
 def mvit_round_width(width: float, multiplier: float, min_width: int = 1,

@@ -396,19 +396,21 @@ def config_differences(saved_yaml: str, cfg) -> List[str]:
     saved = upgrade_config(yaml.safe_load(saved_yaml) or {}, "the checkpoint's config", log=False)
     now = yaml.safe_load(cfg_to_yaml(cfg))
     now.pop("VERSION", None)
-    _cosine_start_as_default(saved)
+    _keys_added_later_as_default(saved)
     for tree in (saved, now):
         _warmup_end_as_zero(tree)
     return [f"{key}: {a!r} -> {b!r}" for key, a, b in diff_cfg(saved, now, ignore=_RESUME_FREE)]
 
 
-def _cosine_start_as_default(tree: Dict[str, Any]) -> None:
-    """Give a checkpoint's config without ``CONFIG.TRAIN.COSINE_AFTER_WARMUP`` the key's default
-    (True): a zoo that did not know the key trained the cosine that starts where the warmup ends,
-    so its checkpoints resume under a config that leaves the key at that default."""
+def _keys_added_later_as_default(tree: Dict[str, Any]) -> None:
+    """Give a checkpoint's config without ``CONFIG.TRAIN.COSINE_AFTER_WARMUP`` or ``NESTEROV``
+    the key's default (True, False): a zoo that did not know the key trained the cosine that
+    starts where the warmup ends and plain momentum, so its checkpoints resume under a config
+    that leaves the keys at those defaults."""
     train = (tree.get("CONFIG") or {}).get("TRAIN")
     if isinstance(train, dict) and "LR_POLICY" in train:
         train.setdefault("COSINE_AFTER_WARMUP", True)
+        train.setdefault("NESTEROV", False)
 
 
 def _warmup_end_as_zero(tree: Dict[str, Any]) -> None:
