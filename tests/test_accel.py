@@ -135,6 +135,24 @@ def test_route_replaces_the_layers_and_keeps_their_parameters():
     assert apply_cpu_kernels(model) == 0  # already routed: nothing left to replace
 
 
+def test_route_keeps_the_convs_that_carry_hooks_or_parametrizations():
+    # A user's forward hook (here: one that zeroes the output), pruning's mask and weight_norm
+    # live on the conv module: a replacement would drop the hook, or fail to take the weight.
+    from torch.nn.utils import parametrizations, prune
+
+    plain = nn.Conv3d(3, 4, 1)
+    pruned = nn.Conv3d(4, 4, 1)
+    prune.l1_unstructured(pruned, "weight", amount=0.5)
+    normed = parametrizations.weight_norm(nn.Conv3d(4, 4, 1))
+    hooked = nn.Conv3d(4, 4, 1)
+    hooked.register_forward_hook(lambda module, args, out: out * 0)
+    model = nn.Sequential(plain, pruned, normed, hooked)
+    assert route_cpu_convs(model) == 1
+    assert isinstance(model[0], CpuConv3d)
+    assert not any(isinstance(m, CpuConv3d) for m in model[1:])
+    assert model(torch.randn(1, 3, 2, 4, 4)).abs().sum() == 0  # the hook still runs
+
+
 @pytest.mark.skipif(not hasattr(torch._C, "_select_conv_backend"),
                     reason="this torch does not expose its convolution backend choice")
 @pytest.mark.parametrize("threads", [1, 2])

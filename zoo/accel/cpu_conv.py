@@ -171,12 +171,27 @@ def route_cpu_convs(model: nn.Module) -> int:
     """Replace every plain ``nn.Conv3d`` in ``model`` by a :class:`CpuConv3d` holding the same
     parameters (the same tensors: state-dict keys, optimizers and hooks on them are unaffected).
 
+    A conv that carries module hooks (a user's forward hook, ``weight_norm`` of old, pruning's
+    mask) or a parametrization keeps its module: its hooks would be lost with it, and its weight
+    is not a plain parameter.
+
     Call it before an optimizer or DDP sees the model's modules. Returns the number replaced.
     """
     count = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Conv3d:  # exact type: a user's subclass keeps its own forward
+            # exact type: a user's subclass keeps its own forward
+            if type(child) is nn.Conv3d and not _hooked(child):
                 setattr(parent, name, CpuConv3d.from_conv(child))
                 count += 1
     return count
+
+
+def _hooked(module: nn.Module) -> bool:
+    """Whether ``module`` has hooks of its own or parametrized tensors."""
+    from torch.nn.utils import parametrize
+
+    hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
+             getattr(module, "_backward_pre_hooks", {}), module._state_dict_hooks,
+             module._load_state_dict_pre_hooks)
+    return any(hooks) or parametrize.is_parametrized(module)
