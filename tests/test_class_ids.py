@@ -351,6 +351,33 @@ def test_the_data_check_passes_over_a_data_path_a_folder_of_class_folders_does_n
     check_data(cfg, ("train",))
 
 
+def test_a_validation_label_the_training_classes_lack_stops_with_one_fix(tmp_path):
+    # Training names 4 classes; validation has a label 4. Whatever NUM_CLASSES is, the one line
+    # says the label is not a training class (it advised raising NUM_CLASSES, then lowering it).
+    from zoo.cli.data_preflight import check_data
+
+    root = tmp_path / "videos"
+    _videos(root, ["a/1.mp4", "b/2.mp4", "c/3.mp4", "d/4.mp4", "e/5.mp4"])
+    (tmp_path / "classes.txt").write_text("a\nb\nc\nd\n")
+    (tmp_path / "train.txt").write_text("a/1.mp4 8 0\nb/2.mp4 8 1\nc/3.mp4 8 2\nd/4.mp4 8 3\n")
+    (tmp_path / "val.txt").write_text("a/1.mp4 8 0\ne/5.mp4 8 4\n")
+    for count in ("0", "4", "5"):
+        cfg = _cfg(tmp_path / "train.txt", tmp_path / "val.txt", "DATA.TRAIN_DATA_PATH",
+                   str(root), "DATA.VAL_DATA_PATH", str(root), "DATA.NUM_CLASSES", count,
+                   "TRAIN.BATCH_SIZE", "1", "DDP_CONFIG.DISTRIBUTED", "False")
+        if count == "5":
+            with pytest.raises(ConfigError, match="names 4 classes but CONFIG.DATA.NUM_CLASSES"):
+                check_data(cfg, ("train", "val"))
+            continue
+        with pytest.raises(ConfigError) as err:
+            check_data(cfg, ("train", "val"))
+        assert str(err.value) == (
+            f"CONFIG.DATA.VAL_ANNO_PATH = {str(tmp_path / 'val.txt')!r} has labels up to 4, but "
+            "the training data names 4 classes (ids 0 to 3): a val label must be one of the "
+            "training classes; leave those videos out of the list, or give the training data "
+            "that class")
+
+
 def test_the_data_check_warns_when_a_training_video_has_two_labels(tmp_path, caplog):
     from zoo.cli.data_preflight import check_data
 

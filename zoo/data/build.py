@@ -262,6 +262,12 @@ def build_dataset(cfg: CfgNode, split: str, uint8_train_clips: bool = False,
     if classes and getattr(dataset, "classes", None) is not None:
         check_same_classes(dataset.classes, classes, f"{key} = {kwargs['anno_path']!r}")
     found = getattr(dataset, "num_classes_found", None)
+    if found is not None and classes and found > len(classes):
+        raise ConfigError(
+            f"{key} = {kwargs['anno_path']!r} has labels up to {found - 1}, but the training "
+            f"data names {len(classes)} classes (ids 0 to {len(classes) - 1}): a {split} label "
+            "must be one of the training classes; leave those videos out of the list, or give "
+            "the training data that class")
     if found is not None:
         check_label_count(found, cfg.CONFIG.DATA.NUM_CLASSES, f"{key} = {kwargs['anno_path']!r}")
     names = named_classes(getattr(dataset, "classes", None) or [])
