@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+import torch
 import torch.nn as nn
 
-__all__ = ["ClassifierMixin", "classifier_keys", "find_classifier", "head_keys", "new_classifier",
-           "num_outputs", "unwrap"]
+from ..config import ConfigError
+
+__all__ = ["ClassifierMixin", "check_logits", "classifier_keys", "find_classifier", "head_keys",
+           "new_classifier", "num_outputs", "unwrap"]
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
@@ -44,6 +47,24 @@ def num_outputs(layer: nn.Module) -> int:
     if isinstance(layer, _CONVS):
         return layer.out_channels
     raise TypeError(f"a classifier must be nn.Linear or a Conv, got {type(layer).__name__}")
+
+
+def check_logits(logits: torch.Tensor, num_classes: int, model_name: str) -> None:
+    """Stop when a model's ``(B, K)`` logits do not have one column per class.
+
+    A shape read (no host-device sync), so it runs on every batch at no cost.
+
+    Raises:
+        ConfigError: ``K`` is not ``num_classes`` (one line naming the model, the shape and the
+            class count).
+    """
+    if isinstance(logits, torch.Tensor) and logits.dim() == 2 and logits.shape[1] != num_classes:
+        raise ConfigError(
+            f"model {model_name} returns logits of shape {tuple(logits.shape)}, "
+            f"{logits.shape[1]} per clip, but CONFIG.DATA.NUM_CLASSES is {num_classes}: give its "
+            "classifier the num_classes its builder is called with (e.g. nn.Linear(width, "
+            f"num_classes)), or set CONFIG.DATA.NUM_CLASSES {logits.shape[1]} if the data has "
+            "that many classes")
 
 
 def new_classifier(old: nn.Module, num_classes: int,

@@ -311,7 +311,7 @@ class Trainer:
             label_smoothing=train.LABEL_SMOOTHING, mixup_alpha=train.MIXUP_ALPHA,
             cutmix_alpha=train.CUTMIX_ALPHA, ema_decay=train.EMA_DECAY,
             nonfinite=train.NONFINITE, normalization=normalization(cfg),
-            cuda_graphs=self.execution.cuda_graphs,
+            cuda_graphs=self.execution.cuda_graphs, model_name=cfg.CONFIG.MODEL.NAME,
         )
 
     def register_hooks(self, hooks: Sequence[HookBase]) -> None:
