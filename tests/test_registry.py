@@ -57,6 +57,25 @@ def test_missing_extra_module_names_the_entry():
         import_extra_modules(["no_such_module_xyz"])
 
 
+def test_an_extra_module_whose_own_import_fails_names_the_missing_package(tmp_path, monkeypatch):
+    # The entry itself is found and a package it imports is missing: the line names the file,
+    # the line number and the package, and asks for no .py path or PYTHONPATH.
+    (tmp_path / "uses_missing_pkg.py").write_text("import os\nimport not_a_real_pkg_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    file = str(tmp_path / "uses_missing_pkg.py")
+    with pytest.raises(ImportError) as e:
+        import_extra_modules(["uses_missing_pkg"])
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("CONFIG.EXTRA_MODULES entry 'uses_missing_pkg': ")
+    assert f"uses_missing_pkg ({file} line 2) imports not_a_real_pkg_xyz, which is not " \
+           "installed" in msg and "give a .py path" not in msg
+    with pytest.raises(ImportError) as e:
+        import_extra_modules([file])
+    assert f"{file} line 2 imports not_a_real_pkg_xyz, which is not installed" in str(e.value)
+    with pytest.raises(ImportError, match="could not be imported .*give a .py path"):
+        import_extra_modules(["no_such_module_xyz.sub"])  # the entry itself is missing
+
+
 def test_resnet50_parameter_count():
     model = zoo.create_model("resnet50", num_classes=1000)
     assert sum(p.numel() for p in model.parameters()) == 25_557_032
