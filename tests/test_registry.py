@@ -27,6 +27,27 @@ def test_duplicate_name_is_an_error():
         reg.register(lambda: 2, name="a")
 
 
+def test_a_duplicate_name_names_the_files_that_register_it(tmp_path, monkeypatch):
+    # Two user files register a zoo class under one name: the line names both files, not the
+    # class's module (zoo.models.resnet).
+    from zoo.models import MODEL_REGISTRY
+
+    monkeypatch.setattr(MODEL_REGISTRY, "_obj_map", dict(MODEL_REGISTRY._obj_map))
+    text = ("from zoo.models import register_model\n"
+            "from zoo.models.resnet import ResNet\n"
+            "register_model('registry_dup_net', ResNet)\n")
+    first, second = tmp_path / "first_models.py", tmp_path / "second_models.py"
+    first.write_text(text)
+    second.write_text(text)
+    import_extra_modules([str(first)])
+    with pytest.raises(KeyError) as e:
+        import_extra_modules([str(second)])
+    msg = e.value.args[0]
+    assert "\n" not in msg and "zoo.models.resnet" not in msg
+    assert (f"MODEL registry already has an entry named 'registry_dup_net' (registered by "
+            f"{first}); {second} registers it again: pick another name") == msg
+
+
 def test_miss_lists_close_names_and_reminds_to_import():
     with pytest.raises(KeyError) as e:
         zoo.create_model("resnet05")
