@@ -102,6 +102,34 @@ def test_model_name_kwargs_and_class_count_come_from_the_checkpoint(tmp_path, ca
     assert "CONFIG.DATA.NUM_CLASSES 3" in warnings[0] and "CONFIG.MODEL.KWARGS" in warnings[0]
 
 
+def test_the_user_file_a_checkpoint_records_defines_its_model(tmp_path, monkeypatch):
+    # The checkpoint's model name comes with the EXTRA_MODULES file that registers it: zoo-test
+    # and zoo-export of a config that does not list the file build the model.
+    from zoo.infer.checkpoint_model import zoo_run_model
+
+    monkeypatch.setattr(MODEL_REGISTRY, "_obj_map", dict(MODEL_REGISTRY._obj_map))
+    user_file = tmp_path / "ckpt_user_models.py"
+    user_file.write_text(
+        "import torch.nn as nn\n"
+        "from zoo.models import MODEL_REGISTRY\n"
+        "@MODEL_REGISTRY.register()\n"
+        "def ckpt_user_file_net(num_classes=10, width=8):\n"
+        "    return nn.Sequential(nn.Conv3d(3, width, 3, padding=1), nn.AdaptiveAvgPool3d(1),\n"
+        "                         nn.Flatten(), nn.Linear(width, num_classes))\n")
+    trained = ckpt_test_toy(num_classes=3, width=4)
+    saved_cfg = load_config(None, ["MODEL.NAME", "ckpt_user_file_net", "DATA.NUM_CLASSES", "3",
+                                   "MODEL.KWARGS", "['width', 4]",
+                                   "EXTRA_MODULES", repr([str(user_file)])], validate=False)
+    ckpt = tmp_path / "epoch_1.pth"
+    _save(ckpt, trained, cfg_to_yaml(saved_cfg))
+    assert "ckpt_user_file_net" not in MODEL_REGISTRY
+    cfg = load_config(None, ["DATA.NUM_CLASSES", "3"], validate=False)  # no EXTRA_MODULES
+    new_cfg, model = model_from_checkpoint(cfg, str(ckpt))
+    assert new_cfg.CONFIG.MODEL.NAME == "ckpt_user_file_net" and _same_weights(model, trained)
+    name, exported, classes, _ = zoo_run_model(str(ckpt), torch.load(ckpt, weights_only=False))
+    assert name == "ckpt_user_file_net" and classes == 3 and _same_weights(exported, trained)
+
+
 def test_checkpoint_without_a_config_gives_its_class_count_from_the_classifier(tmp_path):
     trained = ckpt_test_toy(num_classes=7)
     ckpt = tmp_path / "bare.pth"

@@ -136,6 +136,42 @@ def test_a_kwarg_the_builder_does_not_take_is_one_config_line_with_the_near_name
     assert "\n" not in msg
 
 
+def test_a_type_error_inside_the_model_s_code_is_not_a_config_mistake(monkeypatch):
+    # A stray keyword in a call inside the model's __init__ that names a KWARGS or DROP_PATH key
+    # by chance is the model's TypeError, raised with its traceback: not a config mistake such as
+    # "takes no argument 'width' (did you mean 'width'?)".
+    import traceback
+
+    from zoo.models import MODEL_REGISTRY, register_model
+
+    def make_block(cin, cout):
+        return nn.Conv3d(cin, cout, 1)
+
+    class Buggy(nn.Module):
+        def __init__(self, num_classes: int, width: int = 8, drop_path: float = 0.0) -> None:
+            super().__init__()
+            self.c = make_block(3, cout=width, width=width)  # the bug
+            self.fc = nn.Linear(width, num_classes)
+
+    class BuggyDropPath(Buggy):
+        def __init__(self, num_classes: int, width: int = 8, drop_path: float = 0.0) -> None:
+            nn.Module.__init__(self)
+            self.dp = nn.Dropout(p=drop_path, drop_path=drop_path)  # the bug
+
+    monkeypatch.setattr(MODEL_REGISTRY, "_obj_map", dict(MODEL_REGISTRY._obj_map))
+    register_model("t_buggy", Buggy)
+    register_model("t_buggy_dp", BuggyDropPath)
+    for name, rate, kwargs in (("t_buggy", 0.0, ["width", "4"]), ("t_buggy_dp", 0.1, [])):
+        with pytest.raises(TypeError) as e:
+            build_model(_cfg(name, rate, kwargs))
+        assert not isinstance(e.value, ConfigError)
+        frames = [f.name for f in traceback.extract_tb(e.value.__traceback__)]
+        assert frames[-1] in ("make_block", "__init__") and "__init__" in frames
+    with pytest.raises(ConfigError, match="model t_buggy takes no argument 'widht' \\(did you "
+                                          "mean 'width'\\?\\)"):
+        build_model(_cfg("t_buggy", 0.0, ["widht", "4"]))  # the builder's own refusal
+
+
 def test_a_deep_copy_keeps_the_rates():
     with torch.device("meta"):
         model = create_model("x3d_xs", drop_path=0.2)

@@ -208,3 +208,31 @@ def test_a_zoo_run_gives_its_ema_features_and_class_count(feat_setup):
         np.testing.assert_allclose(np.load(feature_path(str(out), rel)), want, rtol=1e-5,
                                    atol=1e-6)
     assert "its EMA weights" in proc.stdout + proc.stderr
+
+
+def test_a_last_linear_without_the_class_count_is_not_read_as_the_classifier(feat_setup,
+                                                                             monkeypatch):
+    """A model whose last nn.Linear scores tokens (1 output) after its head: its features would
+    be the attention's input, so extraction stops and names the layer to give classifier_name."""
+    from zoo.config import ConfigError
+    from zoo.infer import features
+
+    class AttnPool(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv3d(3, WIDTH, 1)
+            self.fc = nn.Linear(WIDTH, 3)
+            self.attn = nn.Linear(WIDTH, 1)
+
+        def forward(self, x):
+            tokens = self.conv(x).flatten(2).transpose(1, 2)  # (B, N, WIDTH)
+            return self.fc((self.attn(tokens).softmax(1) * tokens).sum(1))
+
+    _, _, cfg_path = feat_setup
+    cfg = load_config(cfg_path)
+    monkeypatch.setattr(features, "feature_model", lambda c: (c, AttnPool()))
+    with pytest.raises(ConfigError) as e:
+        features.extract_features(cfg, output=str(feat_setup[0] / "out"))
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("feature extraction: model toy_conv3d: ")
+    assert "zoo took attn (1 output" in msg and "classifier_name = 'fc'" in msg

@@ -26,6 +26,7 @@ class FakeTrainer:
         self.cfg = get_cfg()
         self.cfg.defrost()
         self.cfg.CONFIG.TRAIN.BATCH_SIZE = 2
+        self.cfg.CONFIG.DATA.NUM_CLASSES = 3  # the test models' logits
         self.logger = logging.getLogger("test_hooks")
         self.device = torch.device("cpu")
         self.out_dir = str(tmp_path)

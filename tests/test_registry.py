@@ -27,6 +27,27 @@ def test_duplicate_name_is_an_error():
         reg.register(lambda: 2, name="a")
 
 
+def test_a_duplicate_name_names_the_files_that_register_it(tmp_path, monkeypatch):
+    # Two user files register a zoo class under one name: the line names both files, not the
+    # class's module (zoo.models.resnet).
+    from zoo.models import MODEL_REGISTRY
+
+    monkeypatch.setattr(MODEL_REGISTRY, "_obj_map", dict(MODEL_REGISTRY._obj_map))
+    text = ("from zoo.models import register_model\n"
+            "from zoo.models.resnet import ResNet\n"
+            "register_model('registry_dup_net', ResNet)\n")
+    first, second = tmp_path / "first_models.py", tmp_path / "second_models.py"
+    first.write_text(text)
+    second.write_text(text)
+    import_extra_modules([str(first)])
+    with pytest.raises(KeyError) as e:
+        import_extra_modules([str(second)])
+    msg = e.value.args[0]
+    assert "\n" not in msg and "zoo.models.resnet" not in msg
+    assert (f"MODEL registry already has an entry named 'registry_dup_net' (registered by "
+            f"{first}); {second} registers it again: pick another name") == msg
+
+
 def test_miss_lists_close_names_and_reminds_to_import():
     with pytest.raises(KeyError) as e:
         zoo.create_model("resnet05")
@@ -55,6 +76,25 @@ def test_missing_extra_module_names_the_entry():
         import_extra_modules(["/nonexistent/nope.py"])
     with pytest.raises(ImportError, match="no_such_module_xyz"):
         import_extra_modules(["no_such_module_xyz"])
+
+
+def test_an_extra_module_whose_own_import_fails_names_the_missing_package(tmp_path, monkeypatch):
+    # The entry itself is found and a package it imports is missing: the line names the file,
+    # the line number and the package, and asks for no .py path or PYTHONPATH.
+    (tmp_path / "uses_missing_pkg.py").write_text("import os\nimport not_a_real_pkg_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    file = str(tmp_path / "uses_missing_pkg.py")
+    with pytest.raises(ImportError) as e:
+        import_extra_modules(["uses_missing_pkg"])
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("CONFIG.EXTRA_MODULES entry 'uses_missing_pkg': ")
+    assert f"uses_missing_pkg ({file} line 2) imports not_a_real_pkg_xyz, which is not " \
+           "installed" in msg and "give a .py path" not in msg
+    with pytest.raises(ImportError) as e:
+        import_extra_modules([file])
+    assert f"{file} line 2 imports not_a_real_pkg_xyz, which is not installed" in str(e.value)
+    with pytest.raises(ImportError, match="could not be imported .*give a .py path"):
+        import_extra_modules(["no_such_module_xyz.sub"])  # the entry itself is missing
 
 
 def test_resnet50_parameter_count():

@@ -122,3 +122,38 @@ def test_a_trainer_built_directly_normalises_with_the_models_mean_and_std(tmp_pa
     assert list(got_mean) == mean and list(got_std) == std
     written = yaml.safe_load(open(tmp_path / "runs" / "direct" / "config.yaml"))
     assert written["CONFIG"]["DATA"]["MEAN"] == mean
+
+
+def test_logits_of_another_class_count_stop_training_testing_and_predicting(tmp_path):
+    # A model whose head has 7 outputs under NUM_CLASSES 4 would train and score classes 4..6.
+    from zoo.config import ConfigError
+    from zoo.infer import predictor as predicting
+    from zoo.infer.evaluator import evaluate
+    from zoo.train.step import TrainStep
+
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(8, 7))
+    clips = torch.randn(2, 2, 4)
+    predictor = predicting.Predictor.__new__(predicting.Predictor)
+    predictor.model, predictor.device, predictor.images = model, torch.device("cpu"), False
+    predictor.cfg = load_config(None, ["DATA.NUM_CLASSES", "4", "MODEL.NAME", "u_wrongcls"])
+    predictor._views = lambda path, start=-1.0, end=-1.0: clips
+    predictor.classes = [str(c) for c in range(7)]  # names for what the model scores
+    video = tmp_path / "a.mp4"
+    video.write_bytes(b"")
+    with pytest.raises(ConfigError, match="u_wrongcls returns logits of shape"):
+        predictor.predict([str(video)])  # stops, not one video's error
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = TrainStep(model, optimizer, None, torch.device("cpu"), 4, model_name="u_wrongcls")
+    with pytest.raises(ConfigError) as e:
+        step(clips, torch.tensor([0, 3]))
+    line = str(e.value)
+    assert "\n" not in line and "u_wrongcls" in line and "(2, 7)" in line
+    assert "CONFIG.DATA.NUM_CLASSES is 4" in line and "nn.Linear(width, num_classes)" in line
+    assert model[1].weight.grad is None  # the check precedes the backward
+    loader = [(clips, torch.tensor([0, 3]), torch.arange(2), torch.zeros(2))]
+    with pytest.raises(ConfigError, match=r"model u_wrongcls returns logits of shape \(2, 7\)"):
+        evaluate(model, loader, torch.device("cpu"), num_classes=4, model_name="u_wrongcls")
+    views = [(clips.unsqueeze(1), torch.tensor([0, 3]), torch.arange(2), torch.zeros(2))]
+    with pytest.raises(ConfigError, match=r"shape \(2, 7\)"):  # (B, V, ...) views per video
+        evaluate(model, views, torch.device("cpu"), num_classes=4, model_name="u_wrongcls")
+    assert evaluate(model, loader, torch.device("cpu"))["num_videos"] == 2  # no count: no check

@@ -4,7 +4,8 @@ A checkpoint records the config it was trained with (``cfg``, YAML text). Its mo
 kwargs and class count define the weights, so they win over the config given to
 ``tools/test_ddp.py`` / ``tools/predict.py`` (one warning line names what differs): a README-style
 run whose YAML says 5 classes but was trained with ``DATA.NUM_CLASSES 3`` on the command line
-tests as trained. ``MODEL.PRETRAINED`` is never loaded: the checkpoint has every weight, and the
+tests as trained; the ``EXTRA_MODULES`` it records are imported when its model name is not
+registered. ``MODEL.PRETRAINED`` is never loaded: the checkpoint has every weight, and the
 file a fine-tuned run started from may be long gone. A checkpoint without a recorded config gets
 its class count from its classifier's shape.
 """
@@ -166,6 +167,20 @@ def _check_fit(model: nn.Module, weights: Dict[str, Any], what: str) -> None:
         raise CheckpointError(f"{what}: " + "; ".join(problems))
 
 
+def import_recorded_modules(name: str, state: Dict[str, Any], source: str) -> None:
+    """Import the ``CONFIG.EXTRA_MODULES`` the checkpoint records when its model ``name`` is not
+    registered: the file that defines a user's model comes with the checkpoint's model name, as
+    it does with the whole recorded config (``zoo-predict`` without ``--config-file``)."""
+    from ..models import MODEL_REGISTRY
+    from ..utils.env import load_user_module
+
+    if name in MODEL_REGISTRY:
+        return
+    for entry in lookup_key(recorded_config(state), "CONFIG.EXTRA_MODULES", None) or []:
+        if entry:
+            load_user_module(str(entry), f"CONFIG.EXTRA_MODULES recorded in {source}:")
+
+
 class CheckpointModel(NamedTuple):
     """What :func:`checkpoint_model` returns."""
 
@@ -196,6 +211,7 @@ def checkpoint_model(cfg, path: str, state: Optional[Dict[str, Any]] = None,
     if check_input:
         warn_input_differences(cfg, state, path)
     cfg = config_for_checkpoint(cfg, state, path)
+    import_recorded_modules(cfg.CONFIG.MODEL.NAME, state, path)
     names = state.get("classes")
     names = [str(c) for c in names] if isinstance(names, (list, tuple)) else []
     weights = _weights(state, path)

@@ -20,18 +20,23 @@ logger = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def run_inference(model: nn.Module, loader, device: torch.device,
-                  progress: bool = False) -> Dict[str, Any]:
+def run_inference(model: nn.Module, loader, device: torch.device, progress: bool = False,
+                  num_classes: int = 0, model_name: str = "") -> Dict[str, Any]:
     """Score every item of ``loader`` on every rank and gather the results.
 
     Items are ``(clip, label, index, n_bad)``; a 6-D clip batch ``(B, V, C, T, H, W)`` holds V views
-    per video, whose softmax scores are averaged.
+    per video, whose softmax scores are averaged. With ``num_classes`` > 0, logits without that
+    many columns stop with one line naming ``model_name`` (``CONFIG.MODEL.NAME``).
 
     Returns:
         On every rank: ``{"index", "probs", "labels", "nll"}`` tensors sorted by dataset index
         with each video once (``nll``: each video's :func:`video_nll`), and ``n_bad`` (bad videos
         skipped while loading, summed over ranks).
     """
+    # Imported here: zoo.models registers every family, which importing this module need not
+    # pay for.
+    from ..models.classifier import check_logits
+
     was_training = model.training
     model.eval()
     indices, probs, labels, nll = [], [], [], []
@@ -45,11 +50,12 @@ def run_inference(model: nn.Module, loader, device: torch.device,
         iterator = DeviceStaging(device)(iterator)
     for clips, target, index, bad in iterator:
         clips = clips.to(device, non_blocking=True)
-        if clips.dim() == 6:
-            b, v = clips.shape[:2]
-            logits = model(clips.flatten(0, 1)).float().view(b, v, -1)
-        else:
-            logits = model(clips).float().unsqueeze(1)
+        views = clips.dim() == 6  # (B, V, C, T, H, W)
+        logits = model(clips.flatten(0, 1) if views else clips)
+        if num_classes:
+            check_logits(logits, num_classes, model_name or type(model).__name__)
+        logits = logits.float()
+        logits = logits.view(*clips.shape[:2], -1) if views else logits.unsqueeze(1)
         p = F.softmax(logits, dim=2).mean(dim=1)
         indices.append(index.cpu())
         # Kept on the device: one copy to the host after the last batch instead of a wait for
@@ -105,13 +111,15 @@ def video_nll(view_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return math.log(views) - torch.logsumexp(picked.squeeze(2), dim=1)
 
 
-def evaluate(model: nn.Module, loader, device: torch.device,
-             progress: bool = False) -> Dict[str, Any]:
+def evaluate(model: nn.Module, loader, device: torch.device, progress: bool = False,
+             num_classes: int = 0, model_name: str = "") -> Dict[str, Any]:
     """top1/top5/mean class accuracy (percent) and loss over the whole split, same on every rank.
 
     ``loss`` is the mean over videos of each video's cross-entropy (:func:`video_nll`: of the
-    view-averaged probabilities), computed from the logits without a cap."""
-    out = run_inference(model, loader, device, progress=progress)
+    view-averaged probabilities), computed from the logits without a cap. ``num_classes`` and
+    ``model_name``: see :func:`run_inference`."""
+    out = run_inference(model, loader, device, progress=progress, num_classes=num_classes,
+                        model_name=model_name)
     probs, labels = out["probs"], out["labels"]
     metrics = classification_metrics(probs, labels)
     metrics["loss"] = float(out["nll"].double().mean()) if labels.numel() else 0.0

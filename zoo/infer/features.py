@@ -4,10 +4,11 @@ gluoncv.torch's ``*_feat.yaml`` configs (``CONFIG.INFERENCE.FEAT: True``) run he
 videos are those of the validation list (``CONFIG.DATA.VAL_ANNO_PATH`` / ``VAL_DATA_PATH``), each
 read as one validation clip (centre window, centre crop), as gluoncv's feat_extract_pytorch.py
 does. The features are the input of the model's classifier layer
-(``zoo.models.classifier.find_classifier``: ``model.classifier_name`` or the last ``nn.Linear``),
-caught by a forward hook, so every model works without a feature method of its own. Models that
-classify frames one by one (TSN, 2D ResNets) fold time into the batch; their per-frame features
-are averaged, as their logits are.
+(``zoo.models.classifier.find_classifier``: ``model.classifier_name`` or the last ``nn.Linear``;
+a last ``nn.Linear`` without ``NUM_CLASSES`` outputs is not taken for it: one line says which
+layer to name), caught by a forward hook, so every model works without a feature method of its
+own. Models that classify frames one by one (TSN, 2D ResNets) fold time into the batch; their
+per-frame features are averaged, as their logits are.
 
 Layout: ``OUT/<the video's path in the list, extension replaced by .npy>``, a float32 array of
 shape ``(D,)``. A list entry that is a part of its video gets the part in its name: a time range
@@ -35,7 +36,7 @@ import torch
 import torch.nn as nn
 
 from ..data.lists.records import AnnotationError, VideoRecord
-from ..models.classifier import find_classifier
+from ..models.classifier import checked_classifier, find_classifier
 
 logger = logging.getLogger("zoo")
 
@@ -173,6 +174,8 @@ def extract_features(cfg, output: Optional[str] = None, batch_size: int = 0,
     targets = feature_paths(out_dir, dataset.records,
                             f"CONFIG.DATA.VAL_ANNO_PATH = {cfg.CONFIG.DATA.VAL_ANNO_PATH!r}")
     cfg, model = feature_model(cfg)
+    checked_classifier(model, cfg.CONFIG.DATA.NUM_CLASSES, "feature extraction",
+                       cfg.CONFIG.MODEL.NAME)
     model = model.to(device).eval()
     batch = batch_size or cfg.CONFIG.VAL.BATCH_SIZE
     unreadable: List[str] = []

@@ -9,12 +9,14 @@ from typing import Dict, List, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..config import ConfigError
 from ..data import fill_normalization
 from ..data.decode.base import DecodeError
 from ..data.lists.annotations import read_class_names
 from ..data.lists.records import IMAGE_EXTS
 from ..data.robust import NoReadableVideo
 from ..models import model_facts
+from ..models.classifier import check_logits
 from ..utils.errors import UsageError, UserError
 from .checkpoint_model import checkpoint_model
 from .windows import parts_dataset, reads_images, video_span, windows
@@ -61,7 +63,9 @@ class Predictor:
             raise DecodeError(e.failures[0] if e.failures else str(e), "other") from None
 
     def _top(self, views: torch.Tensor, topk: int) -> List[Dict]:
-        probs = F.softmax(self.model(views.to(self.device)).float(), dim=1).mean(dim=0)
+        logits = self.model(views.to(self.device))
+        check_logits(logits, self.cfg.CONFIG.DATA.NUM_CLASSES, self.cfg.CONFIG.MODEL.NAME)
+        probs = F.softmax(logits.float(), dim=1).mean(dim=0)
         top = probs.topk(min(topk, probs.numel()))
         return [{"class": int(c), "name": self.classes[int(c)], "prob": float(p)}
                 for p, c in zip(top.values, top.indices)]
@@ -108,6 +112,8 @@ class Predictor:
                         for a, b in windows(first, end, window, stride or window)]})
                 else:
                     results.append({"video": path, "top": self._top(self._views(path), topk)})
+            except ConfigError:  # the model's or the config's: the same for every video
+                raise
             except UserError as e:  # a video that cannot be read stops no other; a bug does
                 results.append({"video": path, "error": str(e).splitlines()[0]})
         return results

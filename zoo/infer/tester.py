@@ -138,7 +138,8 @@ def _test(cfg) -> dict:
     loader = build_loader(cfg, "test", classes=classes)
     views = views_per_video(cfg, loader.dataset)
     logger.info("testing %s on %d videos x %d views", ckpt_path, len(loader.dataset), views)
-    m = evaluate(model, loader, device, progress=cfg.CONFIG.LOG.PROGRESS_BAR)
+    m = evaluate(model, loader, device, progress=cfg.CONFIG.LOG.PROGRESS_BAR,
+                 num_classes=cfg.CONFIG.DATA.NUM_CLASSES, model_name=cfg.CONFIG.MODEL.NAME)
     result = {
         "top1": m["top1"], "top5": m["top5"], "mean_class_acc": m["mean_class_acc"],
         "loss": m["loss"], "num_videos": m["num_videos"], "views": views,

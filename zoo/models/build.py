@@ -105,18 +105,47 @@ def build_model(cfg, classes: Sequence[str] = ()) -> nn.Module:
     try:
         model = create_model(model_cfg.NAME, num_classes=cfg.CONFIG.DATA.NUM_CLASSES, **kwargs)
     except TypeError as e:
-        if model_cfg.DROP_PATH > 0 and "drop_path" in str(e):
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(e))
+        if unknown is None or unknown.group(1) not in kwargs or not _refused(e, model_cfg.NAME,
+                                                                             unknown.group(1)):
+            raise  # raised inside the model's code: a bug there, with its traceback
+        if unknown.group(1) == "drop_path" and model_cfg.DROP_PATH > 0:
             raise ConfigError(f"CONFIG.MODEL.DROP_PATH {model_cfg.DROP_PATH}: model "
                               f"{model_cfg.NAME} has no stochastic depth (no drop_path "
                               "argument); set DROP_PATH 0") from None
-        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(e))
-        if unknown and unknown.group(1) in kwargs:  # the builder's own refusal, not a bug in it
-            raise ConfigError(_unknown_kwarg(model_cfg.NAME, unknown.group(1))) from None
-        raise
+        raise ConfigError(_unknown_kwarg(model_cfg.NAME, unknown.group(1))) from None
     if model_cfg.PRETRAINED:
         load_pretrained(model, model_cfg.PRETRAINED, model_name=model_cfg.NAME, kwargs=kwargs,
                         classes=classes)
     return model
+
+
+def _refused(e: TypeError, name: str, key: str) -> bool:
+    """True when ``e`` is the builder of ``name`` refusing the keyword ``key`` (a config mistake);
+    False for a TypeError raised inside the model's own code, which names ``key`` by chance.
+
+    Refused: binding the arguments of zoo's call of the builder raised it (its traceback ends in
+    :func:`create_model` or :func:`~zoo.models.registry.register_model`'s builder, no frame inside
+    the model's code), or the builder passes ``**kwargs`` on (torchvision's) and ``key`` is none
+    of its own parameters.
+    """
+    import inspect
+
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    builder = MODEL_REGISTRY.get(name)
+    calls = {create_model.__code__}
+    if hasattr(builder, "build"):  # register_model's builder calls ``build`` with the kwargs
+        calls.add(builder.__code__)
+    if tb is not None and tb.tb_frame.f_code in calls:
+        return True
+    try:
+        params = inspect.signature(getattr(builder, "build", builder)).parameters
+    except (TypeError, ValueError):
+        return False
+    passes_on = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return passes_on and key not in params
 
 
 def _unknown_kwarg(name: str, key: str) -> str:

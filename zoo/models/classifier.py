@@ -17,10 +17,14 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+import torch
 import torch.nn as nn
 
-__all__ = ["ClassifierMixin", "classifier_keys", "find_classifier", "head_keys", "new_classifier",
-           "num_outputs", "unwrap"]
+from ..config import ConfigError
+
+__all__ = ["ClassifierMixin", "check_logits", "checked_classifier", "classifier_keys",
+           "find_classifier", "head_keys", "last_linear_note", "names_classifier",
+           "new_classifier", "num_outputs", "unwrap"]
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
@@ -44,6 +48,24 @@ def num_outputs(layer: nn.Module) -> int:
     if isinstance(layer, _CONVS):
         return layer.out_channels
     raise TypeError(f"a classifier must be nn.Linear or a Conv, got {type(layer).__name__}")
+
+
+def check_logits(logits: torch.Tensor, num_classes: int, model_name: str) -> None:
+    """Stop when a model's ``(B, K)`` logits do not have one column per class.
+
+    A shape read (no host-device sync), so it runs on every batch at no cost.
+
+    Raises:
+        ConfigError: ``K`` is not ``num_classes`` (one line naming the model, the shape and the
+            class count).
+    """
+    if isinstance(logits, torch.Tensor) and logits.dim() == 2 and logits.shape[1] != num_classes:
+        raise ConfigError(
+            f"model {model_name} returns logits of shape {tuple(logits.shape)}, "
+            f"{logits.shape[1]} per clip, but CONFIG.DATA.NUM_CLASSES is {num_classes}: give its "
+            "classifier the num_classes its builder is called with (e.g. nn.Linear(width, "
+            f"num_classes)), or set CONFIG.DATA.NUM_CLASSES {logits.shape[1]} if the data has "
+            "that many classes")
 
 
 def new_classifier(old: nn.Module, num_classes: int,
@@ -129,6 +151,49 @@ def find_classifier(model: nn.Module) -> nn.Module:
             "get_classifier() (zoo.models.ClassifierMixin) or a `classifier_name` attribute "
             "naming its head module")
     return last
+
+
+def names_classifier(model: nn.Module) -> bool:
+    """True when ``model`` (wrappers removed) names its classifier (``get_classifier()`` or
+    ``classifier_name``); False when zoo takes its last ``nn.Linear``."""
+    model = unwrap(model)
+    return callable(getattr(model, "get_classifier", None)) or bool(
+        getattr(model, "classifier_name", None))
+
+
+def last_linear_note(found: str, likely: Optional[str], outputs: str = "") -> str:
+    """The line for a classifier found by the last-``nn.Linear`` rule that is likely the wrong
+    layer: ``found`` (its path, with ``outputs`` after it) and ``likely`` (the layer that looks like
+    the head, or None)."""
+    fix = (f"if {likely} is, name it: classifier_name = {likely!r}" if likely else
+           "name the head: classifier_name = '<its dotted path>'")
+    return (f"zoo took {found}{outputs} for the classifier (the last nn.Linear); {fix} on the "
+            "model class (see zoo/models/classifier.py)")
+
+
+def checked_classifier(model: nn.Module, num_classes: int, use: str,
+                       model_name: str = "") -> nn.Module:
+    """:func:`find_classifier` for a use that needs the right layer (``FREEZE_BACKBONE``,
+    ``BACKBONE_LR_MULT``, feature extraction): a layer found by the last-``nn.Linear`` rule
+    whose outputs are not ``num_classes`` is not the classifier.
+
+    Raises:
+        ConfigError: for such a layer, one line naming ``use``, the layer zoo took and the one
+            with ``num_classes`` outputs to name with ``classifier_name``.
+        ValueError: no classifier is found (see :func:`find_classifier`).
+    """
+    head = find_classifier(model)
+    model = unwrap(model)
+    if names_classifier(model) or num_outputs(head) == num_classes:
+        return head
+    found = next(n for n, m in model.named_modules() if m is head)
+    likely = [n for n, m in model.named_modules()
+              if isinstance(m, (nn.Linear, *_CONVS)) and num_outputs(m) == num_classes]
+    what = f"model {model_name}" if model_name else type(model).__name__
+    k = num_outputs(head)
+    raise ConfigError(f"{use}: {what}: " + last_linear_note(
+        found, likely[-1] if likely else None,
+        f" ({k} output{'s' if k != 1 else ''}, CONFIG.DATA.NUM_CLASSES is {num_classes})"))
 
 
 def classifier_keys(model: nn.Module) -> Tuple[str, ...]:

@@ -58,7 +58,6 @@ def register_model(name: str, build: Callable[..., nn.Module],
         return build(num_classes=num_classes, **{**defaults, **kwargs})
 
     builder.__name__ = builder.__qualname__ = name
-    # The registry's duplicate-name message names the module that registered a name first.
     builder.__module__ = getattr(build, "__module__", None) or __name__
     builder.__doc__ = doc or build.__doc__
     builder.facts = facts

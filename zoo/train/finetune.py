@@ -51,6 +51,23 @@ def classifier_module(model: nn.Module) -> nn.Module:
     return find_classifier(model)
 
 
+def check_classifier_guess(cfg, model: nn.Module) -> None:
+    """The keys that treat the classifier apart (``MODEL.FREEZE_BACKBONE``,
+    ``TRAIN.BACKBONE_LR_MULT`` other than 1) need the right layer: a model that names none
+    (its last ``nn.Linear`` is taken) whose layer has no ``NUM_CLASSES`` outputs stops with one
+    line (:func:`zoo.models.classifier.checked_classifier`). Nothing is checked with both off."""
+    from ..models.classifier import checked_classifier
+
+    uses = []
+    if cfg.CONFIG.MODEL.FREEZE_BACKBONE:
+        uses.append("CONFIG.MODEL.FREEZE_BACKBONE True")
+    if cfg.CONFIG.TRAIN.BACKBONE_LR_MULT != 1:
+        uses.append(f"CONFIG.TRAIN.BACKBONE_LR_MULT {cfg.CONFIG.TRAIN.BACKBONE_LR_MULT:g}")
+    if uses:
+        checked_classifier(model, cfg.CONFIG.DATA.NUM_CLASSES, " and ".join(uses),
+                           cfg.CONFIG.MODEL.NAME)
+
+
 def head_parameter_ids(model: nn.Module) -> Set[int]:
     return {id(p) for p in classifier_module(model).parameters()}
 

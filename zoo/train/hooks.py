@@ -282,7 +282,8 @@ class Validation(HookBase):
         ema = t.step.ema
         evaluated = ema.module if ema is not None else t.model
         broadcast_buffers(unwrap(evaluated))
-        m = evaluate(evaluated, t.val_loader, t.device)
+        m = evaluate(evaluated, t.val_loader, t.device,
+                     num_classes=t.cfg.CONFIG.DATA.NUM_CLASSES, model_name=t.cfg.CONFIG.MODEL.NAME)
         t.is_best = m["top1"] > t.best_top1
         t.best_top1 = max(t.best_top1, m["top1"])
         t.logger.info(

@@ -49,6 +49,8 @@ class TrainStep:
         cuda_graphs: The model is compiled with CUDA graphs (``COMPILE_MODE``
             "reduce-overhead"): each call starts a new step of torch's CUDA-graph trees, so the
             graphs' outputs of the step before may be reused.
+        model_name: The model's name in the error a batch of logits without ``num_classes``
+            columns stops with (``CONFIG.MODEL.NAME``).
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
@@ -58,8 +60,15 @@ class TrainStep:
                  cutmix_alpha: float = 0.0, ema_decay: float = 0.0,
                  nonfinite: Optional[str] = None,
                  normalization: Optional[Tuple[Sequence[float], Sequence[float]]] = None,
-                 cuda_graphs: bool = False) -> None:
+                 cuda_graphs: bool = False, model_name: str = "") -> None:
         self.model = model
+        # Imported here: zoo.models registers every family, which importing this module need
+        # not pay for.
+        from ..models.classifier import check_logits
+
+        self._check_logits = check_logits
+        self.num_classes = num_classes
+        self.model_name = model_name or type(unwrap(model)).__name__
         self.cuda_graphs = cuda_graphs and device.type == "cuda"
         self.normalization = normalization
         self.optimizer = optimizer
@@ -130,6 +139,7 @@ class TrainStep:
         with ctx:
             with autocast(self.precision, self.device):
                 logits = self.model(clips)
+            self._check_logits(logits, self.num_classes, self.model_name)
             loss = self.loss(logits, labels, soft)
             scaled = loss / self.accum_steps
             if self.scaler is not None:

@@ -60,7 +60,13 @@ from .execution import (
     compile_model,
     resolve_execution,
 )
-from .finetune import classifier_module, freeze_backbone, freeze_bn, resolve_num_classes
+from .finetune import (
+    check_classifier_guess,
+    classifier_module,
+    freeze_backbone,
+    freeze_bn,
+    resolve_num_classes,
+)
 from .hooks import HookBase, default_hooks, load_user_hooks
 from .multigrid import build_multigrid_scheduler, check_model, describe_plan, epoch_steps
 from .precision import execution_settings, memory_format
@@ -80,6 +86,7 @@ def prepare_model(cfg, device: torch.device, logger: logging.Logger,
     if execution is None:
         execution = run_execution(cfg, device)
     model = build_model(cfg, classes)
+    check_classifier_guess(cfg, model)
     if cfg.CONFIG.MODEL.FREEZE_BACKBONE:
         logger.info("froze %d backbone tensors; training the head only",
                     len(freeze_backbone(model)))
@@ -311,7 +318,7 @@ class Trainer:
             label_smoothing=train.LABEL_SMOOTHING, mixup_alpha=train.MIXUP_ALPHA,
             cutmix_alpha=train.CUTMIX_ALPHA, ema_decay=train.EMA_DECAY,
             nonfinite=train.NONFINITE, normalization=normalization(cfg),
-            cuda_graphs=self.execution.cuda_graphs,
+            cuda_graphs=self.execution.cuda_graphs, model_name=cfg.CONFIG.MODEL.NAME,
         )
 
     def register_hooks(self, hooks: Sequence[HookBase]) -> None:

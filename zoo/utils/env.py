@@ -160,6 +160,12 @@ def load_user_module(entry: str, key: str = "CONFIG.EXTRA_MODULES") -> ModuleTyp
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
+        except ModuleNotFoundError as e:
+            del sys.modules[name]
+            if not e.name:
+                raise
+            raise ImportError(f"{key} entry {entry!r}: {_importer(e, path)} imports {e.name}, "
+                              f"{_NOT_INSTALLED}") from None
         except Exception:
             del sys.modules[name]
             raise
@@ -167,10 +173,29 @@ def load_user_module(entry: str, key: str = "CONFIG.EXTRA_MODULES") -> ModuleTyp
     try:
         return importlib.import_module(entry)
     except ModuleNotFoundError as e:
+        if e.name and e.name != entry and not entry.startswith(e.name + "."):
+            # The entry was found; an import inside it failed.
+            raise ImportError(f"{key} entry {entry!r}: {entry} ({_importer(e, entry)}) imports "
+                              f"{e.name}, {_NOT_INSTALLED}") from None
         raise ImportError(
             f"{key} entry {entry!r} could not be imported ({e}); "
             "give a .py path or a module on PYTHONPATH"
         ) from None
+
+
+_NOT_INSTALLED = "which is not installed: install it in this environment, or put it on PYTHONPATH"
+
+
+def _importer(e: ModuleNotFoundError, default: str) -> str:
+    """``file line N`` of the import statement that raised ``e`` (its traceback's last frame
+    outside importlib), else ``default``."""
+    where = default
+    tb = e.__traceback__
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith("<"):
+            where = f"{tb.tb_frame.f_code.co_filename} line {tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
 
 
 @functools.lru_cache(maxsize=None)

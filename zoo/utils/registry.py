@@ -17,6 +17,7 @@ A name that is unknown or registered twice raises :class:`RegistryError`, a user
 from __future__ import annotations
 
 import difflib
+import sys
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from .errors import UserError
@@ -24,6 +25,25 @@ from .errors import UserError
 
 class RegistryError(UserError, KeyError):
     """A registry has no entry of that name, or already has one; the message says what to do."""
+
+
+# Modules whose functions register on their caller's behalf (register_model, register_dataset):
+# the registering module is the first caller outside them.
+_HELPER_MODULES = frozenset({__name__, "zoo.models.registry", "zoo.data.dataset_recipes"})
+
+
+def _registering_module() -> str:
+    """The module whose code is registering: its name, or its file for a file loaded by path
+    (an ``EXTRA_MODULES`` ``.py`` entry) or run as a script."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") in _HELPER_MODULES:
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    module = frame.f_globals.get("__name__") or "?"
+    if module == "__main__" or module.startswith("zoo_user_"):  # see zoo.utils.env
+        return frame.f_globals.get("__file__") or frame.f_code.co_filename
+    return module
 
 
 class Registry:
@@ -36,18 +56,22 @@ class Registry:
     def __init__(self, name: str) -> None:
         self._name = name
         self._obj_map: Dict[str, Any] = {}
+        self._origin: Dict[str, str] = {}  # name -> the module that registered it
 
     @property
     def name(self) -> str:
         return self._name
 
     def _do_register(self, name: str, obj: Any) -> None:
+        origin = _registering_module()
         if name in self._obj_map:
+            first = self._origin.get(name) or getattr(self._obj_map[name], "__module__", "?")
             raise RegistryError(
-                f"{self._name} registry already has an entry named {name!r} "
-                f"(from {getattr(self._obj_map[name], '__module__', '?')}); pick another name"
+                f"{self._name} registry already has an entry named {name!r} (registered by "
+                f"{first}); {origin} registers it again: pick another name"
             )
         self._obj_map[name] = obj
+        self._origin[name] = origin
 
     def register(self, obj: Optional[Any] = None, *, name: Optional[str] = None) -> Any:
         """Register ``obj`` under ``name`` (default: ``obj.__name__``).

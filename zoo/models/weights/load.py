@@ -27,7 +27,7 @@ import torch.nn as nn
 
 from ...config import parse_literal
 from ...utils.checkpoint_io import load_failure, recorded_config
-from ..classifier import head_keys
+from ..classifier import head_keys, last_linear_note, names_classifier
 from .convert import SCHEMES
 from .convert.common import (
     ConversionError,
@@ -433,7 +433,7 @@ def _other_head(model: nn.Module, state: Dict[str, torch.Tensor], own: Dict[str,
     """For a model whose classifier is found by the last-``nn.Linear`` rule (it names none): a
     hint when another ``nn.Linear`` differs from the file only in its outputs, as a new class
     count would make it, as that layer is likely the real classifier."""
-    if hasattr(model, "get_classifier") or getattr(model, "classifier_name", None):
+    if names_classifier(model):
         return []
     linear = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)}
     likely = sorted({k.rsplit(".", 1)[0] for k, v in state.items()
@@ -443,9 +443,7 @@ def _other_head(model: nn.Module, state: Dict[str, torch.Tensor], own: Dict[str,
     if not likely:
         return []
     found = sorted({k.rsplit(".", 1)[0] for k in head})
-    return [f"zoo took {', '.join(found)} for the classifier (the last nn.Linear); if "
-            f"{likely[0]} is, name it: classifier_name = {likely[0]!r} on the model class "
-            "(see zoo/models/classifier.py)"]
+    return [last_linear_note(", ".join(found), likely[0])]
 
 
 def inflate_from_file(model: nn.Module, path: str) -> None:
