@@ -602,3 +602,20 @@ def test_a_fresh_start_moves_an_earlier_runs_tensorboard_events_into_a_run_of_th
     aside = [d for d in tb_dir.iterdir() if d.is_dir()]
     assert len(here) == 1 and len(aside) == 1 and aside[0].name.startswith("earlier_")
     assert len(os.listdir(aside[0])) == 1
+
+
+def test_a_hook_that_is_not_a_hookbase_reports_checkpoints_only_with_after_checkpoint(tmp_path):
+    class Plain:  # zoo.train(hooks=[...]) takes hooks that do not subclass HookBase
+        def after_epoch(self):
+            pass
+
+    class PlainReporter:
+        def after_checkpoint(self, path):
+            pass
+
+    t = FakeTrainer(tmp_path, epochs=1)
+    t.notify = lambda name, *args: None
+    t.hooks = [H.HookBase(), Plain()]
+    assert not H.reports_checkpoints(t)
+    t.hooks.append(PlainReporter())
+    assert H.reports_checkpoints(t)

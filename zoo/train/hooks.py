@@ -374,8 +374,9 @@ def reports_checkpoints(trainer) -> bool:
     """Whether a hook of ``trainer`` overrides ``after_checkpoint`` (then a checkpoint is written
     before the next step, not in the background, so that the path it is told is complete)."""
     return callable(getattr(trainer, "notify", None)) and any(
-        type(hook).after_checkpoint is not HookBase.after_checkpoint
-        for hook in getattr(trainer, "hooks", ()))
+        getattr(type(hook), "after_checkpoint", HookBase.after_checkpoint)
+        is not HookBase.after_checkpoint
+        for hook in getattr(trainer, "hooks", ()))  # a hook passed in need not subclass HookBase
 
 
 HOOKS_KEY = "CONFIG.TRAIN.HOOKS"
