@@ -132,8 +132,10 @@ def enable_act_checkpoint(model: nn.Module, name: str) -> None:
 
 
 def ddp_options(cfg) -> Dict[str, Any]:
-    """Keyword arguments for :class:`DistributedDataParallel` from ``DDP_CONFIG``."""
-    return {"bucket_cap_mb": float(cfg.DDP_CONFIG.BUCKET_CAP_MB)}
+    """Keyword arguments for :class:`DistributedDataParallel` from ``DDP_CONFIG`` and
+    ``CONFIG.TRAIN.FIND_UNUSED_PARAMETERS``."""
+    return {"bucket_cap_mb": float(cfg.DDP_CONFIG.BUCKET_CAP_MB),
+            "find_unused_parameters": bool(cfg.CONFIG.TRAIN.FIND_UNUSED_PARAMETERS)}
 
 
 def run_execution(cfg, device: torch.device, iters_per_epoch: Optional[int] = None
