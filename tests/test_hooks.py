@@ -336,6 +336,11 @@ class Counter(HookBase):
 
 class NotAHook:
     pass
+
+
+class NeedsArgs(HookBase):
+    def __init__(self, patience):
+        self.patience = patience
 '''
 
 
@@ -349,8 +354,11 @@ def test_user_hooks_load_from_a_file_or_a_module(tmp_path):
 
 @pytest.mark.parametrize("entry, error, words", [
     ("{path}", ConfigError, "is not 'file.py:ClassName'"),
-    ("{path}:Missing", ConfigError, "defines no 'Missing' (hook classes there: Counter)"),
+    ("{path}:Missing", ConfigError,
+     "defines no 'Missing' (hook classes there: Counter, NeedsArgs)"),
     ("{path}:NotAHook", ConfigError, "NotAHook is not a subclass of zoo.train.hooks.HookBase"),
+    ("{path}:NeedsArgs", ConfigError, "missing 1 required positional argument: 'patience'; a "
+     "hook is built with no arguments: give them defaults"),
     ("{dir}/nope.py:Counter", FileNotFoundError, "no such file"),
     ("no_such_module_xyz:Counter", ImportError, "could not be imported"),
 ])

@@ -56,7 +56,7 @@ import torch.multiprocessing as mp
 
 from ..utils import comm, net
 from ..utils.env import available_cpus, set_num_threads
-from ..utils.errors import is_user_error, one_line
+from ..utils.errors import is_user_error, one_line, user_code_failure
 from ..utils.logger import write_to_log_file
 from . import heartbeat
 from .job import JobSpec
@@ -81,6 +81,11 @@ def _restartable(kind: str) -> bool:
 
 class _UserStop(LaunchError):
     """A worker stops on a user error (the message says what to change): never restarted."""
+
+
+class _UserCodeError(LaunchError):
+    """A worker stops on an error its user's code raised (a model, a hook): one line saying
+    where; restarted as any other error is (:func:`_restartable`)."""
 
 
 class _WorkerFailure(Exception):
@@ -185,7 +190,10 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, topo: JobSpec,
         if is_user_error(e):
             write_to_log_file(text, None, rank)
             raise _UserStop(one_line(e)) from None
-        write_to_log_file(text, topo.output_dir or None, rank)
+        log_path = write_to_log_file(text, topo.output_dir or None, rank)
+        theirs = user_code_failure(e, log_path)
+        if theirs:  # the user's code raised it: not reported as a bug of zoo's
+            raise _UserCodeError(theirs) from None
         e.zoo_traceback_logged = True  # report_failure need not write it again
         raise
     finally:
@@ -240,7 +248,7 @@ def _error_line(text: str, keep_type: bool = False) -> str:
     line = line.strip()
     if keep_type:
         return line
-    line = re.sub(r"^[\w.]*(?:LaunchError|_UserStop): ", "", line)
+    line = re.sub(r"^[\w.]*(?:LaunchError|_UserStop|_UserCodeError): ", "", line)
     line = re.sub(r"\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\] ", "", line)
     return line.split(". This is typically caused by")[0]
 
@@ -324,7 +332,7 @@ def _join(ctx: mp.ProcessContext, topo: JobSpec, rdzv: NodeRendezvous) -> None:
             raise _WorkerFailure(e.error_index, "error", f"lost its connection to {peer}, which "
                                  "stopped or died") from None
         last = _error_line(text, keep_type=True)
-        expected = re.search(r"(LaunchError|_UserStop): ", last)  # its message says it all
+        expected = re.search(r"(LaunchError|_UserStop|_UserCodeError): ", last)  # it says it all
         unexpected = "" if expected else "unexpected "
         kind = "user" if "_UserStop: " in last else "error"
         raise _WorkerFailure(e.error_index, kind, f"failed: {unexpected}{_error_line(text)}",

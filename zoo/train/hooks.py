@@ -414,8 +414,19 @@ def user_hook_class(entry: str) -> type:
 
 def load_user_hook(entry: str) -> HookBase:
     """Build the hook an entry of ``CONFIG.TRAIN.HOOKS`` names: its class (see
-    :func:`user_hook_class`) called with no arguments (a hook reads ``self.trainer``)."""
-    return user_hook_class(entry)()
+    :func:`user_hook_class`) called with no arguments (a hook reads ``self.trainer``).
+
+    Raises:
+        ConfigError: The class's ``__init__`` takes arguments without defaults.
+    """
+    cls = user_hook_class(entry)
+    try:
+        return cls()
+    except TypeError as e:
+        if e.__traceback__ is not None and e.__traceback__.tb_next is not None:
+            raise  # raised inside its __init__: the user's code (zoo.utils.errors says where)
+        raise ConfigError(f"{HOOKS_KEY} entry {entry!r}: {e}; a hook is built with no arguments: "
+                          "give them defaults (a hook reads the run from self.trainer)") from None
 
 
 def load_user_hooks(entries) -> List[HookBase]:

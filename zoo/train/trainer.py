@@ -325,8 +325,16 @@ class Trainer:
     def _call(self, name: str, *args: Any) -> None:
         for hook in self.hooks:
             method = getattr(hook, name, None)  # a hook passed in need not subclass HookBase
-            if method is not None:
+            if method is None:
+                continue
+            try:
                 method(*args)
+            except Exception as e:
+                # The failure line names a user's hook (zoo.utils.errors.hook_of); the innermost
+                # hook wins when one hook's method calls another's.
+                if not type(hook).__module__.startswith("zoo.") and not hasattr(e, "zoo_hook"):
+                    e.zoo_hook = f"{type(hook).__name__}.{name}"
+                raise
 
     def notify(self, name: str, *args: Any) -> None:
         """Call every hook's ``name(*args)``: the built-in hooks report through it
