@@ -627,3 +627,19 @@ def test_a_hook_that_is_not_a_hookbase_reports_checkpoints_only_with_after_check
     assert not H.reports_checkpoints(t)
     t.hooks.append(PlainReporter())
     assert H.reports_checkpoints(t)
+
+
+def test_a_mid_epoch_resume_keeps_a_hooks_records_of_the_batches_before_its_checkpoint(tmp_path):
+    # docs/hooks.md: a hook's record carries epoch = trainer.epoch + 1 and batch = inner_iter + 1.
+    first = MetricsWriter(str(tmp_path), None)
+    first.start(0)
+    for epoch in range(2):  # trainer.epoch
+        for inner in range(4):  # trainer.inner_iter
+            first.write({"split": "mine", "epoch": epoch + 1, "batch": inner + 1,
+                         "iter": epoch * 4 + inner + 1}, epoch * 4 + inner + 1)
+    first.close()
+    resumed = MetricsWriter(str(tmp_path), None)
+    resumed.start(1, resumed_batches=2, resumed_steps=6)  # after batch 2 of epoch 2
+    kept = [(r["epoch"], r["batch"]) for r in _records(tmp_path / "metrics.jsonl")]
+    assert kept == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1), (2, 2)]
+    resumed.close()
