@@ -30,7 +30,8 @@ Every built-in entry is a records provider composed with the one ``ClipDataset``
 user's own entry may be any callable that takes these keywords (one that ignores some of them
 should take ``**kwargs``).
 
-Items must be ``(clip, label, index, n_bad)``: ``clip`` is float ``(C, T, H, W)`` for train/val
+Items must begin ``(clip, label, index, n_bad)`` (training, validation and testing leave any
+fields after those to the dataset's own use): ``clip`` is float ``(C, T, H, W)`` for train/val
 (for train it may also be uint8 pixels, which the training step normalises on its device with
 ``DATA.MEAN`` / ``STD``: what ``uint8_train_clips`` asks for) and ``(V, C, T, H, W)`` with
 ``V = test_num_segment * test_num_crop`` for test (for train with ``clips_per_video`` N > 1, a

@@ -206,7 +206,8 @@ def _features(cfg, dataset, model: nn.Module, device: torch.device, batch: int,
         multiprocessing_context=worker_context(cfg.CONFIG.DATA.WORKER_START_METHOD)
         if workers else None)
     start = 0
-    for clips, _labels, indices, _bad in loader:
+    for batch in loader:  # fields after (clip, label, index, n_bad) left aside, as in training
+        clips, indices = batch[0], batch[2]
         feats = pooled_features(model, clips.to(device)).cpu().numpy()
         for j, returned in enumerate(indices.tolist()):
             wanted = start + j
