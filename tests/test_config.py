@@ -96,6 +96,7 @@ def test_wrong_type_is_reported():
     ("DDP_CONFIG.DIST_URL", "127.0.0.1:1234", "tcp://"),
     ("DATA.CROP_SIZE", "300", "SHORT_SIDE_SIZE"),
     ("DATA.TEST_NUM_CROP", "2", "1 or 3"),
+    ("TRAIN.FIND_UNUSED_PARAMETERS", "1", "CONFIG.TRAIN.FIND_UNUSED_PARAMETERS"),
 ])
 def test_impossible_values(key, value, needle):
     with pytest.raises(ConfigError) as e:
@@ -516,3 +517,11 @@ def test_a_gluoncv_only_key_in_a_zoo_file_stops_with_one_line(tmp_path, caplog):
                                                 "  DATA:\n    NUM_CROP: 1\n"))
     line = next(r.getMessage() for r in caplog.records if "gluoncv.torch config" in r.getMessage())
     assert "it has gluoncv-only keys" in line and "rename WOLRD_URLS" not in line
+
+
+def test_find_unused_parameters_is_off_by_default_and_reaches_ddp():
+    from zoo.train.trainer import ddp_options
+
+    assert ddp_options(get_cfg())["find_unused_parameters"] is False
+    cfg = load_config(None, ["TRAIN.FIND_UNUSED_PARAMETERS", "True"])
+    assert ddp_options(cfg)["find_unused_parameters"] is True

@@ -160,3 +160,70 @@ def test_ddp_equals_single_process_with_several_clips_per_video(tmp_path, synth_
     init = MODEL_REGISTRY.get("ddp_test_plain")(num_classes=CLASSES).state_dict()
     assert _changed(init, single), "training did not move the weights; the test would be vacuous"
     assert _max_diff(single, ddp) < 1e-5
+
+
+class _PartlyUsed(nn.Module):
+    """A classifier with a layer no loss uses (a head left aside)."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(3 * 2 * 4 * 4, CLASSES))
+        self.aside = nn.Linear(4, CLASSES)
+
+    def forward(self, x):
+        return self.head(x)
+
+
+def _unused_parameter_steps(rank):
+    from torch.nn.parallel import DistributedDataParallel
+
+    from zoo.config import ConfigError, get_cfg
+    from zoo.train.trainer import ddp_options
+
+    results = {}
+    for find in (False, True):
+        cfg = get_cfg()
+        cfg.CONFIG.TRAIN.FIND_UNUSED_PARAMETERS = find
+        torch.manual_seed(0)
+        ddp = DistributedDataParallel(_PartlyUsed(), **ddp_options(cfg))
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        step = TrainStep(ddp, opt, sched, torch.device("cpu"), CLASSES, precision="fp32")
+        x, y = torch.randn(2, 3, 2, 4, 4), torch.tensor([0, 1])
+        try:
+            for _ in range(3):
+                step(x, y)
+            results[str(find)] = "trained"
+        except ConfigError as e:
+            results[str(find)] = str(e)
+    return results
+
+
+@pytest.mark.slow
+def test_ddp_with_a_parameter_no_loss_uses_names_it_and_trains_with_find_unused_parameters(
+        tmp_path):
+    from helpers import on_two_gloo_ranks
+
+    for rank, results in enumerate(on_two_gloo_ranks(_unused_parameter_steps, tmp_path)):
+        assert results["True"] == "trained"
+        assert results["False"] == (
+            f"the model has parameters that no loss used (parameter indices 2 3: aside.weight, "
+            f"aside.bias, on rank {rank}), and DDP waits for a gradient of every parameter: set "
+            "CONFIG.TRAIN.FIND_UNUSED_PARAMETERS True (slower) or use every parameter in the loss "
+            "(or set requires_grad False on those it leaves out)")
+
+
+def test_only_ddps_unfinished_reduction_error_is_explained():
+    from zoo.train.step import unused_parameters_error
+
+    model = _PartlyUsed()
+    named = RuntimeError(
+        "Expected to have finished reduction in the prior iteration before starting a new one. "
+        "This error indicates that your module has parameters that were not used in producing "
+        "loss.\nParameters which did not receive grad for rank 1: aside.weight, aside.bias\n"
+        "Parameter indices which did not receive grad for rank 1: 2 3")
+    line = unused_parameters_error(named, model)
+    assert line.startswith("the model has parameters that no loss used (aside.weight, aside.bias, "
+                           "on rank 1)") and "CONFIG.TRAIN.FIND_UNUSED_PARAMETERS True" in line
+    assert "\n" not in line
+    assert unused_parameters_error(RuntimeError("shape mismatch"), model) is None

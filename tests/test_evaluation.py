@@ -187,3 +187,13 @@ def test_zoo_test_stopped_by_its_data_check_leaves_no_earlier_outputs(tmp_path, 
     assert "error: none of the first 2 videos of the test list" in capsys.readouterr().err
     [aside] = os.listdir(run)  # moved aside, not deleted
     assert aside.startswith("earlier_test_") and len(os.listdir(run / aside)) == 4
+
+
+def test_evaluation_leaves_a_datasets_extra_fields_aside_as_training_does():
+    from zoo.infer.evaluator import evaluate
+
+    logits = torch.tensor([[5.0, 0.0], [0.0, 5.0]])
+    loader = [(logits.view(2, 2, 1, 1, 1), torch.tensor([0, 0]), torch.arange(2),
+               torch.zeros(2), torch.tensor([0.5, 1.0]))]  # a per-video weight of the dataset's
+    m = evaluate(torch.nn.Flatten(), loader, torch.device("cpu"))
+    assert (m["top1"], m["num_videos"]) == (50.0, 2)

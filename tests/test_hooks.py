@@ -337,6 +337,11 @@ class Counter(HookBase):
 
 class NotAHook:
     pass
+
+
+class NeedsArgs(HookBase):
+    def __init__(self, patience):
+        self.patience = patience
 '''
 
 
@@ -350,8 +355,11 @@ def test_user_hooks_load_from_a_file_or_a_module(tmp_path):
 
 @pytest.mark.parametrize("entry, error, words", [
     ("{path}", ConfigError, "is not 'file.py:ClassName'"),
-    ("{path}:Missing", ConfigError, "defines no 'Missing' (hook classes there: Counter)"),
+    ("{path}:Missing", ConfigError,
+     "defines no 'Missing' (hook classes there: Counter, NeedsArgs)"),
     ("{path}:NotAHook", ConfigError, "NotAHook is not a subclass of zoo.train.hooks.HookBase"),
+    ("{path}:NeedsArgs", ConfigError, "missing 1 required positional argument: 'patience'; a "
+     "hook is built with no arguments: give them defaults"),
     ("{dir}/nope.py:Counter", FileNotFoundError, "no such file"),
     ("no_such_module_xyz:Counter", ImportError, "could not be imported"),
 ])
@@ -603,3 +611,36 @@ def test_a_fresh_start_moves_an_earlier_runs_tensorboard_events_into_a_run_of_th
     aside = [d for d in tb_dir.iterdir() if d.is_dir()]
     assert len(here) == 1 and len(aside) == 1 and aside[0].name.startswith("earlier_")
     assert len(os.listdir(aside[0])) == 1
+
+
+def test_a_hook_that_is_not_a_hookbase_reports_checkpoints_only_with_after_checkpoint(tmp_path):
+    class Plain:  # zoo.train(hooks=[...]) takes hooks that do not subclass HookBase
+        def after_epoch(self):
+            pass
+
+    class PlainReporter:
+        def after_checkpoint(self, path):
+            pass
+
+    t = FakeTrainer(tmp_path, epochs=1)
+    t.notify = lambda name, *args: None
+    t.hooks = [H.HookBase(), Plain()]
+    assert not H.reports_checkpoints(t)
+    t.hooks.append(PlainReporter())
+    assert H.reports_checkpoints(t)
+
+
+def test_a_mid_epoch_resume_keeps_a_hooks_records_of_the_batches_before_its_checkpoint(tmp_path):
+    # docs/hooks.md: a hook's record carries epoch = trainer.epoch + 1 and batch = inner_iter + 1.
+    first = MetricsWriter(str(tmp_path), None)
+    first.start(0)
+    for epoch in range(2):  # trainer.epoch
+        for inner in range(4):  # trainer.inner_iter
+            first.write({"split": "mine", "epoch": epoch + 1, "batch": inner + 1,
+                         "iter": epoch * 4 + inner + 1}, epoch * 4 + inner + 1)
+    first.close()
+    resumed = MetricsWriter(str(tmp_path), None)
+    resumed.start(1, resumed_batches=2, resumed_steps=6)  # after batch 2 of epoch 2
+    kept = [(r["epoch"], r["batch"]) for r in _records(tmp_path / "metrics.jsonl")]
+    assert kept == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1), (2, 2)]
+    resumed.close()

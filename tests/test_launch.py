@@ -106,3 +106,39 @@ def test_nccl_without_gpu_is_refused():
     cfg = load_config(None, ["DDP_CONFIG.DIST_BACKEND", "nccl"])
     with pytest.raises(LaunchError, match="no CUDA GPU"):
         resolve_job(cfg)
+
+
+DDP_TRACEBACK = '''
+
+-- Process 0 terminated with the following error:
+Traceback (most recent call last):
+  File "/x/torch/nn/parallel/distributed.py", line 1776, in _pre_forward
+    if torch.is_grad_enabled() and self.reducer._rebuild_buckets():
+                                   ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+RuntimeError: Expected to have finished reduction in the prior iteration before starting a new \
+one. This error indicates that your module has parameters that were not used in producing loss.
+making sure all `forward` function outputs participate in calculating loss.
+Parameter indices which did not receive grad for rank 0: 6 7
+ In addition, you can set the environment variable TORCH_DISTRIBUTED_DEBUG to either INFO or \
+DETAIL to print out information
+'''
+
+
+@pytest.mark.parametrize("text,line", [
+    (DDP_TRACEBACK, "RuntimeError: Expected to have finished reduction in the prior iteration "
+                    "before starting a new one. This error indicates that your module has "
+                    "parameters that were not used in producing loss."),
+    ("Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n    g()\n"
+     "ValueError: bad width\nsecond line of advice\n", "ValueError: bad width"),
+    # A chained exception: the last traceback's error.
+    ("Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'x'\n\nDuring "
+     "handling of the above exception, another exception occurred:\n\nTraceback (most recent "
+     "call last):\n  File \"b.py\", line 2\nzoo.launch.launch._UserStop: the real one\n",
+     "the real one"),
+    ("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:4242\nmore",
+     "Connection closed by peer [10.0.0.2]:4242"),
+])
+def test_a_workers_error_line_is_the_first_line_of_its_exception(text, line):
+    from zoo.launch.launch import _error_line
+
+    assert _error_line(text) == line

@@ -26,7 +26,7 @@ class Buggy(nn.Module):
         self.fc = nn.Linear(3, num_classes)
 
     def forward(self, x):
-        # A plain KeyError is a bug (only a registry's KeyError is a user error).
+        # A plain KeyError (only a registry's KeyError is a user error), raised in the user's code.
         return self.fc(x.mean(dim=(2, 3, 4))) + {}["no such key"]
 
 
@@ -218,13 +218,15 @@ def test_error_in_a_worker_is_one_line_with_the_traceback_in_the_rank_log(data, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["one", "two"])
-def test_a_bug_says_where_its_traceback_is(data, tmp_path, mode):
+def test_an_error_of_the_users_code_says_where_it_was_raised_and_where_its_traceback_is(
+        data, tmp_path, mode):
     temp = tmp_path / "temp"  # the job's temporary folder: what it leaves there is seen
     temp.mkdir()
     r = run_tool("train_ddp.py", [*args_for(data, tmp_path, model="toy_buggy", module="buggy.py"),
                                   *launch_mode(mode)], env={"TMPDIR": str(temp)})
-    line = assert_one_error_line(r, "unexpected KeyError", "no such key",
-                                 "full traceback in")
+    line = assert_one_error_line(r, f"KeyError: no such key raised in {data / 'buggy.py'}:",
+                                 "(your code, not zoo's; full traceback in")
+    assert "unexpected" not in line and "internal error" not in line
     log_path = line.split("full traceback in ")[1].rstrip(")")
     assert os.path.dirname(log_path) == str(tmp_path / "run")
     with open(log_path) as f:
@@ -416,3 +418,59 @@ def test_a_loader_worker_killed_from_outside_is_not_called_a_bug(message, says, 
     err = capsys.readouterr().err
     assert err.startswith("error: data-loader worker") and says in err
     assert "internal error" not in err and err.count("\n") == 1
+
+
+USER_CODE = '''
+class Boom:  # a hook passed to zoo.train
+    def after_epoch(self):
+        raise RuntimeError("boom from my hook\\nmore about it")
+
+
+def forward(x):
+    import torch
+
+    return torch.zeros(2, 3) @ x  # the library's error, where the user's code called it
+'''
+
+
+def _user_module(tmp_path):
+    import importlib.util
+
+    path = tmp_path / "my_code.py"
+    path.write_text(USER_CODE)
+    spec = importlib.util.spec_from_file_location("zoo_test_my_code", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return path, module
+
+
+def test_an_error_of_the_users_code_is_not_called_a_bug_and_names_the_hook(tmp_path, capsys):
+    import torch
+
+    from zoo.train.trainer import Trainer
+    from zoo.utils.errors import report_failure
+
+    path, module = _user_module(tmp_path)
+    trainer = Trainer.__new__(Trainer)  # only its hooks
+    trainer.hooks = [module.Boom()]
+    with pytest.raises(RuntimeError) as e:
+        trainer._call("after_epoch")
+    assert report_failure(e.value, console=True) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]  # after the traceback (no log)
+    assert line == (f"error: RuntimeError: boom from my hook raised in {path}:4 (your code in "
+                    "hook Boom.after_epoch, not zoo's; traceback above)")
+    with pytest.raises(RuntimeError) as e:
+        module.forward(torch.zeros(4, 1))
+    report_failure(e.value, console=True)
+    assert f"raised in {path}:10 (your code, not zoo's" in capsys.readouterr().err
+
+
+def test_an_error_of_zoos_code_is_still_called_a_bug(capsys):
+    from zoo.launch.launch import _error_line
+    from zoo.utils.errors import report_failure
+
+    with pytest.raises(AttributeError) as e:
+        _error_line(None)  # raised inside zoo
+    report_failure(e.value, console=True)
+    err = capsys.readouterr().err
+    assert "error: unexpected AttributeError" in err and "an internal error, please report" in err

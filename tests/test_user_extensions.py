@@ -161,7 +161,8 @@ def test_loader_workers_serve_a_dataset_from_a_user_file_under_python_3_14_defau
                                                                                     method):
     """"auto" starts the workers with fork on Linux whatever Python's default: a class from an
     EXTRA_MODULES file reaches them. With forkserver (3.14's default) a worker must import it
-    by module name, which a file has not: the run stops, naming the module."""
+    by module name, which a file has not: the loader is not built, one line naming the key, the
+    file and what to change."""
     import subprocess
     import sys
 
@@ -176,4 +177,10 @@ def test_loader_workers_serve_a_dataset_from_a_user_file_under_python_3_14_defau
         assert r.returncode == 0, r.stderr[-3000:]
         assert r.stdout.split() == ["fork", str(NUM_VAL)]
     else:
-        assert r.returncode != 0 and "No module named 'zoo_user_my_extensions_" in r.stderr
+        line = r.stderr.strip().splitlines()[-1]
+        assert r.returncode != 0 and line.startswith("zoo.config.")
+        assert ("CONFIG.DATA.WORKER_START_METHOD forkserver: each loader worker starts a new "
+                "interpreter" in line)
+        assert (f"{tmp_path / 'my_extensions.py'} (a CONFIG.EXTRA_MODULES file loaded from its "
+                "path) has no importable name; set WORKER_START_METHOD fork" in line)
+        assert f"put {tmp_path} on PYTHONPATH and name the module ('my_extensions')" in line

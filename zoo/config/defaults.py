@@ -225,6 +225,11 @@ _C.CONFIG.TRAIN.ACCUM_STEPS = 1
 _C.CONFIG.TRAIN.CLIP_GRAD_NORM = 0.0
 # Convert BatchNorm layers to SyncBatchNorm (statistics over all ranks) when training on several.
 _C.CONFIG.TRAIN.SYNC_BN = False
+# Let DDP find, after each forward, the parameters no loss used (DDP's find_unused_parameters,
+# MMAction2's key of that name): needed by a model with parameters some steps leave out (a branch
+# not taken, a head left aside), slower otherwise (it searches the autograd graph every step).
+# Several processes under DDP_CONFIG.STRATEGY ddp only.
+_C.CONFIG.TRAIN.FIND_UNUSED_PARAMETERS = False
 # Label smoothing of the cross-entropy loss (0 = none).
 _C.CONFIG.TRAIN.LABEL_SMOOTHING = 0.0
 # Mixup: Beta(alpha, alpha) blend of clip pairs and their labels (0 = off).

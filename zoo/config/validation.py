@@ -128,6 +128,7 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
      "numbers >= 0, e.g. [1.0, 0.1, 0.01]"),
     ("CONFIG.TRAIN.ACCUM_STEPS", _positive, "an integer >= 1"),
     ("CONFIG.TRAIN.CLIP_GRAD_NORM", _non_negative, "a number >= 0 (0 = off)"),
+    ("CONFIG.TRAIN.FIND_UNUSED_PARAMETERS", lambda v: isinstance(v, bool), "True or False"),
     ("CONFIG.TRAIN.LABEL_SMOOTHING", lambda v: 0 <= v < 1, "a number in [0, 1)"),
     ("CONFIG.TRAIN.MIXUP_ALPHA", _non_negative, "a number >= 0 (0 = off)"),
     ("CONFIG.TRAIN.CUTMIX_ALPHA", _non_negative, "a number >= 0 (0 = off)"),

@@ -30,7 +30,8 @@ Every built-in entry is a records provider composed with the one ``ClipDataset``
 user's own entry may be any callable that takes these keywords (one that ignores some of them
 should take ``**kwargs``).
 
-Items must be ``(clip, label, index, n_bad)``: ``clip`` is float ``(C, T, H, W)`` for train/val
+Items must begin ``(clip, label, index, n_bad)`` (training, validation and testing leave any
+fields after those to the dataset's own use): ``clip`` is float ``(C, T, H, W)`` for train/val
 (for train it may also be uint8 pixels, which the training step normalises on its device with
 ``DATA.MEAN`` / ``STD``: what ``uint8_train_clips`` asks for) and ``(V, C, T, H, W)`` with
 ``V = test_num_segment * test_num_crop`` for test (for train with ``clips_per_video`` N > 1, a
@@ -420,6 +421,46 @@ def worker_context(method: str) -> Optional[multiprocessing.context.BaseContext]
     return multiprocessing.get_context(method) if method else None
 
 
+def check_worker_imports(dataset: Any, method: str, num_workers: int) -> None:
+    """Stop, while no worker has started, when loader workers started with ``method`` (spawn,
+    forkserver: a new interpreter that unpickles the dataset, importing every class it holds by
+    module name) would need a module of ``CONFIG.EXTRA_MODULES`` loaded from a ``.py`` path: such
+    a module has no importable name (zoo names it ``zoo_user_<file>_<hash>``), and the worker
+    would die on its import with torch saying only that it exited unexpectedly.
+
+    Raises:
+        ConfigError: Naming the key, the file and what to change.
+    """
+    if not num_workers or not any(n.startswith("zoo_user_") for n in sys.modules):
+        return
+    ctx = worker_context(method)
+    # The platform's default is the first of the list (asked without fixing it for the process).
+    started = (ctx.get_start_method() if ctx is not None else
+               multiprocessing.get_start_method(allow_none=True)
+               or multiprocessing.get_all_start_methods()[0])
+    if started == "fork":
+        return
+    import pickle
+    import re
+
+    try:
+        data = pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return  # not picklable at all: the DataLoader says so itself
+    names = sorted({m.decode() for m in re.findall(rb"zoo_user_\w+", data)} & set(sys.modules))
+    if not names:
+        return
+    path = getattr(sys.modules[names[0]], "__file__", None) or names[0]
+    stem = os.path.splitext(os.path.basename(path))[0]
+    raise ConfigError(
+        f"CONFIG.DATA.WORKER_START_METHOD {method}"
+        f"{f' ({started} on this platform)' if method != started else ''}: each loader worker "
+        f"starts a new interpreter that imports what the dataset holds by module name, and "
+        f"{path} (a CONFIG.EXTRA_MODULES file loaded from its path) has no importable name; set "
+        f"WORKER_START_METHOD fork (or auto on Linux), or put {os.path.dirname(path)} on "
+        f"PYTHONPATH and name the module ({stem!r}) in CONFIG.EXTRA_MODULES instead of the path")
+
+
 def worker_threads(decode_threads: int, num_workers: int) -> Dict[str, Any]:
     """Threads of each of ``num_workers`` loader workers: ``decoder`` (the readers' count for
     ``DATA.DECODE_THREADS`` = ``decode_threads``: that value when > 0, FFmpeg's own choice for
@@ -536,6 +577,7 @@ def build_loader(cfg: CfgNode, split: str, signal_grace: float = 0.0,
     data = cfg.CONFIG.DATA
     num_workers = int(data.NUM_WORKERS)
     decoder_threads = None
+    check_worker_imports(dataset, data.WORKER_START_METHOD, num_workers)
     if num_workers:
         threads = worker_threads(int(data.DECODE_THREADS), num_workers)
         if isinstance(threads["decoder"], int):

@@ -24,7 +24,8 @@ def run_inference(model: nn.Module, loader, device: torch.device, progress: bool
                   num_classes: int = 0, model_name: str = "") -> Dict[str, Any]:
     """Score every item of ``loader`` on every rank and gather the results.
 
-    Items are ``(clip, label, index, n_bad)``; a 6-D clip batch ``(B, V, C, T, H, W)`` holds V views
+    Items are ``(clip, label, index, n_bad)``, and any fields after those (a dataset's own) are
+    left aside, as training leaves them; a 6-D clip batch ``(B, V, C, T, H, W)`` holds V views
     per video, whose softmax scores are averaged. With ``num_classes`` > 0, logits without that
     many columns stop with one line naming ``model_name`` (``CONFIG.MODEL.NAME``).
 
@@ -48,7 +49,8 @@ def run_inference(model: nn.Module, loader, device: torch.device, progress: bool
         iterator = tqdm(loader, desc="eval", leave=False, dynamic_ncols=True)
     if device.type == "cuda":  # each batch's copy beside the forward of the one before
         iterator = DeviceStaging(device)(iterator)
-    for clips, target, index, bad in iterator:
+    for batch in iterator:
+        clips, target, index, bad = batch[0], batch[1], batch[2], batch[3]
         clips = clips.to(device, non_blocking=True)
         views = clips.dim() == 6  # (B, V, C, T, H, W)
         logits = model(clips.flatten(0, 1) if views else clips)

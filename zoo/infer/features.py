@@ -200,15 +200,17 @@ def _features(cfg, dataset, model: nn.Module, device: torch.device, batch: int,
               unreadable: List[str]) -> Iterator[Tuple[int, np.ndarray]]:
     """``(item index, its (D,) features)`` in the dataset's order; an item the loader had to
     stand another video in for is named in ``unreadable`` instead."""
-    from ..data.build import worker_context
+    from ..data.build import check_worker_imports, worker_context
 
     workers = cfg.CONFIG.DATA.NUM_WORKERS
+    check_worker_imports(dataset, cfg.CONFIG.DATA.WORKER_START_METHOD, workers)
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=batch, shuffle=False, num_workers=workers,
         multiprocessing_context=worker_context(cfg.CONFIG.DATA.WORKER_START_METHOD)
         if workers else None)
     start = 0
-    for clips, _labels, indices, _bad in loader:
+    for batch in loader:  # fields after (clip, label, index, n_bad) left aside, as in training
+        clips, indices = batch[0], batch[2]
         feats = pooled_features(model, clips.to(device)).cpu().numpy()
         for j, returned in enumerate(indices.tolist()):
             wanted = start + j

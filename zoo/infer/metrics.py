@@ -76,7 +76,8 @@ class MetricsWriter:
 
         ``resumed_batches`` > 0: the checkpoint was mid-epoch, after that many batches of epoch
         ``resumed_epoch + 1``; that epoch's ``train`` records of those batches are kept (their
-        ``batch``). A record without ``batch`` (an older zoo's) is kept when its ``iter`` is at
+        ``batch``), and so are its records of any other split with a ``batch`` (a hook's) up to
+        that one. A record without ``batch`` (an older zoo's) is kept when its ``iter`` is at
         most ``resumed_steps``, the checkpoint's optimizer steps. TensorBoard's events after
         those steps are hidden likewise (its ``purge_step``; under gradient accumulation a
         mid-epoch checkpoint's next record shares its step and may show twice there).
@@ -99,10 +100,11 @@ class MetricsWriter:
             except json.JSONDecodeError:
                 continue  # a line cut short by the crash
             epoch = record.get("epoch", 0)
+            # Mid-epoch: the train records and any other record with a batch (a hook's).
             if epoch <= resumed_epoch or (
                     resumed_batches > 0 and epoch == resumed_epoch + 1
-                    and record.get("split") == "train" and _before_stop(
-                        record, resumed_batches, resumed_steps)):
+                    and (record.get("split") == "train" or "batch" in record)
+                    and _before_stop(record, resumed_batches, resumed_steps)):
                 kept.append(line)
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:

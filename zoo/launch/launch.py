@@ -56,7 +56,7 @@ import torch.multiprocessing as mp
 
 from ..utils import comm, net
 from ..utils.env import available_cpus, set_num_threads
-from ..utils.errors import is_user_error, one_line
+from ..utils.errors import is_user_error, one_line, user_code_failure
 from ..utils.logger import write_to_log_file
 from . import heartbeat
 from .job import JobSpec
@@ -81,6 +81,11 @@ def _restartable(kind: str) -> bool:
 
 class _UserStop(LaunchError):
     """A worker stops on a user error (the message says what to change): never restarted."""
+
+
+class _UserCodeError(LaunchError):
+    """A worker stops on an error its user's code raised (a model, a hook): one line saying
+    where; restarted as any other error is (:func:`_restartable`)."""
 
 
 class _WorkerFailure(Exception):
@@ -149,7 +154,7 @@ def _init_group(topo: JobSpec, rank: int, store: Optional[dist.Store], timeout_s
             timeout=datetime.timedelta(seconds=timeout_s),
         )
     except Exception as e:
-        first = _last_line(str(e).strip().splitlines()[0]) if str(e).strip() else type(e).__name__
+        first = _error_line(str(e).strip().splitlines()[0]) if str(e).strip() else type(e).__name__
         hint = ""
         if topo.num_nodes > 1 and re.search(r"remote=\[(127\.|::1\])", first):
             hint = ("; peers announced a loopback address: set GLOO_SOCKET_IFNAME (or "
@@ -185,7 +190,10 @@ def _run_rank(rank: int, local_rank: int, main_func: Callable, topo: JobSpec,
         if is_user_error(e):
             write_to_log_file(text, None, rank)
             raise _UserStop(one_line(e)) from None
-        write_to_log_file(text, topo.output_dir or None, rank)
+        log_path = write_to_log_file(text, topo.output_dir or None, rank)
+        theirs = user_code_failure(e, log_path)
+        if theirs:  # the user's code raised it: not reported as a bug of zoo's
+            raise _UserCodeError(theirs) from None
         e.zoo_traceback_logged = True  # report_failure need not write it again
         raise
     finally:
@@ -223,15 +231,26 @@ def _die_with_launcher() -> None:
         pass
 
 
-def _last_line(traceback_text: str, keep_type: bool = False) -> str:
-    """The exception line of a worker's traceback, without C++ source locations and boilerplate."""
-    lines = [ln for ln in traceback_text.strip().splitlines() if ln.strip()]
-    last = lines[-1] if lines else "unknown error"
+def _error_line(text: str, keep_type: bool = False) -> str:
+    """The first line of the exception a worker's traceback ends with (the error's type and what
+    happened; a multi-line message's later lines are advice and details), without C++ source
+    locations and boilerplate. ``text`` without a traceback: its first non-empty line."""
+    lines = [ln.rstrip() for ln in text.strip().splitlines() if ln.strip()]
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")]
+    line = lines[0] if lines else "unknown error"
+    if starts:
+        # After the last traceback's frames (indented lines) comes the exception's first line.
+        rest = [ln for ln in lines[starts[-1] + 1:] if not ln[:1].isspace()]
+        if rest:
+            line = rest[0]
+            if re.fullmatch(r"[\w.]+:", line.strip()) and len(rest) > 1:  # "Error:" then the text
+                line = f"{line.strip()} {rest[1].strip()}"
+    line = line.strip()
     if keep_type:
-        return last
-    last = re.sub(r"^[\w.]*(?:LaunchError|_UserStop): ", "", last)
-    last = re.sub(r"\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\] ", "", last)
-    return last.split(". This is typically caused by")[0]
+        return line
+    line = re.sub(r"^[\w.]*(?:LaunchError|_UserStop|_UserCodeError): ", "", line)
+    line = re.sub(r"\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\] ", "", line)
+    return line.split(". This is typically caused by")[0]
 
 
 def _stop(ctx, grace_s: float = 2.0) -> None:
@@ -308,15 +327,15 @@ def _join(ctx: mp.ProcessContext, topo: JobSpec, rdzv: NodeRendezvous) -> None:
             kind = "preempted" if e.exit_code == PREEMPTED_EXIT_CODE else "died"
             raise _WorkerFailure(e.error_index, kind, text) from None
         text = str(e).strip()
-        peer = _lost_peer(_last_line(text), _node_urls(topo))
+        peer = _lost_peer(_error_line(text), _node_urls(topo))
         if peer:  # not a bug of ours: a process on another node stopped or died
             raise _WorkerFailure(e.error_index, "error", f"lost its connection to {peer}, which "
                                  "stopped or died") from None
-        last = _last_line(text, keep_type=True)
-        expected = re.search(r"(LaunchError|_UserStop): ", last)  # its message says it all
+        last = _error_line(text, keep_type=True)
+        expected = re.search(r"(LaunchError|_UserStop|_UserCodeError): ", last)  # it says it all
         unexpected = "" if expected else "unexpected "
         kind = "user" if "_UserStop: " in last else "error"
-        raise _WorkerFailure(e.error_index, kind, f"failed: {unexpected}{_last_line(text)}",
+        raise _WorkerFailure(e.error_index, kind, f"failed: {unexpected}{_error_line(text)}",
                              traceback="" if expected else text) from None
 
 

@@ -375,8 +375,9 @@ def reports_checkpoints(trainer) -> bool:
     """Whether a hook of ``trainer`` overrides ``after_checkpoint`` (then a checkpoint is written
     before the next step, not in the background, so that the path it is told is complete)."""
     return callable(getattr(trainer, "notify", None)) and any(
-        type(hook).after_checkpoint is not HookBase.after_checkpoint
-        for hook in getattr(trainer, "hooks", ()))
+        getattr(type(hook), "after_checkpoint", HookBase.after_checkpoint)
+        is not HookBase.after_checkpoint
+        for hook in getattr(trainer, "hooks", ()))  # a hook passed in need not subclass HookBase
 
 
 HOOKS_KEY = "CONFIG.TRAIN.HOOKS"
@@ -414,8 +415,19 @@ def user_hook_class(entry: str) -> type:
 
 def load_user_hook(entry: str) -> HookBase:
     """Build the hook an entry of ``CONFIG.TRAIN.HOOKS`` names: its class (see
-    :func:`user_hook_class`) called with no arguments (a hook reads ``self.trainer``)."""
-    return user_hook_class(entry)()
+    :func:`user_hook_class`) called with no arguments (a hook reads ``self.trainer``).
+
+    Raises:
+        ConfigError: The class's ``__init__`` takes arguments without defaults.
+    """
+    cls = user_hook_class(entry)
+    try:
+        return cls()
+    except TypeError as e:
+        if e.__traceback__ is not None and e.__traceback__.tb_next is not None:
+            raise  # raised inside its __init__: the user's code (zoo.utils.errors says where)
+        raise ConfigError(f"{HOOKS_KEY} entry {entry!r}: {e}; a hook is built with no arguments: "
+                          "give them defaults (a hook reads the run from self.trainer)") from None
 
 
 def load_user_hooks(entries) -> List[HookBase]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import warnings
 from typing import Optional, Sequence, Tuple
 
@@ -11,6 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..config import ConfigError
 from ..data.device_crops import CropGeometry, resize_cuts
 from ..data.transforms import normalize_batch
 from .checkpoint import unwrap
@@ -23,6 +25,41 @@ logger = logging.getLogger(__name__)
 
 # torch's warning for a schedule stepped before the optimizer's first update.
 _SWAPPED_CALLS = r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`"
+
+
+# DDP's error when a step's gradients left some parameters out (torch/nn/parallel/distributed.py).
+_DDP_UNUSED = "Expected to have finished reduction in the prior iteration"
+
+
+def unused_parameters_error(e: BaseException, model: nn.Module) -> Optional[str]:
+    """The one line for DDP's error at the step after one whose loss left parameters of
+    ``model`` without a gradient (DDP waits for every parameter's all-reduce), naming them when
+    torch does (by name under ``TORCH_DISTRIBUTED_DEBUG``, else by index, mapped here to names);
+    None for any other error."""
+    text = str(e)
+    if _DDP_UNUSED not in text:
+        return None
+    params = [n for n, p in unwrap(model).named_parameters() if p.requires_grad]
+    named = re.search(r"Parameters which did not receive grad for rank (\d+): ([^\n]+)", text)
+    indices = re.search(r"Parameter indices which did not receive grad for rank (\d+): "
+                        r"([\d ]+)", text)
+    which = ""
+    if named:
+        which = f" ({named.group(2).strip()}, on rank {named.group(1)})"
+    elif indices:
+        idx = [int(i) for i in indices.group(2).split()]
+        names = [params[i] for i in idx if i < len(params)]
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        which = (f" (parameter indices {' '.join(map(str, idx[:8]))}"
+                 f"{': ' + shown if len(names) == len(idx) else ''}, on rank {indices.group(1)})")
+    if getattr(model, "find_unused_parameters", False):
+        return (f"DDP found no gradient for parameters of the model{which} although "
+                "CONFIG.TRAIN.FIND_UNUSED_PARAMETERS is True: the model's forward returns its "
+                "output in a structure DDP cannot search; return a tensor (or a tuple, list or "
+                "dict of tensors) and compute the loss from it")
+    return (f"the model has parameters that no loss used{which}, and DDP waits for a gradient of "
+            "every parameter: set CONFIG.TRAIN.FIND_UNUSED_PARAMETERS True (slower) or use every "
+            "parameter in the loss (or set requires_grad False on those it leaves out)")
 
 
 class TrainStep:
@@ -138,7 +175,13 @@ class TrainStep:
             torch.compiler.cudagraph_mark_step_begin()
         with ctx:
             with autocast(self.precision, self.device):
-                logits = self.model(clips)
+                try:
+                    logits = self.model(clips)
+                except RuntimeError as e:
+                    unused = unused_parameters_error(e, self.model)
+                    if unused is None:
+                        raise
+                    raise ConfigError(unused) from None
             self._check_logits(logits, self.num_classes, self.model_name)
             loss = self.loss(logits, labels, soft)
             scaled = loss / self.accum_steps

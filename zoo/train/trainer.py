@@ -139,8 +139,10 @@ def enable_act_checkpoint(model: nn.Module, name: str) -> None:
 
 
 def ddp_options(cfg) -> Dict[str, Any]:
-    """Keyword arguments for :class:`DistributedDataParallel` from ``DDP_CONFIG``."""
-    return {"bucket_cap_mb": float(cfg.DDP_CONFIG.BUCKET_CAP_MB)}
+    """Keyword arguments for :class:`DistributedDataParallel` from ``DDP_CONFIG`` and
+    ``CONFIG.TRAIN.FIND_UNUSED_PARAMETERS``."""
+    return {"bucket_cap_mb": float(cfg.DDP_CONFIG.BUCKET_CAP_MB),
+            "find_unused_parameters": bool(cfg.CONFIG.TRAIN.FIND_UNUSED_PARAMETERS)}
 
 
 def run_execution(cfg, device: torch.device, iters_per_epoch: Optional[int] = None
@@ -330,8 +332,16 @@ class Trainer:
     def _call(self, name: str, *args: Any) -> None:
         for hook in self.hooks:
             method = getattr(hook, name, None)  # a hook passed in need not subclass HookBase
-            if method is not None:
+            if method is None:
+                continue
+            try:
                 method(*args)
+            except Exception as e:
+                # The failure line names a user's hook (zoo.utils.errors.hook_of); the innermost
+                # hook wins when one hook's method calls another's.
+                if not type(hook).__module__.startswith("zoo.") and not hasattr(e, "zoo_hook"):
+                    e.zoo_hook = f"{type(hook).__name__}.{name}"
+                raise
 
     def notify(self, name: str, *args: Any) -> None:
         """Call every hook's ``name(*args)``: the built-in hooks report through it

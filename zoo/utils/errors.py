@@ -14,10 +14,12 @@ A leaf module: it imports nothing from zoo but the logger, so every layer can ra
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+import sysconfig
 import traceback
-from typing import Optional
+from typing import Optional, Tuple
 
 from .logger import write_to_log_file
 
@@ -91,6 +93,60 @@ def environment_failure(e: BaseException) -> Optional[str]:
             "or give the job more memory")
 
 
+# zoo's own code: the package and the repository's tools/ scripts.
+_ZOO_DIRS = tuple(os.path.join(os.path.realpath(d), "") for d in (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                 "tools")))
+# Libraries: the standard library and installed packages (torch, numpy...).
+_LIBRARY_DIRS = tuple(sorted({os.path.join(os.path.realpath(p), "") for p in (
+    sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")) if p}))
+
+
+def user_code_frame(e: BaseException) -> Optional[Tuple[str, int]]:
+    """``(file, line)`` where ``e`` was raised when that is the user's code (a model of
+    ``CONFIG.EXTRA_MODULES``, a hook file): the innermost frame of its traceback outside the
+    standard library and installed packages (a library's error counts where the user's code
+    called it); None when that frame is zoo's (a bug of zoo's) or there is none."""
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        name = frame.filename
+        if name.startswith("<"):  # <frozen ...>, generated code: a library's
+            continue
+        path = os.path.realpath(name)
+        if path.startswith(_ZOO_DIRS):
+            return None
+        if path.startswith(_LIBRARY_DIRS):
+            continue
+        return path, frame.lineno or 0
+    return None
+
+
+def first_line(e: BaseException) -> str:
+    """The first non-empty line of ``e``'s message (a KeyError's without the quotes)."""
+    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+
+
+def hook_of(e: BaseException) -> str:
+    """``" in hook Class.method"`` when a hook of the user's raised ``e`` (the trainer marks it,
+    see :meth:`zoo.train.trainer.Trainer._call`), else ""."""
+    hook = getattr(e, "zoo_hook", "")
+    return f" in hook {hook}" if hook else ""
+
+
+def user_code_failure(e: BaseException, log_path: Optional[str]) -> Optional[str]:
+    """The one line for an error the user's own code raised (see :func:`user_code_frame`):
+    where, its type and first line, and where the full traceback is; None for anything else."""
+    where = user_code_frame(e)
+    if where is None:
+        return None
+    message = first_line(e)
+    kept = f"full traceback in {log_path}" if log_path else "traceback above"
+    return (f"{type(e).__name__}{': ' + message if message else ''} raised in {where[0]}:"
+            f"{where[1]} (your code{hook_of(e)}, not zoo's; {kept})")
+
+
 def exit_code(e: BaseException) -> int:
     """The process exit code for ``e``: its class's ``exit_code`` (2 for a config or usage
     error, like argparse's usage errors), 1 for everything else."""
@@ -128,8 +184,10 @@ def report_failure(e: BaseException, output_dir: Optional[str] = None, rank: int
         if log_path is None and console:
             sys.stderr.write(text)  # nowhere else to keep it
         where = f"full traceback in {log_path}" if log_path else "traceback above"
-        line = (f"error: unexpected {type(e).__name__}: {one_line(e)} (an internal error, please "
-                f"report it; {where})")
+        theirs = user_code_failure(e, log_path)
+        line = (f"error: {theirs}" if theirs else
+                f"error: unexpected {type(e).__name__}: {one_line(e)}{hook_of(e)} (an internal "
+                f"error, please report it; {where})")
     write_to_log_file(line, None, rank)
     if console:
         print(line, file=sys.stderr, flush=True)
