@@ -124,6 +124,25 @@ def test_a_trainer_built_directly_normalises_with_the_models_mean_and_std(tmp_pa
     assert written["CONFIG"]["DATA"]["MEAN"] == mean
 
 
+def test_a_model_returning_no_logits_tensor_or_no_batch_dimension_stops_in_one_line():
+    # A dict or tuple (an auxiliary output) and a .squeeze() at a batch of one reached zoo's
+    # loss and evaluator, which stopped as "an internal error".
+    from zoo.config import ConfigError
+    from zoo.models.classifier import check_logits
+
+    logits = torch.zeros(3, 4)
+    with pytest.raises(ConfigError, match=r"^model u_dict returns a dict, not a tensor of "
+                                          r"logits: its forward must return the \(batch, "
+                                          r"NUM_CLASSES\) logits alone"):
+        check_logits({"logits": logits}, 4, "u_dict")
+    with pytest.raises(ConfigError, match="model u_tuple returns a tuple, not a tensor"):
+        check_logits((logits, logits), 4, "u_tuple")
+    with pytest.raises(ConfigError, match=r"model u_squeeze returns logits of shape \(4,\), not "
+                                          r"\(batch, 4\): keep the batch dimension"):
+        check_logits(logits[0], 4, "u_squeeze")
+    check_logits(logits, 4, "fine")
+
+
 def test_logits_of_another_class_count_stop_training_testing_and_predicting(tmp_path):
     # A model whose head has 7 outputs under NUM_CLASSES 4 would train and score classes 4..6.
     from zoo.config import ConfigError

@@ -59,7 +59,17 @@ def check_logits(logits: torch.Tensor, num_classes: int, model_name: str) -> Non
         ConfigError: ``K`` is not ``num_classes`` (one line naming the model, the shape and the
             class count).
     """
-    if isinstance(logits, torch.Tensor) and logits.dim() == 2 and logits.shape[1] != num_classes:
+    if not isinstance(logits, torch.Tensor):
+        raise ConfigError(
+            f"model {model_name} returns a {type(logits).__name__}, not a tensor of logits: its "
+            "forward must return the (batch, NUM_CLASSES) logits alone (zoo computes the loss "
+            "from them; an auxiliary output has no loss here)")
+    if logits.dim() != 2:
+        raise ConfigError(
+            f"model {model_name} returns logits of shape {tuple(logits.shape)}, not (batch, "
+            f"{num_classes}): keep the batch dimension (a .squeeze() drops it for a batch of "
+            "one) and pool every other dimension away")
+    if logits.shape[1] != num_classes:
         raise ConfigError(
             f"model {model_name} returns logits of shape {tuple(logits.shape)}, "
             f"{logits.shape[1]} per clip, but CONFIG.DATA.NUM_CLASSES is {num_classes}: give its "
