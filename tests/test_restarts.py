@@ -186,8 +186,10 @@ def test_one_node_restarts_after_an_error_but_not_after_a_user_error(tmp_path, s
     [(rc, out)] = finish_processes([start_process(tool_command("train_ddp.py", args))], timeout=240)
     assert rc != 0, out
     [restart] = [ln for ln in out.splitlines() if "restart 1 of 2" in ln]
-    assert "global rank 1 (node 0, local process 1) failed: unexpected RuntimeError: a one-off " \
-           "failure" in restart, restart
+    # The hook's error is the user's code (named as such), and it is restarted as any error is.
+    assert "global rank 1 (node 0, local process 1) failed: RuntimeError: a one-off failure " \
+           f"raised in {hook}:" in restart, restart
+    assert "(your code in hook Raise.after_step, not zoo's;" in restart, restart
     assert "restart 2 of 2" not in out
     [line] = [ln for ln in out.splitlines() if "error:" in ln]
     assert "global rank 1" in line and "CONFIG.TEST_KEY is wrong; set it right" in line, line
