@@ -52,6 +52,12 @@ class TermAt(HookBase):
             with open({stamp!r}, "w") as f:
                 f.write(repr(time.time()))
             os.killpg(os.getpgrp(), signal.SIGTERM)
+            # The kernel may hand the signal to another thread of this process, which a busy
+            # machine runs later: wait until this rank has noted it, so that it reaches this
+            # step boundary's flags (as a signal arriving during the step would).
+            deadline = time.monotonic() + 30
+            while self.trainer.preemption.received is None and time.monotonic() < deadline:
+                time.sleep(0.01)
 """
 
 ARGS = [
