@@ -30,9 +30,9 @@ from zoo.launch.job import resolve_job
 from zoo.launch.launch import launch
 from zoo.solver import build_lr_scheduler, build_optimizer
 from zoo.train.checkpoint import unwrap
+from zoo.train.model_setup import prepare_model
 from zoo.train.precision import execution_settings
 from zoo.train.step import TrainStep
-from zoo.train.trainer import prepare_model
 from zoo.utils import comm
 from zoo.utils.env import import_extra_modules
 from zoo.utils.logger import setup_logger

@@ -20,9 +20,9 @@ from zoo.models import create_model
 from zoo.solver.optimizer import make_optimizer
 from zoo.train.execution import Execution, apply_cudnn_benchmark, resolve_execution
 from zoo.train.execution import compile_model as compile_in_place
+from zoo.train.model_setup import apply_execution
 from zoo.train.precision import resolve_channels_last, resolve_precision
 from zoo.train.step import TrainStep
-from zoo.train.trainer import apply_execution
 
 from .common import summary, time_interleaved
 from .peak import add_percent_of_peak, forward_flops

@@ -16,7 +16,7 @@ from zoo.models.swin3d import SwinTransformer3d
 from zoo.models.videomae import VideoMAE
 from zoo.models.vmz import VMZResNet
 from zoo.models.x3d import X3D
-from zoo.train.trainer import enable_act_checkpoint
+from zoo.train.model_setup import enable_act_checkpoint
 
 CLIP = (2, 3, 4, 16, 16)
 TINY = {

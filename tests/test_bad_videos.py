@@ -17,11 +17,11 @@ from torch.utils.data import DataLoader
 from videos_for_tests import bad_videos, ramp_frames, write
 
 from zoo.data import TooManyBadVideos
-from zoo.data.build import worker_context
 from zoo.data.dataset_recipes import VideoListDataset
 from zoo.data.decode.base import DecodeTimeout, check_deadline, time_limit
 from zoo.data.decode.registry import PyAVReader
 from zoo.data.robust import GuardedLoader
+from zoo.data.workers import worker_context
 
 MEAN, STD = [0.45, 0.45, 0.45], [0.225, 0.225, 0.225]
 BAD_KINDS = ["missing", "empty", "truncated", "text", "audio_only", "unreadable_frame", "short"]

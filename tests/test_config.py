@@ -520,7 +520,7 @@ def test_a_gluoncv_only_key_in_a_zoo_file_stops_with_one_line(tmp_path, caplog):
 
 
 def test_find_unused_parameters_is_off_by_default_and_reaches_ddp():
-    from zoo.train.trainer import ddp_options
+    from zoo.train.model_setup import ddp_options
 
     assert ddp_options(get_cfg())["find_unused_parameters"] is False
     cfg = load_config(None, ["TRAIN.FIND_UNUSED_PARAMETERS", "True"])

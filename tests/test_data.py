@@ -12,6 +12,7 @@ from videos_for_tests import write_audio_only
 from zoo.config import ConfigError, load_config
 from zoo.data import build as data_build
 from zoo.data import build_dataset, build_loader, sampling
+from zoo.data import workers as data_workers
 from zoo.data.dataset_recipes import VideoListDataset
 from zoo.data.decode.registry import DecodeError, VideoFile, count_frames, decode_frames
 from zoo.data.lists.annotations import AnnotationError, read_annotations, read_class_names
@@ -443,9 +444,9 @@ def test_build_loader_distributed_sampler(mini, monkeypatch):
 
 def test_worker_seed_and_batch_size_check(mini, monkeypatch):
     threads = torch.get_num_threads()
-    data_build._seed_worker(2, base_seed=1000)
+    data_workers.seed_worker(2, base_seed=1000)
     first = torch.rand(1), np.random.rand()
-    data_build._seed_worker(2, base_seed=1000)
+    data_workers.seed_worker(2, base_seed=1000)
     assert torch.equal(first[0], torch.rand(1)) and first[1] == np.random.rand()
     torch.set_num_threads(threads)  # undo the worker-only setting in this process
     with pytest.raises(ConfigError, match="TRAIN.BATCH_SIZE = 8 is larger than the 6"):

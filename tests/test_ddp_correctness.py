@@ -17,8 +17,8 @@ from zoo.launch.launch import launch
 from zoo.models import MODEL_REGISTRY
 from zoo.solver import build_lr_scheduler, build_optimizer
 from zoo.train.checkpoint import unwrap
+from zoo.train.model_setup import prepare_model
 from zoo.train.step import TrainStep
-from zoo.train.trainer import prepare_model
 from zoo.utils import comm
 from zoo.utils.env import seed_all
 
@@ -178,7 +178,7 @@ def _unused_parameter_steps(rank):
     from torch.nn.parallel import DistributedDataParallel
 
     from zoo.config import ConfigError, get_cfg
-    from zoo.train.trainer import ddp_options
+    from zoo.train.model_setup import ddp_options
 
     results = {}
     for find in (False, True):

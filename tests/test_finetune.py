@@ -134,7 +134,7 @@ def test_keys_that_treat_the_head_apart_stop_on_a_last_linear_without_the_class_
     import torch.nn as nn
 
     from zoo.config import ConfigError, load_config
-    from zoo.train import trainer
+    from zoo.train import model_setup
 
     class AttnPool(nn.Module):
         def __init__(self, classes):
@@ -143,22 +143,23 @@ def test_keys_that_treat_the_head_apart_stop_on_a_last_linear_without_the_class_
             self.attn = nn.Linear(8, 1)
 
     built = []
-    monkeypatch.setattr(trainer, "build_model", lambda cfg, classes=(): built.append(
+    monkeypatch.setattr(model_setup, "build_model", lambda cfg, classes=(): built.append(
         cls(cfg.CONFIG.DATA.NUM_CLASSES)) or built[-1])
     log = logging.getLogger("test_finetune")
     for keys in (["MODEL.FREEZE_BACKBONE", "True"], ["TRAIN.BACKBONE_LR_MULT", "0.1"]):
         cfg = load_config(None, ["DATA.NUM_CLASSES", "4", "MODEL.NAME", "u_attnpool", *keys])
         cls = AttnPool
         with pytest.raises(ConfigError) as e:
-            trainer.prepare_model(cfg, torch.device("cpu"), log)
+            model_setup.prepare_model(cfg, torch.device("cpu"), log)
         msg = str(e.value)
         assert "\n" not in msg and msg.startswith(f"CONFIG.{keys[0]} ") and "u_attnpool" in msg
         assert "zoo took attn (1 output, CONFIG.DATA.NUM_CLASSES is 4) for the classifier" in msg
         assert "classifier_name = 'fc'" in msg
         cls = type("Named", (AttnPool,), {"classifier_name": "fc"})  # the line's advice
-        trainer.prepare_model(cfg, torch.device("cpu"), log)
+        model_setup.prepare_model(cfg, torch.device("cpu"), log)
     cls = AttnPool  # neither key: the head is not treated apart, nothing to check
-    trainer.prepare_model(load_config(None, ["DATA.NUM_CLASSES", "4"]), torch.device("cpu"), log)
+    model_setup.prepare_model(load_config(None, ["DATA.NUM_CLASSES", "4"]), torch.device("cpu"),
+                              log)
 
 
 @pytest.mark.slow

@@ -26,9 +26,9 @@ from zoo.train.checkpoint import (
     training_state,
     unwrap,
 )
+from zoo.train.model_setup import prepare_model
 from zoo.train.sharding import ShardingUnavailable, shard_model, shard_units
 from zoo.train.step import TrainStep
-from zoo.train.trainer import prepare_model
 from zoo.utils import comm
 from zoo.utils.env import seed_all
 

@@ -7,7 +7,7 @@ from helpers import cross_entropy_grads, on_two_gloo_ranks
 
 from zoo.accel.ddp_comm import COMPRESSIONS, register_compression
 from zoo.config import get_cfg
-from zoo.train.trainer import ddp_options
+from zoo.train.model_setup import ddp_options
 
 IN, OUT = 16, 32
 

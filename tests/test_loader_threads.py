@@ -9,7 +9,7 @@ from torch.utils.data import Dataset
 from videos_for_tests import ramp_frames, write
 
 from zoo.config import ConfigError, get_cfg, validate_config
-from zoo.data import DATASET_REGISTRY, build
+from zoo.data import DATASET_REGISTRY, build, workers
 from zoo.data.decode import threads as T
 from zoo.data.decode.registry import PyAVReader
 
@@ -92,7 +92,7 @@ def _loader_cfg(tmp_path, decode_threads):
 
 
 def test_the_loader_workers_use_their_share_and_say_so(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(build, "available_cpus", lambda: 8)  # 2 workers on 8 cores: 4 each
+    monkeypatch.setattr(workers, "available_cpus", lambda: 8)  # 2 workers on 8 cores: 4 each
     with caplog.at_level(logging.INFO, logger="zoo.data.build"):
         loader = build.build_loader(_loader_cfg(tmp_path, 0), "train")
     assert ("train loader: 2 workers on 8 cores, each with 4 decoder thread(s) "
@@ -100,7 +100,7 @@ def test_the_loader_workers_use_their_share_and_say_so(tmp_path, monkeypatch, ca
     loader.sampler.set_epoch(0)
     seen = {int(v) for batch in loader for v in batch[1]}
     assert seen == {4 * 10000 + 1 * 100 + 1}
-    assert T.auto_threads() != 4 or build.available_cpus() == 4  # the main process is untouched
+    assert T.auto_threads() != 4 or workers.available_cpus() == 4  # the main process is untouched
     del loader
 
     caplog.clear()

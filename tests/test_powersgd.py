@@ -10,7 +10,7 @@ from helpers import cross_entropy_grads, on_two_gloo_ranks
 from zoo.accel.ddp_comm import register_compression
 from zoo.accel.powersgd import PowerSGDState, make_state, powersgd_hook
 from zoo.config import get_cfg
-from zoo.train.trainer import ddp_options
+from zoo.train.model_setup import ddp_options
 
 N = 64
 STEPS = 6  # 2 warm-up steps, 4 compressed

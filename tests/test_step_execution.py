@@ -24,8 +24,8 @@ from zoo.train.execution import (
     Execution,
     resolve_execution,
 )
+from zoo.train.model_setup import apply_execution
 from zoo.train.precision import resolve_channels_last
-from zoo.train.trainer import apply_execution
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
 CL3D = torch.channels_last_3d

@@ -166,7 +166,8 @@ def _stop_workers_at_exit() -> None:
 
     A script that leaves a loop over a loader early and ends keeps the loader's workers alive until
     exit (persistent workers always are). Python's multiprocessing would then send them SIGTERM,
-    which a worker built with a ``signal_grace`` outlives by that grace + 5 s (``_seed_worker``):
+    which a worker built with a ``signal_grace`` outlives by that grace + 5 s
+    (``zoo.data.workers.seed_worker``):
     the script would hang for a minute after its last line.
     This runs before multiprocessing's exit handler (registered earlier, run later) and asks each
     worker to stop through its index queue instead.

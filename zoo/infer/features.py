@@ -200,7 +200,7 @@ def _features(cfg, dataset, model: nn.Module, device: torch.device, batch: int,
               unreadable: List[str]) -> Iterator[Tuple[int, np.ndarray]]:
     """``(item index, its (D,) features)`` in the dataset's order; an item the loader had to
     stand another video in for is named in ``unreadable`` instead."""
-    from ..data.build import check_worker_imports, worker_context
+    from ..data.workers import check_worker_imports, worker_context
 
     workers = cfg.CONFIG.DATA.NUM_WORKERS
     check_worker_imports(dataset, cfg.CONFIG.DATA.WORKER_START_METHOD, workers)
