@@ -28,7 +28,14 @@ def _script(rel: str):
     return module
 
 
-def test_kinetics_lists(tmp_path, capsys):
+def test_kinetics_lists(tmp_path, capsys, monkeypatch):
+    from zoo.data.lists import sources
+
+    opened, walked = [], []  # a Kinetics folder holds ~300k files: walked once for all CSVs
+    read, walk = sources.open_text, sources.visible_walk
+    monkeypatch.setattr(sources, "open_text", lambda path, *a, **k: opened.append(
+        os.path.basename(path)) or read(path, *a, **k))
+    monkeypatch.setattr(sources, "visible_walk", lambda root: walked.append(root) or walk(root))
     videos = tmp_path / "videos"
     for label, vid in (("abseiling", "a1"), ("air drumming", "b2")):
         folder = videos / label.replace(" ", "_")
@@ -49,6 +56,7 @@ def test_kinetics_lists(tmp_path, capsys):
     assert (out / "train_missing.txt").read_text() == "zz_000000_000010\n"
     assert [r.label for r in read_annotations(str(out / "validate.txt"))] == [1]
     assert "1 missing" in capsys.readouterr().out
+    assert sorted(opened) == ["train.csv", "validate.csv"] and walked == [str(videos)]
 
 
 def test_ucf101_and_hmdb51_lists(tmp_path):

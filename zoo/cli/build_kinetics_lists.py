@@ -21,7 +21,7 @@ import os
 import sys
 from typing import List, Optional
 
-from ..data.lists.sources import kinetics_records, kinetics_rows, write_classes
+from ..data.lists.sources import index_files, kinetics_records, kinetics_rows, write_classes
 from ..utils.errors import UsageError
 from .command import command
 from .parser import tool_parser
@@ -56,10 +56,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
     if not os.path.isdir(args.videos):
         raise UsageError(f"--videos {args.videos!r} is not a folder")
-    classes = sorted({row["label"] for row in kinetics_rows(args.csv[0])})
+    first_rows = kinetics_rows(args.csv[0])
+    classes = sorted({row["label"] for row in first_rows})
+    index = index_files(args.videos, folders=args.frames)  # one walk of the folder for every CSV
     lists = []  # (csv, list path, records, missing): every CSV is read before anything is written
-    for csv_path in args.csv:
-        records, _, missing = kinetics_records(csv_path, args.videos, classes, args.frames)
+    for i, csv_path in enumerate(args.csv):
+        records, _, missing = kinetics_records(csv_path, args.videos, classes, args.frames,
+                                               rows=first_rows if i == 0 else None, index=index)
         name = os.path.splitext(os.path.basename(csv_path))[0]
         trimmed = all(r.start < 0 for r in records)
         list_path = os.path.join(args.out, name + (".txt" if trimmed else ".csv"))

@@ -159,7 +159,8 @@ def kinetics_rows(csv_path: str) -> List[Dict[str, str]]:
 
 
 def kinetics_records(
-    csv_path: str, data_root: str, classes: Optional[Sequence[str]] = None, frames: bool = False
+    csv_path: str, data_root: str, classes: Optional[Sequence[str]] = None, frames: bool = False,
+    *, rows: Optional[List[Dict[str, str]]] = None, index: Optional[Dict[str, str]] = None,
 ) -> Tuple[List[VideoRecord], List[str], List[str]]:
     """Read a Kinetics CSV (``label,youtube_id,time_start,time_end,split[,is_cc]``; spaces around
     names and values are dropped, :func:`kinetics_rows`).
@@ -175,6 +176,9 @@ def kinetics_records(
         classes: Class names in id order; None = ``classes.txt`` beside the CSV, else the sorted
             labels of this CSV (the standard Kinetics order).
         frames: Look for frame folders (named by the same stems) instead of video files.
+        rows: The CSV's :func:`kinetics_rows`, when the caller has read them already.
+        index: ``index_files(data_root, folders=frames)``, when the caller has walked the folder
+            already (several CSVs of one folder: a Kinetics folder holds ~300k files).
 
     Returns:
         ``(records, classes, missing)``: ``missing`` lists the stems that had no file.
@@ -184,14 +188,16 @@ def kinetics_records(
             that is not a number, or a label is not among ``classes``; or no row has a file (one
             line naming the folder, a file found there and the names looked for).
     """
-    rows = kinetics_rows(csv_path)
+    if rows is None:
+        rows = kinetics_rows(csv_path)
     if classes is None:
         classes = _names_file(os.path.join(os.path.dirname(os.path.abspath(csv_path)),
                                            "classes.txt"))
     if classes is None:
         classes = sorted({row["label"] for row in rows})
     label_ids = class_ids(classes, csv_path)
-    index = index_files(data_root, folders=frames)
+    if index is None:
+        index = index_files(data_root, folders=frames)
     records, missing = [], []
     for line_no, row in enumerate(rows, start=2):
         name = row["label"]
