@@ -58,6 +58,13 @@ _SCRIPT = textwrap.dedent("""
     [worker] = [p for p in multiprocessing.active_children() if p.pid != other.pid]
     os.kill(worker.pid, signal.SIGSTOP)
     os.kill(other.pid, signal.SIGSTOP)
+    # A stop takes effect when one of a process's threads next runs (seconds on a busy machine);
+    # until then its other threads still serve requests, the fetch of a batch's tensors too.
+    for pid in (worker.pid, other.pid):
+        tasks = f"/proc/{pid}/task"
+        while any(open(f"{tasks}/{t}/stat").read().rsplit(") ", 1)[1][0] != "T"
+                  for t in os.listdir(tasks)):
+            time.sleep(0.01)
     print("stopped", worker.pid, other.pid, flush=True)
     try:
         next(batches)
