@@ -59,9 +59,9 @@ from .base import (
     fill_rows,
     index_rows,
     remaining_time,
-    upright,
 )
 from .pyav_process import reformatter
+from .pyav_rgb import upright_rgb
 from .pyav_streams import (
     OPEN_OPTIONS,
     discarded_frames,
@@ -88,13 +88,6 @@ _MIN_SKIP = 8
 _SKIPS_BY_PACKET = {"h264", "hevc", "vp8", "vp9", "mpeg4", "mpeg2video", "mpeg1video"}
 # A timestamp this far (in frames) off the constant-rate grid means variable frame rate.
 _OFF_GRID = 0.35
-# FFmpeg's scaler filter for the one-pass resize: bilinear, widened when shrinking (antialiased)
-# like torch's antialiased bilinear resize; measured against it in docs/benchmarks.md
-# ("End-to-end clip loading at real sizes").
-_SCALE_FILTER = "BILINEAR"
-# The scaler is threaded (``threads``); planar RGB out is then the faster scaled output (see
-# _rgb; the same pixels as packed RGB).
-_SCALED_FORMAT = "gbrp"
 # Containers (FFmpeg demuxer names) that store presentation timestamps; the rest are decoded from
 # the start. AVI stores none (decode order only), raw streams no timestamps at all.
 _PTS_FORMATS = {"mov", "mp4", "matroska", "webm"}
@@ -562,42 +555,7 @@ class PyAVReader(VideoReader):
             sink.put(i, image)
 
     def _rgb(self, frame: av.VideoFrame) -> np.ndarray:
-        """The frame as upright RGB (turned by its display matrix, as a player shows it), scaled
-        to the output size when one is set."""
-        rotation = frame.rotation
-        if abs(rotation - 90.0 * round(rotation / 90.0)) > 1.0:  # FFmpeg's own tolerance
-            raise DecodeError(
-                f"{self.path}: its display matrix turns the picture by {rotation:g} degrees, "
-                "not a quarter turn, and zoo turns pictures by quarter turns only (a player "
-                "shows it tilted, with filled corners): re-encode it as players show it with the "
-                "ffmpeg command, or take it out of the list")
-        size = self._scaled_size(frame, rotation)
-        if size is None:
-            image = self._to_rgb.reformat(frame, format="rgb24",
-                                          **self._scaler_options()).to_ndarray()
-        else:
-            # Planar RGB out: FFmpeg's scaler writes it with SIMD where packed rgb24 output of a
-            # scaled picture takes its generic C path (1.1 against 2.4 ms for 1080p to 569x320);
-            # to_ndarray() interleaves it to (H, W, 3) RGB, a copy of the small picture only.
-            image = self._to_rgb.reformat(frame, width=size[1], height=size[0],
-                                          format=_SCALED_FORMAT, interpolation=_SCALE_FILTER,
-                                          **self._scaler_options()).to_ndarray()
-        return upright(image, rotation) if rotation else image
-
-    def _scaler_options(self) -> dict:
-        # The scaler is threaded, one thread per core unless told otherwise.
-        return {"threads": self._scale_threads}
-
-    def _scaled_size(self, frame: av.VideoFrame, rotation: float) -> Optional[tuple]:
-        """``(height, width)`` to scale the stored picture to, or None to keep its size."""
-        if self._output_size is None:
-            return None
-        turned = int(round(rotation / 90.0)) % 2 == 1  # stored sideways: displayed W x H
-        height, width = (frame.width, frame.height) if turned else (frame.height, frame.width)
-        target = self._output_size.target(height, width)
-        if target == (height, width):
-            return None
-        return (target[1], target[0]) if turned else target
+        return upright_rgb(frame, self._to_rgb, self._output_size, self._scale_threads, self.path)
 
 
 class _Sink:
