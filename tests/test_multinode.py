@@ -319,7 +319,7 @@ def test_a_port_that_accepts_but_never_answers_ends_the_store_wait_with_one_line
     call runs in a child process, so that a wait without end fails the test at its limit)."""
     with _silent_listener() as silent:
         port = silent.getsockname()[1]
-        code = ("from zoo.launch.rendezvous import open_store\n"
+        code = ("from zoo.launch.store import open_store\n"
                 "from zoo.launch.topology import LaunchError\n"
                 "try:\n"
                 f"    open_store('tcp://127.0.0.1:{port}', host_it=False, timeout_s=3)\n"
@@ -375,7 +375,7 @@ def test_a_one_node_store_takes_a_free_port_when_its_port_was_taken_meanwhile():
     """Two one-node jobs started at the same moment both find the default port free; the one
     that binds second listens elsewhere (nothing outside the node has to find it), while a
     multi-node job's node 0 stops naming the port."""
-    from zoo.launch.rendezvous import open_store
+    from zoo.launch.store import open_store
     from zoo.launch.topology import LaunchError
 
     with socket.socket() as busy:

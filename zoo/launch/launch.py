@@ -61,7 +61,8 @@ from ..utils.logger import write_to_log_file
 from . import heartbeat
 from .job import JobSpec
 from .preemption import PREEMPTED_EXIT_CODE, raise_if_workers_preempted
-from .rendezvous import NodeRendezvous, agree_in_process_group, open_store, worker_store
+from .rendezvous import NodeRendezvous, agree_in_process_group
+from .store import open_store, worker_store
 from .topology import LaunchError, parse_tcp_url
 
 __all__ = ["JobSpec", "LaunchError", "launch"]
