@@ -356,3 +356,59 @@ def test_a_sigstopped_worker_ends_the_whole_job_naming_its_rank(tmp_path, synth_
         assert step and tuple(map(int, step.groups())) in logged[-3:], (line, logged[-3:])
     print(f"the job ended {took:.1f}s after the SIGSTOP (HANG_TIMEOUT {hang_s} s)")
     assert took < hang_s + 10, f"took {took:.1f}s:\nnode 0:\n{out0}\nnode 1:\n{out1}"
+
+
+@pytest.mark.slow
+@pytest.mark.multinode
+def test_a_node_cut_off_from_node_0_stops_too_naming_the_silent_rendezvous(
+        two_netns, tmp_path, synth_root):
+    """The link of node 1's namespace goes down mid-epoch. Node 0 reports node 1's rank silent
+    (the heartbeat); node 1, which can reach nothing, stops its worker (stuck in requests to node
+    0's store that never get an answer) and ends with one line naming node 0's rendezvous and
+    HANG_TIMEOUT. Both within HANG_TIMEOUT + 15 s, nothing left running."""
+    import subprocess
+
+    from helpers import error_line, finish_processes, tool_command
+
+    (ns0, ip0), (ns1, ip1) = two_netns
+    hang_s = 8
+    args = _sleepy_job(tmp_path, synth_root) + [
+        "DDP_CONFIG.HANG_TIMEOUT", str(hang_s), "DDP_CONFIG.INIT_TIMEOUT", "60",
+        "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", repr([ip0, ip1]),
+        "DDP_CONFIG.DIST_URL", f"tcp://{ip0}:29500", "DDP_CONFIG.AUTO_RANK_MATCH", "True"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "ZOO_NODE_RANK"):
+        env.pop(var, None)
+    procs = [subprocess.Popen(tool_command("train_ddp.py", args, netns=ns), cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for ns in (ns0, ns1)]
+    run = tmp_path / "runs" / "job"
+    deadline = time.monotonic() + 150
+    while not ((run / "log_rank1.txt").exists()
+               and "epoch 3 iter 1/" in (run / "log_rank1.txt").read_text()):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+            "training did not start:\n" + "\n".join(out for _, out in finish_processes(procs, 5))
+        time.sleep(0.2)
+    [veth] = [line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
+        ["ip", "-n", ns1, "-o", "link", "show"], capture_output=True, text=True,
+        check=True).stdout.splitlines() if ": lo:" not in line]
+    subprocess.run(["ip", "-n", ns1, "link", "set", veth, "down"], check=True)
+    cut_at = time.monotonic()
+    (rc0, out0), (rc1, out1) = finish_processes(procs, timeout=hang_s + 90)
+    took = time.monotonic() - cut_at
+    assert rc0 != 0 and rc1 != 0, f"node 0:\n{out0}\nnode 1:\n{out1}"
+    assert "rank 1 (node 1," in error_line(out0) and "sent no heartbeat" in error_line(out0)
+    line = error_line(out1)
+    assert (f"node 1: node 0's rendezvous at {ip0}:29500 has not answered for " in line
+            and f"(DDP_CONFIG.HANG_TIMEOUT = {hang_s}): this node lost its network to node 0"
+            in line and line.endswith("; stopped this node's workers")), line
+    print(f"both nodes ended {took:.1f}s after the cut (HANG_TIMEOUT {hang_s} s)")
+    assert took < hang_s + 15, f"took {took:.1f}s:\nnode 0:\n{out0}\nnode 1:\n{out1}"
+    assert _worker_with_log(str(run / "log_rank1.txt")) is None, "node 1's worker outlived it"
+
+
+def _sleepy_job(tmp_path, synth_root):
+    """A long job of the sleepy toy model, one process per node."""
+    from helpers import toy_args
+
+    return toy_args(tmp_path, synth_root, model="toy_sleepy", model_src=SLEEPY_MODEL, epochs=300)

@@ -104,7 +104,7 @@ class _RemoteFailure(Exception):
 
     def __init__(self, root: dict):
         # A heartbeat report names the silent rank itself; other failures get it named here.
-        who = "" if root["kind"] == "hung" else (
+        who = "" if root["kind"] in ("hung", "lost") else (
             f"global rank {root['rank']} (node {root['node']}, {root['host']}) ")
         super().__init__(f"{who}{root['message']}; stopped this node's workers")
         self.root = root
@@ -305,7 +305,15 @@ def _join(ctx: mp.ProcessContext, topo: JobSpec, rdzv: NodeRendezvous) -> None:
             if topo.num_nodes == 1:
                 continue
             # This launcher is alive: a second launcher of this node rank is told so at once.
-            rdzv.beat()
+            if not rdzv.beat():
+                # Node 0's store is silent. Workers cut off from node 0 may never end by
+                # themselves (their store requests wait again and again): past the limit they
+                # are stopped, with one line saying why.
+                lost = rdzv.node_0_lost()
+                if lost:
+                    _stop(ctx)
+                    raise _RemoteFailure(lost)
+                continue
             # A worker stuck outside any collective would only notice a dead peer at its next
             # collective; a failure another node has posted stops this node right away.
             root = rdzv.remote_failure()

@@ -47,6 +47,7 @@ import dataclasses
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
@@ -77,6 +78,15 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def _prober(store: dist.Store) -> dist.Store:
+    """A connection of its own to ``store`` (``store`` itself where it cannot be cloned: a file
+    store, which never waits on a network)."""
+    try:
+        return store.clone()
+    except (RuntimeError, AttributeError):
+        return store
+
+
 # ------------------------------------------------------------------------------ rendezvous
 class NodeRendezvous:
     """This node's seat at the node rendezvous; keep it open while the workers run.
@@ -105,6 +115,15 @@ class NodeRendezvous:
         self._run, self._round = "", 0
         # With restarts allowed, a node that lost node 0's store waits for a re-run node 0.
         self.reconnect = bool(spec.max_restarts)
+        # While the workers run: how long node 0's store may stay silent before this node stops
+        # (DDP_CONFIG.HANG_TIMEOUT, else INIT_TIMEOUT), the connection that asks it (its own, with
+        # a timeout of a few seconds) and when it last answered.
+        self.silence_key = "HANG_TIMEOUT" if spec.hang_timeout_s > 0 else "INIT_TIMEOUT"
+        self.silence_limit_s = spec.hang_timeout_s or spec.init_timeout_s
+        self._prober: Optional[dist.Store] = None
+        self._beating: Optional[threading.Thread] = None
+        self.answered_at = time.monotonic()
+        self._posted = 0  # failures posted by any node, as the last beat counted them
 
     # -- the handshake
     def _key(self, name: str) -> str:
@@ -237,15 +256,51 @@ class NodeRendezvous:
             "and token as that job, or give this job its own DDP_CONFIG.DIST_URL port"
         )
 
-    def beat(self) -> None:
+    def beat(self) -> bool:
         """Say that this node's launcher is alive (called every second while its workers run):
-        a second launcher of this node rank tells it from a dead node waiting to be re-run."""
-        if self.store is None or self._store_lost or not self.session:
-            return
+        a second launcher of this node rank tells it from a dead node waiting to be re-run; and
+        count the failures posted (:meth:`remote_failure`).
+
+        Returns whether node 0's store answered within a few seconds. The requests run in a
+        thread of their own on a connection of their own: a request to a store out of reach waits
+        with no bound of its own (the store's timeout does not apply to a request already sent),
+        and the launcher must stay free to stop its workers."""
+        if self.store is None or not self.session:
+            return True
+        if self._store_lost:
+            return False
+        asked = time.monotonic()
+        if self._beating is None or not self._beating.is_alive():
+            self._beating = threading.Thread(target=self._beat_once, name="zoo-node-beat",
+                                             daemon=True)
+            self._beating.start()
+        self._beating.join(max(1.0, min(5.0, self.silence_limit_s / 10)))
+        return self.answered_at >= asked
+
+    def _beat_once(self) -> None:
         try:
-            self.store.add(self._key(f"alive/{self.topology.node_rank}"), 1)
-        except Exception:  # node 0 finished or died; failures() notices it too
-            pass
+            if self._prober is None:
+                self._prober = _prober(self.store)
+            self._prober.add(self._key(f"alive/{self.topology.node_rank}"), 1)
+            self._posted = self._prober.add(self._key("failures"), 0)
+        except Exception:  # node 0 finished or died: the silence tells
+            return
+        self.answered_at = time.monotonic()
+
+    def node_0_lost(self) -> Optional[dict]:
+        """After :meth:`beat` found node 0's store silent: None while the silence is shorter than
+        ``silence_limit_s``, else the failure to stop this node with (kind "lost", the message
+        naming the store's address and the key), and the store is no longer asked."""
+        silent = time.monotonic() - self.answered_at
+        if silent < self.silence_limit_s:
+            return None
+        self._store_lost = True
+        where = self.topology.dist_url.split("://", 1)[-1]
+        return {"rank": -1, "node": 0, "host": where, "kind": "lost",
+                "message": f"node {self.topology.node_rank}: node 0's rendezvous at {where} has "
+                           f"not answered for {silent:.0f} s (DDP_CONFIG.{self.silence_key} = "
+                           f"{self.silence_limit_s:g}): this node lost its network to node 0, or "
+                           "node 0 stopped"}
 
     def _refuse_duplicate(self, plan: dict) -> None:
         """Node k > 0, left out of a running round whose node k is alive: leave a note for node 0
@@ -366,6 +421,8 @@ class NodeRendezvous:
             for w in plan["warnings"]:
                 logger.warning("%s", w)
         self.restarts = plan.get("restarts", 0)
+        # A new connection per round; a beat still waiting on the last round's is left behind.
+        self._prober, self._beating, self.answered_at = None, None, time.monotonic()
         k = self.topology.node_rank
         self.topology = dataclasses.replace(
             self.topology, world_size=plan["world_size"], rank_offset=plan["offsets"][k]
@@ -389,13 +446,16 @@ class NodeRendezvous:
     # -- failures and shutdown
     def pg_store(self) -> Optional[dist.Store]:
         """The workers' view of the store (what ``worker_store`` gives them); None once closed."""
-        return pg_prefix(self.session, self.store) if self.store is not None else None
+        lost = self.store is None or self._store_lost
+        return None if lost else pg_prefix(self.session, self.store)
 
     def record_failure(self, rank: int, kind: str, message: str) -> None:
         """Tell the other nodes that ``rank`` failed (kind "died": killed or exited; "error";
         "hung": ``message`` is the heartbeat's report line, naming the silent rank)."""
         record = {"rank": rank, "node": self.topology.node_rank, "host": self.summary["host"],
                   "kind": kind, "message": message}
+        if self._store_lost:  # nobody to tell, and asking would wait for INIT_TIMEOUT
+            return
         try:
             i = self.store.add(self._key("failures"), 1)
             self.store.set(self._key(f"failure/{i}"), json.dumps(record))
@@ -415,7 +475,10 @@ class NodeRendezvous:
             return []
 
     def remote_failure(self) -> Optional[dict]:
-        """The root cause if another node has posted a failure, else None (one store call)."""
+        """The root cause if another node has posted a failure, else None. Node 0 asks its own
+        store; the others ask only when the last :meth:`beat` counted a failure."""
+        if self.topology.node_rank != 0 and not self._posted:
+            return None
         if any(f["node"] != self.topology.node_rank for f in self.failures()):
             return self.root_cause(wait_s=1.0)
         return None
@@ -437,6 +500,8 @@ class NodeRendezvous:
         if self.store is None:
             return
         try:
+            if self._store_lost:  # asking would wait for INIT_TIMEOUT
+                raise ConnectionError
             self._note_strangers()
             # A launcher left out of the round (a second one of a running node) is no member.
             member = self.topology.node_rank == 0 or self.nonce in self.plan.get("nonces", ())
