@@ -109,6 +109,16 @@ def test_help(command, capsys):
     assert capsys.readouterr().out.startswith("usage:")
 
 
+def test_zoo_test_help_names_the_checkpoint_it_tests_by_default(capsys):
+    from zoo.cli.test import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "CONFIG.TEST.CHECKPOINT. Left empty (the default) it is the newest epoch_N.pth" in text
+    assert "not best.pth" in text
+
+
 # Each command that reads a config, with the arguments it needs besides the config's.
 CONFIG_COMMANDS = {
     "zoo-train": [], "zoo-test": [], "zoo-doctor": [], "zoo-extract-features": [],

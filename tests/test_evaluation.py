@@ -1,6 +1,7 @@
-"""Evaluation through collectives: 2 ranks on an odd number of videos count each video once and
-give exactly the 1-rank metrics; metric helpers clip top-k and compute mean class accuracy; a
-test's outputs name the list tested and never outlive a later test that stopped."""
+"""Evaluation through collectives: 2 ranks on an odd number of videos count each video (and each
+unreadable one) once and give exactly the 1-rank metrics; metric helpers clip top-k and compute
+mean class accuracy; a test's outputs name the list tested and never outlive a later test that
+stopped."""
 
 import csv
 import json
@@ -44,6 +45,43 @@ def test_two_rank_evaluation_equals_one_rank_on_an_odd_dataset(tmp_path, synth_r
     assert [r["pred"] for r in one[1]] == [r["pred"] for r in two[1]]
     assert (tmp_path / "two" / "confusion_matrix.csv").is_file()
     assert (tmp_path / "two" / "confusion_matrix.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_a_broken_video_the_sampler_repeats_is_skipped_once_on_two_ranks(tmp_path,
+                                                                       toy_model_file):
+    """5 videos on 2 ranks: DistributedSampler pads them to 6 with video 0 again, here a 0-byte
+    file. Both ranks skip it, and the test counts it once, as 1 rank does."""
+    import torch.nn as nn
+    from videos_for_tests import ramp_frames, write
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    (videos / "empty.mp4").write_bytes(b"")
+    for name in ("a", "b", "c", "d"):
+        write(str(videos / f"{name}.mp4"), ramp_frames(8))
+    listing = tmp_path / "test.txt"
+    listing.write_text("empty.mp4 -1 0\na.mp4 -1 0\nb.mp4 -1 1\nc.mp4 -1 0\nd.mp4 -1 1\n")
+    torch.manual_seed(0)
+    toy = nn.Sequential(nn.Conv3d(3, 8, kernel_size=3, padding=1), nn.ReLU(),
+                        nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(8, 2))  # toy_conv3d
+    ckpt = tmp_path / "epoch_1.pth"
+    torch.save({"model": toy.state_dict()}, ckpt)
+    common = ["--extra-modules", toy_model_file, "MODEL.NAME", "toy_conv3d", *TINY_DATA,
+              "DATA.SYNTHETIC.ENABLE", "False", "DATA.TEST_ANNO_PATH", str(listing),
+              "DATA.TEST_DATA_PATH", str(videos), "DATA.MAX_BAD_FRACTION", "0.5",
+              "DATA.TEST_NUM_CROP", "1", "TEST.CHECKPOINT", str(ckpt),
+              "LOG.BASE_PATH", str(tmp_path)]
+    results = {}
+    for name, ddp in (("one", ["DDP_CONFIG.DISTRIBUTED", "False"]),
+                      ("two", ["DDP_CONFIG.NUM_CPU_PROCS", "2"])):
+        r = run_tool("test_ddp.py", [*common, *ddp, "LOG.EXP_NAME", name])
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        results[name] = json.loads((tmp_path / name / "test_metrics.json").read_text())
+    counts = {name: (m["listed_videos"], m["num_videos"], m["skipped_videos"])
+              for name, m in results.items()}
+    assert counts == {"one": (5, 4, 1), "two": (5, 4, 1)}
+    assert results["one"]["top1"] == pytest.approx(results["two"]["top1"], abs=1e-6)
 
 
 def _scored(batches):

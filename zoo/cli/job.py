@@ -54,7 +54,7 @@ def talks_on_console() -> bool:
 
 def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
         splits: Sequence[str] = ("train", "val"), preemptible: bool = False,
-        set_aside: Optional[Callable[[str], object]] = None) -> int:
+        set_aside: Optional[Callable[[str], object]] = None, doc: Optional[str] = None) -> int:
     """Parse, configure, check the data and ``launch(worker)``; returns the process exit code.
 
     Every failure ends here: one ``error:`` line on the console (from the first process of each
@@ -74,8 +74,10 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
             checks (after the check that the folder is writable): it moves away the earlier
             results the worker writes anew (a test's), so a job that stops there leaves none
             where its own belong.
+        doc: The tool's module docstring, whose text after its first paragraph ends its
+            ``--help`` (as written).
     """
-    args = default_argument_parser(description).parse_args(argv)
+    args = default_argument_parser(description, doc).parse_args(argv)
     # Before torch is imported (c10 reads it then), here and in the workers that inherit it:
     # c10d's C++ warnings and stack frames (retries, a peer that closed) only repeat zoo's
     # one-line errors. TORCH_CPP_LOG_LEVEL set by the user wins.

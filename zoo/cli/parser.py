@@ -171,10 +171,11 @@ def tool_parser(description: str, doc: Optional[str] = None, config: bool = Fals
     return parser
 
 
-def default_argument_parser(description: str) -> argparse.ArgumentParser:
+def default_argument_parser(description: str,
+                            doc: Optional[str] = None) -> argparse.ArgumentParser:
     """The parser of the training-style commands: ``--config-file``, ``--extra-modules``,
-    ``--dry-run`` and trailing ``KEY VALUE`` overrides."""
-    return tool_parser(description, config=True, dry_run=True)
+    ``--dry-run`` and trailing ``KEY VALUE`` overrides (``doc``: see :func:`tool_parser`)."""
+    return tool_parser(description, doc=doc, config=True, dry_run=True)
 
 
 def command_line_node_rank(opts: List[str], cfg) -> Optional[int]:

@@ -270,7 +270,8 @@ _C.CONFIG.VAL.BATCH_SIZE = 8
 
 # ---------------------------------------------- TEST ----------------------------------------------
 _C.CONFIG.TEST = CN()
-# Checkpoint evaluated by tools/test_ddp.py; "" = the newest checkpoint in the output folder.
+# Checkpoint evaluated by tools/test_ddp.py; "" = the newest epoch_N.pth in the run's checkpoint
+# folder (not best.pth: name that file here to test the best validation epoch).
 _C.CONFIG.TEST.CHECKPOINT = ""
 # Videos per process during testing (each video yields TEST_NUM_SEGMENT x TEST_NUM_CROP views).
 _C.CONFIG.TEST.BATCH_SIZE = 4

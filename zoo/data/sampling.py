@@ -138,11 +138,20 @@ def val_indices(num_frames: int, clip_len: int, stride: int) -> np.ndarray:
 
 def test_indices(num_frames: int, clip_len: int, stride: int, num_segments: int) -> np.ndarray:
     """``num_segments`` dense windows whose starts are spaced evenly from the first frame to the
-    last start where a window fits, rounded to frames: MMAction2's test placement
-    (``SampleFrames`` in test mode), which follows PySlowFast's evenly spaced views.
+    last start where a window fits, rounded to frames: window k of K starts at
+    ``round(k * (num_frames - span) / (K - 1))``, the first at frame 0 and the last ending on the
+    last frame.
+
+    Neither MMAction2's nor PySlowFast's default: MMAction2's ``SampleFrames`` (test mode)
+    centres clip k in the k-th of K equal segments, ``int(avg * (k + 0.5))`` with
+    ``avg = (num_frames - clip_len * stride + 1) / K``; PySlowFast starts view k at
+    ``delta * k / K`` (``delta = num_frames - span``), and its ``USE_OFFSET_SAMPLING`` at
+    ``k * floor(delta / (K - 1))``. For 100 frames, 16 x 2 and K = 2 the starts are [0, 69]
+    here, [17, 51] in MMAction2 and [0, 34] in PySlowFast.
 
     With one segment this is the validation window (the centred one). Windows overlap on short
-    videos.
+    videos; on a video no longer than one window every window is the same frames spread over
+    ``clip_len``.
 
     Returns:
         int64 array ``(num_segments, clip_len)``.

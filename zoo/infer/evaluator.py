@@ -1,16 +1,18 @@
 """Evaluation through collectives only: every rank scores its share, predictions are all-gathered,
 the samples DistributedSampler repeats to even out ranks are dropped, and metrics are computed once
-over every video exactly once. No shared file system is needed."""
+over every video exactly once; an unreadable video is counted once too, whichever ranks were
+handed it. No shared file system is needed."""
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Dict
+from typing import Any, Dict, Iterator, Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.data import BatchSampler, DistributedSampler, SequentialSampler
 
 from ..data.device_staging import DeviceStaging
 from ..utils import comm
@@ -32,7 +34,8 @@ def run_inference(model: nn.Module, loader, device: torch.device, progress: bool
     Returns:
         On every rank: ``{"index", "probs", "labels", "nll"}`` tensors sorted by dataset index
         with each video once (``nll``: each video's :func:`video_nll`), and ``n_bad`` (bad videos
-        skipped while loading, summed over ranks).
+        skipped while loading, counted once per dataset index asked for: a video the sampler
+        repeats to even out ranks counts once, as its scores do).
     """
     # Imported here: zoo.models registers every family, which importing this module need not
     # pay for.
@@ -41,7 +44,11 @@ def run_inference(model: nn.Module, loader, device: torch.device, progress: bool
     was_training = model.training
     model.eval()
     indices, probs, labels, nll = [], [], [], []
-    n_bad = 0
+    asked = _asked_indices(loader)
+    # Unreadable videos skipped, by the dataset index the sampler asked for (an item's own
+    # ``index`` is its stand-in's); (rank, position) where the loader does not say.
+    skipped: Dict[Any, int] = {}
+    position = 0
     iterator = loader
     if show_progress(progress):
         from tqdm import tqdm
@@ -65,13 +72,17 @@ def run_inference(model: nn.Module, loader, device: torch.device, progress: bool
         probs.append(p)
         nll.append(video_nll(logits, target.to(p.device, non_blocking=True)))
         labels.append(target.cpu())
-        n_bad += int(bad.sum())
+        for n in bad.reshape(-1).tolist():
+            key = next(asked, None) if asked is not None else None
+            if n:
+                skipped[key if key is not None else (comm.get_rank(), position)] = int(n)
+            position += 1
     model.train(was_training)
     local = (
         torch.cat(indices) if indices else torch.zeros(0, dtype=torch.long),
         torch.cat(probs).cpu() if probs else torch.zeros(0),
         torch.cat(labels) if labels else torch.zeros(0, dtype=torch.long),
-        n_bad,
+        skipped,
         torch.cat(nll).cpu() if nll else torch.zeros(0),
     )
     gathered = comm.all_gather_object(local)
@@ -88,8 +99,20 @@ def run_inference(model: nn.Module, loader, device: torch.device, progress: bool
         "probs": all_probs[keep],
         "labels": all_labels[keep],
         "nll": all_nll[order][keep],
-        "n_bad": sum(g[3] for g in gathered),
+        "n_bad": sum({k: n for g in gathered for k, n in g[3].items()}.values()),
     }
+
+
+def _asked_indices(loader) -> Optional[Iterator[int]]:
+    """The dataset indices ``loader``'s items were asked for, in order, where its sampler gives
+    the same order on every pass (the evaluation loaders' DistributedSampler, or the
+    SequentialSampler of one rank); None for any other loader."""
+    batches = getattr(loader, "batch_sampler", None)
+    sampler = getattr(batches, "sampler", None)
+    if isinstance(batches, BatchSampler) and isinstance(
+            sampler, (DistributedSampler, SequentialSampler)):
+        return iter(sampler)
+    return None
 
 
 def video_nll(view_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

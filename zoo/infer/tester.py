@@ -63,8 +63,9 @@ def tested_list(cfg) -> str:
 
 
 def write_predictions(path: str, dataset, raw: dict) -> None:
-    """One row per video: path, label, predicted class, its probability, and the top-5 class
-    names one per column (``top1`` .. ``top5``; names such as "air drumming" hold spaces)."""
+    """One row per video: path, label, predicted class, its probability, and the top-K class
+    names one per column (``top1`` .. ``topK``, K = min(5, number of classes); names such as
+    "air drumming" hold spaces)."""
     classes = list(getattr(dataset, "classes", []))
 
     def name(c: int) -> str:
