@@ -169,8 +169,10 @@ class NodeRendezvous:
             if time.monotonic() >= deadline:
                 missing = absent()
                 error = (f"node 0 waited {self.timeout_s:g}s at {self.topology.dist_url} but "
-                         f"node(s) {missing} never joined: start the same command there and check "
-                         f"they can reach this address (DDP_CONFIG.WORLD_SIZE = {n} nodes)")
+                         f"node(s) {missing} never joined: start the same command there (where it "
+                         "already ran, its own error line says why it stopped before joining: "
+                         "its address, its output folder, ...) and check they can reach this "
+                         f"address (DDP_CONFIG.WORLD_SIZE = {n} nodes)")
                 nonces = [r["nonce"] for k in range(n) if k not in missing
                           for r in self._records(k)]
                 self._post({"error": error, "nonces": nonces})
