@@ -368,7 +368,7 @@ def test_a_node_cut_off_from_node_0_stops_too_naming_the_silent_rendezvous(
     HANG_TIMEOUT. Both within HANG_TIMEOUT + 15 s, nothing left running."""
     import subprocess
 
-    from helpers import error_line, finish_processes, tool_command
+    from helpers import error_line, finish_processes, start_process, tool_command
 
     (ns0, ip0), (ns1, ip1) = two_netns
     hang_s = 8
@@ -376,12 +376,7 @@ def test_a_node_cut_off_from_node_0_stops_too_naming_the_silent_rendezvous(
         "DDP_CONFIG.HANG_TIMEOUT", str(hang_s), "DDP_CONFIG.INIT_TIMEOUT", "60",
         "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", repr([ip0, ip1]),
         "DDP_CONFIG.DIST_URL", f"tcp://{ip0}:29500", "DDP_CONFIG.AUTO_RANK_MATCH", "True"]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "ZOO_NODE_RANK"):
-        env.pop(var, None)
-    procs = [subprocess.Popen(tool_command("train_ddp.py", args, netns=ns), cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for ns in (ns0, ns1)]
+    procs = [start_process(tool_command("train_ddp.py", args, netns=ns)) for ns in (ns0, ns1)]
     run = tmp_path / "runs" / "job"
     deadline = time.monotonic() + 150
     while not ((run / "log_rank1.txt").exists()

@@ -21,7 +21,7 @@ from .decode.threads import LIBRARY_CHOICE, set_auto_threads, threads_per_worker
 
 
 def seed_worker(worker_id: int, base_seed: int, signal_grace: float = 0.0,
-                 decoder_threads: Optional[int] = None) -> None:
+                decoder_threads: Optional[int] = None) -> None:
     """Give each data worker its own reproducible seed: SEED + rank * 1000 + worker id; with
     ``signal_grace`` > 0, let it outlive SIGTERM / SIGUSR1 by that many seconds. Its readers decode
     on ``decoder_threads`` threads where ``DATA.DECODE_THREADS`` is 0 (see

@@ -78,7 +78,7 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def _prober(store: dist.Store) -> dist.Store:
+def _own_connection(store: dist.Store) -> dist.Store:
     """A connection of its own to ``store`` (``store`` itself where it cannot be cloned: a file
     store, which never waits on a network)."""
     try:
@@ -282,7 +282,7 @@ class NodeRendezvous:
     def _beat_once(self) -> None:
         try:
             if self._prober is None:
-                self._prober = _prober(self.store)
+                self._prober = _own_connection(self.store)
             self._prober.add(self._key(f"alive/{self.topology.node_rank}"), 1)
             self._posted = self._prober.add(self._key("failures"), 0)
         except Exception:  # node 0 finished or died: the silence tells
@@ -425,6 +425,7 @@ class NodeRendezvous:
         self.restarts = plan.get("restarts", 0)
         # A new connection per round; a beat still waiting on the last round's is left behind.
         self._prober, self._beating, self.answered_at = None, None, time.monotonic()
+        self._posted = 0  # the last round's failures are not this round's
         k = self.topology.node_rank
         self.topology = dataclasses.replace(
             self.topology, world_size=plan["world_size"], rank_offset=plan["offsets"][k]
