@@ -248,7 +248,7 @@ def _fails_fast(cmd, env=None, expect=()):
     line = error_line(out)
     for text in expect:
         assert text in line, line
-    return line, elapsed
+    return line, elapsed, out
 
 
 def test_this_host_not_in_world_urls():
@@ -285,12 +285,35 @@ def _listed_files(tmp_path):
 
 def test_node_0_never_comes_up(tmp_path):
     port = free_port()
-    _, elapsed = _fails_fast(tool_command("train_ddp.py", [
+    _, elapsed, _ = _fails_fast(tool_command("train_ddp.py", [
         *_listed_files(tmp_path),
         "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
         "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", "DDP_CONFIG.INIT_TIMEOUT", "5"]),
         env={"ZOO_NODE_RANK": "1"}, expect=[f"127.0.0.1:{port}", "within 5s"])
     assert elapsed >= 5
+
+
+def test_node_1_started_before_node_0_says_it_waits_and_labels_its_lines(tmp_path):
+    """A node started first prints, once, that it waits for node 0 (where, why, how much longer),
+    and its launcher's lines, the generated-data one included, say node1, not rank0."""
+    port = free_port()
+    _, _, out = _fails_fast(tool_command("train_ddp.py", [
+        "--config-file", QUICKSTART, "DATA.SYNTHETIC.ROOT", str(tmp_path / "synth"),
+        "DATA.SYNTHETIC.TRAIN_PER_CLASS", "2", "DATA.SYNTHETIC.VAL_PER_CLASS", "1",
+        "DATA.SYNTHETIC.NUM_FRAMES", "8", "TRAIN.BATCH_SIZE", "1",
+        "LOG.BASE_PATH", str(tmp_path / "runs"),
+        "DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
+        "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", "DDP_CONFIG.INIT_TIMEOUT", "8"]),
+        env={"ZOO_NODE_RANK": "1"}, expect=[f"127.0.0.1:{port}", "within 8s"])
+    info = [ln for ln in out.splitlines() if ln.startswith("[")]
+    generated = [ln for ln in info if "generated the motion dataset" in ln]
+    waiting = [ln for ln in info if "waiting for node 0's rendezvous" in ln]
+    assert len(generated) == 1 and " node1] " in generated[0], out
+    assert len(waiting) == 1 and " node1] " in waiting[0], out
+    assert f"127.0.0.1:{port} (connection refused)" in waiting[0], waiting
+    assert "start the same command on node 0" in waiting[0], waiting
+    assert "more (DDP_CONFIG.INIT_TIMEOUT)" in waiting[0], waiting
+    assert not any(" rank0] " in ln for ln in info), out
 
 
 def test_busy_port_on_node_0(tmp_path):
@@ -512,7 +535,7 @@ def test_a_stranger_on_the_port_is_refused_and_the_job_finishes(tmp_path, synth_
     common = ["DDP_CONFIG.WORLD_SIZE", "2", "DDP_CONFIG.WORLD_URLS", "['127.0.0.1', '127.0.0.1']",
               "DDP_CONFIG.DIST_URL", f"tcp://127.0.0.1:{port}", *args,
               "LOG.BASE_PATH", str(tmp_path / "stranger")]
-    line, _ = _fails_fast(tool_command("train_ddp.py", common), env=stranger_env,
+    line, _, _ = _fails_fast(tool_command("train_ddp.py", common), env=stranger_env,
                           expect=["is held by another job", f"127.0.0.1:{port}", "JOB_TOKEN"])
     assert all(p.poll() is None for p in procs), "the running job stopped"
     gate.touch()

@@ -97,7 +97,7 @@ def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
 
 def _run(worker: Callable, args: argparse.Namespace, rank: int, splits: Sequence[str],
          guard, set_aside: Optional[Callable[[str], object]] = None) -> int:
-    from ..launch.job import resolve_job
+    from ..launch.job import job_topology, resolve_job
     from ..launch.launch import launch
     from ..launch.preemption import PREEMPTED_EXIT_CODE, Preempted
     from ..launch.setup import output_dir
@@ -115,14 +115,17 @@ def _run(worker: Callable, args: argparse.Namespace, rank: int, splits: Sequence
             return run_dry_run(cfg, mode, command_line_node_rank(args.opts, cfg))
         from ..data import prepare_synthetic
 
+        # The one place the job's topology is worked out (a bad one is the most basic error),
+        # first, so that every line after it carries this node's label.
+        node_rank = command_line_node_rank(args.opts, cfg)
+        topology = job_topology(cfg, node_rank=node_rank)
+        if not topology.assigned and topology.node_rank > 0:  # this node's launcher, not rank 0
+            set_console_label(f"node{topology.node_rank}")
         cfg = prepare_synthetic(cfg)
         if "train" in splits:
             # For testing, NUM_CLASSES 0 means "the checkpoint's": the tester reads it there.
             cfg = resolve_num_classes(cfg)
-        # The one place the job's topology is worked out (a bad one is the most basic error).
-        spec = resolve_job(cfg, node_rank=command_line_node_rank(args.opts, cfg))
-        if not spec.assigned and spec.node_rank > 0:  # this node's launcher, not rank 0
-            set_console_label(f"node{spec.node_rank}")
+        spec = resolve_job(cfg, node_rank=node_rank, topology=topology)
         if guard is not None:
             guard.grace_s = spec.preempt_grace_s
         check_output_writable(cfg)

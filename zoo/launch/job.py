@@ -80,8 +80,26 @@ def _one_process(cfg, env: Mapping[str, str]) -> dict:
     return fields
 
 
+def job_topology(cfg, env: Optional[Mapping[str, str]] = None,
+                 node_rank: Optional[int] = None) -> Topology:
+    """This node's place in the job of ``cfg`` (the :class:`Topology` part of
+    :func:`resolve_job`); it reads ``DDP_CONFIG`` and the environment only, no data keys, so the
+    command line knows which node it is before it prepares data. Arguments and errors are
+    :func:`resolve_job`'s."""
+    env = os.environ if env is None else env
+    ddp = cfg.DDP_CONFIG
+    if ddp.DISTRIBUTED:
+        return resolve_topology(
+            world_size=ddp.WORLD_SIZE, world_rank=ddp.WORLD_RANK,
+            urls=tuple(str(u) for u in ddp.WORLD_URLS), auto_rank_match=ddp.AUTO_RANK_MATCH,
+            dist_url=ddp.DIST_URL, backend=ddp.DIST_BACKEND, cpu_procs=ddp.NUM_CPU_PROCS,
+            node_rank=node_rank, environ=env)
+    return Topology(**_one_process(cfg, env))
+
+
 def resolve_job(cfg, env: Optional[Mapping[str, str]] = None,
-                node_rank: Optional[int] = None) -> JobSpec:
+                node_rank: Optional[int] = None,
+                topology: Optional[Topology] = None) -> JobSpec:
     """The JobSpec of ``cfg`` on this node; the topology is worked out here, once.
 
     Args:
@@ -90,6 +108,8 @@ def resolve_job(cfg, env: Optional[Mapping[str, str]] = None,
             ``ZOO_NODE_RANK``, ``ZOO_JOB_TOKEN``, ``TORCHELASTIC_RESTART_COUNT``.
         node_rank: This node's rank when the user gave it explicitly (``DDP_CONFIG.WORLD_RANK``
             on the command line); overrides AUTO_RANK_MATCH.
+        topology: :func:`job_topology`'s answer for the same config and environment, when the
+            caller has it already (it is then not worked out again).
 
     Raises:
         LaunchError: the topology is impossible here (one line naming the key or variable).
@@ -97,14 +117,9 @@ def resolve_job(cfg, env: Optional[Mapping[str, str]] = None,
     env = os.environ if env is None else env
     ddp = cfg.DDP_CONFIG
     urls = tuple(str(u) for u in ddp.WORLD_URLS)
-    if ddp.DISTRIBUTED:
-        topo = resolve_topology(
-            world_size=ddp.WORLD_SIZE, world_rank=ddp.WORLD_RANK, urls=urls,
-            auto_rank_match=ddp.AUTO_RANK_MATCH, dist_url=ddp.DIST_URL, backend=ddp.DIST_BACKEND,
-            cpu_procs=ddp.NUM_CPU_PROCS, node_rank=node_rank, environ=env)
-        fields = {name: getattr(topo, name) for name in Topology.__dataclass_fields__}
-    else:
-        fields = _one_process(cfg, env)
+    if topology is None:
+        topology = job_topology(cfg, env, node_rank)
+    fields = {name: getattr(topology, name) for name in Topology.__dataclass_fields__}
     if cfg.CONFIG.TRAIN.PRECISION == "fp16" and not fields["use_cuda"]:
         raise LaunchError("CONFIG.TRAIN.PRECISION fp16 needs a CUDA GPU and this node has none; "
                           "set it to bf16, fp32 or auto")

@@ -21,28 +21,43 @@ from .topology import LaunchError, file_url_path, parse_tcp_url
 logger = logging.getLogger(__name__)
 
 
+# A client that waits this long for node 0's store to accept or answer says so, once (a store
+# that is up answers at once).
+_SAY_SILENT_AFTER_S = 5.0
+
+
 def _wait_for_port(host: str, port: int, timeout_s: float) -> None:
-    """Wait until node 0's store accepts TCP connections, or fail naming address and port."""
-    deadline = time.monotonic() + timeout_s
+    """Wait until node 0's store accepts TCP connections, or fail naming address and port.
+
+    A wait longer than ``_SAY_SILENT_AFTER_S`` says so once (a node started before node 0 would
+    otherwise print nothing until node 0 comes up or the timeout ends it)."""
+    start = time.monotonic()
+    deadline = start + timeout_s
     last = "no answer"
+    said = False
+    where = net.format_hostport(host, port)
     while True:
         try:
             with socket.create_connection((host, port), timeout=min(2.0, timeout_s)):
+                if said:
+                    logger.info("node 0's rendezvous at %s answered after %.0fs", where,
+                                time.monotonic() - start)
                 return
         except OSError as e:
             last = e.strerror or type(e).__name__
-        if time.monotonic() >= deadline:
-            where = net.format_hostport(host, port)
+        now = time.monotonic()
+        if not said and now - start >= _SAY_SILENT_AFTER_S and now < deadline:
+            said = True
+            logger.info("waiting for node 0's rendezvous at %s (%s): start the same command on "
+                        "node 0; waiting %.0fs more (DDP_CONFIG.INIT_TIMEOUT)", where,
+                        last.lower(), deadline - now)
+        if now >= deadline:
             raise LaunchError(
                 f"node 0's rendezvous at {where} did not answer within {timeout_s:g}s "
                 f"({last.lower()}): start the same command on node 0, check DDP_CONFIG.DIST_URL, "
                 f"that this node can reach {host} and that port {port} is open there"
             )
         time.sleep(0.5)
-
-
-# A client that waits this long for node 0's store to answer says so (a store answers at once).
-_SAY_SILENT_AFTER_S = 5.0
 
 
 def _connect(host: str, port: int, timeout_s: float, wait_s: float) -> dist.Store:
