@@ -301,3 +301,108 @@ def test_testing_at_another_test_short_side_is_named(tmp_path, caplog):
     # 0 resolving to the same side is no difference (the training side is named alone).
     [line] = warnings_for(["DATA.SHORT_SIDE_SIZE", "224", "DATA.TEST_SHORT_SIDE_SIZE", "0"])
     assert "SHORT_SIDE_SIZE 224 (trained: 256)" in line and "TEST_SHORT_SIDE_SIZE" not in line
+
+
+# ---------------------------------------------------------------- converted checkpoints' clips
+def _scored_cfg(monkeypatch, argv):
+    """The config zoo-predict scores with for ``argv`` (the model is loaded, no video read)."""
+    import zoo.infer.predictor as predictor_module
+    from zoo.cli import predict
+
+    seen = []
+
+    class Scoring(predictor_module.Predictor):
+        def predict(self, paths, topk=5, window=0.0, stride=0.0):
+            seen.append(self.cfg)
+            return [{"video": p, "top": []} for p in paths]
+
+    monkeypatch.setattr(predictor_module, "Predictor", Scoring)
+    code = predict.main(["--device", "cpu", *argv])
+    return code, (seen[0].CONFIG.DATA if seen else None)
+
+
+def test_predict_on_a_converted_videomae_feeds_the_clip_its_kwargs_build(tmp_path, monkeypatch,
+                                                                         capsys):
+    """A converted checkpoint records its model but no clip: zoo-predict without a config feeds
+    the frames / crop its MODEL.KWARGS build the model for (VideoMAE would run on any clip),
+    VideoMAE's published frame stride, and logs the clip and views."""
+    transformers = pytest.importorskip("transformers")
+    import zoo.models.videomae as videomae
+    from zoo.cli import predict
+    from zoo.models.weights.convert import convert_checkpoint
+
+    torch.manual_seed(0)
+    config = transformers.VideoMAEConfig(
+        hidden_size=24, num_hidden_layers=1, num_attention_heads=3, intermediate_size=96,
+        num_frames=4, image_size=32, patch_size=16, tubelet_size=2, num_labels=3)
+    transformers.VideoMAEForVideoClassification(config).save_pretrained(tmp_path / "hf")
+    ckpt = str(tmp_path / "zoo.pth")
+    convert_checkpoint(str(tmp_path / "hf"), ckpt, "huggingface", "videomae_vit_s",
+                       dict(embed_dim=24, depth=1, num_heads=3, frames=4, crop_size=32))
+    video = str(tmp_path / "v.mp4")
+    write(video, ramp_frames(48, 40, 56))
+    shapes, forward = [], videomae.VideoMAE.forward
+
+    def recorded(self, x):
+        shapes.append(tuple(x.shape))
+        return forward(self, x)
+
+    monkeypatch.setattr(videomae.VideoMAE, "forward", recorded)
+    assert predict.main(["--checkpoint", ckpt, "--device", "cpu", video]) == 0
+    assert shapes == [(30, 3, 4, 32, 32)]
+    assert "clips of 4 frames 4 apart at 32 px (short side 32), 10 x 3 views" in \
+        capsys.readouterr().err
+
+
+def test_predict_on_a_converted_x3d_feeds_its_published_clip(tmp_path, monkeypatch):
+    """A converted PyTorchVideo X3D-XS (kwargs without frames / crop_size) is scored on X3D-XS's
+    published clip: 4 frames 12 apart at 160 px; an override given after the videos wins."""
+    x3d = pytest.importorskip("pytorchvideo.models.x3d")
+    from zoo.models.weights.convert import convert_checkpoint
+
+    torch.manual_seed(0)
+    ptv = x3d.create_x3d(input_clip_length=4, input_crop_size=64, model_num_class=5)
+    torch.save({"model_state": ptv.state_dict()}, tmp_path / "X3D_XS.pyth")
+    ckpt = str(tmp_path / "zoo.pth")
+    convert_checkpoint(str(tmp_path / "X3D_XS.pyth"), ckpt, "pytorchvideo", "x3d_xs",
+                       {"shortcut_bn": "width_change"})
+    code, data = _scored_cfg(monkeypatch, ["--checkpoint", ckpt, "a.mp4"])
+    assert code == 0
+    assert (data.CLIP_LEN, data.FRAME_RATE, data.CROP_SIZE, data.SHORT_SIDE_SIZE) == \
+        (4, 12, 160, 160)
+    code, data = _scored_cfg(monkeypatch, ["--checkpoint", ckpt, "a.mp4", "DATA.CROP_SIZE", "182"])
+    assert (code, data.CLIP_LEN, data.CROP_SIZE) == (0, 4, 182)
+
+
+def test_predict_on_a_converted_checkpoint_of_a_model_without_facts_names_the_keys(
+        tmp_path, monkeypatch, capsys):
+    """No published input and no frames / crop_size kwargs: one line naming the checkpoint and
+    the keys to give, not the global default clip; given, they are used."""
+    ckpt = str(tmp_path / "zoo.pth")
+    cfg_text = yaml.safe_dump({"CONFIG": {"MODEL": {"NAME": "ckpt_test_toy", "KWARGS": []},
+                                          "DATA": {"NUM_CLASSES": 3}}})
+    _save(ckpt, ckpt_test_toy(3), cfg_text)
+    code, data = _scored_cfg(monkeypatch, ["--checkpoint", ckpt, "a.mp4"])
+    err = capsys.readouterr().err
+    assert code != 0 and data is None
+    assert ckpt in err and "DATA.CLIP_LEN N and DATA.CROP_SIZE N" in err
+    assert "--config-file" in err
+    code, data = _scored_cfg(monkeypatch, ["--checkpoint", ckpt, "a.mp4", "DATA.CLIP_LEN", "8",
+                                           "DATA.CROP_SIZE", "48"])
+    assert (code, data.CLIP_LEN, data.CROP_SIZE) == (0, 8, 48)
+
+
+def test_testing_a_converted_checkpoint_on_other_clips_than_its_kwargs_is_named(tmp_path,
+                                                                                caplog):
+    """A config's clip is compared with the frames / crop_size a converted checkpoint's
+    MODEL.KWARGS build the model for (it records no DATA keys)."""
+    path = str(tmp_path / "zoo.pth")
+    cfg_text = yaml.safe_dump({"CONFIG": {
+        "MODEL": {"NAME": "ckpt_test_toy", "KWARGS": ["frames", "8", "crop_size", "64"]},
+        "DATA": {"NUM_CLASSES": 3}}})
+    _save(path, ckpt_test_toy(3), cfg_text)
+    cfg = load_config(None, ["MODEL.NAME", "ckpt_test_toy", "DATA.NUM_CLASSES", "3"])
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        model_from_checkpoint(cfg, path)
+    [line] = [r.getMessage() for r in caplog.records if "trained on other clips" in r.getMessage()]
+    assert "CLIP_LEN 32 (trained: 8), CROP_SIZE 224 (trained: 64)" in line

@@ -453,14 +453,19 @@ def test_the_dry_run_names_labels_beyond_num_classes(tmp_path):
     result = dry_run(load_config(None, [*common, "DATA.NUM_CLASSES", "0"]))
     assert result.num_classes == 3
     assert f"CONFIG.DATA.NUM_CLASSES 0: 3 classes found in {lst}" in result.notes
-    # Weights published for another clip: said, not refused.
-    weights = ["MODEL.PRETRAINED", str(tmp_path / "w.pth"), "DATA.NUM_CLASSES", "3"]
-    result = dry_run(load_config(None, [*common, *weights, "MODEL.NAME", "r2plus1d_18",
-                                        "DATA.CLIP_LEN", "32", "DATA.FRAME_RATE", "2",
-                                        "DATA.CROP_SIZE", "112"]))
+    # Weights published for another clip: said, not refused; of a file of the user's (whose
+    # clip zoo does not know), not said.
+    weights = ["MODEL.PRETRAINED", "True", "DATA.NUM_CLASSES", "3"]
+    other_clip = ["MODEL.NAME", "r2plus1d_18", "DATA.CLIP_LEN", "32", "DATA.FRAME_RATE", "2",
+                  "DATA.CROP_SIZE", "112"]
+    result = dry_run(load_config(None, [*common, *weights, *other_clip]))
     assert ("r2plus1d_18's published weights were trained on 16 frames 2 apart at 112 px; this "
             "config trains on CONFIG.DATA.CLIP_LEN 32, FRAME_RATE 2, CROP_SIZE 112"
             ) in result.notes
+    (tmp_path / "w.pth").write_bytes(b"")
+    own = ["MODEL.PRETRAINED", str(tmp_path / "w.pth"), "DATA.NUM_CLASSES", "3"]
+    result = dry_run(load_config(None, [*common, *own, *other_clip]))
+    assert not [n for n in result.notes if "published weights" in n], result.notes
     result = dry_run(load_config(None, [*common, *weights, "MODEL.NAME", "r2plus1d_18",
                                         "DATA.CLIP_LEN", "16", "DATA.FRAME_RATE", "2",
                                         "DATA.CROP_SIZE", "112"]))

@@ -235,9 +235,16 @@ def dry_run(cfg, mode: str = "train", node_rank: Optional[int] = None) -> DryRun
 
 def _input_notes(cfg) -> List[str]:
     """A note where the clip differs from the one the model's published weights were trained on
-    (its registered facts): fine-tuning at another size works, but should be meant."""
+    (its registered facts), when MODEL.PRETRAINED names them (a tag, or True): fine-tuning at
+    another size works, but should be meant. A file or folder's own clip is not known."""
     from ..models.build import model_facts
+    from ..models.weights import WeightsError, resolve_pretrained
 
+    try:
+        if not resolve_pretrained(cfg.CONFIG.MODEL.PRETRAINED, cfg.CONFIG.MODEL.NAME).tag:
+            return []
+    except WeightsError:  # reported among the warnings
+        return []
     facts = model_facts(cfg.CONFIG.MODEL.NAME)
     if facts.get("task") != "video" or not facts.get("sampling_stride"):
         return []

@@ -3,7 +3,12 @@ checkpoint.
 
 The model (name, kwargs, class count) and the class names are the checkpoint's; MODEL.PRETRAINED
 is not read. Without ``--config-file`` the clip settings (frames, crop, test views, normalisation)
-are the config the checkpoint was trained with, which every zoo training checkpoint records.
+are the config the checkpoint was trained with, which every zoo training checkpoint records. A
+converted checkpoint (tools/convert_checkpoint.py) records only its model: its clip is the one its
+MODEL.KWARGS frames / crop_size build the model for, else the model's published input (frames,
+stride, crop), at the default DATA.TEST_NUM_SEGMENT x TEST_NUM_CROP views; where neither tells,
+give the clip as overrides (DATA.CLIP_LEN, DATA.CROP_SIZE) or --config-file. The clip and views
+used are logged.
 
     zoo-predict --checkpoint ckpt.pth a.mp4 b.mp4 [--json] [KEY VALUE ...]
     zoo-predict --checkpoint ckpt.pth my_videos/ [--json]
@@ -189,6 +194,36 @@ def recorded_config(checkpoint: str, folder: str, state: Optional[dict] = None) 
     return path
 
 
+def clip_overrides(checkpoint: str, state: dict, opts: List[str]) -> List[str]:
+    """``KEY VALUE`` overrides of the clip of a checkpoint whose config records none (converted
+    weights: :func:`zoo.infer.checkpoint_model.checkpoint_clip`), leaving out the keys ``opts``
+    sets; [] for a checkpoint that records its clip.
+
+    Raises:
+        UsageError: The clip length or crop cannot be known and ``opts`` does not give it.
+    """
+    from ..infer.checkpoint_model import checkpoint_clip, records_clip
+    from ..utils.checkpoint_io import recorded_config as recorded
+
+    if records_clip(state):
+        return []
+    given = {k if k.startswith("CONFIG.") else "CONFIG." + k: v
+             for k, v in zip(opts[0::2], opts[1::2])}
+    clip = {k: v for k, v in checkpoint_clip(state).items() if k not in given}
+    if "CONFIG.DATA.CROP_SIZE" in given and "CONFIG.DATA.SHORT_SIDE_SIZE" not in given:
+        clip["CONFIG.DATA.SHORT_SIDE_SIZE"] = given["CONFIG.DATA.CROP_SIZE"]  # as a recorded crop
+    unknown = [k for k in ("CONFIG.DATA.CLIP_LEN", "CONFIG.DATA.CROP_SIZE")
+               if k not in clip and k not in given]
+    if unknown:
+        name = recorded(state).get("CONFIG", {}).get("MODEL", {}).get("NAME", "its model")
+        raise UsageError(
+            f"--checkpoint {checkpoint!r} records no clip and {name} has no published input "
+            f"to take it from: give {' and '.join(k[len('CONFIG.'):] + ' N' for k in unknown)} "
+            "after the videos (the clip the weights were trained on), or --config-file with "
+            "the run's config")
+    return [str(x) for pair in clip.items() for x in pair]
+
+
 @command
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
@@ -202,6 +237,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not args.config_file:
             state = load_checkpoint(args.checkpoint)
             args.config_file = recorded_config(args.checkpoint, tmp, state)
+            args.opts = clip_overrides(args.checkpoint, state, args.opts) + args.opts
         cfg = prepare_synthetic(setup_cfg(args))  # a config given is checked first
     if state is None:
         state = load_checkpoint(args.checkpoint)

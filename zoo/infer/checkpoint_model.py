@@ -8,6 +8,11 @@ tests as trained; the ``EXTRA_MODULES`` it records are imported when its model n
 registered. ``MODEL.PRETRAINED`` is never loaded: the checkpoint has every weight, and the
 file a fine-tuned run started from may be long gone. A checkpoint without a recorded config gets
 its class count from its classifier's shape.
+
+A converted checkpoint (``tools/convert_checkpoint.py``) records the model's name, kwargs and
+class count but no clip: :func:`checkpoint_clip` gives the clip its kwargs build the model for
+(``frames`` / ``crop_size``), else the model's published input (its facts), and
+:func:`warn_input_differences` compares a config's clip with the one its kwargs give.
 """
 
 from __future__ import annotations
@@ -36,6 +41,68 @@ INPUT_KEYS = ("CONFIG.DATA.CLIP_LEN", "CONFIG.DATA.FRAME_RATE", "CONFIG.DATA.SAM
               "CONFIG.DATA.KEEP_ASPECT_RATIO", "CONFIG.DATA.MEAN", "CONFIG.DATA.STD")
 # Also compared, as the side it resolves to (0 = SHORT_SIDE_SIZE).
 _TEST_SIDE = "CONFIG.DATA.TEST_SHORT_SIDE_SIZE"
+
+# Builder kwargs that fix the clip a model is built for (MViT's and VideoMAE's position tables),
+# as the model-facts keys of that clip and the config keys that set it.
+_CLIP_KWARGS = (("frames", "input_frames", "CONFIG.DATA.CLIP_LEN"),
+                ("crop_size", "crop_size", "CONFIG.DATA.CROP_SIZE"))
+
+
+def clip_of_kwargs(kwargs: Optional[Dict[str, Any]]) -> Dict[str, int]:
+    """The clip builder ``kwargs`` build a model for, as model-facts keys (``input_frames``,
+    ``crop_size``): those of ``frames`` / ``crop_size`` it gives as positive integers."""
+    clip = {}
+    for kwarg, fact, _ in _CLIP_KWARGS:
+        value = (kwargs or {}).get(kwarg)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            clip[fact] = value
+    return clip
+
+
+def _recorded_kwargs(saved: Dict[str, Any]) -> Dict[str, Any]:
+    pairs = lookup_key(saved, "CONFIG.MODEL.KWARGS", None) or []
+    try:
+        return parse_model_kwargs(list(pairs))
+    except ValueError:  # an odd list: building the model names it
+        return {}
+
+
+def records_clip(state: Dict[str, Any]) -> bool:
+    """Whether the checkpoint's config records the clip it was trained on (a zoo run's does; a
+    converted checkpoint's records only the model)."""
+    saved = recorded_config(state)
+    return any(lookup_key(saved, key, None) is not None
+               for key in ("CONFIG.DATA.CLIP_LEN", "CONFIG.DATA.CROP_SIZE"))
+
+
+def checkpoint_clip(state: Dict[str, Any]) -> Dict[str, Any]:
+    """The clip settings of a checkpoint whose config records none (:func:`records_clip` False),
+    as config keys: ``CLIP_LEN`` / ``CROP_SIZE`` from its MODEL.KWARGS ``frames`` /
+    ``crop_size``, else from the model's facts (its published input), with the facts' frame
+    stride (``FRAME_RATE``, or TSN's segments) and a test short side equal to the crop (the
+    test crops cover the frame's short side). ``{}`` for a checkpoint that records its clip; a
+    key zoo cannot know (a model without facts, kwargs without ``frames``) is left out."""
+    from ..models import MODEL_REGISTRY, model_facts
+
+    if records_clip(state):
+        return {}
+    saved = recorded_config(state)
+    name = lookup_key(saved, "CONFIG.MODEL.NAME", None)
+    facts = model_facts(name) if isinstance(name, str) and name in MODEL_REGISTRY else {}
+    built = clip_of_kwargs(_recorded_kwargs(saved))
+    clip: Dict[str, Any] = {}
+    for _, fact, key in _CLIP_KWARGS:
+        value = built.get(fact) or facts.get(fact)
+        if isinstance(value, int) and value > 0:
+            clip[key] = value
+    if "CONFIG.DATA.CLIP_LEN" in clip and facts.get("sampling") == "segments":
+        clip.update({"CONFIG.DATA.SAMPLING": "tsn", "CONFIG.DATA.CLIP_LEN": 1,
+                     "CONFIG.DATA.NUM_SEGMENT": clip["CONFIG.DATA.CLIP_LEN"]})
+    elif facts.get("sampling_stride"):
+        clip["CONFIG.DATA.FRAME_RATE"] = int(facts["sampling_stride"])
+    if "CONFIG.DATA.CROP_SIZE" in clip:
+        clip["CONFIG.DATA.SHORT_SIDE_SIZE"] = clip["CONFIG.DATA.CROP_SIZE"]
+    return clip
 
 
 def saved_model_keys(state: Dict[str, Any]) -> Dict[str, Any]:
@@ -67,6 +134,10 @@ def warn_input_differences(cfg, state: Dict[str, Any], source: str) -> List[str]
     """Log one warning naming the :data:`INPUT_KEYS` whose values in ``cfg`` differ from those
     the checkpoint was trained with (those it records); returns the keys."""
     saved = recorded_config(state)
+    if not records_clip(state):  # a converted checkpoint: the clip its kwargs build it for
+        built = clip_of_kwargs(_recorded_kwargs(saved))
+        saved = _with_keys(saved, {key: built[fact] for _, fact, key in _CLIP_KWARGS
+                                   if fact in built})
     differ = []
     for key in INPUT_KEYS:
         then = lookup_key(saved, key, None)
@@ -87,6 +158,20 @@ def warn_input_differences(cfg, state: Dict[str, Any], source: str) -> List[str]
                        "training values (e.g. --config-file with the run's config.yaml) to "
                        "test as trained", source, what)
     return differ
+
+
+def _with_keys(tree: Dict[str, Any], values: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of the plain nested dict ``tree`` with the dotted ``values`` set."""
+    import copy
+
+    tree = copy.deepcopy(tree)
+    for key, value in values.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return tree
 
 
 def _test_short_side(node) -> Optional[int]:

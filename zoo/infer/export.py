@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 
 from ..utils.errors import UserError
+from .checkpoint_model import clip_of_kwargs
 
 # torch.onnx.export's choice of exporter: ``dynamo`` came in torch 2.5 (and became the default in
 # 2.9); before it the TorchScript-based exporter is the only one.
@@ -182,22 +183,6 @@ def export_model(
             results[fmt].update(_verify_one(fmt, name, results[fmt]["path"], model, example,
                                             atol, rtol, scale))
     return results
-
-
-# Builder kwargs that fix the clip a model is built for (MViT's and VideoMAE's position tables),
-# as the model-facts keys of that clip.
-_CLIP_KWARGS = (("frames", "input_frames"), ("crop_size", "crop_size"))
-
-
-def clip_of_kwargs(kwargs: Optional[Dict[str, Any]]) -> Dict[str, int]:
-    """The clip builder ``kwargs`` build a model for, as model-facts keys (``input_frames``,
-    ``crop_size``): those of :data:`_CLIP_KWARGS` it gives as positive integers."""
-    clip = {}
-    for kwarg, fact in _CLIP_KWARGS:
-        value = (kwargs or {}).get(kwarg)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            clip[fact] = value
-    return clip
 
 
 def _model_to_export(name: Optional[str], num_classes: Optional[int], pretrained: Optional[str],

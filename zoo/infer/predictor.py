@@ -3,6 +3,7 @@ trained checkpoint (multi-view, like testing)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Dict, List, Sequence
 
@@ -20,6 +21,26 @@ from ..models.classifier import check_logits
 from ..utils.errors import UsageError, UserError
 from .checkpoint_model import checkpoint_model
 from .windows import parts_dataset, reads_images, video_span, windows
+
+logger = logging.getLogger("zoo")
+
+
+def describe_views(cfg) -> str:
+    """The clip and views each video is scored with, in config keys (for the log)."""
+    data = cfg.CONFIG.DATA
+    if reads_images(cfg):
+        return (f"{data.CROP_SIZE} px crops of images resized to {data.SHORT_SIDE_SIZE} px, "
+                f"{data.TEST_NUM_CROP} view(s) (DATA.CROP_SIZE, SHORT_SIDE_SIZE, TEST_NUM_CROP)")
+    if data.SAMPLING == "tsn":
+        frames = f"{data.NUM_SEGMENT} segments x {data.CLIP_LEN} frame(s)"
+    elif data.SAMPLING == "uniform":
+        frames = f"{data.CLIP_LEN} frames spread over the video"
+    else:
+        frames = f"{data.CLIP_LEN} frames {data.FRAME_RATE} apart"
+    side = data.TEST_SHORT_SIDE_SIZE or data.SHORT_SIDE_SIZE
+    return (f"clips of {frames} at {data.CROP_SIZE} px (short side {side}), "
+            f"{data.TEST_NUM_SEGMENT} x {data.TEST_NUM_CROP} views per video (DATA.CLIP_LEN, "
+            "FRAME_RATE, CROP_SIZE, TEST_NUM_SEGMENT x TEST_NUM_CROP)")
 
 
 class Predictor:
@@ -53,6 +74,7 @@ class Predictor:
         else:
             self.classes = read_class_names(anno, num_classes) if anno else [
                 str(i) for i in range(num_classes)]
+        logger.info("%s: %s", checkpoint, describe_views(cfg))
 
     def _views(self, path: str, start: float = -1.0, end: float = -1.0) -> torch.Tensor:
         """The test views of ``path`` (of its ``start``..``end`` seconds when they are given),
