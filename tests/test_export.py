@@ -154,3 +154,32 @@ def test_export_takes_the_clip_from_kwargs_and_names_its_own_flags(tmp_path):
     text = str(e.value)
     assert "\n" not in text and "DATA." not in text
     assert "--input-shape 1 3 4 64 64" in text and "--kwargs frames" in text
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit:FutureWarning")
+def test_weights_of_another_class_count_export_their_classifier(tmp_path):
+    """--pretrained a Hugging Face folder of 5 classes without --num-classes exports its trained
+    5-class classifier (the eager model's logits are the folder's), not a random 400-class one;
+    --num-classes still exports another count."""
+    transformers = pytest.importorskip("transformers")
+
+    torch.manual_seed(0)
+    config = transformers.VideoMAEConfig(
+        hidden_size=24, num_hidden_layers=1, num_attention_heads=3, intermediate_size=96,
+        num_frames=4, image_size=32, patch_size=16, tubelet_size=2, num_labels=5,
+        layer_norm_eps=1e-6)
+    hf = transformers.VideoMAEForVideoClassification(config).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    kwargs = dict(embed_dim=24, depth=1, num_heads=3, frames=4, crop_size=32)
+    result = export_model("videomae_vit_s", str(tmp_path / "e"), ("torchscript",),
+                          pretrained=str(tmp_path / "hf"), model_kwargs=kwargs)
+    exported = torch.jit.load(result["torchscript"]["path"])
+    clip = torch.randn(2, 3, 4, 32, 32)
+    with torch.no_grad():
+        want = hf(pixel_values=clip.permute(0, 2, 1, 3, 4)).logits
+        got = exported(clip)
+    assert got.shape == (2, 5)
+    assert (got - want).abs().max() <= 1e-4 * want.abs().max()
+    result = export_model("videomae_vit_s", str(tmp_path / "e7"), ("torchscript",),
+                          pretrained=str(tmp_path / "hf"), model_kwargs=kwargs, num_classes=7)
+    assert torch.jit.load(result["torchscript"]["path"])(clip).shape == (2, 7)

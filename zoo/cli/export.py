@@ -37,8 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--format", choices=[*FORMATS, "all"], default="all")
     parser.add_argument("--num-classes", type=int, default=None,
-                        help="classifier size (default: a zoo run checkpoint's, else the "
-                        "model's, e.g. 400 for Kinetics-400 models)")
+                        help="classifier size (default: that of the classifier in "
+                        "--pretrained (a zoo run's checkpoint, another project's file or "
+                        "folder), else the model's, e.g. 400 for Kinetics-400 models)")
     parser.add_argument("--pretrained", default=None,
                         help="weights to load: a zoo run's checkpoint (its model, kwargs, class "
                         "count and EMA weights are used), another project's file, a tag or a URL")

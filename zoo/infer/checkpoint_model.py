@@ -223,8 +223,9 @@ def _weights(state: Dict[str, Any], source: str) -> Dict[str, Any]:
     return {k[len("module."):] if k.startswith("module.") else k: v for k, v in weights.items()}
 
 
-def _head_classes(model: nn.Module, weights: Dict[str, Any]) -> Optional[int]:
-    """The class count of the checkpoint's classifier when it differs from ``model``'s."""
+def head_classes(model: nn.Module, weights: Dict[str, Any]) -> Optional[int]:
+    """The class count of the classifier in ``weights`` (in ``model``'s key names) when it
+    differs from ``model``'s; None when it is the same or ``weights`` has none."""
     own = model.state_dict()
     for key in head_keys(model):
         if key in weights and key in own and weights[key].shape[1:] == own[key].shape[1:]:
@@ -302,7 +303,7 @@ def checkpoint_model(cfg, path: str, state: Optional[Dict[str, Any]] = None,
     weights = _weights(state, path)
     del state
     model = build_model(cfg)
-    classes = _head_classes(model, weights)
+    classes = head_classes(model, weights)
     if classes is not None:
         logger.warning("%s has a %d-class classifier (the config says CONFIG.DATA.NUM_CLASSES "
                        "%d); using the checkpoint's", path, classes, cfg.CONFIG.DATA.NUM_CLASSES)

@@ -132,7 +132,8 @@ def export_model(
             records).
         out_dir: Folder for ``{name}.pt`` (TorchScript) and ``{name}.onnx``.
         formats: Any of ``"torchscript"``, ``"onnx"``.
-        num_classes: Head size (None: the checkpoint's, else the model's facts, else 400).
+        num_classes: Head size (None: the checkpoint's, or that of the classifier in a local
+            weights file or folder, else the model's facts, else 400).
         pretrained: Weights to load first. A zoo run's checkpoint is built as testing builds
             it: its recorded model, kwargs and class count (each unless given; a given value
             that differs is reported and the checkpoint's used) and its EMA weights when it has
@@ -215,8 +216,44 @@ def _model_to_export(name: Optional[str], num_classes: Optional[int], pretrained
         raise ExportError("--model is required: " + (
             f"--pretrained {pretrained} is not a zoo run's checkpoint, so it names no model"
             if pretrained else "name the registered model to export"))
+    if num_classes is None and pretrained:
+        num_classes = weights_classes(name, pretrained, model_kwargs)
+        if num_classes is not None:
+            logger.info("%s holds a %d-class classifier: exporting %d classes (--num-classes "
+                        "exports another count, with a new random classifier)", pretrained,
+                        num_classes, num_classes)
     return name, create_model(name, num_classes=num_classes, pretrained=pretrained,
                               **(model_kwargs or {})), {}, clip_of_kwargs(model_kwargs)
+
+
+def weights_classes(name: str, pretrained: str, model_kwargs: Optional[Dict[str, Any]] = None
+                    ) -> Optional[int]:
+    """The class count of the classifier in the local weights ``pretrained`` (a file or a
+    Hugging Face folder, in any format zoo reads) when it differs from the count ``name`` is
+    built with by default; None for the same count, for a tag or URL (published weights fit
+    the model's facts), or for weights that do not read (loading them reports why)."""
+    from ..models.build import create_model
+    from ..models.weights import resolve_pretrained
+    from ..models.weights.load import detect_format, read_state_dict, to_model_keys
+    from .checkpoint_model import head_classes
+
+    try:
+        if resolve_pretrained(pretrained, name).kind != "path":
+            return None
+        state = read_state_dict(pretrained)
+        with torch.device("meta"):
+            model = create_model(name, **(model_kwargs or {}))
+        # The load that follows logs what the conversion says; said once is enough.
+        quiet = logging.getLogger("zoo.models.weights")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            state = to_model_keys(state, model, detect_format(state, model), pretrained)
+        finally:
+            quiet.setLevel(level)
+    except (UserError, OSError, ValueError, KeyError):
+        return None
+    return head_classes(model, state)
 
 
 def _clip_refused(name: str, shape: Tuple[int, ...], built: Tuple[int, ...], error: str) -> str:
