@@ -30,7 +30,8 @@ reverse), they are concatenated (or split) in that order, which is how the fused
 is read (q, then k, then v).
 
 PyTorchVideo normalises pooled q / k / v with LayerNorm's default eps (1e-5); PySlowFast's
-current code and zoo use 1e-6: logits differ in about the fifth digit.
+current code and zoo use 1e-6: logits differ by about 1.2e-4 of the largest (0.006 on 48.6 for
+random weights at 16 x 224 x 224).
 """
 
 from __future__ import annotations
