@@ -217,7 +217,9 @@ def csn_model(v: Dict[str, Any], source: str) -> Model:
                          "dropout", float(v["MODEL.DROPOUT_RATE"])]
     return "ircsn_resnet152", kwargs, [f"MODEL.MODEL_NAME PTVCSN R{depth}: zoo's "
                                        "ircsn_resnet152 with layers "
-                                       f"{list(STAGE_BLOCKS[depth])}"]
+                                       f"{list(STAGE_BLOCKS[depth])} (PyTorchVideo's CSN "
+                                       "weights do not load into it: zoo's PyTorchVideo "
+                                       "converter does not cover CSN)"]
 
 
 def r2plus1d_model(v: Dict[str, Any], source: str) -> Model:
