@@ -66,8 +66,12 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``cuda`` are skipped, with the reason, where ``torch.cuda.is_available()`` is
+    """Tests marked ``slow`` run first, each file's in their order, so that the many short tests
+    fill the end of a run that pytest-xdist spreads over workers (its ``load`` scheduling keeps
+    a worker's last tests with it: a long test dealt out last leaves the other workers idle).
+    Tests marked ``cuda`` are skipped, with the reason, where ``torch.cuda.is_available()`` is
     False (the mark is added at collection, so their fixtures never run there)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # a stable sort
     marked = [item for item in items if item.get_closest_marker("cuda") is not None]
     if not marked:
         return
