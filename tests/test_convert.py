@@ -301,3 +301,22 @@ def test_a_damaged_file_is_called_damaged_not_refused(tmp_path):
         assert "cut short or damaged" in str(e.value)
         assert "weights_only" not in str(e.value) and "--unsafe-load" not in str(e.value)
     assert list(read_source(str(whole), ["state_dict"])) == ["w"]
+
+
+def test_a_whole_pickled_model_converts_with_unsafe_load(tmp_path):
+    """torch.save(model) pickles the module: MODEL.PRETRAINED refuses it and points to
+    --unsafe-load, which reads the model's state_dict()."""
+    import torchvision
+
+    from zoo.models.weights import WeightsError
+
+    torch.manual_seed(0)
+    net = torchvision.models.resnet18(num_classes=10)
+    whole = tmp_path / "whole.pth"
+    torch.save(net, whole)
+    with pytest.raises(WeightsError, match="--unsafe-load .a whole pickled model"):
+        zoo.create_model("resnet18", num_classes=10, pretrained=str(whole))
+    out = tmp_path / "zoo.pth"
+    convert_checkpoint(str(whole), str(out), "torchvision", "resnet18", allow_pickle=True)
+    model = zoo.create_model("resnet18", num_classes=10, pretrained=str(out))
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in net.state_dict().items())

@@ -30,10 +30,11 @@ TINY = dict(embed_dim=24, depth=2, num_heads=3, frames=4, crop_size=32)
 CLASSES = 5
 
 
-def _hf_config(embed_dim=24, depth=2, num_heads=3, frames=4, crop_size=32, **extra):
+def _hf_config(embed_dim=24, depth=2, num_heads=3, frames=4, crop_size=32, mlp_ratio=4,
+               **extra):
     return transformers.VideoMAEConfig(
         hidden_size=embed_dim, num_hidden_layers=depth, num_attention_heads=num_heads,
-        intermediate_size=4 * embed_dim, num_frames=frames, image_size=crop_size,
+        intermediate_size=mlp_ratio * embed_dim, num_frames=frames, image_size=crop_size,
         patch_size=16, tubelet_size=2, layer_norm_eps=1e-6, **extra)
 
 
@@ -411,3 +412,100 @@ def test_a_classifier_of_the_other_pooling_names_the_kwarg(hf_pooling):
     assert (f"set CONFIG.MODEL.KWARGS ['use_mean_pooling', {hf_pooling}]") in str(e.value)
     convert_state_dict(state, "huggingface", "videomae_vit_b", use_mean_pooling=hf_pooling,
                        **TINY)  # the kwarg it names fits
+
+
+def test_a_hub_folder_loaded_directly_orders_its_classifier_by_id2label(tmp_path, caplog):
+    """config.json's id2label names the classifier's rows: a folder given as MODEL.PRETRAINED
+    gets the head a converted file of it gets, its rows in the data's class order;
+    transformers' placeholder LABEL_<id> names leave the rows as they are."""
+    from zoo.models.weights.load import load_pretrained
+
+    names = ["sit", "run", "jump"]
+    hf = _hf_model(num_labels=3, id2label=dict(enumerate(names)),
+                   label2id={n: i for i, n in enumerate(names)})
+    hf.save_pretrained(tmp_path / "hub")
+    out = str(tmp_path / "zoo.pth")
+    convert_checkpoint(str(tmp_path / "hub"), out, "huggingface", "videomae_vit_b", dict(TINY))
+    want = hf.classifier.weight.detach()
+
+    def head(path, classes):
+        model = zoo.create_model("videomae_vit_b", num_classes=3, **TINY)
+        load_pretrained(model, path, "videomae_vit_b", dict(TINY), classes)
+        return model.head.weight.detach()
+
+    data = ["jump", "run", "sit"]
+    with caplog.at_level(logging.INFO):
+        direct = head(str(tmp_path / "hub"), data)
+    assert torch.equal(direct, want[[2, 1, 0]])
+    assert torch.equal(direct, head(out, data))
+    assert "its classifier rows reordered to the data's class order" in caplog.text
+    assert torch.equal(head(str(tmp_path / "hub"), names), want)
+    config = json.loads((tmp_path / "hub" / "config.json").read_text())
+    config["id2label"] = {str(i): f"LABEL_{i}" for i in range(3)}
+    (tmp_path / "hub" / "config.json").write_text(json.dumps(config))
+    assert torch.equal(head(str(tmp_path / "hub"), data), want)
+
+
+@pytest.mark.parametrize("key,value,said", [
+    ("hidden_act", "relu", "config.json hidden_act is 'relu' but zoo's VideoMAE computes GELU"),
+    ("hidden_act", "silu", "config.json hidden_act is 'silu' but zoo's VideoMAE computes GELU"),
+    ("layer_norm_eps", 1e-3, "config.json layer_norm_eps is 0.001 but the model has 1e-06; "
+                             "build the model to fit (MODEL.KWARGS ['norm_eps', 0.001])"),
+    ("intermediate_size", 48, "config.json intermediate_size is 48 but the model has 96; build "
+                              "the model to fit (MODEL.KWARGS ['mlp_ratio', 2.0])")])
+def test_config_json_of_another_activation_epsilon_or_mlp_is_refused(tmp_path, key, value, said):
+    """The activation, the LayerNorm epsilon and the MLP width change the logits with weights
+    that fit every shape: each is refused in one line (transformers' 1e-12 epsilon against
+    zoo's 1e-6 is the same net)."""
+    if key == "intermediate_size":
+        _hf_model(mlp_ratio=2).save_pretrained(tmp_path)
+    else:  # weights that fit every shape
+        _hf_model().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config[key] = value
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConversionError) as e:
+        zoo.create_model("videomae_vit_b", num_classes=CLASSES, pretrained=str(tmp_path), **TINY)
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path}: ") and said in msg and "\n" not in msg, msg
+    config.update(hidden_act="gelu", layer_norm_eps=1e-12, intermediate_size=96)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    if key != "intermediate_size":
+        zoo.create_model("videomae_vit_b", num_classes=CLASSES, pretrained=str(tmp_path), **TINY)
+
+
+def test_every_mismatching_config_json_key_is_in_the_one_line(tmp_path):
+    _hf_model().save_pretrained(tmp_path)
+    model = dict(TINY, embed_dim=48, depth=3, num_heads=4)
+    with pytest.raises(ConversionError) as e:
+        zoo.create_model("videomae_vit_b", num_classes=CLASSES, pretrained=str(tmp_path), **model)
+    msg = str(e.value)
+    for key, theirs, ours in (("hidden_size", 24, 48), ("num_hidden_layers", 2, 3),
+                              ("num_attention_heads", 3, 4)):
+        assert f"config.json {key} is {theirs} but the model has {ours}" in msg, msg
+    assert "MODEL.KWARGS ['embed_dim', 24, 'depth', 2, 'num_heads', 3" in msg
+
+
+def test_pretraining_weights_without_architectures_keep_the_models_pooling(tmp_path, caplog):
+    """A pretraining config.json without "architectures" (its weights still hold the decoder):
+    its use_mean_pooling is not checked (the head starts fresh whatever it pooled), and the log
+    says what loaded and what starts fresh for either pooling."""
+    torch.manual_seed(0)
+    hf = transformers.VideoMAEForPreTraining(_hf_config(
+        use_mean_pooling=False, decoder_hidden_size=16, decoder_num_hidden_layers=1,
+        decoder_num_attention_heads=2, decoder_intermediate_size=32))
+    hf.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.pop("architectures", None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with caplog.at_level(logging.INFO):
+        zoo.create_model("videomae_vit_b", num_classes=CLASSES, pretrained=str(tmp_path), **TINY)
+    assert "fc_norm and the classifier start fresh" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        model = zoo.create_model("videomae_vit_b", num_classes=CLASSES, pretrained=str(tmp_path),
+                                 use_mean_pooling=False, **TINY)
+    assert torch.equal(model.norm.weight, hf.videomae.layernorm.weight)
+    line = next(r.getMessage() for r in caplog.records if "decoder tensors" in r.getMessage())
+    assert "fc_norm" not in line and "its final norm" in line and "the classifier starts fresh" \
+        in line, line

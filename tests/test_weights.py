@@ -611,3 +611,74 @@ def test_weights_of_another_architecture_say_how_they_were_read_not_a_flag(tmp_p
     assert msg.startswith(f"{path}: read as torchvision weights (told from its keys), it does not "
                           "fit swin3d_t: source keys the scheme does not know"), msg
     assert "--from" not in msg
+
+
+def test_a_file_without_num_batches_tracked_loads_and_says_so(tmp_path, caplog):
+    """PyTorch's strict load_state_dict accepts BatchNorm without its step counter, so zoo-key
+    files saved that way load (the counters keep the model's own values); any other missing
+    key is still refused."""
+    state = _tiny_state()
+    path = tmp_path / "no_counters.pth"
+    torch.save({k: v for k, v in state.items() if not k.endswith(".num_batches_tracked")}, path)
+    with caplog.at_level(logging.WARNING):
+        model = zoo.create_model(TINY, num_classes=5, pretrained=str(path))
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items()
+               if not k.endswith(".num_batches_tracked"))
+    assert re.search(r"no_counters\.pth: filled \d+ module\(s\) \(num_batches_tracked absent "
+                     r"from source\)", caplog.text)
+    torch.save({k: v for k, v in state.items() if not k.startswith("head.")}, path)
+    with pytest.raises(WeightsError, match=r"missing from checkpoint \(2\): head\.proj"):
+        zoo.create_model(TINY, num_classes=5, pretrained=str(path))
+
+
+@pytest.mark.parametrize("prefix", ["_orig_mod.", "module._orig_mod.", "_orig_mod.module."])
+def test_a_compiled_models_state_dict_loads(tmp_path, prefix):
+    """torch.compile's wrapper names every key ``_orig_mod.``; with DDP, ``module.`` too."""
+    from zoo.models.weights.convert.common import read_source
+
+    state = _tiny_state()
+    path = tmp_path / "compiled.pth"
+    torch.save({"model_state": {prefix + k: v for k, v in state.items()}}, path)
+    model = zoo.create_model(TINY, num_classes=5, pretrained=str(path))
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
+    assert list(read_source(str(path), ["model_state"])) == list(state)
+
+
+def test_unknown_keys_name_the_file(tmp_path):
+    path = tmp_path / "other.pth"
+    torch.save({"encoder.w": torch.zeros(3)}, path)
+    with pytest.raises(WeightsError) as e:
+        zoo.create_model(TINY, num_classes=5, pretrained=str(path))
+    assert str(e.value).startswith(f"{path}: its keys (encoder.w, ...) are not SlowFast's")
+
+
+def test_weights_of_a_variant_say_so_and_name_no_format_they_are_not(tmp_path):
+    """torchvision swin3d_t weights in a swin3d_s: the keys are the model's (fewer blocks), not
+    PySlowFast's; r3d_18 weights in an r2plus1d_18 share most names; a PyTorchVideo file of a
+    net zoo does not convert names no --from flag."""
+    import torchvision
+    from pytorchvideo.models.csn import create_csn
+
+    from zoo.models.weights.load import detect_format, load_pretrained
+
+    with torch.device("meta"):
+        swin_t = torchvision.models.video.swin3d_t().state_dict()
+        r3d = torchvision.models.video.r3d_18().state_dict()
+        r2plus1d = zoo.create_model("r2plus1d_18", num_classes=5)
+        swin_s = zoo.create_model("swin3d_s", num_classes=5)
+        csn = create_csn(model_depth=50).state_dict()
+        ircsn = zoo.create_model("ircsn_resnet152", num_classes=5)
+    assert detect_format(swin_t, swin_s, "t.pth") == "zoo"
+    with pytest.raises(WeightsError) as e:
+        detect_format(r3d, r2plus1d, "r3d.pth")
+    assert re.match(r"r3d\.pth: \d+ of its 122 key names are VideoResNet's, the rest "
+                    r"\(layer1\.0\.conv1\.0\.weight, .*another variant", str(e.value)), e.value
+    path = tmp_path / "csn.pyth"
+    # Its stem and first stage: what the format is told from (the rest reads the same way).
+    torch.save({"model_state": {k: torch.zeros(v.shape, dtype=v.dtype) for k, v in csn.items()
+                                if k.startswith(("blocks.0.", "blocks.1."))}}, path)
+    with pytest.raises(WeightsError) as e:
+        load_pretrained(ircsn, str(path))
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: read as pytorchvideo weights (told from its keys)"), msg
+    assert "--from" not in msg and "zoo converts pytorchvideo weights to" in msg

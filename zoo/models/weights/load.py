@@ -32,16 +32,19 @@ from .convert import SCHEMES
 from .convert.common import (
     ConversionError,
     Layout,
+    filled_line,
     fit_position,
     is_safetensors,
     map_state,
     read_safetensors,
     resized_line,
+    strip_wrappers,
 )
 from .convert.gluoncv import looks_like_gluoncv
 from .convert.huggingface import (
     check_hub_config,
     find_hub_config,
+    hub_class_names,
     looks_like_huggingface,
     read_hub_config,
     read_hub_folder,
@@ -60,7 +63,7 @@ _STATE_KEYS = ("model", "model_state", "state_dict")
 
 
 def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
-    """The model weights in a checkpoint file, ``module.`` stripped.
+    """The model weights in a checkpoint file, ``module.`` / ``_orig_mod.`` stripped.
 
     A zoo checkpoint (``model``), a PySlowFast / PyTorchVideo ``.pyth`` (``model_state``), an
     MMAction2 file (``state_dict``), a bare state dict, a ``.safetensors`` file (told from its
@@ -74,7 +77,7 @@ def _read(path: str) -> Tuple[Dict[str, torch.Tensor], Optional[Dict[str, Any]]]
     "kwargs": MODEL.KWARGS as a dict, "pairs": MODEL.KWARGS as written, "classes": the class
     names it was trained on, [] when none}``; None for a file that records no config)."""
     if os.path.isdir(path):
-        return read_hub_folder(path), None
+        return _strip_module(read_hub_folder(path), path), None
     if not os.path.isfile(path):
         raise FileNotFoundError(f"pretrained checkpoint {path!r} does not exist")
     if is_safetensors(path):
@@ -88,7 +91,8 @@ def _read(path: str) -> Tuple[Dict[str, torch.Tensor], Optional[Dict[str, Any]]]
         raise WeightsError(
             f"{path}: refused to load ({what}); only plain tensor checkpoints are accepted "
             "(torch.load(weights_only=True)); if you trust the file, convert it with "
-            "tools/convert_checkpoint.py --unsafe-load"
+            "tools/convert_checkpoint.py --unsafe-load (a whole pickled model, torch.save(model), "
+            "converts too)"
         ) from None
     state = obj
     if isinstance(obj, dict):
@@ -178,20 +182,20 @@ def _plain(value: Any) -> Any:
 
 
 def _strip_module(state: Dict[str, torch.Tensor], path: str) -> Dict[str, torch.Tensor]:
-    state = {k[len("module."):] if k.startswith("module.") else k: v for k, v in state.items()
-             if isinstance(v, torch.Tensor)}
+    state = strip_wrappers({k: v for k, v in state.items() if isinstance(v, torch.Tensor)})
     if not state:
         raise WeightsError(f"{path}: holds no tensors (looked under {list(_STATE_KEYS)})")
     return state
 
 
-def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
+def detect_format(state: Dict[str, torch.Tensor], model: nn.Module, source: str = "") -> str:
     """The format of ``state``, from its keys: ``"zoo"`` (the model's own keys), ``"pyslowfast"``,
     ``"pytorchvideo"``, ``"mmaction2"``, ``"huggingface"``, ``"gluoncv"`` or ``"torchvision"``
     (a 2D ResNet, to inflate).
 
     Raises:
-        RuntimeError: when the keys fit none of them (naming the first keys).
+        WeightsError: when the keys fit none of them (naming ``source``, the file, and the
+            first keys).
     """
     own = model.state_dict()
     # MViT files: torchvision's and PyTorchVideo's share most block names with zoo's
@@ -199,8 +203,10 @@ def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
         return "torchvision"
     if "patch_embed.patch_model.weight" in state:
         return "pytorchvideo"
-    if sum(k in own for k in state) >= len(own) // 2:
-        if "patch_embed.proj.weight" in state and set(state) != set(own):
+    shared = sum(k in own for k in state)
+    if shared >= len(own) // 2:
+        if ("patch_embed.proj.weight" in state and "head.projection.weight" in own
+                and set(state) != set(own)):
             return "pyslowfast"  # PySlowFast's MViT names, q / k / v split or fused otherwise
         return "zoo"
     keys = list(state)
@@ -216,8 +222,16 @@ def detect_format(state: Dict[str, torch.Tensor], model: nn.Module) -> str:
         return "gluoncv"
     if "conv1.weight" in state and any(k.startswith("layer1.") for k in keys):
         return "torchvision"
+    if shared >= max(2, len(own) // 10):  # many of the model's names: another variant of it
+        others = [k for k in keys if k not in own]
+        raise WeightsError(
+            f"{source or 'these weights'}: {shared} of its {len(keys)} key names are "
+            f"{type(model).__name__}'s, the rest ({', '.join(others[:3])}, ...) are not: weights "
+            "of another variant of it; set CONFIG.MODEL.NAME (and MODEL.KWARGS) to the model "
+            "they are of (zoo-list-models lists them)")
     raise WeightsError(
-        f"these weights (keys {', '.join(keys[:4])}, ...) are not {type(model).__name__}'s and "
+        f"{source or 'these weights'}: its keys ({', '.join(keys[:4])}, ...) are not "
+        f"{type(model).__name__}'s and "
         "no converter knows their names: if they are another model's, set CONFIG.MODEL.NAME to "
         "it (zoo-list-models lists them); if another project wrote them, convert them with "
         "tools/convert_checkpoint.py")
@@ -273,7 +287,7 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
         state = {k[len("model."):]: v for k, v in state.items()}  # a wrapper module's file
     # A zoo checkpoint holds zoo's keys, whatever they look like when they do not fit.
     try:
-        fmt = "zoo" if recorded is not None else detect_format(state, model)
+        fmt = "zoo" if recorded is not None else detect_format(state, model, path)
     except WeightsError:
         if zoo_run is None:
             raise
@@ -286,15 +300,19 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
                                                                             "gluoncv")):
         raise WeightsError(f"{path}: the weights table says {expected} but its keys are {fmt}'s; "
                            "the published file changed: report it, or name the file directly")
+    hub_classes: List[str] = []
     if fmt == "huggingface":
-        _check_hub_config(path, model)
+        hub_classes = _check_hub_config(path, model, state)
     if recorded is not None and fmt == "zoo":
         state, other_classes = _head_by_name(state, model, recorded["classes"], list(classes),
                                              path)
         new_head = new_head or other_classes
     try:
-        load_state(model, to_model_keys(state, model, fmt, path), source=path,
-                   new_head=new_head)
+        state = to_model_keys(state, model, fmt, path)
+        if hub_classes:  # config.json's id2label names the classifier's rows, as a zoo run's
+            state, other_classes = _head_by_name(state, model, hub_classes, list(classes), path)
+            new_head = new_head or other_classes
+        load_state(model, state, source=path, new_head=new_head)
     except (WeightsError, ConversionError) as e:
         if zoo_run is None:
             if not isinstance(e, ConversionError) or fmt == "zoo":
@@ -303,6 +321,7 @@ def load_pretrained(model: nn.Module, path: str, model_name: Optional[str] = Non
             # format was told from the keys, so say so and name the model.
             why = re.sub(r"^--from \S+?: (the checkpoint does not fit the model; )?", "",
                          str(e))
+            why = re.sub(r"^--from (\S+) converts to", r"zoo converts \1 weights to", why)
             raise WeightsError(f"{path}: read as {fmt} weights (told from its keys), it does not "
                                f"fit {model_name or type(model).__name__}: {why}") from None
         if recorded is None:  # another builder's run, read as another format: not this model
@@ -361,15 +380,20 @@ def _config_beside(source: WeightsSource) -> WeightsSource:
     return WeightsSource("url", url, cache_path(url), mirror_url(url))
 
 
-def _check_hub_config(path: str, model: nn.Module) -> None:
-    """Check Hugging Face weights' config.json (required for a folder) against ``model``."""
+def _check_hub_config(path: str, model: nn.Module, state: Dict[str, torch.Tensor]
+                      ) -> List[str]:
+    """Check Hugging Face weights' config.json (required for a folder) against ``model``; the
+    class names its ``id2label`` gives the classifier's rows (``[]`` when none)."""
     config = find_hub_config(path)
     if config is None and not os.path.isdir(path):
         logger.warning("%s: no config.json beside it; the attention heads and the input size "
                        "it was trained for are not checked", path)
-        return
+        return []
     folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    check_hub_config(read_hub_config(folder), model, path)
+    config = read_hub_config(folder)
+    check_hub_config(config, model, path, list(state))
+    head = state.get("classifier.weight")
+    return hub_class_names(config, head.shape[0], path) if head is not None else []
 
 
 def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "state",
@@ -404,7 +428,10 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
             skipped[k.rsplit(".", 1)[0]].append(f"{k.rsplit('.', 1)[1]} {tuple(v.shape)}")
         else:
             mismatched.append(f"{k} {tuple(v.shape)} vs model {tuple(own[k].shape)}")
-    missing = [k for k in own if k not in state]
+    # BatchNorm's step counter: files saved without it load (PyTorch's own load_state_dict
+    # accepts them); the model keeps its own.
+    counters = [k for k in own if k not in state and k.endswith(".num_batches_tracked")]
+    missing = [k for k in own if k not in state and k not in counters]
     unexpected = [k for k in state if k not in own]
     if mismatched or missing or unexpected:
         parts = []
@@ -423,6 +450,9 @@ def load_state(model: nn.Module, state: Dict[str, torch.Tensor], source: str = "
     model.load_state_dict(load, strict=False)
     if resized:
         logger.warning("%s: %s", source, resized_line(resized))
+    if counters:
+        logger.warning("%s: %s", source, filled_line(counters,
+                                                     "num_batches_tracked absent from source"))
     for group, items in skipped.items():
         logger.warning("%s: re-initialised %s (checkpoint had %s)", source, group, ", ".join(items))
     logger.info("loaded %d tensors from %s", len(load), source)

@@ -157,7 +157,7 @@ def convert_checkpoint(
         probe = _meta_model(model_name, model_facts(model_name).get("num_classes") or 400,
                             model_kwargs)
         hub_config = read_hub_config(folder)
-        check_hub_config(hub_config, probe, src)
+        check_hub_config(hub_config, probe, src, list(source))
     state, num_classes, report = convert_state_dict(source, scheme, model_name, **model_kwargs)
     # config.json's id2label names the classes, as a zoo run's checkpoint records its data's.
     classes = hub_class_names(hub_config, num_classes, src) if hub_config else []

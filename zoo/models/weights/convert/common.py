@@ -23,8 +23,8 @@ from ....utils.errors import UserError
 logger = logging.getLogger(__name__)
 
 __all__ = ["ConversionError", "Layout", "Report", "Scheme", "check_x3d_shortcut_bns",
-           "fit_position", "is_safetensors",
-           "map_state", "read_safetensors", "read_source", "resized_line"]
+           "filled_line", "fit_position", "is_safetensors", "map_state", "read_safetensors",
+           "read_source", "resized_line", "strip_wrappers"]
 
 # The last component of every state-dict key: what kind of tensor it is.
 PARAM = r"(weight|bias|running_mean|running_var|num_batches_tracked)"
@@ -32,6 +32,16 @@ PARAM = r"(weight|bias|running_mean|running_var|num_batches_tracked)"
 
 class ConversionError(UserError, RuntimeError):
     """A checkpoint does not fit the scheme or the model; the message names the keys."""
+
+
+# Key prefixes of wrapped models' state dicts: DistributedDataParallel / DataParallel
+# (``module.``) and ``torch.compile`` (``_orig_mod.``), in any order and nesting.
+_WRAPPER = re.compile(r"^(?:module\.|_orig_mod\.)+")
+
+
+def strip_wrappers(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """``state`` with the ``module.`` / ``_orig_mod.`` prefixes of wrapped models removed."""
+    return {_WRAPPER.sub("", k): v for k, v in state.items()}
 
 
 @dataclass
@@ -122,12 +132,9 @@ class Report:
                f"{self.num_target} zoo tensors"]
         groups: Dict[str, List[str]] = {}
         for key, why in self.filled.items():
-            groups.setdefault(why, []).append(key.rsplit(".", 1)[0])
-        for why, modules in groups.items():
-            unique = sorted(set(modules))
-            shown = ", ".join(unique[:6]) + (f", ... ({len(unique) - 6} more)"
-                                             if len(unique) > 6 else "")
-            out.append(f"filled {len(unique)} module(s) ({why}): {shown}")
+            groups.setdefault(why, []).append(key)
+        for why, keys in groups.items():
+            out.append(filled_line(keys, why))
         if self.resized:
             out.append(resized_line(self.resized))
         out += self.notes
@@ -241,7 +248,8 @@ def read_safetensors(path: str) -> Dict[str, torch.Tensor]:
 
 def read_source(path: str, state_keys: Sequence[str], allow_pickle: bool = False
                 ) -> Dict[str, torch.Tensor]:
-    """The tensors of a foreign checkpoint, with any ``module.`` prefix removed.
+    """The tensors of a foreign checkpoint, with any ``module.`` / ``_orig_mod.`` prefix removed
+    (a whole pickled model, read with ``allow_pickle``, gives its ``state_dict()``).
 
     Args:
         path: Checkpoint file: a ``torch.save`` file or a ``.safetensors`` one (a Hugging Face
@@ -254,7 +262,7 @@ def read_source(path: str, state_keys: Sequence[str], allow_pickle: bool = False
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint {path!r} does not exist")
     if is_safetensors(path):
-        return {re.sub(r"^module\.", "", k): v for k, v in read_safetensors(path).items()}
+        return strip_wrappers(read_safetensors(path))
     try:
         obj = torch.load(path, map_location="cpu", weights_only=not allow_pickle)
     except Exception as e:  # torch.load raises many types; load_failure tells what the file is
@@ -266,6 +274,8 @@ def read_source(path: str, state_keys: Sequence[str], allow_pickle: bool = False
         raise ConversionError(
             f"{path}: torch.load(weights_only=True) refused it ({what}). If you trust the file, "
             "pass --unsafe-load to unpickle it fully.") from None
+    if isinstance(obj, torch.nn.Module):  # a whole pickled model (torch.save(model))
+        obj = obj.state_dict()
     if isinstance(obj, dict):
         for key in state_keys:
             if isinstance(obj.get(key), dict):
@@ -277,7 +287,14 @@ def read_source(path: str, state_keys: Sequence[str], allow_pickle: bool = False
     if len(tensors) != len(obj):
         others = [k for k in obj if k not in tensors]
         raise ConversionError(f"{path}: the state dict holds non-tensor entries: {others[:8]}")
-    return {re.sub(r"^module\.", "", k): v for k, v in tensors.items()}
+    return strip_wrappers(tensors)
+
+
+def filled_line(keys: Sequence[str], why: str) -> str:
+    """The one line saying which modules' tensors (``keys``) were filled, and why."""
+    unique = sorted({key.rsplit(".", 1)[0] for key in keys})
+    shown = ", ".join(unique[:6]) + (f", ... ({len(unique) - 6} more)" if len(unique) > 6 else "")
+    return f"filled {len(unique)} module(s) ({why}): {shown}"
 
 
 def resized_line(resized: Sequence[str]) -> str:

@@ -21,8 +21,8 @@ in-memory ``state_dict()`` names them ``query.bias`` / ``value.bias``: both are 
 A Hub folder (what ``save_pretrained`` writes) holds ``config.json`` and ``model.safetensors``
 (or ``pytorch_model.bin``, or shards listed in ``model.safetensors.index.json`` /
 ``pytorch_model.bin.index.json``). :func:`check_hub_config` compares what ``config.json`` says
-with the model being built; a mismatch is one line naming the key, the file's value and the
-model's.
+with the model being built; a mismatch is one line naming each key that differs, the file's
+value and the model's.
 """
 
 from __future__ import annotations
@@ -118,16 +118,26 @@ class HuggingFaceScheme(Scheme):
                     "--from huggingface: VideoMAE pretraining (or base-model) weights have no "
                     "classifier to convert; give them to training as CONFIG.MODEL.PRETRAINED "
                     "directly (the encoder loads, the head starts fresh)")
+            # What the model has beyond the encoder starts fresh: fc_norm (mean pooling) or the
+            # final norm where the weights lack it, and the classifier.
             fresh = {hf: layout.initial[ours] for hf, ours in (
                 ("fc_norm.weight", "fc_norm.weight"), ("fc_norm.bias", "fc_norm.bias"),
+                ("videomae.layernorm.weight", "norm.weight"),
+                ("videomae.layernorm.bias", "norm.bias"),
                 ("classifier.weight", "head.weight"), ("classifier.bias", "head.bias"))
-                if ours in layout.initial}
+                if ours in layout.initial and hf not in source}
             source.update(fresh)
             if fresh or decoder:
-                logger.info("VideoMAE %s weights: the encoder is loaded%s; %s", "pretraining"
-                            if decoder else "base-model",
+                started = [name for key, name in (
+                    ("fc_norm.weight", "fc_norm"), ("videomae.layernorm.weight", "the final norm"),
+                    ("classifier.weight", "the classifier")) if key in fresh]
+                kept = ("" if "norm.weight" not in layout.shapes or "videomae.layernorm.weight"
+                        in fresh else " (its final norm too)")
+                logger.info("VideoMAE %s weights: the encoder is loaded%s%s; %s", "pretraining"
+                            if decoder else "base-model", kept,
                             f", its {len(decoder)} decoder tensors are not used" if decoder
-                            else "", "fc_norm and the classifier start fresh" if fresh else
+                            else "", f"{' and '.join(started)} start"
+                            f"{'s' if len(started) == 1 else ''} fresh" if started else
                             "they have no classifier")
         _check_pooling(source, layout)
         parts: Dict[str, Dict[str, torch.Tensor]] = {}
@@ -243,13 +253,27 @@ def _videomae_values(model: nn.Module) -> Dict[str, Any]:
         "image_size": model.crop_size,
         "use_mean_pooling": model.use_mean_pooling,
         "qv_bias": model.qv_bias,
+        "intermediate_size": model.blocks[0].mlp.fc1.out_features if len(model.blocks) else 0,
     }
 
 
 # VideoMAEConfig's defaults, for keys a config.json leaves out.
 _HF_DEFAULTS = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
                 "patch_size": 16, "tubelet_size": 2, "num_frames": 16, "image_size": 224,
-                "use_mean_pooling": True, "qv_bias": True}
+                "use_mean_pooling": True, "qv_bias": True, "intermediate_size": 3072,
+                "hidden_act": "gelu", "layer_norm_eps": 1e-12}
+
+# The builder kwarg of each config.json key, for the line that says how to build the model.
+_KWARGS = {"hidden_size": "embed_dim", "num_hidden_layers": "depth",
+           "num_attention_heads": "num_heads", "patch_size": "patch", "tubelet_size": "tubelet",
+           "num_frames": "frames", "image_size": "crop_size"}
+
+# transformers' names of the activation zoo's MLP computes: exact (erf) GELU.
+_GELU = ("gelu", "gelu_python")
+
+# LayerNorm epsilons closer than this compute the same net: Hugging Face's 1e-12 against zoo's
+# 1e-6 moves a LayerNorm's output far less than float32 rounding of a trained model's features.
+EPS_TOLERANCE = 1e-5
 
 
 def hub_class_names(config: Dict[str, Any], num_classes: int, where: str) -> List[str]:
@@ -275,15 +299,26 @@ def hub_class_names(config: Dict[str, Any], num_classes: int, where: str) -> Lis
     return ordered
 
 
-def check_hub_config(config: Dict[str, Any], model: nn.Module, where: str) -> None:
+def check_hub_config(config: Dict[str, Any], model: nn.Module, where: str,
+                     keys: Sequence[str] = ()) -> None:
     """Stop with one line when ``config`` (a config.json) describes another network than
-    ``model``: hidden_size, num_hidden_layers, num_attention_heads, patch_size, tubelet_size,
-    use_mean_pooling and the q/v bias flag (``qv_bias``, or ``qkv_bias`` in older files). A
-    num_frames or image_size of another clip than the model's gets one warning. A key the file
-    leaves out takes transformers' default.
+    ``model``: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
+    patch_size, tubelet_size, use_mean_pooling, the q/v bias flag (``qv_bias``, or ``qkv_bias``
+    in older files), hidden_act (zoo computes exact GELU) and layer_norm_eps (beyond
+    :data:`EPS_TOLERANCE`). The line names every key that differs. A num_frames or image_size
+    of another clip than the model's gets one warning. A key the file leaves out takes
+    transformers' default.
+
+    Args:
+        config: The config.json's content.
+        model: The zoo VideoMAE being loaded.
+        where: The file or folder, for messages.
+        keys: The weights' keys, where known: weights without a classifier (pretraining or
+            base-model weights, decoder tensors or not) leave use_mean_pooling unchecked, as
+            the model's head starts fresh whatever they pooled.
 
     Raises:
-        ConversionError: naming the key, the file's value and the model's.
+        ConversionError: naming each key, the file's value and the model's.
     """
     model_type = config.get("model_type", "videomae")
     if model_type != "videomae":
@@ -296,10 +331,14 @@ def check_hub_config(config: Dict[str, Any], model: nn.Module, where: str) -> No
     if "qv_bias" not in config and "qkv_bias" in config:
         config["qv_bias"] = config["qkv_bias"]
     ours = _videomae_values(model)
-    if set(config.get("architectures") or []) & {"VideoMAEForPreTraining", "VideoMAEModel"}:
+    encoder_only = bool(keys) and (not any(k.startswith("classifier.") for k in keys)
+                                   or any(k.startswith(_PRETRAINING) for k in keys))
+    if encoder_only or set(config.get("architectures") or []) & {"VideoMAEForPreTraining",
+                                                                  "VideoMAEModel"}:
         # Pretraining or base-model weights: no classifier, so how it pooled does not matter
         # (the model keeps its own pooling and a fresh fc_norm).
         ours.pop("use_mean_pooling")
+    differ, kwargs = [], []
     for key, value in ours.items():
         theirs = _one_value(config.get(key, _HF_DEFAULTS[key]))
         if theirs != value and key in _CLIP_KEYS:
@@ -308,11 +347,22 @@ def check_hub_config(config: Dict[str, Any], model: nn.Module, where: str) -> No
                            "were trained on other clips", where, key, theirs, value)
         elif theirs != value:
             name = "qv_bias (qkv_bias)" if key == "qv_bias" else key
-            hint = {"hidden_size": "embed_dim", "num_hidden_layers": "depth",
-                    "num_attention_heads": "num_heads", "patch_size": "patch",
-                    "tubelet_size": "tubelet", "num_frames": "frames",
-                    "image_size": "crop_size"}.get(key, key)
-            raise ConversionError(
-                f"{where}: config.json {name} is {theirs!r} but the model has {value!r}; build "
-                f"the model to fit (MODEL.KWARGS ['{hint}', {theirs!r}]) or use weights of "
-                "this model")
+            differ.append(f"config.json {name} is {theirs!r} but the model has {value!r}")
+            if key == "intermediate_size":
+                hidden = _one_value(config.get("hidden_size", _HF_DEFAULTS["hidden_size"]))
+                kwargs += ["mlp_ratio", theirs / hidden if hidden else theirs]
+            else:
+                kwargs += [_KWARGS.get(key, key), theirs]
+    eps = config.get("layer_norm_eps", _HF_DEFAULTS["layer_norm_eps"])
+    model_eps = model.blocks[0].norm1.eps if len(model.blocks) else eps
+    if isinstance(eps, (int, float)) and abs(eps - model_eps) > EPS_TOLERANCE:
+        differ.append(f"config.json layer_norm_eps is {eps!r} but the model has {model_eps!r}")
+        kwargs += ["norm_eps", eps]
+    act = config.get("hidden_act", _HF_DEFAULTS["hidden_act"])
+    if act not in _GELU:
+        differ.append(f"config.json hidden_act is {act!r} but zoo's VideoMAE computes GELU "
+                      "(hidden_act 'gelu'): no kwarg builds it; use weights of a GELU VideoMAE")
+    if differ:
+        fix = (f"; build the model to fit (MODEL.KWARGS {kwargs!r}) or use weights of this "
+               "model" if kwargs else "")
+        raise ConversionError(f"{where}: {'; '.join(differ)}{fix}")
