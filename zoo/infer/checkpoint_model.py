@@ -134,16 +134,13 @@ def warn_input_differences(cfg, state: Dict[str, Any], source: str) -> List[str]
     """Log one warning naming the :data:`INPUT_KEYS` whose values in ``cfg`` differ from those
     the checkpoint was trained with (those it records); returns the keys."""
     saved = recorded_config(state)
+    trained = {key: lookup_key(saved, key, None) for key in INPUT_KEYS}
     if not records_clip(state):  # a converted checkpoint: the clip its kwargs build it for
         built = clip_of_kwargs(_recorded_kwargs(saved))
-        saved = _with_keys(saved, {key: built[fact] for _, fact, key in _CLIP_KWARGS
-                                   if fact in built})
-    differ = []
-    for key in INPUT_KEYS:
-        then = lookup_key(saved, key, None)
-        if then is not None and _norm(then) != _norm(lookup_key(cfg, key)):
-            differ.append(key)
-    values = {key: (lookup_key(cfg, key), lookup_key(saved, key, None)) for key in differ}
+        trained.update({key: built[fact] for _, fact, key in _CLIP_KWARGS if fact in built})
+    differ = [key for key in INPUT_KEYS
+              if trained[key] is not None and _norm(trained[key]) != _norm(lookup_key(cfg, key))]
+    values = {key: (lookup_key(cfg, key), trained[key]) for key in differ}
     # The test short side follows SHORT_SIDE_SIZE unless set: compare the sides used, and only
     # where one is set (a differing SHORT_SIDE_SIZE alone is named above).
     now_side, then_side = _test_short_side(cfg), _test_short_side(saved)
@@ -158,20 +155,6 @@ def warn_input_differences(cfg, state: Dict[str, Any], source: str) -> List[str]
                        "training values (e.g. --config-file with the run's config.yaml) to "
                        "test as trained", source, what)
     return differ
-
-
-def _with_keys(tree: Dict[str, Any], values: Dict[str, Any]) -> Dict[str, Any]:
-    """A copy of the plain nested dict ``tree`` with the dotted ``values`` set."""
-    import copy
-
-    tree = copy.deepcopy(tree)
-    for key, value in values.items():
-        node = tree
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return tree
 
 
 def _test_short_side(node) -> Optional[int]:
