@@ -26,6 +26,7 @@ import torch.nn as nn
 from ..config import lookup_key
 from ..models import build_model, parse_model_kwargs
 from ..models.classifier import head_keys
+from ..models.weights.convert.common import strip_wrappers
 from ..utils.checkpoint_io import CheckpointError, load_checkpoint, recorded_config
 
 logger = logging.getLogger("zoo")
@@ -203,7 +204,7 @@ def _weights(state: Dict[str, Any], source: str) -> Dict[str, Any]:
     if not isinstance(weights, dict):
         raise CheckpointError(f"{source}: holds no model weights (no 'model' entry); is it a zoo "
                               "checkpoint? tools/convert_checkpoint.py converts other projects'")
-    return {k[len("module."):] if k.startswith("module.") else k: v for k, v in weights.items()}
+    return strip_wrappers(weights)
 
 
 def head_classes(model: nn.Module, weights: Dict[str, Any]) -> Optional[int]:
