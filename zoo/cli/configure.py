@@ -36,11 +36,12 @@ def setup_cfg(args: argparse.Namespace):
     import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
     # Imported once the config is valid: a config error needs no torch.
     from ..data import fill_normalization
-    from ..models import MODEL_REGISTRY, model_facts
+    from ..models import MODEL_REGISTRY, input_normalization
     from ..train.hooks import user_hook_class
 
     MODEL_REGISTRY.get(cfg.CONFIG.MODEL.NAME)  # fails here, in one line, not in every worker
     for entry in cfg.CONFIG.TRAIN.HOOKS:  # likewise for the user's hooks (built in the workers)
         user_hook_class(entry)
-    # Empty DATA.MEAN / STD mean "the model's own" (its facts record).
-    return fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
+    # Empty DATA.MEAN / STD mean the pretrained weights' (a Hugging Face preprocessor file beside
+    # them), else the model's own (its facts record).
+    return fill_normalization(cfg, input_normalization(cfg, announce=True))

@@ -348,10 +348,12 @@ _C.CONFIG.DATA.NEW_HEIGHT = 256
 _C.CONFIG.DATA.NEW_WIDTH = 340
 # Randomly flip training clips left-right (turn off when left/right carries the label).
 _C.CONFIG.DATA.RANDOM_FLIP = True
-# Per-channel mean (RGB, 0..1 scale) subtracted after scaling pixels to [0, 1]; [] = the model's
-# (its facts: ImageNet for 2-D nets, Kinetics for video nets), else [0.45, 0.45, 0.45].
+# Per-channel mean (RGB, 0..1 scale) subtracted after scaling pixels to [0, 1]; [] = that of the
+# preprocessor_config.json of a Hugging Face folder given as MODEL.PRETRAINED (or beside the file
+# given), else the model's (its facts: ImageNet for 2-D nets, Kinetics for video nets), else
+# [0.45, 0.45, 0.45].
 _C.CONFIG.DATA.MEAN = []
-# Per-channel standard deviation (RGB) the pixels are divided by; [] = the model's, else 0.225.
+# Per-channel standard deviation (RGB) the pixels are divided by; [] = as for MEAN, else 0.225.
 _C.CONFIG.DATA.STD = []
 # DataLoader worker processes per training process (0 = load in the main process).
 _C.CONFIG.DATA.NUM_WORKERS = 2

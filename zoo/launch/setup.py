@@ -107,20 +107,23 @@ def worker_setup(cfg, write_config: bool = True) -> tuple:
     return logging.getLogger("zoo"), device, out_dir
 
 
-def with_model_normalization(cfg):
-    """``cfg`` with empty ``DATA.MEAN`` / ``STD`` filled from the model's facts (its ``mean`` /
-    ``std``), after importing the user's modules (``CONFIG.EXTRA_MODULES``) that may register
-    the model. A config that has them already is returned as it is.
+def with_model_normalization(cfg, announce: bool = False):
+    """``cfg`` with empty ``DATA.MEAN`` / ``STD`` filled from the pretrained weights' Hugging Face
+    preprocessor file, else the model's facts (:func:`zoo.models.input_normalization`; with
+    ``announce`` it logs what it took from the file), after importing the user's modules
+    (``CONFIG.EXTRA_MODULES``) that may register the model. A config that has them already is
+    returned as it is.
 
     Raises:
         RegistryError: no model of that name (one line).
+        WeightsError: the preprocessor file cannot be read (one line).
     """
     from ..data import fill_normalization
-    from ..models import MODEL_REGISTRY, model_facts
+    from ..models import MODEL_REGISTRY, input_normalization
 
     import_extra_modules(cfg.CONFIG.EXTRA_MODULES)
     MODEL_REGISTRY.get(cfg.CONFIG.MODEL.NAME)  # an unknown name: one line, before anything else
-    return fill_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME))
+    return fill_normalization(cfg, input_normalization(cfg, announce))
 
 
 def job_config(cfg, overrides: Sequence[str] = ()):
@@ -157,7 +160,7 @@ def job_config(cfg, overrides: Sequence[str] = ()):
     else:
         raise TypeError(f"expected a config (CfgNode) or the path of a YAML file, got "
                         f"{type(cfg).__name__}")
-    return prepare_synthetic(with_model_normalization(cfg))
+    return prepare_synthetic(with_model_normalization(cfg, announce=True))
 
 
 @contextmanager

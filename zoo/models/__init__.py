@@ -34,12 +34,12 @@ from . import (  # noqa: F401
     vmz,
     x3d,
 )
-from .build import build_model, create_model, parse_model_kwargs
+from .build import build_model, create_model, input_normalization, parse_model_kwargs
 from .classifier import ClassifierMixin
 from .facts import ModelFacts
 from .registry import MODEL_REGISTRY, list_models, model_facts, register_model
 
 __all__ = [
     "MODEL_REGISTRY", "ClassifierMixin", "ModelFacts", "build_model", "create_model",
-    "list_models", "model_facts", "parse_model_kwargs", "register_model",
+    "input_normalization", "list_models", "model_facts", "parse_model_kwargs", "register_model",
 ]

@@ -18,9 +18,11 @@ from ..config import ConfigError, parse_literal
 # The registry's names are also importable from here (their home before registry.py).
 from .registry import MODEL_REGISTRY, list_models, model_facts, register_model
 from .weights.load import load_pretrained
+from .weights.preprocessor import pretrained_normalization
 
-__all__ = ["MODEL_REGISTRY", "build_model", "config_model_kwargs", "create_model", "list_models",
-           "model_facts", "parse_model_kwargs", "register_model"]
+__all__ = ["MODEL_REGISTRY", "build_model", "config_model_kwargs", "create_model",
+           "input_normalization", "list_models", "model_facts", "parse_model_kwargs",
+           "register_model"]
 
 
 def create_model(
@@ -118,6 +120,15 @@ def build_model(cfg, classes: Sequence[str] = ()) -> nn.Module:
         load_pretrained(model, model_cfg.PRETRAINED, model_name=model_cfg.NAME, kwargs=kwargs,
                         classes=classes)
     return model
+
+
+def input_normalization(cfg, announce: bool = False) -> Dict[str, Any]:
+    """The model's facts (:func:`model_facts` of ``CONFIG.MODEL.NAME``) with the ``mean`` / ``std``
+    that empty ``DATA.MEAN`` / ``STD`` stand for: those of ``MODEL.PRETRAINED``'s
+    ``preprocessor_config.json`` where it is a local Hugging Face folder or a file beside one
+    (:func:`~zoo.models.weights.preprocessor.pretrained_normalization`, which ``announce`` makes
+    log what it took and warn of set values that differ), else the model's own."""
+    return pretrained_normalization(cfg, model_facts(cfg.CONFIG.MODEL.NAME), announce)
 
 
 def _refused(e: TypeError, name: str, key: str) -> bool:

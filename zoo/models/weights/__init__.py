@@ -7,6 +7,8 @@ Layout (each module imports only those listed before it, and the registry below 
   registry's facts for aliases.
 * :mod:`.download`: what ``MODEL.PRETRAINED`` means (:func:`resolve_pretrained`), the download
   into the ``$ZOO_HOME/weights`` cache (:func:`fetch`), :class:`WeightsError`.
+* :mod:`.preprocessor`: the input normalisation a Hugging Face folder's
+  ``preprocessor_config.json`` records, for empty ``DATA.MEAN`` / ``STD``.
 * :mod:`.convert`: other projects' key schemes -> zoo's (PySlowFast, PyTorchVideo, MMAction2,
   torchvision, gluoncv.torch); builds the meta models it needs from the registry.
 * :mod:`.load`: reading a checkpoint, telling its format, loading it with the head

@@ -34,6 +34,7 @@ from ....utils.checkpoint_io import (
 )
 from ...classifier import head_keys
 from ...registry import MODEL_REGISTRY, model_facts
+from ..preprocessor import Normalization, find_processor_file, read_processor
 from .common import ConversionError, Layout, Report, Scheme, map_state, read_source
 from .gluoncv import GluonCVScheme
 from .huggingface import (
@@ -108,13 +109,17 @@ def convert_state_dict(
     return state, num_classes, report
 
 
-def _cfg_text(model_name: str, num_classes: int, model_kwargs: Dict[str, Any]) -> str:
+def _cfg_text(model_name: str, num_classes: int, model_kwargs: Dict[str, Any],
+              normalization: Optional[Normalization] = None) -> str:
     import yaml
 
     kwargs = [x for k, v in model_kwargs.items() for x in (k, repr(v) if not isinstance(v, str)
                                                             else v)]
+    data: Dict[str, Any] = {"NUM_CLASSES": int(num_classes)}
+    if normalization is not None:  # what the weights were trained with, for testing and predict
+        data.update(MEAN=normalization.mean, STD=normalization.std)
     return yaml.safe_dump({"CONFIG": {"MODEL": {"NAME": model_name, "KWARGS": kwargs},
-                                      "DATA": {"NUM_CLASSES": int(num_classes)}}})
+                                      "DATA": data}})
 
 
 def convert_checkpoint(
@@ -161,8 +166,14 @@ def convert_checkpoint(
     state, num_classes, report = convert_state_dict(source, scheme, model_name, **model_kwargs)
     # config.json's id2label names the classes, as a zoo run's checkpoint records its data's.
     classes = hub_class_names(hub_config, num_classes, src) if hub_config else []
+    # preprocessor_config.json's normalisation is recorded as the checkpoint's DATA.MEAN / STD.
+    processor = find_processor_file(src) if scheme == "huggingface" else None
+    normalization = read_processor(processor) if processor else None
+    if normalization is not None:
+        logger.info("DATA.MEAN %s and DATA.STD %s recorded from %s", normalization.mean,
+                    normalization.std, processor)
     ckpt = make_checkpoint(
-        state, _cfg_text(model_name, num_classes, model_kwargs),
+        state, _cfg_text(model_name, num_classes, model_kwargs, normalization),
         converted_from={"scheme": scheme, "file": os.path.basename(src),
                         "num_tensors": len(source)},
         **({"classes": classes} if classes else {}))
