@@ -171,3 +171,36 @@ def test_the_python_api_fills_them_from_the_folder_too(tmp_path):
     cfg = load_config(None, ["MODEL.NAME", "videomae_vit_b", "MODEL.KWARGS", TINY_KWARGS,
                              "MODEL.PRETRAINED", str(folder)])
     assert list(job_config(cfg).CONFIG.DATA.STD) == [0.5] * 3
+
+
+@pytest.mark.slow
+def test_the_command_line_says_it_once_for_a_two_process_job(tmp_path):
+    """The launcher logs the file's values and the warning about set ones; its two workers,
+    which run with the config it filled, do not say them again."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT, run_tool
+
+    folder = _hub_folder(tmp_path)  # mean / std 0.5
+    data = tmp_path / "mine"
+    gen = subprocess.run([sys.executable, "-m", "zoo.data.synthetic", "--out", str(data),
+                          "--num-classes", "2", "--train-per-class", "2", "--val-per-class", "1",
+                          "--frames", "8", "--size", "36", "--seed", "7"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert gen.returncode == 0, gen.stderr
+    r = run_tool("train_ddp.py", [
+        "MODEL.NAME", "videomae_vit_b", "MODEL.KWARGS", TINY_KWARGS, "MODEL.PRETRAINED",
+        str(folder), "DATA.MEAN", str(IMAGENET[0]), "DATA.NUM_CLASSES", "2",
+        "DATA.TRAIN_ANNO_PATH", str(data / "train.txt"), "DATA.TRAIN_DATA_PATH", str(data),
+        "DATA.VAL_ANNO_PATH", str(data / "val.txt"), "DATA.VAL_DATA_PATH", str(data),
+        "DATA.CLIP_LEN", "8", "DATA.FRAME_RATE", "1", "DATA.CROP_SIZE", "32",
+        "DATA.SHORT_SIDE_SIZE", "32", "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]",
+        "DATA.TEST_NUM_SEGMENT", "1", "DATA.TEST_NUM_CROP", "1", "DATA.NUM_WORKERS", "0",
+        "TRAIN.BATCH_SIZE", "2", "VAL.BATCH_SIZE", "2", "TRAIN.EPOCH_NUM", "1",
+        "DDP_CONFIG.NUM_CPU_PROCS", "2", "LOG.BASE_PATH", str(tmp_path), "LOG.EXP_NAME", "ft"])
+    console = r.stdout + r.stderr
+    assert r.returncode == 0, console[-3000:]
+    processor = str(folder / "preprocessor_config.json")
+    assert console.count("the pretrained weights were trained with") == 1, console[-3000:]
+    assert console.count(f"DATA.STD from {processor}") == 1, console[-3000:]

@@ -38,10 +38,12 @@ def setup_cfg(args: argparse.Namespace):
     from ..data import fill_normalization
     from ..models import MODEL_REGISTRY, input_normalization
     from ..train.hooks import user_hook_class
+    from .job import talks_on_console  # job imports this module: imported when called
 
     MODEL_REGISTRY.get(cfg.CONFIG.MODEL.NAME)  # fails here, in one line, not in every worker
     for entry in cfg.CONFIG.TRAIN.HOOKS:  # likewise for the user's hooks (built in the workers)
         user_hook_class(entry)
     # Empty DATA.MEAN / STD mean the pretrained weights' (a Hugging Face preprocessor file beside
-    # them), else the model's own (its facts record).
-    return fill_normalization(cfg, input_normalization(cfg, announce=True))
+    # them), else the model's own (its facts record). Said once per node: torchrun / Slurm run
+    # this in every process.
+    return fill_normalization(cfg, input_normalization(cfg, announce=talks_on_console()))

@@ -123,8 +123,11 @@ def test(cfg, overrides=()) -> dict:
 
 
 def test_worker(cfg) -> None:
-    """What ``launch`` runs in every process of ``zoo-test``: :func:`test` of ``cfg``."""
-    test(cfg)
+    """What ``launch`` runs in every process of ``zoo-test``: :func:`test` of ``cfg``, whose
+    ``DATA.MEAN`` / ``STD`` source the command line has logged already."""
+    cfg = job_config(cfg, announce=False)
+    with this_process(cfg):
+        _test(cfg)
 
 
 def _test(cfg) -> dict:

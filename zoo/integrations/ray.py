@@ -175,7 +175,8 @@ def train(cfg, overrides: Sequence[str] = (), hooks: Sequence[HookBase] = ()) ->
     from ..launch.setup import job_config
     from ..train.trainer import train as zoo_train
 
-    cfg, resumed_from = checkpoint_config(job_config(cfg, overrides))
+    # zoo_train works the config out again, and logs where DATA.MEAN / STD came from.
+    cfg, resumed_from = checkpoint_config(job_config(cfg, overrides, announce=False))
     try:
         return zoo_train(cfg, hooks=[RayReport(resumed_from), *hooks])
     finally:  # each report persisted its checkpoint before it returned

@@ -126,13 +126,16 @@ def with_model_normalization(cfg, announce: bool = False):
     return fill_normalization(cfg, input_normalization(cfg, announce))
 
 
-def job_config(cfg, overrides: Sequence[str] = ()):
+def job_config(cfg, overrides: Sequence[str] = (), announce: bool = True):
     """The config ``zoo.train`` / ``zoo.test`` run with, from what their caller passed.
 
     Args:
         cfg: A config (a yacs ``CfgNode``, e.g. from :func:`zoo.config.load_config`) or the path
             of a YAML file (loaded over the defaults, with its ``_BASE_`` files).
         overrides: ``KEY VALUE`` pairs applied on top, as on the command line.
+        announce: Log where ``DATA.MEAN`` / ``STD`` came from when a preprocessor file set them,
+            from the first process of each node (``LOCAL_RANK`` 0) only. The command line's
+            workers pass False: it said so before it started them.
 
     The user's modules (``CONFIG.EXTRA_MODULES``) are imported, empty ``DATA.MEAN`` / ``STD``
     filled from the model, and the generated dataset prepared when ``DATA.SYNTHETIC.ENABLE`` is
@@ -160,7 +163,8 @@ def job_config(cfg, overrides: Sequence[str] = ()):
     else:
         raise TypeError(f"expected a config (CfgNode) or the path of a YAML file, got "
                         f"{type(cfg).__name__}")
-    return prepare_synthetic(with_model_normalization(cfg, announce=True))
+    announce = announce and comm.get_local_rank() == 0
+    return prepare_synthetic(with_model_normalization(cfg, announce))
 
 
 @contextmanager

@@ -489,7 +489,17 @@ def train(cfg, hooks: Sequence[HookBase] = (), overrides: Sequence[str] = ()) ->
         folder, its checkpoint folder, the epochs trained to, the optimizer steps, the best
         validation top-1 (-1 without validation) and the last ``val`` record (or None).
     """
-    cfg = resolve_num_classes(job_config(cfg, overrides))
+    return _train(job_config(cfg, overrides), hooks)
+
+
+def train_worker(cfg) -> None:
+    """What ``launch`` runs in every process of ``zoo-train``: :func:`train` of ``cfg``, whose
+    ``DATA.MEAN`` / ``STD`` source the command line has logged already."""
+    _train(job_config(cfg, announce=False), ())
+
+
+def _train(cfg, hooks: Sequence[HookBase]) -> Dict[str, Any]:
+    cfg = resolve_num_classes(cfg)
     # One training job per output folder: rank 0 holds it for the run (zoo/launch/output_lock.py).
     with this_process(cfg), training_folder(output_dir(cfg), *checkpoint_dir(cfg)):
         if comm.get_restart_round():
@@ -503,8 +513,3 @@ def train(cfg, hooks: Sequence[HookBase] = (), overrides: Sequence[str] = ()) ->
     return {"out_dir": trainer.out_dir, "checkpoint_dir": trainer.save_dir,
             "epochs": trainer.epochs, "iteration": trainer.iteration,
             "best_top1": trainer.best_top1, "val": trainer.last_val}
-
-
-def train_worker(cfg) -> None:
-    """What ``launch`` runs in every process of ``zoo-train``: :func:`train` of ``cfg``."""
-    train(cfg)
