@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
+from .node_process import talks_on_console
+
 
 def with_extra_modules(cfg, modules: Sequence[str]):
     """``cfg`` with ``--extra-modules`` added after the config's own ``CONFIG.EXTRA_MODULES``."""
@@ -38,7 +40,6 @@ def setup_cfg(args: argparse.Namespace):
     from ..data import fill_normalization
     from ..models import MODEL_REGISTRY, input_normalization
     from ..train.hooks import user_hook_class
-    from .job import talks_on_console  # job imports this module: imported when called
 
     MODEL_REGISTRY.get(cfg.CONFIG.MODEL.NAME)  # fails here, in one line, not in every worker
     for entry in cfg.CONFIG.TRAIN.HOOKS:  # likewise for the user's hooks (built in the workers)

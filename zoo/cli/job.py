@@ -22,6 +22,7 @@ from typing import Callable, List, Optional, Sequence
 from ..utils.errors import report_failure
 from ..utils.logger import set_console_label, setup_logger
 from .configure import setup_cfg, with_extra_modules  # noqa: F401  (re-exported, see above)
+from .node_process import process_rank, talks_on_console
 from .parser import (  # noqa: F401  (re-exported, see above)
     OVERRIDES_HELP,
     ExtraModulesAction,
@@ -39,17 +40,6 @@ from .parser import (  # noqa: F401  (re-exported, see above)
 # before it exits: torchrun ends the whole job when any process ends with an error, and the
 # node's first process, which found the same error, needs a moment to print it.
 CONSOLE_GRACE_S = 5.0
-
-
-def process_rank() -> int:
-    """This process's rank when torchrun / Slurm started it as one rank of a job, else 0."""
-    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", 0)))
-
-
-def talks_on_console() -> bool:
-    """Whether this process prints the ``error:`` line: the first process of each node. The other
-    ranks torchrun / Slurm started on a node would repeat it on the same console."""
-    return int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", 0))) == 0
 
 
 def run(worker: Callable, description: str, argv: Optional[List[str]] = None,
