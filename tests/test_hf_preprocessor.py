@@ -204,3 +204,24 @@ def test_the_command_line_says_it_once_for_a_two_process_job(tmp_path):
     processor = str(folder / "preprocessor_config.json")
     assert console.count("the pretrained weights were trained with") == 1, console[-3000:]
     assert console.count(f"DATA.STD from {processor}") == 1, console[-3000:]
+
+
+def test_only_each_nodes_first_process_says_it(tmp_path, caplog, monkeypatch):
+    """torchrun / Slurm run the command line in every process: ranks other than each node's
+    first fill the config the same and say nothing."""
+    from zoo.config import load_config
+    from zoo.launch.setup import job_config
+
+    folder = _hub_folder(tmp_path)
+    opts = ["MODEL.NAME", "videomae_vit_b", "MODEL.KWARGS", TINY_KWARGS, "MODEL.PRETRAINED",
+            str(folder), "DATA.MEAN", str(IMAGENET[0])]
+    said = f"DATA.STD from {folder / 'preprocessor_config.json'}"
+    for local_rank, speaks in (("1", False), ("0", True)):
+        monkeypatch.setenv("LOCAL_RANK", local_rank)
+        for make in (lambda: _setup(*opts), lambda: job_config(load_config(None, opts))):
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="zoo"):
+                cfg = make()
+            assert list(cfg.CONFIG.DATA.STD) == [0.5] * 3
+            warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+            assert (said in caplog.text, len(warned)) == ((True, 1) if speaks else (False, 0))
