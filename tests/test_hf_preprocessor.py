@@ -177,23 +177,18 @@ def test_the_python_api_fills_them_from_the_folder_too(tmp_path):
 def test_the_command_line_says_it_once_for_a_two_process_job(tmp_path):
     """The launcher logs the file's values and the warning about set ones; its two workers,
     which run with the config it filled, do not say them again."""
-    import subprocess
-    import sys
+    from helpers import run_tool
 
-    from helpers import ROOT, run_tool
+    from zoo.data.synthetic import generate
 
     folder = _hub_folder(tmp_path)  # mean / std 0.5
-    data = tmp_path / "mine"
-    gen = subprocess.run([sys.executable, "-m", "zoo.data.synthetic", "--out", str(data),
-                          "--num-classes", "2", "--train-per-class", "2", "--val-per-class", "1",
-                          "--frames", "8", "--size", "36", "--seed", "7"],
-                         cwd=ROOT, capture_output=True, text=True)
-    assert gen.returncode == 0, gen.stderr
+    data = generate(str(tmp_path / "mine"), num_classes=2, train_per_class=2, val_per_class=1,
+                    num_frames=8, size=36, seed=7, workers=1)
     r = run_tool("train_ddp.py", [
         "MODEL.NAME", "videomae_vit_b", "MODEL.KWARGS", TINY_KWARGS, "MODEL.PRETRAINED",
         str(folder), "DATA.MEAN", str(IMAGENET[0]), "DATA.NUM_CLASSES", "2",
-        "DATA.TRAIN_ANNO_PATH", str(data / "train.txt"), "DATA.TRAIN_DATA_PATH", str(data),
-        "DATA.VAL_ANNO_PATH", str(data / "val.txt"), "DATA.VAL_DATA_PATH", str(data),
+        "DATA.TRAIN_ANNO_PATH", data["train_list"], "DATA.TRAIN_DATA_PATH", data["root"],
+        "DATA.VAL_ANNO_PATH", data["val_list"], "DATA.VAL_DATA_PATH", data["root"],
         "DATA.CLIP_LEN", "8", "DATA.FRAME_RATE", "1", "DATA.CROP_SIZE", "32",
         "DATA.SHORT_SIDE_SIZE", "32", "DATA.TRAIN_SHORT_SIDE_RANGE", "[32, 36]",
         "DATA.TEST_NUM_SEGMENT", "1", "DATA.TEST_NUM_CROP", "1", "DATA.NUM_WORKERS", "0",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from .node_process import talks_on_console
+from ..utils.node_process import talks_on_console
 
 
 def with_extra_modules(cfg, modules: Sequence[str]):

@@ -21,8 +21,8 @@ from typing import Callable, List, Optional, Sequence
 
 from ..utils.errors import report_failure
 from ..utils.logger import set_console_label, setup_logger
+from ..utils.node_process import process_rank, talks_on_console
 from .configure import setup_cfg, with_extra_modules  # noqa: F401  (re-exported, see above)
-from .node_process import process_rank, talks_on_console
 from .parser import (  # noqa: F401  (re-exported, see above)
     OVERRIDES_HELP,
     ExtraModulesAction,

@@ -14,6 +14,7 @@ from ..config import cfg_to_yaml
 from ..utils import comm
 from ..utils.env import import_extra_modules, seed_all, set_num_threads
 from ..utils.logger import setup_logger
+from ..utils.node_process import talks_on_console
 from .topology import LaunchError
 
 # SageMaker's checkpoint folder inside the training container (the estimator's
@@ -134,8 +135,8 @@ def job_config(cfg, overrides: Sequence[str] = (), announce: bool = True):
             of a YAML file (loaded over the defaults, with its ``_BASE_`` files).
         overrides: ``KEY VALUE`` pairs applied on top, as on the command line.
         announce: Log where ``DATA.MEAN`` / ``STD`` came from when a preprocessor file set them,
-            from the first process of each node (``LOCAL_RANK`` 0) only. The command line's
-            workers pass False: it said so before it started them.
+            from the first process of each node only (``LOCAL_RANK`` or ``SLURM_LOCALID`` 0).
+            The command line's workers pass False: it said so before it started them.
 
     The user's modules (``CONFIG.EXTRA_MODULES``) are imported, empty ``DATA.MEAN`` / ``STD``
     filled from the model, and the generated dataset prepared when ``DATA.SYNTHETIC.ENABLE`` is
@@ -163,8 +164,7 @@ def job_config(cfg, overrides: Sequence[str] = (), announce: bool = True):
     else:
         raise TypeError(f"expected a config (CfgNode) or the path of a YAML file, got "
                         f"{type(cfg).__name__}")
-    announce = announce and comm.get_local_rank() == 0
-    return prepare_synthetic(with_model_normalization(cfg, announce))
+    return prepare_synthetic(with_model_normalization(cfg, announce and talks_on_console()))
 
 
 @contextmanager

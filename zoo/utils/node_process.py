@@ -1,5 +1,6 @@
-"""Which process of its node a command runs in, from the environment only (no torch import):
-torchrun and Slurm run the whole command in every process of a job, zoo's launcher in one."""
+"""Which process of its node this is, from the environment only (no torch import): torchrun
+and Slurm run the whole command in every process of a job, zoo's launcher in one, and its
+workers get ``LOCAL_RANK``."""
 
 from __future__ import annotations
 
