@@ -113,7 +113,8 @@ class DecordReader(VideoReader):
         """decord cannot open the file: where PyAV decodes its first and last frames, the file
         is sound and decord lacks its codec or container (AV1, GIF, Ogg): a library's limit,
         which stops the job instead of passing every such video as broken."""
-        from .pyav import PyAVReader, codec_if_decodable
+        from .probes import codec_if_decodable
+        from .pyav import PyAVReader
 
         try:
             with PyAVReader(self.path) as video:

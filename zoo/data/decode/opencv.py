@@ -57,7 +57,7 @@ class OpenCVReader(VideoReader):
 
     OpenCV seeks (``CAP_PROP_POS_FRAMES``) by converting a frame number to a timestamp, which is
     exact only where the container stores presentation timestamps on a constant-rate grid. Before
-    its first seek the file is probed with PyAV (:func:`~zoo.data.decode.pyav.probe_seek_count`,
+    its first seek the file is probed with PyAV (:func:`~zoo.data.decode.probes.probe_seek_count`,
     demuxing only); elsewhere (AVI, raw streams, variable frame rate, broken timestamps) frames are
     grabbed from the start. The frame count is PyAV's either way. A seek that stops short of its
     frame (a truncated file: OpenCV then returns the last frame it could decode) is an error.
@@ -130,7 +130,7 @@ class OpenCVReader(VideoReader):
     def _can_seek(self) -> bool:
         """Whether OpenCV's frame-number seek is exact in this file (probed once, with PyAV)."""
         if self._seekable is None:
-            from .pyav import probe_seek_count
+            from .probes import probe_seek_count
 
             self._seek_count = probed(SEEK_COUNTS, self.path, probe_seek_count, None)
             self._seekable = self._seek_count is not None
@@ -269,7 +269,7 @@ class OpenCVReader(VideoReader):
         for its codec (opencv-python's wheels decode AV1, the codec of many YouTube downloads, only
         with hardware they do not use): a library's limit, which stops the job instead of
         passing every such video as broken."""
-        from .pyav import codec_if_decodable
+        from .probes import codec_if_decodable
 
         codec = codec_if_decodable(self.path, [index])
         if codec is not None:

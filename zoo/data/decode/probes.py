@@ -1,11 +1,13 @@
-"""PyAV's probes of a file (:mod:`zoo.data.decode.pyav_streams`), for the readers built on other
-libraries (OpenCV, decord), cached per file version: a data-loader worker opens the same videos
-every epoch."""
+"""PyAV's probes of a file, for the readers built on other libraries (OpenCV, decord, torchcodec):
+where OpenCV's frame-number seek is exact (:func:`probe_seek_count`), whether a file another
+library fails on is sound (:func:`codec_if_decodable`), and the main stream's facts
+(:mod:`zoo.data.decode.pyav_streams`). The first and the last are cached per file version: a
+data-loader worker opens the same videos every epoch."""
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Callable, Dict, Optional, TypeVar
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, TypeVar
 
 from .base import DecodeError
 
@@ -14,7 +16,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# The frame count where OpenCV's frame-number seek is exact, else None (pyav.probe_seek_count).
+# The frame count where OpenCV's frame-number seek is exact, else None (probe_seek_count).
 SEEK_COUNTS: Dict[tuple, Optional[int]] = {}
 # Which video stream is the main one, its colours, fields and edits (main_stream_facts).
 STREAM_FACTS: Dict[tuple, "MainStreamFacts"] = {}
@@ -47,3 +49,41 @@ def stream_facts(path: str) -> "MainStreamFacts":
     from .pyav_streams import MainStreamFacts, main_stream_facts
 
     return probed(STREAM_FACTS, path, main_stream_facts, MainStreamFacts(True, False))
+
+
+def probe_seek_count(path: str) -> Optional[int]:
+    """The frame count of ``path`` where a frame-number seek by timestamp (as OpenCV's) finds
+    frame ``i`` exactly, else None. Exact means: the container stores presentation timestamps,
+    they are trustworthy, and they sit on a constant-rate grid. Read with PyAV, demuxing only (no
+    decoding). An MP4/MOV whose edit list hides frames is not: OpenCV's frame count and frame
+    numbers include the hidden ones. The count is the demuxer's (OpenCV's own is the duration
+    from time 0 times the rate, too high for an MKV whose video starts later)."""
+    from .pyav import OFF_GRID, PyAVReader
+    from .pyav_streams import discarded_frames
+
+    with PyAVReader(path) as video:
+        if video._sequential or video._rate is None:
+            return None
+        if not video._matroska and discarded_frames(video._stream):
+            return None
+        table = video._timestamps()
+        if video._sequential:
+            return None
+        scale = video._stream.time_base * video._rate
+        on_grid = all(abs((t - video._start) * scale - i) <= OFF_GRID for i, t in enumerate(table))
+        return len(table) if on_grid else None
+
+
+def codec_if_decodable(path: str, indices: Sequence[int]) -> Optional[str]:
+    """The codec of ``path``'s main video stream (``"av1"``) when PyAV decodes its frames
+    ``indices`` (what another reader that fails on the file is missing), else None (the file is
+    broken there)."""
+    from .pyav import PyAVReader
+
+    try:
+        with PyAVReader(path) as video:
+            video.decode_array(list(indices))
+            codec = video._stream.codec_context.codec
+            return getattr(codec, "canonical_name", None) or codec.name
+    except DecodeError:
+        return None

@@ -73,8 +73,7 @@ from .pyav_streams import (
 )
 from .threads import decoder_threads
 
-__all__ = ["OPEN_OPTIONS", "PYAV", "PyAVReader", "codec_if_decodable",
-           "main_video_stream", "probe_seek_count"]
+__all__ = ["OFF_GRID", "OPEN_OPTIONS", "PYAV", "PyAVReader", "main_video_stream"]
 
 # Frames at least this large (pixels) are decoded on several threads (when threads is 0).
 _THREADED_MIN_PIXELS = 256 * 256
@@ -87,7 +86,7 @@ _MIN_SKIP = 8
 # frames later, so a skipped frame's neighbour came out in its place: other codecs decode all.
 _SKIPS_BY_PACKET = {"h264", "hevc", "vp8", "vp9", "mpeg4", "mpeg2video", "mpeg1video"}
 # A timestamp this far (in frames) off the constant-rate grid means variable frame rate.
-_OFF_GRID = 0.35
+OFF_GRID = 0.35
 # Containers (FFmpeg demuxer names) that store presentation timestamps; the rest are decoded from
 # the start. AVI stores none (decode order only), raw streams no timestamps at all.
 _PTS_FORMATS = {"mov", "mp4", "matroska", "webm"}
@@ -377,7 +376,7 @@ class PyAVReader(VideoReader):
         num, den = self._grid
         scaled = (pts - self._start) * num  # the frame position times den
         index = (2 * scaled + den) // (2 * den)
-        return index if abs(scaled - index * den) <= _OFF_GRID * den else None
+        return index if abs(scaled - index * den) <= OFF_GRID * den else None
 
     def _index(self, frame: av.VideoFrame, grid: bool, previous: int) -> int:
         """Frame number of a decoded frame from its timestamp, checked against the one before:
@@ -569,36 +568,3 @@ class _Sink:
     def put(self, index: int, image: np.ndarray) -> None:
         # (A frame of another size, a resolution change mid-stream, is resized to the first's.)
         self.out = fill_rows(self.out, self.length, self.rows[index], image)
-
-
-def probe_seek_count(path: str) -> Optional[int]:
-    """The frame count of ``path`` where a frame-number seek by timestamp (as OpenCV's) finds
-    frame ``i`` exactly, else None. Exact means: the container stores presentation timestamps,
-    they are trustworthy, and they sit on a constant-rate grid. Read with PyAV, demuxing only (no
-    decoding). An MP4/MOV whose edit list hides frames is not: OpenCV's frame count and frame
-    numbers include the hidden ones. The count is the demuxer's (OpenCV's own is the duration
-    from time 0 times the rate, too high for an MKV whose video starts later)."""
-    with PyAVReader(path) as video:
-        if video._sequential or video._rate is None:
-            return None
-        if not video._matroska and discarded_frames(video._stream):
-            return None
-        table = video._timestamps()
-        if video._sequential:
-            return None
-        scale = video._stream.time_base * video._rate
-        on_grid = all(abs((t - video._start) * scale - i) <= _OFF_GRID for i, t in enumerate(table))
-        return len(table) if on_grid else None
-
-
-def codec_if_decodable(path: str, indices: Sequence[int]) -> Optional[str]:
-    """The codec of ``path``'s main video stream (``"av1"``) when PyAV decodes its frames
-    ``indices`` (what another reader that fails on the file is missing), else None (the file is
-    broken there)."""
-    try:
-        with PyAVReader(path) as video:
-            video.decode_array(list(indices))
-            codec = video._stream.codec_context.codec
-            return getattr(codec, "canonical_name", None) or codec.name
-    except DecodeError:
-        return None

@@ -176,7 +176,7 @@ class TorchCodecReader(VideoReader):
             try:
                 batch, pts = self._decode_through(wanted)
             except DecodeError as e:
-                from .pyav import codec_if_decodable
+                from .probes import codec_if_decodable
 
                 if e.kind != "timeout" and codec_if_decodable(self.path, wanted):
                     raise NotExact(

@@ -15,12 +15,12 @@ file beside it); tags and URLs keep the model's own normalisation.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 from .download import WeightsError
+from .folder import file_beside, read_json_object
 
 logger = logging.getLogger("zoo")
 
@@ -50,9 +50,7 @@ def find_processor_file(pretrained: Any) -> Optional[str]:
     value = str(pretrained or "").strip()
     if not value or not os.path.exists(value):
         return None
-    folder = value if os.path.isdir(value) else os.path.dirname(os.path.abspath(value))
-    path = os.path.join(folder, PROCESSOR_FILE)
-    return path if os.path.isfile(path) else None
+    return file_beside(value, PROCESSOR_FILE)
 
 
 def _channels(value: Any, key: str, path: str) -> List[float]:
@@ -74,14 +72,8 @@ def read_processor(path: str) -> Normalization:
             not positive, or mean / std are left out by a processor class whose defaults zoo does
             not know (one line naming the file and the keys to set instead).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise WeightsError(f"{path}: not a readable JSON file ({e}); fix it, or remove it and set "
-                           "DATA.MEAN and DATA.STD") from None
-    if not isinstance(config, dict):
-        raise WeightsError(f"{path}: holds {type(config).__name__}, not a JSON object")
+    config = read_json_object(path, WeightsError,
+                              "fix it, or remove it and set DATA.MEAN and DATA.STD")
     kind = str(config.get("image_processor_type") or config.get("feature_extractor_type") or "")
     defaults = _CLASS_DEFAULTS.get(kind, {})
     missing = [key for key in ("image_mean", "image_std") if key not in config

@@ -27,7 +27,6 @@ value and the model's.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -36,6 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 import torch.nn as nn
 
+from ..folder import file_beside, read_json_object
 from .common import PARAM, ConversionError, Layout, Scheme, read_source
 
 logger = logging.getLogger(__name__)
@@ -187,31 +187,18 @@ def _check_pooling(source: Dict[str, torch.Tensor], layout: Layout) -> None:
         f"built with {not kwarg}: set CONFIG.MODEL.KWARGS ['use_mean_pooling', {kwarg}]")
 
 
-def _read_json(path: str) -> Dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConversionError(f"{path}: not a readable JSON file ({e})") from None
-    if not isinstance(obj, dict):
-        raise ConversionError(f"{path}: holds {type(obj).__name__}, not a JSON object")
-    return obj
-
-
 def read_hub_config(folder: str) -> Dict[str, Any]:
     """The ``config.json`` of a Hub folder."""
     path = os.path.join(folder, "config.json")
     if not os.path.isfile(path):
         raise ConversionError(f"{folder}: no config.json (a Hub folder as save_pretrained "
                               "writes it holds config.json and model.safetensors)")
-    return _read_json(path)
+    return read_json_object(path, ConversionError)
 
 
 def find_hub_config(path: str) -> Optional[str]:
     """``config.json`` in the folder ``path`` or beside the file ``path``; None if absent."""
-    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    config = os.path.join(folder, "config.json")
-    return config if os.path.isfile(config) else None
+    return file_beside(path, "config.json")
 
 
 def read_hub_folder(folder: str) -> Dict[str, torch.Tensor]:
@@ -224,7 +211,8 @@ def read_hub_folder(folder: str) -> Dict[str, torch.Tensor]:
     for name in _INDEX_FILES:
         path = os.path.join(folder, name)
         if os.path.isfile(path):
-            shards = sorted(set(_read_json(path).get("weight_map", {}).values()))
+            index = read_json_object(path, ConversionError)
+            shards = sorted(set(index.get("weight_map", {}).values()))
             if not shards:
                 raise ConversionError(f"{path}: its weight_map names no files")
             state: Dict[str, torch.Tensor] = {}
