@@ -24,6 +24,8 @@ from helpers import (
 from zoo.config import load_config
 from zoo.launch import setup
 from zoo.launch.job import resolve_job
+from zoo.train.hooks import HookBase
+from zoo.utils import comm
 
 # Variables that would make a process one rank of a job: a test sets exactly those it means.
 _JOB_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -282,9 +284,9 @@ def _train_in_my_group(rank):
             "test_top1": tested["top1"], "checkpoint_dir": out["checkpoint_dir"]}
 
 
-@pytest.mark.slow
-def test_zoo_train_and_test_inside_a_process_group_the_caller_made(tmp_path, synth_root,
-                                                                  toy_model_file, monkeypatch):
+def _write_job(tmp_path, synth_root, toy_model_file, monkeypatch):
+    """job.yaml in ``tmp_path``: the toy model on the tiny synthetic data, outputs in
+    ``tmp_path`` (runs/mine, ckpt); its folder is what the ranks' functions read."""
     import yaml
 
     tree = {"EXTRA_MODULES": [toy_model_file], "MODEL": {"NAME": "toy_conv3d"}}
@@ -299,6 +301,12 @@ def test_zoo_train_and_test_inside_a_process_group_the_caller_made(tmp_path, syn
         node[last] = yaml.safe_load(value)
     (tmp_path / "job.yaml").write_text(yaml.safe_dump({"CONFIG": tree}))
     monkeypatch.setenv("ZOO_TEST_ENGINES_BASE", str(tmp_path))
+
+
+@pytest.mark.slow
+def test_zoo_train_and_test_inside_a_process_group_the_caller_made(tmp_path, synth_root,
+                                                                  toy_model_file, monkeypatch):
+    _write_job(tmp_path, synth_root, toy_model_file, monkeypatch)
     r0, r1 = on_two_gloo_ranks(_train_in_my_group, tmp_path)
     assert (r0["rank"], r0["world"], r1["rank"], r1["world"]) == (0, 2, 1, 2)
     # after_validation on every rank with the same numbers; the checkpoint path on rank 0 only.
@@ -316,6 +324,41 @@ def test_zoo_train_and_test_inside_a_process_group_the_caller_made(tmp_path, syn
     run = tmp_path / "runs" / "mine"
     assert "GPU_WORLD_SIZE: 2" in (run / "config.yaml").read_text()
     assert json.loads((run / "test_metrics.json").read_text())["top1"] == r0["test_top1"]
+
+
+class AskToStopOnRankOne(HookBase):
+    """Asks, on rank 1 only, to stop after the first validation."""
+
+    def after_validation(self, metrics):
+        if comm.get_rank() == 1:
+            self.trainer.request_stop("rank 1's hook asked")
+
+
+def _stop_on_one_rank_then_resume(rank):
+    """Run in a 2-rank gloo group: a 3-epoch run that one rank's hook stops after epoch 1, then
+    the same job resumed without the hook."""
+    import zoo
+
+    cfg = os.path.join(os.environ["ZOO_TEST_ENGINES_BASE"], "job.yaml")
+    stopped = zoo.train(cfg, hooks=[AskToStopOnRankOne()], overrides=["TRAIN.EPOCH_NUM", "3"])
+    resumed = zoo.train(cfg, overrides=["TRAIN.EPOCH_NUM", "3", "TRAIN.AUTO_RESUME", "True"])
+    return {"stopped": (stopped["epochs"], stopped["iteration"]),
+            "resumed": (resumed["epochs"], resumed["iteration"])}
+
+
+@pytest.mark.slow
+def test_a_stop_one_rank_asks_for_ends_every_rank_after_the_same_checkpointed_epoch(
+        tmp_path, synth_root, toy_model_file, monkeypatch):
+    _write_job(tmp_path, synth_root, toy_model_file, monkeypatch)
+    r0, r1 = on_two_gloo_ranks(_stop_on_one_rank_then_resume, tmp_path)
+    assert r0 == r1
+    epochs, steps = r0["stopped"]
+    assert epochs == 1 and steps > 0
+    assert r0["resumed"] == (3, 3 * steps)  # the resumed run trained epochs 2 and 3
+    assert sorted(n for n in os.listdir(tmp_path / "ckpt") if n.startswith("epoch_")) == [
+        "epoch_1.pth", "epoch_2.pth", "epoch_3.pth"]
+    log = (tmp_path / "runs" / "mine" / "log_rank0.txt").read_text()
+    assert "stopping after epoch 1 of 3: rank 1's hook asked" in log
 
 
 def test_zoo_train_without_the_process_group_the_environment_promises(monkeypatch):

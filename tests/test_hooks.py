@@ -644,3 +644,87 @@ def test_a_mid_epoch_resume_keeps_a_hooks_records_of_the_batches_before_its_chec
     kept = [(r["epoch"], r["batch"]) for r in _records(tmp_path / "metrics.jsonl")]
     assert kept == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1), (2, 2)]
     resumed.close()
+
+
+class _ConstantLR(torch.optim.lr_scheduler.LambdaLR):
+    """A constant LR whose state a checkpoint can hold (no lambda among its attributes)."""
+
+    base_lr = 0.1
+
+    def peak_lr(self):
+        return self.base_lr
+
+
+def _stopping_trainer(tmp_path, monkeypatch, top1s, epochs, patience):
+    """A bare trainer with the real Validation and Checkpointer (every 10 epochs, and the last);
+    validation scores ``top1s`` in turn."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    scores = iter(top1s)
+    monkeypatch.setattr(H, "evaluate", lambda *a, **k: {
+        "top1": next(scores), "top5": 100.0, "mean_class_acc": 0.0, "loss": 1.0,
+        "num_videos": 4, "skipped_videos": 0})
+    t = _bare_trainer(tmp_path, accum_steps=1, n_batches=2, epochs=epochs)
+    t.cfg.CONFIG.TRAIN.EARLY_STOP_PATIENCE = patience
+    t.scheduler = t.step.scheduler = _ConstantLR(t.optimizer, lambda s: 1.0)
+    t.cfg_yaml = "CONFIG: {}\n"
+    t.device, t.progress_bar, t.last_val = torch.device("cpu"), None, None
+    t.writer = MetricsWriter(str(tmp_path), None)
+    t.val_loader = object()  # evaluate is replaced: never iterated
+    t.register_hooks([H.Validation(), H.Checkpointer(str(tmp_path), save_freq=10)])
+    return t
+
+
+def test_training_stops_after_patience_validations_without_a_new_best(tmp_path, monkeypatch,
+                                                                      caplog):
+    # Best 60 at epoch 2, then 55 and 60 (equal is not better): stop after epoch 4 of 6.
+    t = _stopping_trainer(tmp_path, monkeypatch, [50.0, 60.0, 55.0, 60.0], epochs=6, patience=2)
+    with caplog.at_level(logging.INFO, logger="test_hooks"):
+        t.train()
+    assert t.epochs == 4 and t.iteration == 8
+    assert ("stopping after epoch 4 of 6: no new best val top-1 in 2 validations (best 60.00; "
+            "CONFIG.TRAIN.EARLY_STOP_PATIENCE 2)") in caplog.text
+    assert [r["epoch"] for r in _records(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4]
+    # The epoch it stopped at is saved as the last (SAVE_FREQ 10 would not have saved it).
+    assert sorted(n for n in os.listdir(tmp_path) if n.endswith(".pth")) == ["epoch_4.pth"]
+    ckpt = load_checkpoint(str(tmp_path / "epoch_4.pth"))
+    assert ckpt["epoch"] == 4 and ckpt["best_top1"] == 60.0 and ckpt["stale_validations"] == 2
+
+
+def test_without_patience_every_epoch_trains_and_a_new_best_resets_the_count(tmp_path,
+                                                                            monkeypatch):
+    t = _stopping_trainer(tmp_path, monkeypatch, [50.0, 40.0, 45.0, 51.0, 30.0], epochs=5,
+                          patience=0)
+    t.train()
+    assert t.epochs == 5 and t.stale_validations == 1
+    u = _stopping_trainer(tmp_path / "u", monkeypatch, [50.0, 40.0, 51.0, 30.0, 20.0],
+                          epochs=5, patience=2)
+    u.train()
+    assert u.epochs == 5 and u.stop_reason is None  # 51 at epoch 3 reset the count
+
+
+def test_a_run_resumed_after_an_early_stop_trains_only_with_more_patience(tmp_path, monkeypatch,
+                                                                          caplog):
+    def resumed(patience, top1s):
+        t = _stopping_trainer(tmp_path / str(patience), monkeypatch, top1s, epochs=6,
+                              patience=patience)
+        t.resume = lambda: None  # as a resume from epoch_4.pth above sets it
+        t.start_epoch, t.epoch, t.stale_validations, t.best_top1 = 4, 4, 2, 60.0
+        with caplog.at_level(logging.INFO, logger="test_hooks"):
+            t.train()
+        return t
+
+    same = resumed(2, [])
+    assert same.epochs == 4 and same.iteration == 0
+    assert ("nothing to train: the checkpoint resumed (epoch 4) comes after 2 validations "
+            "without a new best top-1 and CONFIG.TRAIN.EARLY_STOP_PATIENCE is 2") in caplog.text
+    more = resumed(3, [58.0])  # one more validation without a new best: stops after epoch 5
+    assert more.epochs == 5 and more.iteration == 2 and more.stale_validations == 3
+
+
+def test_a_stop_asked_on_one_rank_stops_them_all(tmp_path, monkeypatch):
+    # Validation gathers every rank's stop_reason: here rank 1's, while this rank asked nothing.
+    t = _stopping_trainer(tmp_path, monkeypatch, [50.0, 60.0, 70.0], epochs=3, patience=0)
+    monkeypatch.setattr(H.comm, "all_gather_object", lambda obj: [obj, "rank 1's hook asked"])
+    t.train()
+    assert t.epochs == 1 and t.stop_reason == "rank 1's hook asked"
+    assert os.path.isfile(tmp_path / "epoch_1.pth")

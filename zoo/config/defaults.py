@@ -173,6 +173,9 @@ _C.CONFIG.TRAIN.RESUME_EPOCH = -1
 _C.CONFIG.TRAIN.AUTO_RESUME = False
 # Keep only the newest K epoch checkpoints (0 = keep all); best.pth (best val top-1) is kept apart.
 _C.CONFIG.TRAIN.KEEP_LAST = 0
+# Early stopping: end training after this many validations in a row without a new best val top-1
+# (0 = train all EPOCH_NUM epochs). The epoch it stops at is checkpointed; best.pth holds the best.
+_C.CONFIG.TRAIN.EARLY_STOP_PATIENCE = 0
 # Linear scaling rule: when > 0, LR and WARMUP_START_LR (and the warmup's end) are multiplied by
 # (global batch / REFERENCE_BATCH), so the same YAML keeps its recipe on more or fewer GPUs.
 _C.CONFIG.TRAIN.REFERENCE_BATCH = 0

@@ -141,16 +141,20 @@ def _remove_preempt_checkpoints(save_dir: str, before: tuple, keep: str = "") ->
 
 def training_state(model, optimizer, scheduler, scaler, ema, epoch: int, iteration: int,
                    cfg_yaml: str, rng: List[Dict[str, Any]], best_top1: float,
-                   epoch_iter: int = 0, classes: Sequence[str] = ()) -> Dict[str, Any]:
+                   epoch_iter: int = 0, classes: Sequence[str] = (),
+                   stale_validations: int = 0) -> Dict[str, Any]:
     """The training checkpoint dict (see :func:`zoo.utils.checkpoint_io.make_checkpoint`).
 
     ``epoch_iter`` > 0 marks a mid-epoch checkpoint: that many batches of epoch ``epoch + 1`` were
     trained (saved as the ``epoch_iter`` key; epoch-end checkpoints do not have it). For a model
     sharded with FSDP2 every rank must call it (the full state is gathered to rank 0, whose
     result is the one to write). ``classes``: the training data's class names, kept as the
-    ``classes`` key when given.
+    ``classes`` key when given. ``stale_validations``: the validations in a row since the last new
+    best top-1 (what CONFIG.TRAIN.EARLY_STOP_PATIENCE counts), kept when > 0.
     """
     extra: Dict[str, Any] = {"best_top1": best_top1}
+    if stale_validations > 0:
+        extra["stale_validations"] = int(stale_validations)
     if classes:
         extra["classes"] = [str(c) for c in classes]
     if epoch_iter > 0:
@@ -245,7 +249,8 @@ class ResumedState(NamedTuple):
     """Where a resumed run continues: epochs completed, optimizer steps taken, best val top-1,
     batches of the next epoch already trained (0 unless the checkpoint is mid-epoch), the LR its
     schedule had set for the next step (None when unknown), the EPOCH_NUM of its config
-    (0 when unknown) and the number of processes its run had (0 when unknown)."""
+    (0 when unknown), the number of processes its run had (0 when unknown) and the validations
+    in a row since its last new best top-1."""
 
     epoch: int
     iteration: int
@@ -254,6 +259,7 @@ class ResumedState(NamedTuple):
     lr: Optional[float] = None
     epochs: int = 0
     processes: int = 0
+    stale_validations: int = 0
 
 
 def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, scaler=None,
@@ -319,7 +325,8 @@ def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, 
     return ResumedState(int(ckpt["epoch"]), int(ckpt.get("iteration", 0)),
                         float(ckpt.get("best_top1", -1.0)), epoch_iter,
                         _scheduled_lr(ckpt.get("optimizer")), _saved_epochs(ckpt.get("cfg")),
-                        ranks if isinstance(rng, list) else 0)
+                        ranks if isinstance(rng, list) else 0,
+                        int(ckpt.get("stale_validations", 0)))
 
 
 def _scheduled_lr(optimizer_state: Any) -> Optional[float]:
@@ -378,7 +385,7 @@ def continue_schedule(scheduler, state: ResumedState, iteration: int, epoch: flo
 _RESUME_FREE = ("DDP_CONFIG.", "CONFIG.LOG.", "CONFIG.VAL.", "CONFIG.TEST.", "CONFIG.EXTRA_MODULES",
                 "CONFIG.TRAIN.EPOCH_NUM", "CONFIG.TRAIN.AUTO_RESUME", "CONFIG.TRAIN.RESUME_EPOCH",
                 "CONFIG.TRAIN.KEEP_LAST", "CONFIG.TRAIN.NONFINITE", "CONFIG.TRAIN.HOOKS",
-                "CONFIG.TRAIN.PREEMPT_GRACE",
+                "CONFIG.TRAIN.PREEMPT_GRACE", "CONFIG.TRAIN.EARLY_STOP_PATIENCE",
                 "CONFIG.DATA.NUM_WORKERS", "CONFIG.DATA.TRAIN_ANNO_PATH",
                 "CONFIG.DATA.TRAIN_DATA_PATH",
                 "CONFIG.DATA.VAL_ANNO_PATH", "CONFIG.DATA.VAL_DATA_PATH", "CONFIG.DATA.TEST_",

@@ -273,7 +273,13 @@ class PreciseBN(HookBase):
 class Validation(HookBase):
     """Evaluate on the validation list every ``CONFIG.VAL.FREQ`` epochs and after the last one:
     the EMA weights when EMA is on, else the model. Logs the result, writes a ``val`` record and
-    updates ``trainer.best_top1`` / ``trainer.is_best`` (which :class:`Checkpointer` reads)."""
+    updates ``trainer.best_top1`` / ``trainer.is_best`` (which :class:`Checkpointer` reads) and
+    ``trainer.stale_validations``.
+
+    Early stopping: after ``CONFIG.TRAIN.EARLY_STOP_PATIENCE`` validations in a row without a new
+    best top-1, it asks the trainer to stop after this epoch; so may any hook's
+    ``after_validation`` (``trainer.request_stop``). The ranks then agree, one asking being
+    enough, before :class:`Checkpointer` saves the epoch as the run's last."""
 
     def after_epoch(self) -> None:
         t = self.trainer
@@ -286,6 +292,7 @@ class Validation(HookBase):
                      num_classes=t.cfg.CONFIG.DATA.NUM_CLASSES, model_name=t.cfg.CONFIG.MODEL.NAME)
         t.is_best = m["top1"] > t.best_top1
         t.best_top1 = max(t.best_top1, m["top1"])
+        t.stale_validations = 0 if t.is_best else getattr(t, "stale_validations", 0) + 1
         t.logger.info(
             "epoch %d val%s: top1 %.2f top5 %.2f mean-class %.2f loss %.4f (%d videos)",
             t.epoch + 1, " (EMA)" if ema is not None else "", m["top1"], m["top5"],
@@ -296,9 +303,18 @@ class Validation(HookBase):
                   "num_videos": m["num_videos"], "skipped_videos": m["skipped_videos"]}
         t.writer.write(record, t.iteration)
         t.last_val = record
+        patience = t.cfg.CONFIG.TRAIN.EARLY_STOP_PATIENCE
+        if patience and t.stale_validations >= patience and not t.is_last_epoch():
+            t.request_stop(f"no new best val top-1 in {t.stale_validations} validations (best "
+                           f"{t.best_top1:.2f}; CONFIG.TRAIN.EARLY_STOP_PATIENCE {patience})")
         notify = getattr(t, "notify", None)  # tests drive hooks with a bare namespace too
         if notify is not None:
             notify("after_validation", dict(record, iteration=t.iteration))
+        if hasattr(t, "request_stop"):
+            # A hook may have asked on some ranks only: every rank ends with the same epoch.
+            reasons = [r for r in comm.all_gather_object(t.stop_reason) if r is not None]
+            if reasons:
+                t.request_stop(reasons[0])
 
 
 class Checkpointer(HookBase):
@@ -333,7 +349,8 @@ class Checkpointer(HookBase):
         if comm.is_main_process() or is_sharded(t.model):  # gathering shards: every rank
             state = training_state(t.model, t.optimizer, t.scheduler, t.step.scaler, t.step.ema,
                                    t.epoch + 1, t.iteration, t.cfg_yaml, rng, t.best_top1,
-                                   classes=getattr(t, "classes", ()))
+                                   classes=getattr(t, "classes", ()),
+                                   stale_validations=getattr(t, "stale_validations", 0))
         path = None
         writes = getattr(t, "checkpoint_writes", None)
         if comm.is_main_process():

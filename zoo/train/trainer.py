@@ -111,6 +111,10 @@ class Trainer:
         inner_iter, batch, loss: The batch index in this epoch, the batch ``(clips, labels,
             indices, n_bad)`` and its loss (a detached tensor, set after the step).
         best_top1, is_best: The best validation top-1 so far, and whether this epoch set it.
+        stale_validations: Validations in a row since the last new best top-1 (what
+            CONFIG.TRAIN.EARLY_STOP_PATIENCE counts; kept in checkpoints).
+        stop_reason: Why training ends after this epoch although epochs are left (set by
+            :meth:`request_stop`), else None.
         last_val: The last validation's ``val`` record, or None.
         progress_bar: The open tqdm bar, or None.
         hooks: The hooks, in call order.
@@ -120,6 +124,8 @@ class Trainer:
     """
 
     start_iter = 0  # class defaults: hooks and tests may build a trainer without __init__
+    stale_validations = 0
+    stop_reason: Optional[str] = None
     resumed: Optional[ResumedState] = None
     preemption: Optional[PreemptionWatch] = None
     execution = Execution()  # eager, as a trainer built without __init__ runs
@@ -237,7 +243,16 @@ class Trainer:
         self._call(name, *args)
 
     def is_last_epoch(self) -> bool:
-        return self.epoch + 1 == self.epochs
+        """Whether training ends with this epoch: the last of EPOCH_NUM, or one a stop was
+        asked for (its validation and checkpoint still follow)."""
+        return self.epoch + 1 == self.epochs or self.stop_reason is not None
+
+    def request_stop(self, reason: str) -> None:
+        """End training after this epoch, with its checkpoint, as if it were the last; ``reason``
+        is logged. Call it from a hook's ``after_validation``: the ranks then agree (one rank
+        asking stops them all) before the checkpoint is written."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
 
     def validation_due(self) -> bool:
         """Whether this epoch ends with a validation: every ``CONFIG.VAL.FREQ`` epochs and after
@@ -265,6 +280,7 @@ class Trainer:
             path, self.cfg, self.model, self.optimizer, self.scheduler, self.step.scaler,
             self.step.ema, self.logger)
         self.start_epoch, self.best_top1 = state.epoch, state.best_top1
+        self.stale_validations = state.stale_validations
         self.start_iter = state.epoch_iter
         where = ""
         if self.start_iter:
@@ -307,7 +323,14 @@ class Trainer:
             preemption.prepare()
         self.resume()
         train, world = self.cfg.CONFIG.TRAIN, comm.get_world_size()
-        if self.start_epoch >= self.epochs:
+        patience = train.EARLY_STOP_PATIENCE
+        if patience and self.stale_validations >= patience and self.start_epoch < self.epochs:
+            self.logger.warning(
+                "nothing to train: the checkpoint resumed (epoch %d) comes after %d validations "
+                "without a new best top-1 and CONFIG.TRAIN.EARLY_STOP_PATIENCE is %d; raise it, "
+                "or set it to 0, to train on", self.start_epoch, self.stale_validations, patience)
+            self.epochs = self.start_epoch  # what the run trained to
+        elif self.start_epoch >= self.epochs:
             self.logger.warning(
                 "nothing to train: the checkpoint resumed is at epoch %d and "
                 "CONFIG.TRAIN.EPOCH_NUM is %d; raise EPOCH_NUM to train on, or test it with "
@@ -343,6 +366,13 @@ class Trainer:
         self._call("before_train")
         for self.epoch in range(self.start_epoch, self.epochs):
             self.run_epoch()
+            if self.stop_reason is not None and self.epoch + 1 < self.epochs:
+                self.logger.info("stopping after epoch %d of %d: %s", self.epoch + 1,
+                                 self.epochs, self.stop_reason)
+                self.epochs = self.epoch + 1
+                if self.train_stream is not None:  # its next epoch is being made ahead
+                    self.train_stream.stop()
+                break
         self.wait_for_checkpoint()
         self._call("after_train")
         skipped = self.step.skipped
@@ -418,7 +448,8 @@ class Trainer:
         if comm.is_main_process() or is_sharded(self.model):  # gathering shards: every rank
             state = training_state(self.model, self.optimizer, self.scheduler, self.step.scaler,
                                    self.step.ema, self.epoch, self.iteration, self.cfg_yaml, rng,
-                                   self.best_top1, epoch_iter=done, classes=self.classes)
+                                   self.best_top1, epoch_iter=done, classes=self.classes,
+                                   stale_validations=self.stale_validations)
         if comm.is_main_process():
             try:
                 path = save_preempt_checkpoint(self.save_dir, state)
@@ -486,7 +517,8 @@ def train(cfg, hooks: Sequence[HookBase] = (), overrides: Sequence[str] = ()) ->
 
     Returns:
         ``{"out_dir", "checkpoint_dir", "epochs", "iteration", "best_top1", "val"}``: the run's
-        folder, its checkpoint folder, the epochs trained to, the optimizer steps, the best
+        folder, its checkpoint folder, the epochs trained to (fewer than EPOCH_NUM when
+        training stopped early), the optimizer steps, the best
         validation top-1 (-1 without validation) and the last ``val`` record (or None).
     """
     return _train(job_config(cfg, overrides), hooks)
