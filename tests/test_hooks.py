@@ -646,18 +646,12 @@ def test_a_mid_epoch_resume_keeps_a_hooks_records_of_the_batches_before_its_chec
     resumed.close()
 
 
-class _ConstantLR(torch.optim.lr_scheduler.LambdaLR):
-    """A constant LR whose state a checkpoint can hold (no lambda among its attributes)."""
-
-    base_lr = 0.1
-
-    def peak_lr(self):
-        return self.base_lr
-
-
 def _stopping_trainer(tmp_path, monkeypatch, top1s, epochs, patience):
-    """A bare trainer with the real Validation and Checkpointer (every 10 epochs, and the last);
-    validation scores ``top1s`` in turn."""
+    """A bare trainer with the real LR schedule, Validation and Checkpointer (every 10 epochs,
+    and the last); validation scores ``top1s`` in turn."""
+    from zoo.config import cfg_to_yaml
+    from zoo.solver.lr_scheduler import build_lr_scheduler
+
     tmp_path.mkdir(parents=True, exist_ok=True)
     scores = iter(top1s)
     monkeypatch.setattr(H, "evaluate", lambda *a, **k: {
@@ -665,8 +659,9 @@ def _stopping_trainer(tmp_path, monkeypatch, top1s, epochs, patience):
         "num_videos": 4, "skipped_videos": 0})
     t = _bare_trainer(tmp_path, accum_steps=1, n_batches=2, epochs=epochs)
     t.cfg.CONFIG.TRAIN.EARLY_STOP_PATIENCE = patience
-    t.scheduler = t.step.scheduler = _ConstantLR(t.optimizer, lambda s: 1.0)
-    t.cfg_yaml = "CONFIG: {}\n"
+    t.cfg.CONFIG.TRAIN.EPOCH_NUM = epochs
+    t.scheduler = t.step.scheduler = build_lr_scheduler(t.cfg, t.optimizer, t.steps_per_epoch)
+    t.cfg_yaml = cfg_to_yaml(t.cfg)
     t.device, t.progress_bar, t.last_val = torch.device("cpu"), None, None
     t.writer = MetricsWriter(str(tmp_path), None)
     t.val_loader = object()  # evaluate is replaced: never iterated
@@ -704,21 +699,27 @@ def test_without_patience_every_epoch_trains_and_a_new_best_resets_the_count(tmp
 
 def test_a_run_resumed_after_an_early_stop_trains_only_with_more_patience(tmp_path, monkeypatch,
                                                                           caplog):
+    _stopping_trainer(tmp_path, monkeypatch, [50.0, 60.0, 55.0, 60.0], epochs=6,
+                      patience=2).train()  # stops after epoch 4, as above
+
     def resumed(patience, top1s):
-        t = _stopping_trainer(tmp_path / str(patience), monkeypatch, top1s, epochs=6,
-                              patience=patience)
-        t.resume = lambda: None  # as a resume from epoch_4.pth above sets it
-        t.start_epoch, t.epoch, t.stale_validations, t.best_top1 = 4, 4, 2, 60.0
+        t = _stopping_trainer(tmp_path, monkeypatch, top1s, epochs=6, patience=patience)
+        t.cfg.CONFIG.TRAIN.AUTO_RESUME = True  # from epoch_4.pth (or epoch_5.pth, once there)
+        caplog.clear()
         with caplog.at_level(logging.INFO, logger="test_hooks"):
             t.train()
         return t
 
     same = resumed(2, [])
-    assert same.epochs == 4 and same.iteration == 0
+    assert (same.start_epoch, same.epochs, same.stale_validations) == (4, 4, 2)
     assert ("nothing to train: the checkpoint resumed (epoch 4) comes after 2 validations "
             "without a new best top-1 and CONFIG.TRAIN.EARLY_STOP_PATIENCE is 2") in caplog.text
     more = resumed(3, [58.0])  # one more validation without a new best: stops after epoch 5
-    assert more.epochs == 5 and more.iteration == 2 and more.stale_validations == 3
+    assert (more.start_epoch, more.epochs, more.stale_validations) == (4, 5, 3)
+    assert "stopping after epoch 5 of 6: no new best val top-1 in 3 validations" in caplog.text
+    assert load_checkpoint(str(tmp_path / "epoch_5.pth"))["stale_validations"] == 3
+    off = resumed(0, [57.0])  # no patience: the last epoch trains
+    assert (off.start_epoch, off.epochs, off.stop_reason) == (5, 6, None)
 
 
 def test_a_stop_asked_on_one_rank_stops_them_all(tmp_path, monkeypatch):
@@ -728,3 +729,30 @@ def test_a_stop_asked_on_one_rank_stops_them_all(tmp_path, monkeypatch):
     t.train()
     assert t.epochs == 1 and t.stop_reason == "rank 1's hook asked"
     assert os.path.isfile(tmp_path / "epoch_1.pth")
+
+
+class _StopAtEpochEnd(H.HookBase):
+    def after_epoch(self):
+        self.trainer.request_stop("asked in after_epoch")
+
+
+def test_a_stop_asked_after_the_checkpoint_step_ends_the_run_and_says_the_epoch_is_not_saved(
+        tmp_path, monkeypatch, caplog):
+    t = _stopping_trainer(tmp_path, monkeypatch, [50.0, 60.0, 70.0], epochs=3, patience=0)
+    t.register_hooks([_StopAtEpochEnd()])
+    with caplog.at_level(logging.INFO, logger="test_hooks"):
+        t.train()
+    assert t.epochs == 1 and not any(n.endswith(".pth") for n in os.listdir(tmp_path))
+    assert "epoch 1 is not checkpointed: the stop was asked after its checkpoint step" in (
+        caplog.text)
+    assert "stopping after epoch 1 of 3: asked in after_epoch" in caplog.text
+
+
+def test_the_epoch_end_agreement_stops_a_rank_that_asked_nothing(tmp_path, monkeypatch):
+    # Another rank asked in its after_epoch: this one learns it at the epoch's end (the first
+    # gather, Validation's, still finds nobody asking).
+    t = _stopping_trainer(tmp_path, monkeypatch, [50.0, 60.0, 70.0], epochs=3, patience=0)
+    answers = iter([[None, None], [None, "rank 1's after_epoch"]])
+    monkeypatch.setattr(H.comm, "all_gather_object", lambda obj: [obj] + next(answers)[1:])
+    t.train()
+    assert t.epochs == 1 and t.stop_reason == "rank 1's after_epoch"

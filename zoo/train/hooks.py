@@ -310,11 +310,8 @@ class Validation(HookBase):
         notify = getattr(t, "notify", None)  # tests drive hooks with a bare namespace too
         if notify is not None:
             notify("after_validation", dict(record, iteration=t.iteration))
-        if hasattr(t, "request_stop"):
-            # A hook may have asked on some ranks only: every rank ends with the same epoch.
-            reasons = [r for r in comm.all_gather_object(t.stop_reason) if r is not None]
-            if reasons:
-                t.request_stop(reasons[0])
+        if hasattr(t, "agree_on_stop"):  # before Checkpointer reads is_last_epoch()
+            t.agree_on_stop()
 
 
 class Checkpointer(HookBase):
@@ -352,6 +349,7 @@ class Checkpointer(HookBase):
                                    classes=getattr(t, "classes", ()),
                                    stale_validations=getattr(t, "stale_validations", 0))
         path = None
+        t.checkpointed_epoch = t.epoch + 1
         writes = getattr(t, "checkpoint_writes", None)
         if comm.is_main_process():
             epoch, is_best, logger = t.epoch + 1, t.is_best, t.logger

@@ -126,6 +126,7 @@ class Trainer:
     start_iter = 0  # class defaults: hooks and tests may build a trainer without __init__
     stale_validations = 0
     stop_reason: Optional[str] = None
+    checkpointed_epoch = 0  # the last epoch-end checkpoint's epoch (1-based; Checkpointer sets it)
     resumed: Optional[ResumedState] = None
     preemption: Optional[PreemptionWatch] = None
     execution = Execution()  # eager, as a trainer built without __init__ runs
@@ -248,11 +249,19 @@ class Trainer:
         return self.epoch + 1 == self.epochs or self.stop_reason is not None
 
     def request_stop(self, reason: str) -> None:
-        """End training after this epoch, with its checkpoint, as if it were the last; ``reason``
-        is logged. Call it from a hook's ``after_validation``: the ranks then agree (one rank
-        asking stops them all) before the checkpoint is written."""
+        """End training after this epoch as if it were the last; ``reason`` is logged. One rank
+        asking stops them all (:meth:`agree_on_stop`). Asked in a hook's ``after_validation``,
+        the epoch's checkpoint is written as the last one; asked later in the epoch (a hook's
+        ``after_epoch``), the run ends with the checkpoints ``LOG.SAVE_FREQ`` wrote."""
         if self.stop_reason is None:
             self.stop_reason = reason
+
+    def agree_on_stop(self) -> None:
+        """Every rank (a collective): a stop any rank asked for is asked on every rank, with the
+        lowest such rank's reason."""
+        reasons = [r for r in comm.all_gather_object(self.stop_reason) if r is not None]
+        if reasons:
+            self.request_stop(reasons[0])
 
     def validation_due(self) -> bool:
         """Whether this epoch ends with a validation: every ``CONFIG.VAL.FREQ`` epochs and after
@@ -367,6 +376,10 @@ class Trainer:
         for self.epoch in range(self.start_epoch, self.epochs):
             self.run_epoch()
             if self.stop_reason is not None and self.epoch + 1 < self.epochs:
+                if self.checkpointed_epoch != self.epoch + 1:
+                    self.logger.warning(
+                        "epoch %d is not checkpointed: the stop was asked after its checkpoint "
+                        "step; ask in a hook's after_validation to keep it", self.epoch + 1)
                 self.logger.info("stopping after epoch %d of %d: %s", self.epoch + 1,
                                  self.epochs, self.stop_reason)
                 self.epochs = self.epoch + 1
@@ -380,7 +393,8 @@ class Trainer:
                          f"; {skipped} non-finite steps skipped" if skipped else "")
 
     def run_epoch(self) -> None:
-        """One epoch: its steps between ``before_epoch`` and ``after_epoch``, then a barrier.
+        """One epoch: its steps between ``before_epoch`` and ``after_epoch``, then the ranks agree
+        on a stop (:meth:`agree_on_stop`, which is the epoch's barrier too).
 
         Raises:
             Preempted: After the step at which all ranks agreed to stop for a preemption signal.
@@ -408,7 +422,7 @@ class Trainer:
                 self.stop_for_preemption()
         self.step.settle()  # the last step's non-finite verdict, before the epoch is reported
         self._call("after_epoch")
-        comm.synchronize()
+        self.agree_on_stop()  # also the epoch's barrier: every rank ends the same epoch
 
     def _trained_batches(self, epoch: int) -> int:
         """Batches of ``epoch`` trained: whole accumulations (a partial one at the end is
