@@ -58,20 +58,10 @@ def probe_seek_count(path: str) -> Optional[int]:
     decoding). An MP4/MOV whose edit list hides frames is not: OpenCV's frame count and frame
     numbers include the hidden ones. The count is the demuxer's (OpenCV's own is the duration
     from time 0 times the rate, too high for an MKV whose video starts later)."""
-    from .pyav import OFF_GRID, PyAVReader
-    from .pyav_streams import discarded_frames
+    from .pyav import PyAVReader
 
     with PyAVReader(path) as video:
-        if video._sequential or video._rate is None:
-            return None
-        if not video._matroska and discarded_frames(video._stream):
-            return None
-        table = video._timestamps()
-        if video._sequential:
-            return None
-        scale = video._stream.time_base * video._rate
-        on_grid = all(abs((t - video._start) * scale - i) <= OFF_GRID for i, t in enumerate(table))
-        return len(table) if on_grid else None
+        return video.exact_seek_count()
 
 
 def codec_if_decodable(path: str, indices: Sequence[int]) -> Optional[str]:
@@ -83,7 +73,6 @@ def codec_if_decodable(path: str, indices: Sequence[int]) -> Optional[str]:
     try:
         with PyAVReader(path) as video:
             video.decode_array(list(indices))
-            codec = video._stream.codec_context.codec
-            return getattr(codec, "canonical_name", None) or codec.name
+            return video.codec_name
     except DecodeError:
         return None

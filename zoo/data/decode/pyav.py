@@ -73,7 +73,7 @@ from .pyav_streams import (
 )
 from .threads import decoder_threads
 
-__all__ = ["OFF_GRID", "OPEN_OPTIONS", "PYAV", "PyAVReader", "main_video_stream"]
+__all__ = ["OPEN_OPTIONS", "PYAV", "PyAVReader", "main_video_stream"]
 
 # Frames at least this large (pixels) are decoded on several threads (when threads is 0).
 _THREADED_MIN_PIXELS = 256 * 256
@@ -86,7 +86,7 @@ _MIN_SKIP = 8
 # frames later, so a skipped frame's neighbour came out in its place: other codecs decode all.
 _SKIPS_BY_PACKET = {"h264", "hevc", "vp8", "vp9", "mpeg4", "mpeg2video", "mpeg1video"}
 # A timestamp this far (in frames) off the constant-rate grid means variable frame rate.
-OFF_GRID = 0.35
+_OFF_GRID = 0.35
 # Containers (FFmpeg demuxer names) that store presentation timestamps; the rest are decoded from
 # the start. AVI stores none (decode order only), raw streams no timestamps at all.
 _PTS_FORMATS = {"mov", "mp4", "matroska", "webm"}
@@ -243,6 +243,27 @@ class PyAVReader(VideoReader):
         return int(self._stream.frames or 0) > 0
 
     @property
+    def codec_name(self) -> str:
+        """FFmpeg's name of the main video stream's codec (``"h264"``, ``"av1"``)."""
+        codec = self._stream.codec_context.codec
+        return getattr(codec, "canonical_name", None) or codec.name
+
+    def exact_seek_count(self) -> Optional[int]:
+        """The frame count where a frame-number seek by timestamp (as OpenCV's) finds frame ``i``
+        exactly, else None (see :func:`zoo.data.decode.probes.probe_seek_count`). Demuxes the
+        file's packets once where the container stores no table of them; decodes nothing."""
+        if self._sequential or self._rate is None:
+            return None
+        if not self._matroska and discarded_frames(self._stream):
+            return None
+        table = self._timestamps()
+        if self._sequential:
+            return None
+        scale = self._stream.time_base * self._rate
+        on_grid = all(abs((t - self._start) * scale - i) <= _OFF_GRID for i, t in enumerate(table))
+        return len(table) if on_grid else None
+
+    @property
     def count_was_costly(self) -> bool:
         return self._counted
 
@@ -376,7 +397,7 @@ class PyAVReader(VideoReader):
         num, den = self._grid
         scaled = (pts - self._start) * num  # the frame position times den
         index = (2 * scaled + den) // (2 * den)
-        return index if abs(scaled - index * den) <= OFF_GRID * den else None
+        return index if abs(scaled - index * den) <= _OFF_GRID * den else None
 
     def _index(self, frame: av.VideoFrame, grid: bool, previous: int) -> int:
         """Frame number of a decoded frame from its timestamp, checked against the one before:
