@@ -17,26 +17,29 @@ from typing import Any, List, Optional
 import torch
 import torch.distributed as dist
 
-from .env import torch_at_least
-
 
 def is_dist() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-# torch before 2.8 destroys a gloo group holding the GIL while it joins gloo's worker threads. A
-# worker thread that is dropping the last reference to a finished collective's tensor needs the GIL
-# for that, so the two can wait for each other forever (pytorch/pytorch#154976 fixed it in 2.8).
-_GLOO_DESTROY_HOLDS_GIL = not torch_at_least(2, 8)
+# gloo's worker threads destroy a finished collective's work, and with it the last reference to
+# its tensors, after the rank has read the result. Dropping a tensor a Python object still belongs
+# to takes the GIL, and a thread that takes it once the interpreter is finalizing is ended there:
+# the process aborts ("terminate called without an active exception", SIGABRT) after a job that
+# finished. destroy_process_group does not join those threads while anything (a
+# DistributedDataParallel model) still holds the group, so they get the GIL before the exit.
+# On torch before 2.8 the same wait also keeps the destroy itself from deadlocking: it held the GIL
+# while joining the threads (pytorch/pytorch#154976).
+_GLOO_RELEASE_S = 0.1
 
 
 def leave_process_group() -> None:
-    """Destroy this process's default group, if any. On a torch whose gloo teardown holds the GIL,
-    gloo's worker threads first get 50 ms without it to let go of finished collectives."""
+    """Destroy this process's default group, if any. gloo's worker threads first get
+    ``_GLOO_RELEASE_S`` without the GIL to let go of finished collectives."""
     if not is_dist():
         return
-    if _GLOO_DESTROY_HOLDS_GIL and dist.get_backend() == "gloo":
-        time.sleep(0.05)  # sleeping releases the GIL
+    if dist.get_backend() == "gloo":
+        time.sleep(_GLOO_RELEASE_S)  # sleeping releases the GIL
     dist.destroy_process_group()
 
 
