@@ -27,19 +27,19 @@ def is_dist() -> bool:
 # to takes the GIL, and a thread that takes it once the interpreter is finalizing is ended there:
 # the process aborts ("terminate called without an active exception", SIGABRT) after a job that
 # finished. destroy_process_group does not join those threads while anything (a
-# DistributedDataParallel model) still holds the group, so they get the GIL before the exit.
+# DistributedDataParallel model) still holds the group, so they get the GIL before the exit. A
+# job on NCCL has its gloo group too (the preemption watch's), so every backend waits.
 # On torch before 2.8 the same wait also keeps the destroy itself from deadlocking: it held the GIL
 # while joining the threads (pytorch/pytorch#154976).
-_GLOO_RELEASE_S = 0.1
+_RELEASE_S = 0.1
 
 
 def leave_process_group() -> None:
-    """Destroy this process's default group, if any. gloo's worker threads first get
-    ``_GLOO_RELEASE_S`` without the GIL to let go of finished collectives."""
+    """Destroy this process's process groups, if any. Their worker threads first get
+    ``_RELEASE_S`` without the GIL to let go of finished collectives."""
     if not is_dist():
         return
-    if dist.get_backend() == "gloo":
-        time.sleep(_GLOO_RELEASE_S)  # sleeping releases the GIL
+    time.sleep(_RELEASE_S)  # sleeping releases the GIL
     dist.destroy_process_group()
 
 
