@@ -183,3 +183,36 @@ def test_weights_of_another_class_count_export_their_classifier(tmp_path):
     result = export_model("videomae_vit_s", str(tmp_path / "e7"), ("torchscript",),
                           pretrained=str(tmp_path / "hf"), model_kwargs=kwargs, num_classes=7)
     assert torch.jit.load(result["torchscript"]["path"])(clip).shape == (2, 7)
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit:FutureWarning")
+@pytest.mark.parametrize("legacy", [False, True])
+def test_another_projects_weights_are_read_once(tmp_path, monkeypatch, legacy):
+    """--pretrained a local file that is not a zoo run: zoo-export looks at it twice before the
+    load (is it a zoo run? how many classes?) with its tensors mapped, not read, so the file is
+    read once; a legacy-format file (torch.save before 1.6), which cannot be mapped, still
+    exports, with its trained classifier."""
+    torch.manual_seed(0)
+    model = zoo.create_model("slowfast_4x16_resnet50", num_classes=6, **SMALL_SLOWFAST)
+    path = tmp_path / "other.pyth"
+    torch.save({"model_state": model.state_dict()}, path,
+               _use_new_zipfile_serialization=not legacy)
+    reads = []
+    real_load = torch.load
+
+    def counting_load(f, *args, **kwargs):
+        if str(f) == str(path):
+            reads.append(bool(kwargs.get("mmap")))
+        return real_load(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting_load)
+    result = export_model("slowfast_4x16_resnet50", str(tmp_path / "e"), ("torchscript",),
+                          pretrained=str(path), model_kwargs=SMALL_SLOWFAST,
+                          input_shape=(1, 3, 16, 32, 32))
+    assert len(reads) == 3
+    assert reads.count(False) == (3 if legacy else 1)
+    exported = torch.jit.load(result["torchscript"]["path"])
+    clip = torch.randn(1, 3, 16, 32, 32)
+    with torch.no_grad():
+        got, want = exported(clip), model.eval()(clip)
+    assert got.shape == (1, 6) and torch.allclose(got, want, atol=1e-5)

@@ -123,7 +123,7 @@ def read_zoo_run(path: Any) -> Optional[Dict[str, Any]]:
     if not isinstance(path, str) or not os.path.isfile(path) or is_safetensors(path):
         return None
     try:
-        state = load_checkpoint(path)
+        state = load_checkpoint(path, mmap=True)  # another project's file is only looked at
     except CheckpointError:
         return None
     if isinstance(state, dict) and isinstance(state.get("model"), dict) and state.get("cfg"):

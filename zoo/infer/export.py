@@ -240,7 +240,7 @@ def weights_classes(name: str, pretrained: str, model_kwargs: Optional[Dict[str,
     try:
         if resolve_pretrained(pretrained, name).kind != "path":
             return None
-        state = read_state_dict(pretrained)
+        state = read_state_dict(pretrained, mmap=True)  # only its names and shapes are used
         with torch.device("meta"):
             model = create_model(name, **(model_kwargs or {}))
         # The load that follows logs what the conversion says; said once is enough.

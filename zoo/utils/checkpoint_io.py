@@ -254,10 +254,20 @@ def remove_partial_writes(folder: str) -> List[Tuple[str, int]]:
     return removed
 
 
-def load_checkpoint(path: str) -> Dict[str, Any]:
+def mappable(path: str) -> bool:
+    """Whether ``torch.load(path, mmap=True)`` can map the file's tensors instead of reading
+    them: a zip archive, as torch.save writes since torch 1.6 (not the legacy format)."""
+    import zipfile
+
+    return zipfile.is_zipfile(path)
+
+
+def load_checkpoint(path: str, mmap: bool = False) -> Dict[str, Any]:
     """Read a checkpoint safely (no code runs while unpickling); errors name the file and say
     what it is instead: a folder (its newest checkpoint named), a file cut short, not a
-    checkpoint at all, or one that would run code."""
+    checkpoint at all, or one that would run code. ``mmap``: map its tensors rather than read
+    them, where the file's format allows (:func:`mappable`), for a caller that looks at what a
+    file holds before it loads it (a second read then costs what one does)."""
     import torch
 
     if os.path.isdir(path):
@@ -268,7 +278,8 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint {path!r} does not exist")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True,
+                          mmap=mmap and mappable(path))
     except Exception as e:
         what, refused = load_failure(path, e)
         if not refused:

@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 
 from ...config import parse_literal
-from ...utils.checkpoint_io import load_failure, recorded_config
+from ...utils.checkpoint_io import load_failure, mappable, recorded_config
 from ..classifier import head_keys, last_linear_note, names_classifier
 from .convert import SCHEMES
 from .convert.common import (
@@ -62,17 +62,20 @@ __all__ = ["detect_format", "head_keys", "inflate_from_file", "load_pretrained",
 _STATE_KEYS = ("model", "model_state", "state_dict")
 
 
-def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
+def read_state_dict(path: str, mmap: bool = False) -> Dict[str, torch.Tensor]:
     """The model weights in a checkpoint file, ``module.`` / ``_orig_mod.`` stripped.
 
     A zoo checkpoint (``model``), a PySlowFast / PyTorchVideo ``.pyth`` (``model_state``), an
     MMAction2 file (``state_dict``), a bare state dict, a ``.safetensors`` file (told from its
     content), or a Hugging Face Hub folder (``model.safetensors`` / ``pytorch_model.bin``).
+    ``mmap``: a torch file's tensors are mapped rather than read where its format allows
+    (:func:`~zoo.utils.checkpoint_io.mappable`), for a look at names and shapes before the load.
     """
-    return _read(path)[0]
+    return _read(path, mmap)[0]
 
 
-def _read(path: str) -> Tuple[Dict[str, torch.Tensor], Optional[Dict[str, Any]]]:
+def _read(path: str, mmap: bool = False
+          ) -> Tuple[Dict[str, torch.Tensor], Optional[Dict[str, Any]]]:
     """:func:`read_state_dict`, and the model a zoo checkpoint records (``{"name": MODEL.NAME,
     "kwargs": MODEL.KWARGS as a dict, "pairs": MODEL.KWARGS as written, "classes": the class
     names it was trained on, [] when none}``; None for a file that records no config)."""
@@ -83,7 +86,8 @@ def _read(path: str) -> Tuple[Dict[str, torch.Tensor], Optional[Dict[str, Any]]]
     if is_safetensors(path):
         return _strip_module(read_safetensors(path), path), None
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch.load(path, map_location="cpu", weights_only=True,
+                         mmap=mmap and mappable(path))
     except Exception as e:  # an unpickling error names the forbidden global
         what, refused = load_failure(path, e)
         if not refused:
