@@ -81,9 +81,26 @@ def test_export_rejects_bad_format(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:.*torch.jit:FutureWarning")
-def test_a_zoo_run_exports_with_its_classes_kwargs_and_ema(tmp_path):
+def _count_loads(monkeypatch, path) -> list:
+    """A list that gets, for each ``torch.load`` of ``path`` from now on, whether it mapped the
+    file's tensors (``mmap=True``) rather than reading them."""
+    loads = []
+    real_load = torch.load
+
+    def counting_load(f, *args, **kwargs):
+        if str(f) == str(path):
+            loads.append(bool(kwargs.get("mmap")))
+        return real_load(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting_load)
+    return loads
+
+
+def test_a_zoo_run_exports_with_its_classes_kwargs_and_ema(tmp_path, monkeypatch):
     """A fine-tuned run's checkpoint exports as it was trained, named by the file alone: its
-    5-class head (not a fresh 400-class one), its kwargs and its EMA weights."""
+    5-class head (not a fresh 400-class one), its kwargs and its EMA weights. The file is looked
+    at with its tensors mapped, then read once in full: the weights exported are those torch's
+    full reader gave."""
     from zoo.utils.checkpoint_io import make_checkpoint
 
     torch.manual_seed(0)
@@ -98,7 +115,9 @@ def test_a_zoo_run_exports_with_its_classes_kwargs_and_ema(tmp_path):
     torch.save(make_checkpoint(model.state_dict(), cfg, epoch=3, ema=ema.state_dict()), ckpt)
     # No input shape given: the clip it was trained on (16 frames, 32 px), not the model's
     # facts (32 frames, 224 px).
+    reads = _count_loads(monkeypatch, ckpt)
     result = export_model(None, str(tmp_path / "out"), ("torchscript",), pretrained=str(ckpt))
+    assert reads == [True, False]
     exported = torch.jit.load(result["torchscript"]["path"])
     clip = torch.randn(1, 3, 16, 32, 32)
     with torch.no_grad():
@@ -197,15 +216,7 @@ def test_another_projects_weights_are_read_once(tmp_path, monkeypatch, legacy):
     path = tmp_path / "other.pyth"
     torch.save({"model_state": model.state_dict()}, path,
                _use_new_zipfile_serialization=not legacy)
-    reads = []
-    real_load = torch.load
-
-    def counting_load(f, *args, **kwargs):
-        if str(f) == str(path):
-            reads.append(bool(kwargs.get("mmap")))
-        return real_load(f, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "load", counting_load)
+    reads = _count_loads(monkeypatch, path)
     result = export_model("slowfast_4x16_resnet50", str(tmp_path / "e"), ("torchscript",),
                           pretrained=str(path), model_kwargs=SMALL_SLOWFAST,
                           input_shape=(1, 3, 16, 32, 32))

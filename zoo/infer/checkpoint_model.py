@@ -123,11 +123,14 @@ def read_zoo_run(path: Any) -> Optional[Dict[str, Any]]:
     if not isinstance(path, str) or not os.path.isfile(path) or is_safetensors(path):
         return None
     try:
-        state = load_checkpoint(path, mmap=True)  # another project's file is only looked at
+        # A look with the tensors mapped, not read: another project's file is read once, when
+        # the weights loader loads it. A zoo run's is then read in full: the weights used come
+        # from torch's full reader, which checks each tensor's record size (a mapped load not).
+        state = load_checkpoint(path, mmap=True)
     except CheckpointError:
         return None
     if isinstance(state, dict) and isinstance(state.get("model"), dict) and state.get("cfg"):
-        return state
+        return load_checkpoint(path)
     return None
 
 

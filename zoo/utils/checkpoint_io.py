@@ -267,7 +267,8 @@ def load_checkpoint(path: str, mmap: bool = False) -> Dict[str, Any]:
     what it is instead: a folder (its newest checkpoint named), a file cut short, not a
     checkpoint at all, or one that would run code. ``mmap``: map its tensors rather than read
     them, where the file's format allows (:func:`mappable`), for a caller that looks at what a
-    file holds before it loads it (a second read then costs what one does)."""
+    file holds before it loads it; not for weights that are used, as a mapped load skips the
+    full read's check of each tensor's record size."""
     import torch
 
     if os.path.isdir(path):

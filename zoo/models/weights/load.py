@@ -69,7 +69,8 @@ def read_state_dict(path: str, mmap: bool = False) -> Dict[str, torch.Tensor]:
     MMAction2 file (``state_dict``), a bare state dict, a ``.safetensors`` file (told from its
     content), or a Hugging Face Hub folder (``model.safetensors`` / ``pytorch_model.bin``).
     ``mmap``: a torch file's tensors are mapped rather than read where its format allows
-    (:func:`~zoo.utils.checkpoint_io.mappable`), for a look at names and shapes before the load.
+    (:func:`~zoo.utils.checkpoint_io.mappable`), for a look at names and shapes before the load
+    (not for the values: a mapped load skips the full read's check of each tensor's record size).
     """
     return _read(path, mmap)[0]
 
