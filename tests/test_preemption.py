@@ -441,7 +441,21 @@ def test_sampler_offset_skips_batches_without_reading_them():
 def _worker_that_stops_on_usr1(ready, code=PREEMPTED_EXIT_CODE):
     signal.signal(signal.SIGUSR1, lambda signum, frame: os._exit(code))
     ready.set()
-    time.sleep(60)
+    # Short sleeps: the handler runs in the main thread, and a signal that another thread of this
+    # process takes (one a library started after the fork) does not end the main thread's sleep.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _process_status(pid: int) -> str:
+    """The threads, state and blocked-signal mask of process ``pid`` (Linux), for a message."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return " ".join(line.strip() for line in f
+                            if line.startswith(("State:", "Threads:", "SigBlk:")))
+    except OSError:
+        return "(no /proc)"
 
 
 def test_the_launcher_forwards_the_signal_waits_for_its_workers_and_exits_75():
@@ -455,12 +469,14 @@ def test_the_launcher_forwards_the_signal_waits_for_its_workers_and_exits_75():
     worker.start()
     try:
         assert ready.wait(30)
+        status = _process_status(worker.pid)
         with pytest.raises(Preempted) as stopped:
             with launcher_signals(grace_s=20):
                 os.kill(os.getpid(), signal.SIGUSR1)  # only the launcher gets it
                 time.sleep(30)  # the handler ends this wait once the worker is gone
         assert stopped.value.code == PREEMPTED_EXIT_CODE
-        assert str(stopped.value) == "preempted by SIGUSR1: workers exited with 75"
+        assert str(stopped.value) == "preempted by SIGUSR1: workers exited with 75", \
+            f"the worker, before the signal: {status}"
         assert worker.exitcode == PREEMPTED_EXIT_CODE  # it got the forwarded signal
     finally:
         if worker.is_alive():
