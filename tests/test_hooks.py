@@ -646,26 +646,35 @@ def test_a_mid_epoch_resume_keeps_a_hooks_records_of_the_batches_before_its_chec
     resumed.close()
 
 
-def _stopping_trainer(tmp_path, monkeypatch, top1s, epochs, patience):
-    """A bare trainer with the real LR schedule, Validation and Checkpointer (every 10 epochs,
-    and the last); validation scores ``top1s`` in turn."""
+def _stopping_trainer(tmp_path, monkeypatch, top1s, epochs, patience, save_freq=10,
+                      best_metric="top1"):
+    """A bare trainer with the real LR schedule, Validation and Checkpointer (every
+    ``save_freq`` epochs, and the last); validation scores ``top1s`` in turn: numbers (top-1),
+    or dicts of the figures that differ from top-1 50, top-5 100, mean-class 0, loss 1, 4
+    videos."""
     from zoo.config import cfg_to_yaml
     from zoo.solver.lr_scheduler import build_lr_scheduler
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     scores = iter(top1s)
-    monkeypatch.setattr(H, "evaluate", lambda *a, **k: {
-        "top1": next(scores), "top5": 100.0, "mean_class_acc": 0.0, "loss": 1.0,
-        "num_videos": 4, "skipped_videos": 0})
+
+    def evaluate(*args, **kwargs):
+        score = next(scores)
+        return {"top1": 50.0, "top5": 100.0, "mean_class_acc": 0.0, "loss": 1.0,
+                "num_videos": 4, "skipped_videos": 0,
+                **(score if isinstance(score, dict) else {"top1": score})}
+
+    monkeypatch.setattr(H, "evaluate", evaluate)
     t = _bare_trainer(tmp_path, accum_steps=1, n_batches=2, epochs=epochs)
     t.cfg.CONFIG.TRAIN.EARLY_STOP_PATIENCE = patience
+    t.cfg.CONFIG.TRAIN.BEST_METRIC = best_metric
     t.cfg.CONFIG.TRAIN.EPOCH_NUM = epochs
     t.scheduler = t.step.scheduler = build_lr_scheduler(t.cfg, t.optimizer, t.steps_per_epoch)
     t.cfg_yaml = cfg_to_yaml(t.cfg)
     t.device, t.progress_bar, t.last_val = torch.device("cpu"), None, None
     t.writer = MetricsWriter(str(tmp_path), None)
     t.val_loader = object()  # evaluate is replaced: never iterated
-    t.register_hooks([H.Validation(), H.Checkpointer(str(tmp_path), save_freq=10)])
+    t.register_hooks([H.Validation(), H.Checkpointer(str(tmp_path), save_freq=save_freq)])
     return t
 
 
@@ -676,7 +685,7 @@ def test_training_stops_after_patience_validations_without_a_new_best(tmp_path, 
     with caplog.at_level(logging.INFO, logger="test_hooks"):
         t.train()
     assert t.epochs == 4 and t.iteration == 8
-    assert ("stopping after epoch 4 of 6: no new best val top-1 in 2 validations (best 60.00; "
+    assert ("stopping after epoch 4 of 6: no new best val top1 in 2 validations (best 60.00; "
             "CONFIG.TRAIN.EARLY_STOP_PATIENCE 2)") in caplog.text
     assert [r["epoch"] for r in _records(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4]
     # The epoch it stopped at is saved as the last (SAVE_FREQ 10 would not have saved it).
@@ -713,13 +722,116 @@ def test_a_run_resumed_after_an_early_stop_trains_only_with_more_patience(tmp_pa
     same = resumed(2, [])
     assert (same.start_epoch, same.epochs, same.stale_validations) == (4, 4, 2)
     assert ("nothing to train: the checkpoint resumed (epoch 4) comes after 2 validations "
-            "without a new best top-1 and CONFIG.TRAIN.EARLY_STOP_PATIENCE is 2") in caplog.text
+            "without a new best top1 and CONFIG.TRAIN.EARLY_STOP_PATIENCE is 2") in caplog.text
     more = resumed(3, [58.0])  # one more validation without a new best: stops after epoch 5
     assert (more.start_epoch, more.epochs, more.stale_validations) == (4, 5, 3)
-    assert "stopping after epoch 5 of 6: no new best val top-1 in 3 validations" in caplog.text
+    assert "stopping after epoch 5 of 6: no new best val top1 in 3 validations" in caplog.text
     assert load_checkpoint(str(tmp_path / "epoch_5.pth"))["stale_validations"] == 3
     off = resumed(0, [57.0])  # no patience: the last epoch trains
     assert (off.start_epoch, off.epochs, off.stop_reason) == (5, 6, None)
+
+
+def _best_epoch(folder):
+    """The epoch file best.pth is a link to."""
+    best = os.stat(os.path.join(folder, "best.pth"))
+    (name,) = [n for n in os.listdir(folder) if n.startswith("epoch_")
+               and os.path.samefile(os.path.join(folder, n), os.path.join(folder, "best.pth"))]
+    assert best.st_nlink == 2
+    return name
+
+
+def test_the_best_validation_loss_picks_best_pth_and_stops_the_run(tmp_path, monkeypatch,
+                                                                    caplog):
+    # top-1 keeps rising while the loss is lowest at epoch 2: with BEST_METRIC loss, best.pth
+    # is epoch 2 and two validations without a lower loss stop the run after epoch 4.
+    scores = [{"top1": 40.0, "loss": 1.0}, {"top1": 45.0, "loss": 0.8},
+              {"top1": 60.0, "loss": 0.9}, {"top1": 70.0, "loss": 0.8}]
+    t = _stopping_trainer(tmp_path, monkeypatch, scores, epochs=6, patience=2, save_freq=1,
+                          best_metric="loss")
+    with caplog.at_level(logging.INFO, logger="test_hooks"):
+        t.train()
+    assert t.epochs == 4 and (t.best_value, t.best_top1) == (0.8, 70.0)
+    assert ("stopping after epoch 4 of 6: no new best val loss in 2 validations (best 0.8000; "
+            "CONFIG.TRAIN.EARLY_STOP_PATIENCE 2)") in caplog.text
+    assert _best_epoch(tmp_path) == "epoch_2.pth"
+    ckpt = load_checkpoint(str(tmp_path / "epoch_4.pth"))
+    assert (ckpt["best_value"], ckpt["best_top1"], ckpt["stale_validations"]) == (0.8, 70.0, 2)
+    # The same validations picked by top-1: the newest epoch is the best, nothing stops.
+    u = _stopping_trainer(tmp_path / "top1", monkeypatch, scores, epochs=4, patience=2,
+                          save_freq=1)
+    u.train()
+    assert u.epochs == 4 and u.best_value == 70.0 and _best_epoch(tmp_path / "top1") == \
+        "epoch_4.pth"
+
+
+def test_mean_class_accuracy_picks_best_pth(tmp_path, monkeypatch):
+    scores = [{"top1": 80.0, "mean_class_acc": 40.0}, {"top1": 70.0, "mean_class_acc": 65.0},
+              {"top1": 90.0, "mean_class_acc": 50.0}]
+    t = _stopping_trainer(tmp_path, monkeypatch, scores, epochs=3, patience=0, save_freq=1,
+                          best_metric="mean_class_acc")
+    t.train()
+    assert (t.best_value, t.best_top1, t.stale_validations) == (65.0, 90.0, 1)
+    assert _best_epoch(tmp_path) == "epoch_2.pth"
+
+
+@pytest.mark.parametrize("metric", ["loss", "top1"])
+def test_a_validation_of_no_videos_or_a_non_finite_loss_sets_no_best(tmp_path, monkeypatch,
+                                                                     metric):
+    # Every video unreadable: the evaluator's loss is 0 and its accuracies 0; a diverged
+    # model's loss is NaN or infinite. None of these is a best, and each counts as stale.
+    scores = [{"top1": 0.0, "loss": 0.0, "num_videos": 0}, {"top1": 20.0, "loss": float("nan")},
+              {"top1": 30.0, "loss": 1.2}, {"top1": 10.0, "loss": float("inf")},
+              {"top1": 0.0, "loss": 0.0, "num_videos": 0}]
+    t = _stopping_trainer(tmp_path, monkeypatch, scores, epochs=5, patience=0, save_freq=1,
+                          best_metric=metric)
+    t.train()
+    assert (t.best_value, t.best_top1, t.stale_validations) == ({"loss": 1.2, "top1": 30.0}[metric],
+                                                                30.0, 2)
+    assert _best_epoch(tmp_path) == "epoch_3.pth"
+
+
+def test_a_run_resumes_only_with_its_own_best_metric(tmp_path, monkeypatch):
+    from zoo.train.checkpoint import CheckpointError
+
+    scores = [{"top1": 40.0, "loss": 1.0}, {"top1": 45.0, "loss": 0.8}]
+    first = _stopping_trainer(tmp_path, monkeypatch, scores, epochs=2, patience=0, save_freq=1,
+                              best_metric="loss")
+    first.train()
+    # Its best so far was the loss: resuming it to pick the best by top-1 is refused.
+    other = _stopping_trainer(tmp_path, monkeypatch, [], epochs=4, patience=0,
+                              best_metric="top1")
+    other.cfg.CONFIG.TRAIN.AUTO_RESUME = True
+    with pytest.raises(CheckpointError, match=r"CONFIG\.TRAIN\.BEST_METRIC: 'loss' -> 'top1'"):
+        other.train()
+    same = _stopping_trainer(tmp_path, monkeypatch, [{"top1": 90.0, "loss": 0.9}], epochs=3,
+                             patience=0, save_freq=1, best_metric="loss")
+    same.cfg.CONFIG.TRAIN.AUTO_RESUME = True
+    same.train()
+    assert (same.start_epoch, same.best_value, same.best_top1, same.is_best) == (2, 0.8, 90.0,
+                                                                                False)
+    assert same.stale_validations == 1
+
+
+def test_a_checkpoint_from_before_best_metric_resumes_with_its_top1_as_the_best(tmp_path,
+                                                                               monkeypatch):
+    import yaml
+
+    from zoo.train.checkpoint import atomic_save
+
+    _stopping_trainer(tmp_path, monkeypatch, [40.0, 60.0], epochs=2, patience=0,
+                      save_freq=1).train()
+    # What an older zoo wrote: no best_value, and no BEST_METRIC in the saved config.
+    path = str(tmp_path / "epoch_2.pth")
+    ckpt = load_checkpoint(path)
+    del ckpt["best_value"]
+    saved = yaml.safe_load(ckpt["cfg"])
+    del saved["CONFIG"]["TRAIN"]["BEST_METRIC"]
+    ckpt["cfg"] = yaml.safe_dump(saved)
+    atomic_save(ckpt, path)
+    resumed = _stopping_trainer(tmp_path, monkeypatch, [55.0], epochs=3, patience=0, save_freq=1)
+    resumed.cfg.CONFIG.TRAIN.AUTO_RESUME = True
+    resumed.train()
+    assert (resumed.start_epoch, resumed.best_value, resumed.is_best) == (2, 60.0, False)
 
 
 def test_a_stop_asked_on_one_rank_stops_them_all(tmp_path, monkeypatch):

@@ -171,10 +171,15 @@ _C.CONFIG.TRAIN.RESUME_EPOCH = -1
 # Resume from the newest complete checkpoint in the output folder when there is one (model,
 # optimizer, LR schedule, grad scaler, epoch, iteration and every rank's RNG states).
 _C.CONFIG.TRAIN.AUTO_RESUME = False
-# Keep only the newest K epoch checkpoints (0 = keep all); best.pth (best val top-1) is kept apart.
+# Keep only the newest K epoch checkpoints (0 = keep all); best.pth (the best validation, see
+# BEST_METRIC) is kept apart.
 _C.CONFIG.TRAIN.KEEP_LAST = 0
-# Early stopping: end training after this many validations in a row without a new best val top-1
-# (0 = train all EPOCH_NUM epochs). The epoch it stops at is checkpointed; best.pth holds the best.
+# The validation figure that picks best.pth and that early stopping waits on, named as in
+# metrics.jsonl: "top1", "top5", "mean_class_acc" (higher is better) or "loss" (lower is better).
+_C.CONFIG.TRAIN.BEST_METRIC = "top1"
+# Early stopping: end training after this many validations in a row without a new best
+# BEST_METRIC (0 = train all EPOCH_NUM epochs). The epoch it stops at is checkpointed; best.pth
+# holds the best.
 _C.CONFIG.TRAIN.EARLY_STOP_PATIENCE = 0
 # Linear scaling rule: when > 0, LR and WARMUP_START_LR (and the warmup's end) are multiplied by
 # (global batch / REFERENCE_BATCH), so the same YAML keeps its recipe on more or fewer GPUs.

@@ -94,6 +94,8 @@ _RULES: List[Tuple[str, Callable[[Any], bool], str]] = [
     ("CONFIG.TRAIN.WARMUP_EPOCHS", _non_negative, "a number >= 0"),
     ("CONFIG.TRAIN.RESUME_EPOCH", lambda v: v >= -1, "-1 (start fresh) or an epoch >= 0"),
     ("CONFIG.TRAIN.KEEP_LAST", _non_negative, "an integer >= 0 (0 = keep all)"),
+    ("CONFIG.TRAIN.BEST_METRIC", lambda v: v in ("top1", "top5", "mean_class_acc", "loss"),
+     "one of top1, top5, mean_class_acc, loss"),
     ("CONFIG.TRAIN.EARLY_STOP_PATIENCE", _non_negative, "an integer >= 0 (0 = no early stop)"),
     ("CONFIG.TRAIN.REFERENCE_BATCH", _non_negative, "an integer >= 0 (0 = no LR scaling)"),
     ("CONFIG.TRAIN.BACKBONE_LR_MULT", _non_negative, "a number >= 0"),

@@ -2,7 +2,8 @@
 
 The file format, safe loading and atomic writes live in :mod:`zoo.utils.checkpoint_io` (shared
 with the checkpoint converter) and are re-exported here. A training checkpoint adds
-``best_top1`` and, with EMA, ``ema`` to the standard keys; ``rng`` holds one entry per rank.
+``best_top1``, after a validation ``best_value`` (the best CONFIG.TRAIN.BEST_METRIC), and, with
+EMA, ``ema`` to the standard keys; ``rng`` holds one entry per rank.
 :func:`load_training_state` is the resume: it restores everything a checkpoint holds.
 
 Files: ``epoch_N.pth`` after N epochs (and ``best.pth``, a hard link to the best epoch's file);
@@ -142,7 +143,8 @@ def _remove_preempt_checkpoints(save_dir: str, before: tuple, keep: str = "") ->
 def training_state(model, optimizer, scheduler, scaler, ema, epoch: int, iteration: int,
                    cfg_yaml: str, rng: List[Dict[str, Any]], best_top1: float,
                    epoch_iter: int = 0, classes: Sequence[str] = (),
-                   stale_validations: int = 0) -> Dict[str, Any]:
+                   stale_validations: int = 0,
+                   best_value: Optional[float] = None) -> Dict[str, Any]:
     """The training checkpoint dict (see :func:`zoo.utils.checkpoint_io.make_checkpoint`).
 
     ``epoch_iter`` > 0 marks a mid-epoch checkpoint: that many batches of epoch ``epoch + 1`` were
@@ -150,9 +152,13 @@ def training_state(model, optimizer, scheduler, scaler, ema, epoch: int, iterati
     sharded with FSDP2 every rank must call it (the full state is gathered to rank 0, whose
     result is the one to write). ``classes``: the training data's class names, kept as the
     ``classes`` key when given. ``stale_validations``: the validations in a row since the last new
-    best top-1 (what CONFIG.TRAIN.EARLY_STOP_PATIENCE counts), kept when > 0.
+    best (what CONFIG.TRAIN.EARLY_STOP_PATIENCE counts), kept when > 0. ``best_value``: the best
+    validation CONFIG.TRAIN.BEST_METRIC so far (which the checkpoint's config names), kept when
+    there is one.
     """
     extra: Dict[str, Any] = {"best_top1": best_top1}
+    if best_value is not None:
+        extra["best_value"] = float(best_value)
     if stale_validations > 0:
         extra["stale_validations"] = int(stale_validations)
     if classes:
@@ -250,7 +256,8 @@ class ResumedState(NamedTuple):
     batches of the next epoch already trained (0 unless the checkpoint is mid-epoch), the LR its
     schedule had set for the next step (None when unknown), the EPOCH_NUM of its config
     (0 when unknown), the number of processes its run had (0 when unknown) and the validations
-    in a row since its last new best top-1."""
+    in a row since its last new best, and the best validation CONFIG.TRAIN.BEST_METRIC (None
+    before any)."""
 
     epoch: int
     iteration: int
@@ -260,6 +267,7 @@ class ResumedState(NamedTuple):
     epochs: int = 0
     processes: int = 0
     stale_validations: int = 0
+    best_value: Optional[float] = None
 
 
 def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, scaler=None,
@@ -326,7 +334,17 @@ def load_training_state(path: str, cfg, model: nn.Module, optimizer, scheduler, 
                         float(ckpt.get("best_top1", -1.0)), epoch_iter,
                         _scheduled_lr(ckpt.get("optimizer")), _saved_epochs(ckpt.get("cfg")),
                         ranks if isinstance(rng, list) else 0,
-                        int(ckpt.get("stale_validations", 0)))
+                        int(ckpt.get("stale_validations", 0)), _best_value(ckpt))
+
+
+def _best_value(ckpt: Dict[str, Any]) -> Optional[float]:
+    """The best validation CONFIG.TRAIN.BEST_METRIC a checkpoint holds: its ``best_value``, or,
+    from a zoo that only kept ``best_top1`` (and picked the best by top-1, the key's default),
+    that; None before any validation."""
+    if "best_value" in ckpt:
+        return float(ckpt["best_value"])
+    top1 = float(ckpt.get("best_top1", -1.0))
+    return top1 if top1 >= 0 else None
 
 
 def _scheduled_lr(optimizer_state: Any) -> Optional[float]:
@@ -410,14 +428,15 @@ def config_differences(saved_yaml: str, cfg) -> List[str]:
 
 
 def _keys_added_later_as_default(tree: Dict[str, Any]) -> None:
-    """Give a checkpoint's config without ``CONFIG.TRAIN.COSINE_AFTER_WARMUP`` or ``NESTEROV``
-    the key's default (True, False): a zoo that did not know the key trained the cosine that
-    starts where the warmup ends and plain momentum, so its checkpoints resume under a config
-    that leaves the keys at those defaults."""
+    """Give a checkpoint's config without ``CONFIG.TRAIN.COSINE_AFTER_WARMUP``, ``NESTEROV`` or
+    ``BEST_METRIC`` the key's default (True, False, top1): a zoo that did not know the key
+    trained the cosine that starts where the warmup ends and plain momentum, and picked its best
+    by top-1, so its checkpoints resume under a config that leaves the keys at those defaults."""
     train = (tree.get("CONFIG") or {}).get("TRAIN")
     if isinstance(train, dict) and "LR_POLICY" in train:
         train.setdefault("COSINE_AFTER_WARMUP", True)
         train.setdefault("NESTEROV", False)
+        train.setdefault("BEST_METRIC", "top1")
 
 
 def _warmup_end_as_zero(tree: Dict[str, Any]) -> None:

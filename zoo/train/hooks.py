@@ -28,6 +28,7 @@ TensorBoard), :class:`PreciseBN`, :class:`Validation` (of the EMA weights when E
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any, Dict, List, Optional
@@ -270,14 +271,30 @@ class PreciseBN(HookBase):
             recompute_bn_stats(models, t.train_loader, self.num_iters, t.device, t.step.prepare)
 
 
+# How the log writes each CONFIG.TRAIN.BEST_METRIC.
+_FORMATS = {"top1": ".2f", "top5": ".2f", "mean_class_acc": ".2f", "loss": ".4f"}
+
+
+def improves(metric: str, value: float, best: Optional[float]) -> bool:
+    """Whether a validation's ``value`` of ``metric`` (a CONFIG.TRAIN.BEST_METRIC) beats ``best``
+    (None: no best yet): lower for ``loss``, higher for the accuracies; never a NaN or infinity."""
+    if not math.isfinite(value):
+        return False
+    if best is None:
+        return True
+    return value < best if metric == "loss" else value > best
+
+
 class Validation(HookBase):
     """Evaluate on the validation list every ``CONFIG.VAL.FREQ`` epochs and after the last one:
     the EMA weights when EMA is on, else the model. Logs the result, writes a ``val`` record and
-    updates ``trainer.best_top1`` / ``trainer.is_best`` (which :class:`Checkpointer` reads) and
-    ``trainer.stale_validations``.
+    updates ``trainer.best_top1`` (the best top-1 so far), ``trainer.best_value`` (the best
+    ``CONFIG.TRAIN.BEST_METRIC``), ``trainer.is_best`` (whether this validation set it: what
+    :class:`Checkpointer` reads for ``best.pth``) and ``trainer.stale_validations``. A validation
+    of no videos (every one unreadable) sets no best.
 
     Early stopping: after ``CONFIG.TRAIN.EARLY_STOP_PATIENCE`` validations in a row without a new
-    best top-1, it asks the trainer to stop after this epoch; so may any hook's
+    best, it asks the trainer to stop after this epoch; so may any hook's
     ``after_validation`` (``trainer.request_stop``). The ranks then agree, one asking being
     enough, before :class:`Checkpointer` saves the epoch as the run's last."""
 
@@ -290,8 +307,13 @@ class Validation(HookBase):
         broadcast_buffers(unwrap(evaluated))
         m = evaluate(evaluated, t.val_loader, t.device,
                      num_classes=t.cfg.CONFIG.DATA.NUM_CLASSES, model_name=t.cfg.CONFIG.MODEL.NAME)
-        t.is_best = m["top1"] > t.best_top1
-        t.best_top1 = max(t.best_top1, m["top1"])
+        metric, scored = t.cfg.CONFIG.TRAIN.BEST_METRIC, m["num_videos"] > 0
+        best = getattr(t, "best_value", None)
+        t.is_best = scored and improves(metric, m[metric], best)
+        if t.is_best:
+            t.best_value = m[metric]
+        if scored:
+            t.best_top1 = max(t.best_top1, m["top1"])
         t.stale_validations = 0 if t.is_best else getattr(t, "stale_validations", 0) + 1
         t.logger.info(
             "epoch %d val%s: top1 %.2f top5 %.2f mean-class %.2f loss %.4f (%d videos)",
@@ -305,8 +327,10 @@ class Validation(HookBase):
         t.last_val = record
         patience = t.cfg.CONFIG.TRAIN.EARLY_STOP_PATIENCE
         if patience and t.stale_validations >= patience and not t.is_last_epoch():
-            t.request_stop(f"no new best val top-1 in {t.stale_validations} validations (best "
-                           f"{t.best_top1:.2f}; CONFIG.TRAIN.EARLY_STOP_PATIENCE {patience})")
+            best = getattr(t, "best_value", None)
+            best = "none" if best is None else f"{best:{_FORMATS[metric]}}"
+            t.request_stop(f"no new best val {metric} in {t.stale_validations} validations (best "
+                           f"{best}; CONFIG.TRAIN.EARLY_STOP_PATIENCE {patience})")
         notify = getattr(t, "notify", None)  # tests drive hooks with a bare namespace too
         if notify is not None:
             notify("after_validation", dict(record, iteration=t.iteration))
@@ -347,7 +371,8 @@ class Checkpointer(HookBase):
             state = training_state(t.model, t.optimizer, t.scheduler, t.step.scaler, t.step.ema,
                                    t.epoch + 1, t.iteration, t.cfg_yaml, rng, t.best_top1,
                                    classes=getattr(t, "classes", ()),
-                                   stale_validations=getattr(t, "stale_validations", 0))
+                                   stale_validations=getattr(t, "stale_validations", 0),
+                                   best_value=getattr(t, "best_value", None))
         path = None
         t.checkpointed_epoch = t.epoch + 1
         writes = getattr(t, "checkpoint_writes", None)

@@ -110,8 +110,10 @@ class Trainer:
         iteration: Optimizer steps taken since the run began (across resumes).
         inner_iter, batch, loss: The batch index in this epoch, the batch ``(clips, labels,
             indices, n_bad)`` and its loss (a detached tensor, set after the step).
-        best_top1, is_best: The best validation top-1 so far, and whether this epoch set it.
-        stale_validations: Validations in a row since the last new best top-1 (what
+        best_top1: The best validation top-1 so far (-1 before any validation).
+        best_value, is_best: The best validation ``CONFIG.TRAIN.BEST_METRIC`` so far (None before
+            any), and whether this epoch set it (``best.pth``).
+        stale_validations: Validations in a row since the last new best (what
             CONFIG.TRAIN.EARLY_STOP_PATIENCE counts; kept in checkpoints).
         stop_reason: Why training ends after this epoch although epochs are left (set by
             :meth:`request_stop`), else None.
@@ -125,6 +127,7 @@ class Trainer:
 
     start_iter = 0  # class defaults: hooks and tests may build a trainer without __init__
     stale_validations = 0
+    best_value: Optional[float] = None
     stop_reason: Optional[str] = None
     checkpointed_epoch = 0  # the last epoch-end checkpoint's epoch (1-based; Checkpointer sets it)
     resumed: Optional[ResumedState] = None
@@ -172,7 +175,7 @@ class Trainer:
         self.epochs = self.multigrid.epochs if self.multigrid is not None else train.EPOCH_NUM
         self.start_epoch = self.epoch = self.iteration = self.inner_iter = self.start_iter = 0
         self.preemption: Optional[PreemptionWatch] = None
-        self.best_top1, self.is_best = -1.0, False
+        self.best_top1, self.best_value, self.is_best = -1.0, None, False
         self.last_val: Optional[Dict[str, Any]] = None  # the last val record (Validation sets it)
         self.batch: Any = None
         self.loss: Optional[torch.Tensor] = None
@@ -289,6 +292,7 @@ class Trainer:
             path, self.cfg, self.model, self.optimizer, self.scheduler, self.step.scaler,
             self.step.ema, self.logger)
         self.start_epoch, self.best_top1 = state.epoch, state.best_top1
+        self.best_value = state.best_value
         self.stale_validations = state.stale_validations
         self.start_iter = state.epoch_iter
         where = ""
@@ -336,8 +340,9 @@ class Trainer:
         if patience and self.stale_validations >= patience and self.start_epoch < self.epochs:
             self.logger.warning(
                 "nothing to train: the checkpoint resumed (epoch %d) comes after %d validations "
-                "without a new best top-1 and CONFIG.TRAIN.EARLY_STOP_PATIENCE is %d; raise it, "
-                "or set it to 0, to train on", self.start_epoch, self.stale_validations, patience)
+                "without a new best %s and CONFIG.TRAIN.EARLY_STOP_PATIENCE is %d; raise it, or "
+                "set it to 0, to train on", self.start_epoch, self.stale_validations,
+                train.BEST_METRIC, patience)
             self.epochs = self.start_epoch  # what the run trained to
         elif self.start_epoch >= self.epochs:
             self.logger.warning(
@@ -463,7 +468,8 @@ class Trainer:
             state = training_state(self.model, self.optimizer, self.scheduler, self.step.scaler,
                                    self.step.ema, self.epoch, self.iteration, self.cfg_yaml, rng,
                                    self.best_top1, epoch_iter=done, classes=self.classes,
-                                   stale_validations=self.stale_validations)
+                                   stale_validations=self.stale_validations,
+                                   best_value=self.best_value)
         if comm.is_main_process():
             try:
                 path = save_preempt_checkpoint(self.save_dir, state)
@@ -530,10 +536,12 @@ def train(cfg, hooks: Sequence[HookBase] = (), overrides: Sequence[str] = ()) ->
         overrides: ``KEY VALUE`` pairs applied to ``cfg``, as on the command line.
 
     Returns:
-        ``{"out_dir", "checkpoint_dir", "epochs", "iteration", "best_top1", "val"}``: the run's
-        folder, its checkpoint folder, the epochs trained to (fewer than EPOCH_NUM when
-        training stopped early), the optimizer steps, the best
-        validation top-1 (-1 without validation) and the last ``val`` record (or None).
+        ``{"out_dir", "checkpoint_dir", "epochs", "iteration", "best_top1", "best_metric",
+        "best_value", "val"}``: the run's folder, its checkpoint folder, the epochs trained to
+        (fewer than EPOCH_NUM when training stopped early), the optimizer steps, the best
+        validation top-1 (-1 without validation), ``CONFIG.TRAIN.BEST_METRIC`` and its best
+        value (None without validation; ``best.pth`` holds that epoch) and the last ``val``
+        record (or None).
     """
     return _train(job_config(cfg, overrides), hooks)
 
@@ -558,4 +566,5 @@ def _train(cfg, hooks: Sequence[HookBase]) -> Dict[str, Any]:
                 trainer.stop_data_workers()
     return {"out_dir": trainer.out_dir, "checkpoint_dir": trainer.save_dir,
             "epochs": trainer.epochs, "iteration": trainer.iteration,
-            "best_top1": trainer.best_top1, "val": trainer.last_val}
+            "best_top1": trainer.best_top1, "best_metric": cfg.CONFIG.TRAIN.BEST_METRIC,
+            "best_value": trainer.best_value, "val": trainer.last_val}

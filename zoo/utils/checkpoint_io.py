@@ -3,8 +3,9 @@
 A zoo checkpoint is a dict with ``model`` (a state dict without ``module.`` prefixes),
 ``optimizer``, ``scheduler``, ``scaler``, ``epoch`` (epochs completed), ``iteration``, ``cfg``
 (YAML text), ``rng`` (one entry per rank, so every rank resumes its own random streams), in that
-order, plus optional keys: ``best_top1``, ``ema`` and ``classes`` (training: the training
-data's class names, entry ``i`` naming class ``i``), ``converted_from`` (the converter).
+order, plus optional keys: ``best_top1``, ``best_value``, ``stale_validations``, ``ema`` and
+``classes`` (training: the training data's class names, entry ``i`` naming class ``i``),
+``converted_from`` (the converter).
 :func:`make_checkpoint` builds it, :func:`atomic_save` writes it and :func:`load_checkpoint`
 reads it with ``torch.load(weights_only=True)``.
 
