@@ -271,10 +271,6 @@ class PreciseBN(HookBase):
             recompute_bn_stats(models, t.train_loader, self.num_iters, t.device, t.step.prepare)
 
 
-# How the log writes each CONFIG.TRAIN.BEST_METRIC.
-_FORMATS = {"top1": ".2f", "top5": ".2f", "mean_class_acc": ".2f", "loss": ".4f"}
-
-
 def improves(metric: str, value: float, best: Optional[float]) -> bool:
     """Whether a validation's ``value`` of ``metric`` (a CONFIG.TRAIN.BEST_METRIC) beats ``best``
     (None: no best yet): lower for ``loss``, higher for the accuracies; never a NaN or infinity."""
@@ -311,7 +307,7 @@ class Validation(HookBase):
         best = getattr(t, "best_value", None)
         t.is_best = scored and improves(metric, m[metric], best)
         if t.is_best:
-            t.best_value = m[metric]
+            best = t.best_value = m[metric]
         if scored:
             t.best_top1 = max(t.best_top1, m["top1"])
         t.stale_validations = 0 if t.is_best else getattr(t, "stale_validations", 0) + 1
@@ -327,10 +323,9 @@ class Validation(HookBase):
         t.last_val = record
         patience = t.cfg.CONFIG.TRAIN.EARLY_STOP_PATIENCE
         if patience and t.stale_validations >= patience and not t.is_last_epoch():
-            best = getattr(t, "best_value", None)
-            best = "none" if best is None else f"{best:{_FORMATS[metric]}}"
+            shown = "none" if best is None else f"{best:.4f}" if metric == "loss" else f"{best:.2f}"
             t.request_stop(f"no new best val {metric} in {t.stale_validations} validations (best "
-                           f"{best}; CONFIG.TRAIN.EARLY_STOP_PATIENCE {patience})")
+                           f"{shown}; CONFIG.TRAIN.EARLY_STOP_PATIENCE {patience})")
         notify = getattr(t, "notify", None)  # tests drive hooks with a bare namespace too
         if notify is not None:
             notify("after_validation", dict(record, iteration=t.iteration))
